@@ -1,0 +1,55 @@
+"""The exception tree. Every error a person can see is a ChatloopError.
+
+    ChatloopError(message, hint)
+    ├── UsageError          bad input from the person (exit code 2)
+    ├── FormatError         a transcript that cannot be read at all
+    ├── StoreError          a session file could not be created or written
+    │   └── SessionLocked   another chatloop holds the session
+    ├── NotFound            no session matches a number or id
+    └── BackendError        the model server failed (see chatloop.backends)
+
+Foreign exceptions are translated at the boundary with ``raise X(...) from exc``;
+the CLI and the REPL show ``message`` and ``hint`` in one place.
+"""
+
+from __future__ import annotations
+
+
+class ChatloopError(Exception):
+    """An error meant for a person: a one-line message and a hint on what to do."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(ChatloopError):
+    """The command line or a command was used wrongly."""
+
+    exit_code = 2
+
+
+class FormatError(ChatloopError):
+    """A transcript or config file that cannot be read at all."""
+
+
+class StoreError(ChatloopError):
+    """A session file could not be created, locked or written."""
+
+
+class SessionLocked(StoreError):
+    """Another live chatloop process is writing this session."""
+
+
+class NotFound(ChatloopError):
+    """No session matches the number or id that was asked for."""
+
+
+class BackendError(ChatloopError):
+    """The model server could not be reached or answered with an error."""

@@ -1,0 +1,144 @@
+"""Durable file primitives for session files. Only the store layer calls these.
+
+Each function states the guarantee it gives; docs/durability.md explains why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+from datetime import datetime
+from pathlib import Path
+
+from chatloop.errors import NotFound, SessionLocked, StoreError
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def local_now() -> datetime:
+    """The current time with the local UTC offset (the default clock)."""
+    return datetime.now().astimezone()
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def io_error(action: str, path: Path, exc: OSError) -> StoreError:
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    hint = "Check the disk and the permissions of the sessions directory."
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        hint = "Free some disk space; nothing was lost, and the next message will be saved."
+    return StoreError(f"Could not {action} {path.name}: {reason}", hint)
+
+
+def ensure_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) with mode 0700 whatever the umask."""
+    missing = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, DIR_MODE)
+        os.chmod(directory, DIR_MODE)
+    return path
+
+
+def write_new_file(path: Path, data: bytes) -> None:
+    """Create ``path`` exclusively (never through a symlink), 0600, durably."""
+    try:
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
+        )
+    except OSError as exc:
+        raise io_error("create", path, exc) from exc
+    try:
+        os.fchmod(fd, FILE_MODE)
+        if os.write(fd, data) != len(data):
+            raise OSError(errno.ENOSPC, "short write")
+        os.fsync(fd)
+    except OSError as exc:
+        os.close(fd)
+        os.unlink(path)
+        raise io_error("write", path, exc) from exc
+    os.close(fd)
+    fsync_dir(path.parent)
+
+
+def atomic_rewrite(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``: the file is the old or the new version, never torn."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{os.urandom(3).hex()}")
+    try:
+        write_new_file(tmp, data)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise io_error("rewrite", path, exc) from exc
+    except StoreError:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def read_bytes(path: Path) -> bytes:
+    """Read a session file without following a symlink."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        raise NotFound(
+            f"Session file {path} does not exist", "`chatloop sessions` lists what there is."
+        ) from exc
+    except OSError as exc:
+        raise io_error("read", path, exc) from exc
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read()
+
+
+def lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def is_locked(path: Path) -> bool:
+    """True while a live process holds the session's writer lock."""
+    try:
+        fd = os.open(lock_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def take_lock(path: Path) -> int:
+    lock = lock_path(path)
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+    except OSError as exc:
+        raise io_error("lock", path, exc) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "another process"
+        os.close(fd)
+        raise SessionLocked(
+            f"Session {path.stem} is open in another chatloop (pid {holder})",
+            "Leave that chatloop first, or start a new session with --new.",
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd

@@ -1,0 +1,54 @@
+"""Session ids and project names: generated, validated, never taken from titles.
+
+A new id is ``YYYYMMDD-HHMMSS-xxxxxxxx`` (local time, then 8 random hex
+digits), so ids sort by creation time and a file name is ``{id}.md``. Ids of
+legacy files (``agent_YYYYMMDD_HHMMSS``) are accepted for reading only; a
+lookup never turns user input into a path, it matches against files listed
+from the sessions directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from datetime import datetime
+from pathlib import Path
+
+from chatloop.errors import UsageError
+
+ID_RE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{8}$")
+LEGACY_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def new_session_id(now: datetime) -> str:
+    """A fresh, sortable session id for the moment ``now``."""
+    return f"{now:%Y%m%d-%H%M%S}-{os.urandom(4).hex()}"
+
+
+def is_session_id(text: str) -> bool:
+    return bool(ID_RE.match(text))
+
+
+def is_file_stem(text: str) -> bool:
+    """True for a name that may be a session file stem (new or legacy id)."""
+    return bool(ID_RE.match(text) or (LEGACY_ID_RE.match(text) and ".." not in text))
+
+
+def validate_session_id(text: str, *, new: bool = False) -> str:
+    """Return ``text`` if it is a valid id (``new``: of the generated form only);
+    otherwise raise a UsageError."""
+    if not (is_session_id(text) if new else is_file_stem(text)):
+        raise UsageError(
+            f"{text!r} is not a session id",
+            "Session ids look like 20261121-143045-1a2b3c4d; `chatloop sessions` lists them.",
+        )
+    return text
+
+
+def project_name(cwd: Path) -> str:
+    """Directory name for a project: readable base name plus a hash of the full path."""
+    resolved = str(cwd.resolve())
+    base = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(resolved).name).strip(".-")[:40] or "root"
+    digest = hashlib.sha256(resolved.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return f"{base}-{digest}"

@@ -1,0 +1,121 @@
+"""Reader for the legacy markdown format chatloop descends from. Lossy by design.
+
+Those files have no front matter: bold key lines (``**Session ID:**``,
+``**Date:**``, ``**Agent:**``, ``**Agent Path:**``, ``**Total Queries:**``,
+``**Resumed From:**``), then ``## Query N (HH:MM:SS)`` sections with
+``**You:**`` and ``**{Agent}:**`` paragraphs, a ``*Time: ... | Tokens: ...*``
+line, ``---`` rules, and the same SESSION_SUMMARY markers. We read them into
+the same values so they can be listed, searched and resumed; we never write
+them.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, time
+
+from chatloop.transcript import (
+    SUMMARY_END,
+    SUMMARY_START,
+    Message,
+    ParseResult,
+    Problem,
+    Session,
+    SessionMeta,
+    Usage,
+)
+
+_KEY_RE = re.compile(
+    r"^\*\*(Session ID|Date|Agent|Agent Path|Total Queries|Resumed From):\*\* ?(.*)$", re.MULTILINE
+)
+_SECTION_RE = re.compile(
+    r"^## (Query \d+|Session Restored) \((\d{1,2}:\d{2}:\d{2})\)[ \t]*$", re.MULTILINE
+)
+_FOOTER_RE = re.compile(
+    r"^\*Time: ([\d.]+)s(?: \| Tokens: [\d,]+ \(in: ([\d,]+), out: ([\d,]+)\))?\*\s*$", re.MULTILINE
+)
+
+
+def parse_legacy(data: bytes) -> ParseResult:
+    """Parse a legacy file; problems note that it is legacy and anything skipped."""
+    text = data.decode("utf-8", errors="replace").replace("\r\n", "\n")
+    problems = [Problem("legacy", 0, "legacy format: read without tool calls or exact metadata")]
+    keys = {m.group(1): m.group(2).strip() for m in _KEY_RE.finditer(text.split("\n## ", 1)[0])}
+    created = _parse_date(keys.get("Date", ""))
+    agent = keys.get("Agent", "")
+    summary_text = None
+    s_end = text.rfind(SUMMARY_END)
+    s_start = text.rfind(SUMMARY_START, 0, s_end) if s_end >= 0 else -1
+    if s_start >= 0:
+        summary_text = text[s_start + len(SUMMARY_START) : s_end].strip("\n")
+        text = text[:s_start]
+    sections = list(_SECTION_RE.finditer(text))
+    messages: list[Message] = []
+    for i, match in enumerate(sections):
+        chunk = text[match.end() : sections[i + 1].start() if i + 1 < len(sections) else len(text)]
+        at = datetime.combine(
+            created.date(), time.fromisoformat(match.group(2).zfill(8)), created.tzinfo
+        )
+        restore = match.group(1) == "Session Restored"
+        messages.extend(_section_messages(chunk.strip("\n"), agent, at, restore))
+    if summary_text is not None:
+        messages.append(Message.create("summary", created, text=summary_text))
+    queries = sum(1 for m in messages if m.is_query)
+    meta = SessionMeta(
+        id=keys.get("Session ID", ""),
+        created=created,
+        updated=max([created, *(m.at for m in messages)]),
+        title="",
+        agent=agent,
+        agent_path=keys.get("Agent Path", ""),
+        parent_id=keys.get("Resumed From") or None,
+        status="closed" if summary_text is not None else "interrupted",
+        queries=queries,
+        tokens_in=sum(m.usage.input for m in messages if m.usage),
+        tokens_out=sum(m.usage.output for m in messages if m.usage),
+        summary="legacy" if summary_text is not None else None,
+    )
+    return ParseResult(Session(meta, tuple(messages)), tuple(problems), len(data), legacy=True)
+
+
+def _section_messages(chunk: str, agent: str, at: datetime, restore: bool) -> list[Message]:
+    chunk = re.sub(r"\n-{3,}\s*\Z", "", chunk.rstrip()).rstrip()
+    duration = usage = None
+    footers = list(_FOOTER_RE.finditer(chunk))
+    if footers:
+        footer = footers[-1]
+        duration = float(footer.group(1))
+        if footer.group(2):
+            usage = Usage(
+                int(footer.group(2).replace(",", "")), int(footer.group(3).replace(",", ""))
+            )
+        chunk = chunk[: footer.start()].rstrip()
+    label = f"**{agent}:** "
+    if chunk.startswith(label):
+        user_text, reply = "", chunk[len(label) :]
+    else:
+        found = chunk.find("\n" + label)
+        user_text, reply = (
+            (chunk, "") if found < 0 else (chunk[:found], chunk[found + 1 + len(label) :])
+        )
+    reply = reply.strip()
+    user_text = user_text.strip()
+    out: list[Message] = []
+    if user_text:
+        text = user_text.removeprefix("**You:** ")
+        out.append(Message.create("user", at, text=text, restore=restore))
+    if reply or usage:
+        out.append(
+            Message.create(
+                "assistant", at, text=reply, usage=usage, duration=duration, restore=restore
+            )
+        )
+    return out
+
+
+def _parse_date(value: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        parsed = datetime(1970, 1, 1)
+    return parsed if parsed.tzinfo else parsed.astimezone()

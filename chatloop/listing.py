@@ -1,0 +1,101 @@
+"""Plain-text and JSON views of sessions for the management commands.
+
+Plain text on purpose: ``chatloop sessions`` must start and finish fast, and
+its output is meant for pipes and greps as much as for eyes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import datetime
+
+from chatloop.index import SearchHit, SessionRow
+from chatloop.transcript import Session
+
+
+def relative_time(when: str, now: datetime) -> str:
+    """'just now', '5m ago', '3h ago', '2d ago', or the date for older moments."""
+    try:
+        then = datetime.fromisoformat(when)
+    except ValueError:
+        return when
+    seconds = (now - then).total_seconds()
+    if seconds < 60:
+        return "just now"
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "m")):
+        if seconds >= size:
+            if unit == "d" and seconds >= 30 * 86400:
+                return then.strftime("%Y-%m-%d")
+            return f"{int(seconds // size)}{unit} ago"
+    return then.strftime("%Y-%m-%d")
+
+
+def describe(row: SessionRow) -> str:
+    """What a person recognises a session by: its title, else its last question."""
+    return row.title or row.preview or "(no messages)"
+
+
+def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = False) -> str:
+    """One line per session: number, age, queries, agent, status, title."""
+    if not rows:
+        return "No sessions yet. Start one with `chatloop`."
+    lines = []
+    for row in rows:
+        number = f"{row.number:>3}" if row.number is not None else "  *"
+        status = "" if row.status == "closed" else f" [{row.status}]"
+        where = f"  ({row.project})" if show_project else ""
+        lines.append(
+            f"{number}  {relative_time(row.updated, now):>9}  {row.queries:>3}q  "
+            f"{row.agent[:16]:<16}  {describe(row)[:70]}{status}{where}"
+        )
+    return "\n".join(lines)
+
+
+def sessions_json(rows: list[SessionRow]) -> str:
+    return json.dumps([asdict(r) for r in rows], indent=2, ensure_ascii=False)
+
+
+def hits_text(hits: list[SearchHit]) -> str:
+    if not hits:
+        return "No matches."
+    lines = []
+    for hit in hits:
+        number = hit.session.number if hit.session.number is not None else "*"
+        lines.append(f"{number:>3}  {hit.session.id}  {hit.role:<9}  {hit.snippet}")
+    return "\n".join(lines)
+
+
+def hits_json(hits: list[SearchHit]) -> str:
+    data = [
+        {"number": h.session.number, "id": h.session.id, "path": h.session.path,
+         "role": h.role, "snippet": h.snippet}
+        for h in hits
+    ]  # fmt: skip
+    return json.dumps(data, indent=2, ensure_ascii=False)
+
+
+def transcript_text(session: Session) -> str:
+    """A session as a person reads it in a terminal: who said what, tools, summary."""
+    meta = session.meta
+    out = [f"{meta.title or meta.agent or 'Session'}  ({meta.id}, {meta.status})"]
+    if meta.parent_id:
+        out.append(f"continues {meta.parent_id}")
+    query = 0
+    for m in session.messages:
+        if m.role == "user":
+            query += m.is_query
+            label = "Session restored" if m.restore else f"Query {query}"
+            out += ["", f"── {label} ({m.at:%H:%M:%S}) ──", f"You: {m.text}"]
+        elif m.role == "assistant":
+            out += [f"  [thinking] {t.text}" for t in m.thinking]
+            if m.text:
+                out.append(f"{meta.agent or 'Assistant'}: {m.text}")
+            out += [f"  → {c.name}({c.arguments})" for c in m.tool_calls]
+        elif m.role == "tool":
+            for r in m.tool_results:
+                first = r.content.strip().splitlines()[0] if r.content.strip() else ""
+                out.append(f"  ← {r.name}{' (error)' if r.is_error else ''}: {first[:100]}")
+        elif m.role == "summary":
+            out += ["", "── Summary ──", m.text]
+    return "\n".join(out)

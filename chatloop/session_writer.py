@@ -1,0 +1,241 @@
+"""The one open writer of a session, and recovery of a session nobody writes.
+
+``SessionWriter.append`` either puts the whole record on disk (one
+``os.write`` on an ``O_APPEND`` descriptor, then ``fsync``) and returns, or
+leaves the file exactly as it was and raises ``StoreError``; the writer stays
+usable either way. Its cost does not depend on the file's length.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from chatloop.errors import StoreError
+from chatloop.fsio import atomic_rewrite, io_error, read_bytes, write_new_file
+from chatloop.transcript import (
+    Message,
+    ParseResult,
+    Problem,
+    Session,
+    SessionMeta,
+    front_matter_end,
+    parse_markdown,
+    render_frame,
+    render_front_matter,
+)
+
+Clock = Callable[[], datetime]
+_Stamp = tuple[int, int, int]
+
+__all__ = ["SessionWriter", "recover_locked", "totals"]
+
+
+class SessionWriter:
+    """Appends messages to one session file and rewrites its front matter.
+
+    Holds the session's lock until ``close``. Before every write it checks
+    whether someone else changed the file (inode, size, mtime); if so it
+    re-reads it and appends after their bytes instead of overwriting them.
+    """
+
+    def __init__(self, path: Path, session: Session, lock_fd: int, clock: Clock) -> None:
+        self.path = path
+        self._clock = clock
+        self._lock_fd: int | None = lock_fd
+        self._meta = session.meta
+        self._messages = list(session.messages)
+        self._queries = session.query_count
+        self._fd = self._open_append()
+        self._stamp = self._stat()
+
+    # -- reading
+    @property
+    def meta(self) -> SessionMeta:
+        return self._meta
+
+    @property
+    def session(self) -> Session:
+        return Session(self._meta, tuple(self._messages))
+
+    @property
+    def messages(self) -> list[Message]:
+        """The messages in file order (a copy)."""
+        return list(self._messages)
+
+    @property
+    def query_count(self) -> int:
+        return self._queries
+
+    # -- writing
+    def append(self, message: Message) -> None:
+        """Durably append one message; on failure the file is left unchanged."""
+        self._check_external_edit()
+        query = self._queries + (1 if message.is_query else 0)
+        record = render_frame(message, agent=self._meta.agent, query=query)
+        try:
+            before = os.fstat(self._fd).st_size
+        except OSError as exc:
+            raise io_error("save a message to", self.path, exc) from exc
+        try:
+            written = os.write(self._fd, record)
+            if written != len(record):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            os.fsync(self._fd)
+        except OSError as exc:
+            self._truncate(before, exc)
+            raise io_error("save a message to", self.path, exc) from exc
+        self._messages.append(message)
+        self._queries = query
+        self._stamp = self._stat()
+
+    def update_meta(self, **changes: Any) -> SessionMeta:
+        """Atomically rewrite the front matter with ``changes`` (and a new ``updated``)."""
+        self._check_external_edit()
+        meta = replace(self._meta, **changes, updated=self._clock())
+        data = read_bytes(self.path)
+        _rewrite_front_matter(self.path, data, meta)
+        self._meta = meta
+        os.close(self._fd)
+        self._fd = self._open_append()
+        self._stamp = self._stat()
+        return meta
+
+    def finalize(self, summary: Message | None = None, **changes: Any) -> SessionMeta:
+        """Append the summary (if any), then close the session's front matter with totals."""
+        if summary is not None:
+            self.append(summary)
+        last = self.session.summary
+        kind = None if last is None else ("fallback" if last.fallback else "model")
+        fields: dict[str, Any] = {"status": "closed", "summary": kind, **totals(self._messages)}
+        fields.update(changes)
+        return self.update_meta(**fields)
+
+    def close(self) -> None:
+        """Release the file and the lock. A session not finalized stays ``open``."""
+        if self._lock_fd is None:
+            return
+        os.close(self._fd)
+        os.close(self._lock_fd)
+        self._lock_fd = None
+
+    def __enter__(self) -> SessionWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals
+    def _open_append(self) -> int:
+        try:
+            return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise io_error("open", self.path, exc) from exc
+
+    def _stat(self) -> _Stamp:
+        st = os.stat(self.path, follow_symlinks=False)
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _check_external_edit(self) -> None:
+        try:
+            stamp = self._stat()
+        except FileNotFoundError as exc:
+            raise StoreError(
+                f"{self.path.name} was moved or deleted while chatloop was writing it",
+                f"Put it back at {self.path} to keep saving this session.",
+            ) from exc
+        if stamp == self._stamp:
+            return
+        os.close(self._fd)
+        self._fd = self._open_append()
+        result = parse_markdown(read_bytes(self.path))
+        if not any(p.kind == "front_matter" for p in result.problems):
+            self._meta = result.session.meta
+        self._messages = list(result.session.messages)
+        self._queries = result.session.query_count
+        self._stamp = self._stat()
+
+    def _truncate(self, length: int, cause: OSError) -> None:
+        try:
+            os.ftruncate(self._fd, length)
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise StoreError(
+                f"Could not save a message to {self.path.name} ({cause.strerror}), "
+                f"nor undo the partial write ({exc.strerror})",
+                "The partial record will be set aside the next time the session is opened.",
+            ) from exc
+
+
+def totals(messages: list[Message]) -> dict[str, int]:
+    """Front-matter counters: queries, tokens in/out, and restoration overhead."""
+    queries = tokens_in = tokens_out = restoration = 0
+    for m in messages:
+        queries += m.is_query
+        if m.usage is None:
+            continue
+        if m.restore:
+            restoration += m.usage.total
+        elif m.role == "assistant":
+            tokens_in += m.usage.input
+            tokens_out += m.usage.output
+    return {
+        "queries": queries,
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "restoration_tokens": restoration,
+    }
+
+
+def recover_locked(path: Path, clock: Clock) -> ParseResult:
+    """With the lock held: set a torn tail aside and cut it, mark a dead open session.
+
+    The returned problems say what was repaired (``repaired``) instead of
+    ``torn_tail``. Legacy files are only read, never changed.
+    """
+    for stray in path.parent.glob(f".{path.name}.tmp-*"):
+        stray.unlink()
+    data = read_bytes(path)
+    result = parse_markdown(data)
+    if result.legacy:
+        return result
+    problems = list(result.problems)
+    if result.torn:
+        aside = path.with_name(f"{path.name}.corrupt-{clock().strftime('%Y%m%dT%H%M%S%f')}")
+        write_new_file(aside, data[result.end :])
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                os.ftruncate(fd, result.end)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise io_error("repair", path, exc) from exc
+        data = data[: result.end]
+        problems = [p for p in problems if p.kind != "torn_tail"]
+        problems.append(
+            Problem("repaired", result.end, f"incomplete last record moved to {aside.name}")
+        )
+    if result.session.meta.status == "open":
+        messages = list(result.session.messages)
+        last = max([result.session.meta.updated, *(m.at for m in messages)])
+        meta = replace(result.session.meta, status="interrupted", updated=last, **totals(messages))
+        _rewrite_front_matter(path, data, meta)
+        data = read_bytes(path)
+    return replace(parse_markdown(data), problems=tuple(problems))
+
+
+def _rewrite_front_matter(path: Path, data: bytes, meta: SessionMeta) -> None:
+    start = front_matter_end(data)
+    if start < 0:
+        raise StoreError(
+            f"{path.name} has no readable front matter; not rewriting it",
+            "Open the file in an editor and restore the --- block at the top.",
+        )
+    atomic_rewrite(path, render_front_matter(meta) + data[start:])

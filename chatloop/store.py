@@ -1,0 +1,120 @@
+"""Where sessions live and how they are found, created, opened and recovered.
+
+Sessions sit under ``root/projects/<project>/{id}.md``, one directory per
+working directory (``chatloop.ids.project_name``). The durability rules are
+in ``chatloop.fsio`` (primitives) and ``chatloop.session_writer`` (the open
+writer); docs/durability.md explains them. Nothing here deletes a session.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+
+from chatloop import ids
+from chatloop.errors import NotFound
+from chatloop.fsio import ensure_dir, local_now, read_bytes, take_lock, write_new_file
+from chatloop.session_writer import SessionWriter, recover_locked
+from chatloop.transcript import ParseResult, Session, SessionMeta, parse_markdown, render_header
+
+Clock = Callable[[], datetime]
+PROJECTS = "projects"
+
+__all__ = ["PROJECTS", "Store"]
+
+
+class Store:
+    """Sessions under ``root/projects/<project>/``, one directory per working directory."""
+
+    def __init__(self, root: Path, *, cwd: Path | None = None, clock: Clock = local_now) -> None:
+        self.root = root
+        self.clock = clock
+        self.cwd = (cwd or Path.cwd()).resolve()
+        self.project = ids.project_name(self.cwd)
+
+    @property
+    def project_dir(self) -> Path:
+        return self.root / PROJECTS / self.project
+
+    def project_dirs(self, all_projects: bool = False) -> list[Path]:
+        """The current project's directory, or every project's."""
+        if not all_projects:
+            return [self.project_dir]
+        base = self.root / PROJECTS
+        if not base.is_dir():
+            return []
+        return sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink())
+
+    def session_files(self, all_projects: bool = False) -> Iterator[os.DirEntry[str]]:
+        """Every ``{id}.md`` file (never lock, temp or corrupt files), with its stat."""
+        for directory in self.project_dirs(all_projects):
+            try:
+                entries = list(os.scandir(directory))
+            except FileNotFoundError:
+                continue
+            for entry in entries:
+                name = entry.name
+                if (
+                    name.endswith(".md")
+                    and ids.is_file_stem(name[:-3])
+                    and entry.is_file(follow_symlinks=False)
+                ):
+                    yield entry
+
+    def path_for(self, session_id: str) -> Path:
+        """Where a new session with this id lives (the id is validated first)."""
+        return self.project_dir / f"{ids.validate_session_id(session_id)}.md"
+
+    def find_file(self, session_id: str, all_projects: bool = True) -> Path:
+        """The file of an existing session, matched against listed files only."""
+        ids.validate_session_id(session_id)
+        for entry in self.session_files(all_projects):
+            if entry.name == f"{session_id}.md":
+                return Path(entry.path)
+        raise NotFound(f"No session with id {session_id}", "`chatloop sessions --all` lists them.")
+
+    def read(self, path: Path) -> ParseResult:
+        """Parse a session file without changing it."""
+        return parse_markdown(read_bytes(path))
+
+    def create(self, meta: SessionMeta) -> SessionWriter:
+        """Create a new session file for ``meta`` (id, times and cwd filled in if empty)."""
+        now = self.clock()
+        if meta.id:
+            ids.validate_session_id(meta.id, new=True)
+        meta = replace(
+            meta,
+            id=meta.id or ids.new_session_id(now),
+            cwd=meta.cwd or str(self.cwd),
+            status="open",
+        )
+        ensure_dir(self.project_dir)
+        path = self.path_for(meta.id)
+        lock_fd = take_lock(path)
+        try:
+            write_new_file(path, render_header(meta))
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        return SessionWriter(path, Session(meta), lock_fd, self.clock)
+
+    def open(self, path: Path) -> SessionWriter:
+        """Open an existing session for appending, after recovering it."""
+        lock_fd = take_lock(path)
+        try:
+            result = recover_locked(path, self.clock)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        return SessionWriter(path, result.session, lock_fd, self.clock)
+
+    def recover(self, path: Path) -> ParseResult:
+        """Repair a session nobody is writing: torn tail out, ``open`` becomes ``interrupted``."""
+        lock_fd = take_lock(path)
+        try:
+            return recover_locked(path, self.clock)
+        finally:
+            os.close(lock_fd)

@@ -1,0 +1,72 @@
+"""A separate process that writes a session, for crash and locking tests.
+
+python -m tests.child_writer append PATH     open PATH, append messages forever,
+                                             printing "wrote N" after each returns
+python -m tests.child_writer rewrite PATH    rewrite the front matter forever
+python -m tests.child_writer hold PATH       take the lock, print "locked", sleep
+python -m tests.child_writer fsize PATH K    with RLIMIT_FSIZE = size + K, append a
+                                             big message; print the outcome, then
+                                             append a small one with no limit
+"""
+
+from __future__ import annotations
+
+import resource
+import signal
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from chatloop.errors import StoreError
+from chatloop.store import Store
+from chatloop.transcript import Message, Usage
+
+
+def _store(path: Path) -> Store:
+    return Store(path.parent.parent.parent, cwd=Path("/"))
+
+
+def _say(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str]) -> None:
+    mode, path = argv[0], Path(argv[1])
+    writer = _store(path).open(path)
+    now = datetime.now().astimezone()
+    if mode == "append":
+        n = writer.query_count
+        while True:
+            n += 1
+            writer.append(Message.create("user", now, text=f"message {n} " + "x" * 400))
+            _say(f"wrote user {n}")
+            writer.append(Message.create("assistant", now, text=f"reply {n}", usage=Usage(5, 7)))
+            _say(f"wrote assistant {n}")
+    elif mode == "rewrite":
+        i = 0
+        while True:
+            i += 1
+            writer.update_meta(title=f"title {i} " + "y" * (i % 300))
+    elif mode == "hold":
+        _say("locked")
+        time.sleep(60)
+    elif mode == "fsize":
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        size = path.stat().st_size
+        limit = size + int(argv[2])
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+        before = path.read_bytes()
+        try:
+            writer.append(Message.create("user", now, text="big " + "z" * 5000))
+            _say("appended")
+        except StoreError as exc:
+            _say(f"error: {exc.message} | {exc.hint} | unchanged={path.read_bytes() == before}")
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
+        writer.append(Message.create("user", now, text="after the disk was freed"))
+        _say("recovered")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

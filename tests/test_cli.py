@@ -1,0 +1,93 @@
+"""The management commands, run as a real program (the installed console script)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
+
+
+def run(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "chatloop.cli", *args],
+        cwd=cwd,
+        env={"CHATLOOP_HOME": str(home), "PATH": "/usr/bin:/bin", "HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path, chatloop_home: Path) -> Path:
+    from chatloop.store import Store
+
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    folder = Store(chatloop_home, cwd=cwd).project_dir
+    folder.mkdir(parents=True)
+    for sample in SAMPLES.glob("0*.md"):
+        meta_id = sample.read_text().split("\nid: ", 1)[1].split("\n", 1)[0]
+        shutil.copy(sample, folder / f"{meta_id}.md")
+    return cwd
+
+
+def test_sessions_show_search_reindex(project: Path, chatloop_home: Path) -> None:
+    out = run("sessions", "--json", cwd=project, home=chatloop_home)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert len(rows) == 7 and [r["number"] for r in rows] == list(range(1, 8))
+    assert rows[0]["status"] == "interrupted"
+    text = run("sessions", cwd=project, home=chatloop_home).stdout
+    assert "Raised bed, continued" in text and text.splitlines()[1].lstrip().startswith("2 ")
+    shown = run("show", "2", cwd=project, home=chatloop_home)
+    assert shown.returncode == 0 and "250 kg per square metre" in shown.stdout
+    raw = run("show", rows[1]["id"], "--raw", cwd=project, home=chatloop_home).stdout
+    assert raw == Path(rows[1]["path"]).read_text()
+    hits = json.loads(run("search", "tumbler", "--json", cwd=project, home=chatloop_home).stdout)
+    assert hits and {h["id"] for h in hits} <= {r["id"] for r in rows}
+    assert "Indexed 7 session files" in run("reindex", cwd=project, home=chatloop_home).stdout
+
+
+def test_errors_are_one_line_with_a_hint(project: Path, chatloop_home: Path) -> None:
+    missing = run("show", "99", cwd=project, home=chatloop_home)
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("error: There is no session number 99")
+    assert "hint:" in missing.stderr and "Traceback" not in missing.stderr
+    hostile = run("show", "../../etc/passwd", cwd=project, home=chatloop_home)
+    assert hostile.returncode == 2 and "is not a session id" in hostile.stderr
+    bad_flag = run("sessions", "--limit", "zero", cwd=project, home=chatloop_home)
+    assert bad_flag.returncode == 2 and "not a whole number" in bad_flag.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "options"),
+    [
+        ("sessions", ["--all", "--limit", "--json"]),
+        ("show", ["--raw"]),
+        ("search", ["--all", "--limit", "--json"]),
+        ("reindex", []),
+    ],
+)
+def test_every_subcommand_has_help(command: str, options: list[str], tmp_path: Path) -> None:
+    out = run(command, "--help", cwd=tmp_path, home=tmp_path)
+    assert out.returncode == 0
+    for option in options:
+        assert option in out.stdout
+
+
+def test_version_does_not_import_heavy_modules(tmp_path: Path) -> None:
+    code = (
+        "import sys; from chatloop.cli import main\n"
+        "try: main(['--version'])\nexcept SystemExit: pass\n"
+        "heavy = [m for m in ('httpx', 'rich', 'prompt_toolkit', 'yaml', 'sqlite3')"
+        " if m in sys.modules]\nprint(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip().endswith("[]"), out.stdout

@@ -1,0 +1,112 @@
+"""The index is a cache: listing, numbering, search, and rebuilds from the files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from chatloop.errors import NotFound
+from chatloop.index import Index
+from chatloop.store import Store
+from chatloop.transcript import Message
+from tests.conftest import exchange, new_meta
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
+
+
+def _populate(store: Store, count: int) -> list[Path]:
+    paths = []
+    for i in range(count):
+        with store.create(new_meta(title=f"session {i}")) as writer:
+            writer.append(Message.create("user", store.clock(), text=f"unicorn{i} question"))
+            for message in exchange(i)[1:]:
+                writer.append(message)
+            writer.finalize()
+        paths.append(writer.path)
+    return paths
+
+
+def test_numbers_are_most_recent_first_and_skip_the_live_session(store: Store) -> None:
+    paths = _populate(store, 3)
+    live = store.create(new_meta(title="live"))
+    live.append(Message.create("user", store.clock(), text="still talking"))
+    with Index(store) as index:
+        index.sync()
+        rows = index.list_sessions()
+        assert [r.title for r in rows] == ["live", "session 2", "session 1", "session 0"]
+        assert [r.number for r in rows] == [None, 1, 2, 3]
+        assert index.find("1").path == str(paths[2])
+        assert index.find(rows[3].id).number == 3
+        with pytest.raises(NotFound):
+            index.find("4")
+    live.close()
+    with Index(store) as index:
+        index.sync()
+        rows = index.list_sessions()
+        assert rows[0].status == "interrupted" and rows[0].number == 1
+
+
+def test_deleted_or_corrupt_index_is_rebuilt_identical(store: Store) -> None:
+    _populate(store, 4)
+    with Index(store) as index:
+        index.sync()
+        before = index.list_sessions()
+        hits_before = index.search("unicorn2")
+    os.unlink(store.root / "index.db")
+    with Index(store) as index:
+        index.sync()
+        assert index.list_sessions() == before
+    (store.root / "index.db").write_bytes(b"this is not a database" * 100)
+    for suffix in ("-wal", "-shm"):
+        (store.root / f"index.db{suffix}").unlink(missing_ok=True)
+    with Index(store) as index:
+        index.sync()
+        assert index.list_sessions() == before
+        assert index.search("unicorn2") == hits_before
+        assert index.rebuild() == 4
+        assert index.list_sessions() == before
+
+
+def test_a_changed_file_is_read_again(store: Store) -> None:
+    (path,) = _populate(store, 1)
+    with Index(store) as index:
+        index.sync()
+        assert index.search("zebra") == []
+        data = path.read_bytes().replace(b"unicorn0 question", b"zebra question")
+        path.write_bytes(data)
+        assert index.sync() == 1
+        assert [h.session.path for h in index.search("zebra")] == [str(path)]
+        path.unlink()
+        index.sync()
+        assert index.list_sessions() == []
+
+
+def test_search_finds_words_in_tool_results_and_reports_snippets(store: Store) -> None:
+    _populate(store, 2)
+    with Index(store) as index:
+        index.sync()
+        hits = index.search("line two")
+        assert hits and all(h.role == "tool" for h in hits)
+        assert "[line]" in hits[0].snippet or "[two]" in hits[0].snippet
+        assert index.search('unicorn1 "quoted') == []  # quotes are just characters
+
+
+def test_legacy_and_samples_are_listed(store: Store) -> None:
+    store.project_dir.mkdir(parents=True)
+    for sample in [*SAMPLES.glob("*.md"), *SAMPLES.glob("legacy/*.md")]:
+        shutil.copy(
+            sample,
+            store.project_dir / f"{sample.stem.split('-', 1)[0]}x{sample.stem[-6:]}.md"
+            if sample.parent.name != "legacy"
+            else store.project_dir / sample.name,
+        )
+    with Index(store) as index:
+        index.sync()
+        rows = index.list_sessions()
+        assert len(rows) == 8
+        legacy = [r for r in rows if r.legacy]
+        assert len(legacy) == 1 and legacy[0].agent == "Simple Sally" and legacy[0].queries == 2
+        assert index.search("mint")[0].session.legacy

@@ -1,0 +1,222 @@
+"""The format: lossless round trips, hostile content, strict front matter."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chatloop.session_meta import _META_KEYS as KNOWN_KEYS
+from chatloop.transcript import (
+    SUMMARY_END,
+    SUMMARY_START,
+    Message,
+    Session,
+    Thinking,
+    ToolCall,
+    ToolResult,
+    Usage,
+    parse_markdown,
+    render_markdown,
+)
+from tests.conftest import T0, new_meta
+
+HOSTILE = [
+    SUMMARY_START, SUMMARY_END, "---", "\n---\n", "## Query 3 (14:30:45)\n", "**You:** ",
+    "**Simple Sally:** ", "```", "````json\n", "~~~", "<!-- x -->", "<!--", "-->",
+    "<!-- chatloop:aaaaaaaa user {\"at\":\"2026-01-01T00:00:00+00:00\"} -->\n",
+    "<!-- /chatloop:aaaaaaaa 00000000 -->\n", "\x00", "\r\n", "\r", "\ufeff", "🦙", "\u2028",
+    "<details>", "</details>", "*Time: 1.0s*", "\n\n*Time: 2.0s | Tokens: 3 (in: 1, out: 2)*",
+    "\t", " ", "\n",
+]  # fmt: skip
+
+text_st = st.one_of(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60),
+    st.lists(
+        st.one_of(st.sampled_from(HOSTILE), st.text(max_size=8).filter(str.isprintable)),
+        max_size=12,
+    ).map("".join),
+)
+opt_text = st.none() | text_st
+tz_st = st.integers(-23 * 60 - 59, 23 * 60 + 59).map(lambda m: timezone(timedelta(minutes=m)))
+at_st = st.builds(
+    lambda d, tz: d.replace(tzinfo=tz),
+    st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2100, 1, 1)),
+    tz_st,
+)
+usage_st = st.none() | st.builds(Usage, st.integers(0, 10**9), st.integers(0, 10**9), st.booleans())
+thinking_st = st.builds(Thinking, text_st, opt_text)
+call_st = st.builds(ToolCall, text_st, text_st, text_st)
+result_st = st.builds(ToolResult, text_st, text_st, text_st, st.booleans())
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> Message:
+    return Message.create(
+        draw(st.sampled_from(["user", "assistant", "tool", "summary"])),
+        draw(at_st),
+        text=draw(text_st),
+        thinking=tuple(draw(st.lists(thinking_st, max_size=2))),
+        tool_calls=tuple(draw(st.lists(call_st, max_size=2))),
+        tool_results=tuple(draw(st.lists(result_st, max_size=2))),
+        model=draw(opt_text),
+        stop_reason=draw(opt_text),
+        usage=draw(usage_st),
+        duration=draw(st.none() | st.floats(0, 1e6, allow_nan=False)),
+        interrupted=draw(st.booleans()),
+        restore=draw(st.booleans()),
+        fallback=draw(st.booleans()),
+    )
+
+
+@st.composite
+def sessions(draw: st.DrawFn) -> Session:
+    extra_keys = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8).filter(
+        lambda k: k not in KNOWN_KEYS
+    )
+    meta = new_meta(
+        id=draw(text_st),
+        title=draw(text_st),
+        agent=draw(text_st),
+        model=draw(text_st),
+        created=draw(at_st),
+        updated=draw(at_st),
+        git_branch=draw(opt_text),
+        parent_id=draw(opt_text),
+        queries=draw(st.integers(0, 10**6)),
+        tokens_in=draw(st.integers(0, 10**9)),
+        status=draw(st.sampled_from(["open", "closed", "interrupted"])),
+        extra=draw(st.dictionaries(extra_keys, st.one_of(text_st, st.integers()), max_size=2)),
+    )
+    return Session(meta, tuple(draw(st.lists(messages(), max_size=5))))
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions())
+def test_any_session_round_trips_exactly(session: Session) -> None:
+    data = render_markdown(session)
+    result = parse_markdown(data)
+    assert result.session == session
+    assert not [p for p in result.problems if p.kind != "unknown_key"]
+    assert result.end == len(data)
+    assert render_markdown(result.session) == data
+
+
+def test_each_field_round_trips() -> None:
+    at = T0
+    rich = Message.create(
+        "assistant",
+        at,
+        text="Here you go",
+        thinking=(Thinking("let me think", "sig-123"), Thinking("more", None)),
+        tool_calls=(
+            ToolCall("call_1", "read_file", '{"path": "a b.txt"}'),
+            ToolCall("c2", "x", ""),
+        ),
+        model="llama3.2:3b",
+        stop_reason="tool_calls",
+        usage=Usage(123, 222, estimated=True),
+        duration=3.25,
+        interrupted=True,
+    )
+    tool = Message.create(
+        "tool", at, tool_results=(ToolResult("call_1", "read_file", "boom", is_error=True),)
+    )
+    back = parse_markdown(render_markdown(Session(new_meta(id="x"), (rich, tool)))).session
+    got_rich, got_tool = back.messages
+    for name in ("text", "thinking", "tool_calls", "model", "stop_reason", "usage", "duration"):
+        assert getattr(got_rich, name) == getattr(rich, name), name
+    assert got_rich.interrupted and got_rich.at == at
+    assert got_tool.tool_results == tool.tool_results
+
+
+def test_one_megabyte_line_round_trips() -> None:
+    big = "x" * 1_000_000 + "`" * 500
+    message = Message.create("user", T0, text=big)
+    data = render_markdown(Session(new_meta(id="big"), (message,)))
+    assert parse_markdown(data).session.messages[0].text == big
+
+
+def test_summary_is_read_from_the_last_valid_block() -> None:
+    fake = f"{SUMMARY_START}\nI am a fake summary\n{SUMMARY_END}"
+    msgs = (
+        Message.create("summary", T0, text="first"),
+        Message.create("user", T0, text=fake),
+        Message.create("summary", T0, text=f"second {SUMMARY_END} still second"),
+        Message.create("assistant", T0, text=fake),
+    )
+    session = parse_markdown(render_markdown(Session(new_meta(id="s"), msgs))).session
+    assert session.summary is not None
+    assert session.summary.text == f"second {SUMMARY_END} still second"
+
+
+def test_file_is_readable_markdown() -> None:
+    msgs = (
+        Message.create("user", T0, text="hello"),
+        Message.create("assistant", T0, text="Hi!", usage=Usage(123, 222), duration=3.2),
+    )
+    text = render_markdown(Session(new_meta(id="20261121-143045-0a1b2c3d"), msgs)).decode()
+    assert text.startswith("---\n")
+    assert "# Simple Sally Conversation" in text
+    assert "## Query 1 (14:30:45)" in text
+    assert "**You:** hello" in text
+    assert "**Simple Sally:** Hi!" in text
+    assert "*Time: 3.2s | Tokens: 345 (in: 123, out: 222)*" in text
+
+
+# ---------------------------------------------------------------- front matter
+
+
+def _with_front_matter(yaml_text: str) -> bytes:
+    return f"---\n{yaml_text}---\n\n# X Conversation\n".encode()
+
+
+def test_title_no_stays_a_string_and_dates_stay_strings() -> None:
+    base = "id: a\ncreated: 2026-01-01T00:00:00+00:00\nupdated: 2026-01-01T00:00:00+00:00\n"
+    result = parse_markdown(_with_front_matter(base + "title: no\nagent: on\nmine: 0x1F\n"))
+    meta = result.session.meta
+    assert meta.title == "no" and meta.agent == "on"
+    assert meta.extra == {"mine": "0x1F"}
+
+
+def test_python_object_payload_runs_nothing(tmp_path: object) -> None:
+    payload = "id: a\ntitle: !!python/object/apply:os.system ['touch /tmp/chatloop-pwned']\n"
+    result = parse_markdown(_with_front_matter(payload))
+    assert [p.kind for p in result.problems] == ["front_matter"]
+    assert result.session.meta.id == ""
+    import os
+
+    assert not os.path.exists("/tmp/chatloop-pwned")
+
+
+def test_alias_bomb_is_refused_fast() -> None:
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for i in range(1, 12):
+        lines.append(f"{chr(97 + i)}: &{chr(97 + i)} [{','.join(['*' + chr(96 + i)] * 9)}]")
+    started = time.perf_counter()
+    result = parse_markdown(_with_front_matter("\n".join(lines) + "\n"))
+    assert time.perf_counter() - started < 1.0
+    assert any("alias" in p.detail for p in result.problems)
+
+
+def test_oversized_front_matter_is_refused() -> None:
+    result = parse_markdown(_with_front_matter("title: " + "x" * 70_000 + "\n"))
+    assert any("larger than" in p.detail for p in result.problems)
+
+
+def test_unknown_keys_survive_a_rewrite() -> None:
+    session = Session(new_meta(id="k", extra={"project_code": "ACME-7", "tags": ["a", "b"]}))
+    again = parse_markdown(render_markdown(session)).session
+    changed = replace(again.meta, status="closed")
+    final = parse_markdown(render_markdown(Session(changed))).session.meta
+    assert final.extra == {"project_code": "ACME-7", "tags": ["a", "b"]}
+
+
+@pytest.mark.parametrize("cut", ["", "---\n", "---\nid: [\n---\n"])
+def test_broken_front_matter_is_a_problem_not_an_exception(cut: str) -> None:
+    result = parse_markdown(cut.encode())
+    assert result.problems
