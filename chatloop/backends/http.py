@@ -1,0 +1,186 @@
+"""HTTP plumbing shared by the server backends: retries, error translation, SSE.
+
+Every httpx exception and every error status becomes a ``BackendError`` here,
+with a one-line message and a hint. Only failures that happen *before* the
+first byte of a reply are retried (connection refused, 429, 5xx), with
+exponential backoff.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from chatloop.backends.base import Cancel, Cancelled, ContextOverflow, StreamInterrupted, Timeouts
+from chatloop.errors import BackendError
+
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+BACKOFF_SECONDS = 0.5
+_OVERFLOW_RE = re.compile(
+    r"context[_ ](length|window|size)|n_ctx|maximum context|too many tokens|prompt is too long"
+    r"|exceeds? (the )?(available )?context",
+    re.IGNORECASE,
+)
+_WINDOW_RE = re.compile(
+    r"(?:maximum context length is|context window of|context length of|n_ctx\W{0,4})\s*(\d+)",
+    re.IGNORECASE,
+)
+
+
+def new_client(timeouts: Timeouts) -> httpx.Client:
+    """A client with chatloop's timeouts: short to connect, patient between chunks."""
+    return httpx.Client(
+        timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
+        headers={"user-agent": "chatloop"},
+    )
+
+
+def server_message(response: httpx.Response) -> str:
+    """The error text a server put in its body, whatever its shape."""
+    try:
+        body = response.read().decode("utf-8", "replace")
+    except httpx.HTTPError:
+        return response.reason_phrase
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return " ".join(body.split())[:300] or response.reason_phrase
+    if isinstance(data, dict):
+        error = data.get("error", data.get("detail", data.get("message")))
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        if error is not None:
+            return " ".join(str(error).split())[:300]
+    return " ".join(body.split())[:300]
+
+
+def error_for_status(response: httpx.Response, base_url: str) -> BackendError:
+    text = server_message(response)
+    status = response.status_code
+    if is_overflow(text):
+        return overflow(text)
+    if status == 404:
+        return BackendError(
+            f"The server at {base_url} answered 404: {text}",
+            "Check --base-url and --model (`chatloop doctor` lists what the server offers).",
+        )
+    if status in (401, 403):
+        return BackendError(
+            f"The server at {base_url} refused the request ({status}): {text}",
+            "Set the API key the server expects (CHATLOOP_API_KEY).",
+        )
+    if status == 429:
+        return BackendError(
+            f"The server at {base_url} is busy (429): {text}", "Wait a moment and send again."
+        )
+    return BackendError(
+        f"The server at {base_url} answered {status}: {text}",
+        "Check the server's log; the message was saved and you can send again.",
+    )
+
+
+def is_overflow(text: str) -> bool:
+    """True when a server's error text says the prompt does not fit the context."""
+    return bool(_OVERFLOW_RE.search(text))
+
+
+def overflow(text: str) -> ContextOverflow:
+    match = _WINDOW_RE.search(text)
+    window = int(match.group(1)) if match else None
+    return ContextOverflow(
+        f"The conversation no longer fits the model's context window: {text}",
+        "Run /compact to continue in a new session from a summary, or raise the server's "
+        "context size.",
+        window,
+    )
+
+
+def translate(exc: httpx.HTTPError, base_url: str, timeouts: Timeouts) -> BackendError:
+    """Turn an httpx exception into a BackendError a person can act on."""
+    if isinstance(exc, httpx.ConnectTimeout | httpx.ConnectError):
+        return BackendError(
+            f"Cannot reach the model server at {base_url} ({type(exc).__name__})",
+            "Is it running? Start it, or point chatloop elsewhere with --base-url "
+            "(`chatloop doctor` checks the usual ports).",
+        )
+    if isinstance(exc, httpx.ReadTimeout):
+        return StreamInterrupted(
+            f"The model server at {base_url} sent nothing for {timeouts.read:.0f}s",
+            "It may be overloaded or stuck; raise read_timeout in the config, or try again.",
+        )
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+        return StreamInterrupted(
+            f"The connection to {base_url} broke mid-reply ({exc})",
+            "The partial reply was kept; send again to retry.",
+        )
+    return BackendError(f"Request to {base_url} failed: {exc}", "Check the server and try again.")
+
+
+@contextlib.contextmanager
+def open_stream(
+    client: httpx.Client,
+    url: str,
+    body: dict[str, Any],
+    *,
+    base_url: str,
+    timeouts: Timeouts,
+    retries: int,
+    cancel: Cancel | None,
+) -> Iterator[httpx.Response]:
+    """POST ``body`` and yield a successful streaming response, retrying what is retryable."""
+    attempt = 0
+    while True:
+        if cancel is not None and cancel.is_set:
+            raise Cancelled("Cancelled", "")
+        try:
+            with client.stream("POST", url, json=body) as response:
+                if response.status_code < 400:
+                    yield response
+                    return
+                error = error_for_status(response, base_url)
+                retry = response.status_code in RETRYABLE_STATUS
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            error, retry = translate(exc, base_url, timeouts), True
+        except httpx.HTTPError as exc:
+            raise translate(exc, base_url, timeouts) from exc
+        if not retry or attempt >= retries or isinstance(error, ContextOverflow):
+            raise error
+        attempt += 1
+        time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
+
+
+def iter_sse(lines: Iterator[str]) -> Iterator[str]:
+    """The data payloads of a server-sent-event stream (comments and other fields skipped)."""
+    data: list[str] = []
+    for line in lines:
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data = []
+            continue
+        if line.startswith(":"):
+            continue  # keep-alive comment
+        name, _, value = line.partition(":")
+        if name == "data":
+            data.append(value[1:] if value.startswith(" ") else value)
+    if data:
+        yield "\n".join(data)
+
+
+def load_chunk(payload: str, base_url: str) -> dict[str, Any]:
+    try:
+        chunk = json.loads(payload)
+    except ValueError as exc:
+        raise StreamInterrupted(
+            f"The server at {base_url} sent a malformed chunk: {payload[:80]!r}",
+            "This server may not be OpenAI-compatible; try --backend ollama or check its version.",
+        ) from exc
+    if not isinstance(chunk, dict):
+        raise StreamInterrupted(f"The server at {base_url} sent an unexpected chunk", "")
+    return chunk

@@ -1,0 +1,226 @@
+"""Ollama's native API: ``/api/chat`` (NDJSON stream), ``/api/tags``, ``/api/show``.
+
+Each line of the stream is a JSON object with a ``message`` delta
+(``content``, ``thinking``, ``tool_calls`` with arguments as objects); the
+last has ``done: true``, ``done_reason`` and the token counts
+``prompt_eval_count`` / ``eval_count``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import httpx
+
+from chatloop.backends.base import (
+    DEFAULT_RETRIES,
+    Cancel,
+    Cancelled,
+    ChatMessage,
+    Event,
+    Finish,
+    StreamInterrupted,
+    TextDelta,
+    ThinkingDelta,
+    Timeouts,
+    ToolCallEvent,
+    UsageEvent,
+    estimate_prompt,
+    estimate_tokens,
+)
+from chatloop.backends.http import (
+    error_for_status,
+    is_overflow,
+    new_client,
+    open_stream,
+    overflow,
+    translate,
+)
+from chatloop.errors import BackendError
+
+# OpenAI-style option names and their Ollama equivalents.
+_OPTION_NAMES = {
+    "max_tokens": "num_predict", "temperature": "temperature", "top_p": "top_p",
+    "top_k": "top_k", "seed": "seed", "stop": "stop", "num_ctx": "num_ctx",
+}  # fmt: skip
+
+
+def to_ollama(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """OpenAI-shaped messages in Ollama's shape (tool arguments as objects)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        item: dict[str, Any] = {"role": m["role"], "content": m.get("content") or ""}
+        calls = []
+        for call in m.get("tool_calls") or ():
+            function = call.get("function", {})
+            try:
+                arguments = json.loads(function.get("arguments") or "{}")
+            except ValueError:
+                arguments = {}
+            calls.append({"function": {"name": function.get("name", ""), "arguments": arguments}})
+        if calls:
+            item["tool_calls"] = calls
+        if m.get("role") == "tool" and m.get("name"):
+            item["tool_name"] = m["name"]
+        out.append(item)
+    return out
+
+
+class OllamaBackend:
+    """A client for Ollama's native API. ``base_url`` is the server root."""
+
+    kind = "ollama"
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:11434",
+        model: str = "",
+        *,
+        client: httpx.Client | None = None,
+        timeouts: Timeouts | None = None,
+        retries: int = DEFAULT_RETRIES,
+        window: int | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeouts = timeouts or Timeouts()
+        self.client = client or new_client(self.timeouts)
+        self.retries = retries
+        self.model = model
+        self._window = window
+
+    def close(self) -> None:
+        self.client.close()
+
+    def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[dict[str, Any]] | None = None,
+        options: dict[str, Any] | None = None,
+        cancel: Cancel | None = None,
+    ) -> Iterator[Event]:
+        body: dict[str, Any] = {
+            "model": self.model or self._first_model(),
+            "messages": to_ollama(messages),
+            "stream": True,
+        }
+        ollama_options = {
+            _OPTION_NAMES[k]: v for k, v in (options or {}).items() if k in _OPTION_NAMES
+        }
+        if self._window and "num_ctx" not in ollama_options:
+            ollama_options["num_ctx"] = self._window
+        if ollama_options:
+            body["options"] = ollama_options
+        if tools:
+            body["tools"] = list(tools)
+        text: list[str] = []
+        calls: list[ToolCallEvent] = []
+        final: dict[str, Any] | None = None
+        with open_stream(
+            self.client, f"{self.base_url}/api/chat", body, base_url=self.base_url,
+            timeouts=self.timeouts, retries=self.retries, cancel=cancel,
+        ) as response:  # fmt: skip
+            try:
+                for line in response.iter_lines():
+                    if cancel is not None and cancel.is_set:
+                        raise Cancelled("Cancelled", "")
+                    if not line.strip():
+                        continue
+                    chunk = _load(line, self.base_url)
+                    if "error" in chunk:
+                        message = str(chunk["error"])
+                        if is_overflow(message):
+                            raise overflow(message)
+                        raise StreamInterrupted(f"Ollama reported an error: {message}", "")
+                    delta = chunk.get("message") or {}
+                    if delta.get("thinking"):
+                        yield ThinkingDelta(str(delta["thinking"]))
+                    if delta.get("content"):
+                        text.append(str(delta["content"]))
+                        yield TextDelta(str(delta["content"]))
+                    for call in delta.get("tool_calls") or ():
+                        function = call.get("function", {})
+                        arguments = function.get("arguments", {})
+                        calls.append(ToolCallEvent(
+                            str(call.get("id") or f"call_{len(calls)}"),
+                            str(function.get("name", "")),
+                            arguments if isinstance(arguments, str) else json.dumps(arguments),
+                        ))  # fmt: skip
+                    if chunk.get("done"):
+                        final = chunk
+                        break
+            except httpx.HTTPError as exc:
+                raise translate(exc, self.base_url, self.timeouts) from exc
+        if final is None:
+            raise StreamInterrupted(
+                f"The reply from {self.base_url} ended before the model finished",
+                "The partial reply was kept; send again to retry.",
+            )
+        yield from calls
+        if "prompt_eval_count" in final or "eval_count" in final:
+            yield UsageEvent(
+                int(final.get("prompt_eval_count", 0)), int(final.get("eval_count", 0))
+            )
+        else:
+            yield UsageEvent(estimate_prompt(messages), estimate_tokens("".join(text)), True)
+        yield Finish(str(final.get("done_reason") or ("tool_calls" if calls else "stop")))
+
+    def models(self) -> list[str]:
+        data = self._request("GET", "/api/tags")
+        return [str(m.get("name")) for m in data.get("models") or () if isinstance(m, dict)]
+
+    def context_window(self) -> int | None:
+        """Configured, else ``num_ctx`` from the model's parameters, else its trained length."""
+        if self._window:
+            return self._window
+        try:
+            data = self._request("POST", "/api/show", {"model": self.model or self._first_model()})
+        except BackendError:
+            return None
+        for line in str(data.get("parameters") or "").splitlines():
+            name, _, value = line.partition(" ")
+            if name == "num_ctx" and value.strip().isdigit():
+                return int(value.strip())
+        info = data.get("model_info") or {}
+        for key, value in info.items():
+            if key.endswith(".context_length") and isinstance(value, int):
+                return value
+        return None
+
+    def _first_model(self) -> str:
+        names = self.models()
+        if not names:
+            raise BackendError(
+                f"Ollama at {self.base_url} has no models",
+                "Pull one first, e.g. `ollama pull llama3.2`, or name one with --model.",
+            )
+        self.model = names[0]
+        return self.model
+
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        try:
+            response = self.client.request(method, f"{self.base_url}{path}", json=body)
+        except httpx.HTTPError as exc:
+            raise translate(exc, self.base_url, self.timeouts) from exc
+        if response.status_code >= 400:
+            raise error_for_status(response, self.base_url)
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise BackendError(f"{self.base_url}{path} did not answer with JSON", "") from exc
+        return data if isinstance(data, dict) else {}
+
+
+def _load(line: str, base_url: str) -> dict[str, Any]:
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        raise StreamInterrupted(
+            f"Ollama at {base_url} sent a malformed line: {line[:80]!r}",
+            "Is this an Ollama server? Try --backend openai for OpenAI-compatible servers.",
+        ) from exc
+    return data if isinstance(data, dict) else {}

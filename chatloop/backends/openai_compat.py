@@ -1,0 +1,269 @@
+"""OpenAI-compatible servers: llama.cpp, llama-cpp-python, LM Studio, vLLM, Ollama's /v1.
+
+``POST {base}/chat/completions`` with ``stream: true`` and
+``stream_options.include_usage``; the reply is server-sent events of
+``chat.completion.chunk`` objects ending in ``data: [DONE]``. Tool-call
+deltas are assembled by index; usage comes from the final chunk when the
+server sends one, otherwise it is estimated and marked so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import httpx
+
+from chatloop.backends.base import (
+    DEFAULT_RETRIES,
+    Cancel,
+    Cancelled,
+    ChatMessage,
+    Event,
+    Finish,
+    StreamInterrupted,
+    TextDelta,
+    ThinkingDelta,
+    Timeouts,
+    ToolCallEvent,
+    UsageEvent,
+    estimate_prompt,
+    estimate_tokens,
+)
+from chatloop.backends.http import (
+    error_for_status,
+    is_overflow,
+    iter_sse,
+    load_chunk,
+    new_client,
+    open_stream,
+    overflow,
+    server_message,
+    translate,
+)
+from chatloop.errors import BackendError
+
+
+class ChunkDecoder:
+    """Turns OpenAI-style streaming chunks into events (shared with the embedded backend)."""
+
+    def __init__(self) -> None:
+        self._calls: dict[int, dict[str, str]] = {}
+        self._text: list[str] = []
+        self.usage: UsageEvent | None = None
+        self.finish_reason: str | None = None
+
+    def feed(self, chunk: dict[str, Any]) -> Iterator[Event]:
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and "prompt_tokens" in usage:
+            self.usage = UsageEvent(
+                int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+            )
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or choice.get("message") or {}
+            thinking = delta.get("reasoning_content") or delta.get("reasoning")
+            if thinking:
+                yield ThinkingDelta(str(thinking))
+            content = delta.get("content")
+            if content:
+                self._text.append(str(content))
+                yield TextDelta(str(content))
+            for position, call in enumerate(delta.get("tool_calls") or ()):
+                self._add_call(call, position)
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+
+    def _add_call(self, call: dict[str, Any], position: int) -> None:
+        index = int(call.get("index", position))
+        entry = self._calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+        if call.get("id"):
+            entry["id"] = str(call["id"])
+        function = call.get("function") or {}
+        name = function.get("name")
+        if name and name != entry["name"]:
+            entry["name"] += str(name)
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):
+            entry["arguments"] = json.dumps(arguments)
+        elif arguments:
+            entry["arguments"] += str(arguments)
+
+    def finish(self, messages: Sequence[ChatMessage]) -> Iterator[Event]:
+        """The closing events: tool calls, usage (estimated if the server sent none), finish."""
+        for index in sorted(self._calls):
+            call = self._calls[index]
+            yield ToolCallEvent(
+                call["id"] or f"call_{index}", call["name"], call["arguments"] or "{}"
+            )
+        yield self.usage or UsageEvent(
+            estimate_prompt(messages), estimate_tokens("".join(self._text)), estimated=True
+        )
+        reason = self.finish_reason or ("tool_calls" if self._calls else "stop")
+        yield Finish(reason)
+
+
+class OpenAICompatBackend:
+    """A client for one OpenAI-compatible server. ``base_url`` ends in ``/v1``."""
+
+    kind = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str = "",
+        *,
+        client: httpx.Client | None = None,
+        timeouts: Timeouts | None = None,
+        retries: int = DEFAULT_RETRIES,
+        api_key: str | None = None,
+        window: int | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeouts = timeouts or Timeouts()
+        self.client = client or new_client(self.timeouts)
+        if api_key:
+            self.client.headers["authorization"] = f"Bearer {api_key}"
+        self.retries = retries
+        self._window = window
+        self.model = model
+
+    def close(self) -> None:
+        self.client.close()
+
+    def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[dict[str, Any]] | None = None,
+        options: dict[str, Any] | None = None,
+        cancel: Cancel | None = None,
+    ) -> Iterator[Event]:
+        body: dict[str, Any] = {
+            "model": self.model or self._first_model(),
+            "messages": list(messages),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **(options or {}),
+        }
+        if tools:
+            body["tools"] = list(tools)
+        decoder = ChunkDecoder()
+        done = False
+        started = False
+        with open_stream(
+            self.client, f"{self.base_url}/chat/completions", body, base_url=self.base_url,
+            timeouts=self.timeouts, retries=self.retries, cancel=cancel,
+        ) as response:  # fmt: skip
+            try:
+                for payload in iter_sse(response.iter_lines()):
+                    if cancel is not None and cancel.is_set:
+                        raise Cancelled("Cancelled", "")
+                    if payload.strip() == "[DONE]":
+                        done = True
+                        break
+                    chunk = load_chunk(payload, self.base_url)
+                    if "error" in chunk:
+                        raise _chunk_error(chunk, self.base_url)
+                    for event in decoder.feed(chunk):
+                        started = True
+                        yield event
+            except httpx.HTTPError as exc:
+                raise translate(exc, self.base_url, self.timeouts) from exc
+        if not done and decoder.finish_reason is None:
+            if not started:
+                self._diagnose_empty_stream(body)
+            raise StreamInterrupted(
+                f"The reply from {self.base_url} ended before the model finished",
+                "The partial reply was kept; send again to retry.",
+            )
+        yield from decoder.finish(messages)
+
+    def _diagnose_empty_stream(self, body: dict[str, Any]) -> None:
+        """Some servers (llama-cpp-python) answer 200 and close the stream when the prompt
+        is too long; the same request without streaming says why."""
+        probe = {**body, "stream": False, "max_tokens": 1}
+        probe.pop("stream_options", None)
+        for _ in range(2):  # the server may have reset the pooled connection: one retry
+            try:
+                response = self.client.post(f"{self.base_url}/chat/completions", json=probe)
+            except httpx.TransportError:
+                continue
+            if response.status_code >= 400:
+                raise error_for_status(response, self.base_url)
+            return
+
+    def models(self) -> list[str]:
+        data = self._get_json("/models")
+        return [str(m.get("id")) for m in data.get("data") or () if isinstance(m, dict)]
+
+    def context_window(self) -> int | None:
+        """Configured, else what the server says: llama.cpp ``/props``, vLLM ``max_model_len``,
+        LM Studio ``max_context_length``; None when the server does not tell."""
+        if self._window:
+            return self._window
+        root = self.base_url.removesuffix("/v1")
+        for url in (f"{root}/props", f"{self.base_url}/models"):
+            try:
+                response = self.client.get(url, timeout=self.timeouts.connect)
+                data = response.json() if response.status_code == 200 else {}
+            except (httpx.HTTPError, ValueError):
+                continue
+            window = _find_window(data, self.model)
+            if window:
+                self._window = window
+                return window
+        return None
+
+    def _first_model(self) -> str:
+        names = self.models()
+        if not names:
+            raise BackendError(
+                f"The server at {self.base_url} lists no models",
+                "Load a model in the server, or name one with --model.",
+            )
+        self.model = names[0]
+        return self.model
+
+    def _get_json(self, path: str) -> dict[str, Any]:
+        try:
+            response = self.client.get(f"{self.base_url}{path}")
+        except httpx.HTTPError as exc:
+            raise translate(exc, self.base_url, self.timeouts) from exc
+        if response.status_code >= 400:
+            raise error_for_status(response, self.base_url)
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise BackendError(
+                f"{self.base_url}{path} did not answer with JSON: {server_message(response)}",
+                "Is this an OpenAI-compatible server? Check --base-url.",
+            ) from exc
+        return data if isinstance(data, dict) else {}
+
+
+def _chunk_error(chunk: dict[str, Any], base_url: str) -> BackendError:
+    error = chunk.get("error")
+    text = error.get("message", str(error)) if isinstance(error, dict) else str(error)
+    if is_overflow(text):
+        return overflow(text)
+    return StreamInterrupted(f"The server at {base_url} reported an error mid-reply: {text}", "")
+
+
+def _find_window(data: Any, model: str) -> int | None:
+    """The context length in a /props or /models answer, for ``model`` if it is listed."""
+    if not isinstance(data, dict):
+        return None
+    settings = data.get("default_generation_settings")
+    if isinstance(settings, dict) and settings.get("n_ctx"):
+        return int(settings["n_ctx"])
+    entries: Iterable[Any] = data.get("data") or ()
+    for entry in entries:
+        if not isinstance(entry, dict) or (model and entry.get("id") not in (model, None)):
+            continue
+        meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+        for key in ("max_model_len", "max_context_length", "context_length", "n_ctx"):
+            value = entry.get(key) or meta.get(key)
+            if isinstance(value, int) and value > 0:
+                return value
+    return None

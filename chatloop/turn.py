@@ -1,0 +1,157 @@
+"""One turn of conversation: stream a reply, run the tools it asks for, repeat.
+
+Every assistant message and every tool result is handed to ``record`` (the
+store's append) the moment it exists, so a crash mid-turn loses nothing that
+happened. A reply cut short by Ctrl-C, a cancel, or a server failure is
+recorded too, marked ``interrupted``, with whatever text had arrived.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from chatloop.agent import Agent
+from chatloop.backends.base import (
+    Backend,
+    Cancel,
+    Cancelled,
+    ChatMessage,
+    Event,
+    Finish,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallEvent,
+    UsageEvent,
+)
+from chatloop.errors import BackendError
+from chatloop.transcript import Message, Thinking, ToolCall, Usage
+
+DEFAULT_MAX_TOOL_ROUNDS = 8
+Record = Callable[[Message], None]
+OnEvent = Callable[[Event], None]
+BuildContext = Callable[[Sequence[Message]], list[ChatMessage]]
+
+
+@dataclass
+class TurnResult:
+    """What a turn produced. ``error`` is set when the server failed mid-turn."""
+
+    messages: list[Message] = field(default_factory=list)
+    interrupted: bool = False
+    error: BackendError | None = None
+
+    @property
+    def reply(self) -> str:
+        return "\n".join(m.text for m in self.messages if m.role == "assistant" and m.text)
+
+    @property
+    def usage(self) -> Usage:
+        used = [m.usage for m in self.messages if m.usage is not None]
+        return Usage(sum(u.input for u in used), sum(u.output for u in used),
+                     any(u.estimated for u in used))  # fmt: skip
+
+
+@dataclass
+class _Reply:
+    """What one streamed call has delivered so far."""
+
+    text: list[str] = field(default_factory=list)
+    thinking: list[str] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage | None = None
+    finish: str | None = None
+
+    def take(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            self.text.append(event.text)
+        elif isinstance(event, ThinkingDelta):
+            self.thinking.append(event.text)
+        elif isinstance(event, ToolCallEvent):
+            self.calls.append(ToolCall(event.id, event.name, event.arguments))
+        elif isinstance(event, UsageEvent):
+            self.usage = Usage(event.input, event.output, event.estimated)
+        elif isinstance(event, Finish):
+            self.finish = event.reason
+
+    def message(self, at: datetime, model: str, seconds: float, interrupted: bool) -> Message:
+        thinking = (Thinking("".join(self.thinking)),) if self.thinking else ()
+        return Message.create(
+            "assistant", at, text="".join(self.text), thinking=thinking,
+            tool_calls=tuple(self.calls), model=model or None, stop_reason=self.finish,
+            usage=self.usage, duration=round(seconds, 3), interrupted=interrupted,
+        )  # fmt: skip
+
+
+def run_turn(
+    agent: Agent,
+    backend: Backend,
+    history: Sequence[Message],
+    *,
+    build_context: BuildContext,
+    record: Record,
+    clock: Callable[[], datetime],
+    on_event: OnEvent | None = None,
+    cancel: Cancel | None = None,
+    max_rounds: int = DEFAULT_MAX_TOOL_ROUNDS,
+    options: dict[str, Any] | None = None,
+) -> TurnResult:
+    """Answer the last message of ``history`` (already recorded), running tools as asked.
+
+    After ``max_rounds`` rounds of tool calls the model is asked once more
+    without tools, so the turn always ends in text.
+    """
+    result = TurnResult()
+    rounds = 0
+    while True:
+        tools = agent.tool_specs() if agent.tools and rounds < max_rounds else None
+        reply = _Reply()
+        started = time.monotonic()
+        try:
+            events = backend.stream(
+                build_context([*history, *result.messages]),
+                tools=tools, options={**agent.options, **(options or {})}, cancel=cancel,
+            )  # fmt: skip
+            for event in events:
+                reply.take(event)
+                if on_event is not None:
+                    on_event(event)
+        except (KeyboardInterrupt, Cancelled):
+            result.interrupted = True
+        except BackendError as exc:
+            result.error = exc
+        interrupted = result.interrupted or result.error is not None
+        if not interrupted or reply.text or reply.thinking:
+            message = reply.message(clock(), backend.model, time.monotonic() - started, interrupted)
+            record(message)
+            result.messages.append(message)
+        if interrupted or not reply.calls:
+            return result
+        rounds += 1
+        results = tuple(agent.run_tool(call) for call in reply.calls)
+        tool_message = Message.create("tool", clock(), tool_results=results)
+        record(tool_message)
+        result.messages.append(tool_message)
+
+
+def complete(
+    backend: Backend,
+    prompt: str,
+    *,
+    system: str = "",
+    options: dict[str, Any] | None = None,
+    cancel: Cancel | None = None,
+) -> tuple[str, Usage | None]:
+    """A one-off completion without tools and outside any history (for summaries).
+
+    Raises BackendError on failure; nothing is recorded anywhere.
+    """
+    messages: list[ChatMessage] = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": prompt})
+    reply = _Reply()
+    for event in backend.stream(messages, tools=None, options=options, cancel=cancel):
+        reply.take(event)
+    return "".join(reply.text), reply.usage
