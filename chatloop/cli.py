@@ -17,12 +17,19 @@ from chatloop.errors import ChatloopError
 
 EXAMPLES = """\
 examples:
+  chatloop                      chat with the default agent (Simple Sally)
+  chatloop --agent file_fiona   chat with an agent from agents/ (by name or path)
+  chatloop --base-url http://127.0.0.1:8080/v1 --model qwen2.5
+                                use a specific OpenAI-compatible server
   chatloop sessions             list this project's sessions, 1 = most recent
   chatloop show 1               print the most recent session
   chatloop search "error budget"  find a word in every message
   chatloop reindex              rebuild the session index from the files
+  chatloop doctor               check the server, the sessions directory and the index
 
-Sessions are markdown files under $CHATLOOP_HOME (see `chatloop sessions --all`).
+In the chat, /help lists the commands. Sessions are markdown files under
+$CHATLOOP_HOME; settings come from ~/.config/chatloop/config.yaml (or
+CHATLOOP_CONFIG), then CHATLOOP_* variables, then these flags.
 """
 
 
@@ -38,6 +45,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--sessions-dir", metavar="DIR", help="root directory of sessions (env CHATLOOP_HOME)"
     )
+    parser.add_argument("--config", metavar="FILE", help="YAML config file to read")
+    chat = parser.add_argument_group("chat options")
+    chat.add_argument("--agent", metavar="NAME|PATH", help="agent name in agents/ or a .py file")
+    chat.add_argument("--model", metavar="M", help="model name on the server")
+    chat.add_argument(
+        "--backend",
+        choices=("auto", "openai", "ollama", "embedded"),
+        help="auto (default) probes Ollama, LM Studio, llama.cpp, vLLM, then the embedded model",
+    )
+    chat.add_argument("--base-url", metavar="URL", help="server URL, e.g. http://127.0.0.1:8080/v1")
+    chat.add_argument("--new", action="store_true", help="start a new session (the default)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("sessions", help="list sessions, most recent first")
@@ -60,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("reindex", help="rebuild the session index from the files")
     p.set_defaults(run=cmd_reindex)
+
+    p = sub.add_parser("doctor", help="check the model server, sessions directory and index")
+    p.set_defaults(run=cmd_doctor)
+    parser.set_defaults(run=cmd_chat)
     return parser
 
 
@@ -73,12 +95,110 @@ def _positive(text: str) -> int:
     return value
 
 
+def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from chatloop.config import load_settings
+
+    flags = {k: getattr(args, k, None) for k in ("agent", "model", "backend", "base_url")}
+    flags["sessions_dir"] = args.sessions_dir
+    settings, warnings = load_settings(flags, config_file=args.config)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return settings
+
+
 def _store(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from chatloop.config import chatloop_home
     from chatloop.store import Store
 
-    root = Path(args.sessions_dir).expanduser() if args.sessions_dir else chatloop_home()
+    settings = _settings(args)
+    root = Path(settings.sessions_dir).expanduser() if settings.sessions_dir else chatloop_home()
     return Store(root)
+
+
+def _backend(settings):  # type: ignore[no-untyped-def]
+    from chatloop.backends.base import Timeouts
+    from chatloop.backends.detect import BackendChoice, make_backend
+
+    return make_backend(
+        BackendChoice(
+            kind=settings.backend,
+            base_url=settings.base_url,
+            model=settings.model,
+            api_key=settings.api_key or None,
+            window=settings.context_window or None,
+            timeouts=Timeouts(settings.connect_timeout, settings.read_timeout),
+            retries=settings.retries,
+        )
+    )
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """Start the interactive REPL."""
+    from rich.console import Console
+
+    from chatloop.agent import agent_dirs, find_agent_file, load_agent
+    from chatloop.repl import Repl
+
+    settings = _settings(args)
+    store = _store(args)
+    agent = load_agent(find_agent_file(settings.agent, agent_dirs(store.cwd, store.root)))
+    backend = _backend(settings)
+    try:
+        if not backend.model:  # fail fast, with the server's own words, if it is not usable
+            backend.model = (backend.models() or [""])[0]
+        return Repl(agent, backend, store, settings, Console()).run()
+    finally:
+        backend.close()
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Report what works and what does not, one line each; exit 1 if anything fails."""
+    import stat
+
+    from chatloop.backends.detect import CANDIDATES, detect
+    from chatloop.backends.embedded import embedded_available
+    from chatloop.index import Index
+
+    settings = _settings(args)
+    store = _store(args)
+    problems = 0
+
+    def line(ok: bool, text: str) -> None:
+        nonlocal problems
+        problems += not ok
+        print(f"{'ok  ' if ok else 'FAIL'}  {text}")
+
+    if settings.base_url:
+        try:
+            backend = _backend(settings)
+            models = backend.models()
+            line(
+                True, f"server {settings.base_url}: {len(models)} model(s): {', '.join(models[:5])}"
+            )
+        except ChatloopError as exc:
+            line(False, f"server {settings.base_url}: {exc.message}")
+    else:
+        found = detect()
+        tried = ", ".join(f"{c.label} ({c.base_url})" for c in CANDIDATES)
+        if found is not None:
+            line(True, f"model server: {found.label} at {found.base_url}")
+        else:
+            line(embedded_available(), f"no model server answered (tried {tried}); embedded "
+                 f"model {'installed' if embedded_available() else 'not installed'}")  # fmt: skip
+    root = store.root
+    if root.exists():
+        mode = stat.S_IMODE(root.stat().st_mode)
+        line(mode & 0o077 == 0, f"sessions directory {root} (mode {oct(mode)})")
+    else:
+        line(True, f"sessions directory {root} (not created yet)")
+    try:
+        with Index(store) as index:
+            index.sync()
+            count = len(index.list_sessions(all_projects=True))
+        line(True, f"index {index.path}: {count} sessions")
+    except (ChatloopError, OSError) as exc:
+        line(False, f"index: {exc}")
+    return 1 if problems else 0
 
 
 def _index(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -148,10 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    run: Callable[[argparse.Namespace], int] | None = getattr(args, "run", None)
-    if run is None:
-        parser.print_help()
-        return 0
+    run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)
     except ChatloopError as exc:

@@ -1,0 +1,138 @@
+"""What the REPL shows: the streaming reply, tool calls, errors, tables, the toolbar.
+
+rich is imported here and only here among the REPL's modules, so that
+``chatloop --version`` never pays for it. Domain values never print
+themselves; these functions turn them into renderables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.markdown import Markdown
+from rich.table import Table
+from rich.text import Text
+
+from chatloop.backends.base import Event, Finish, TextDelta, ThinkingDelta, ToolCallEvent
+from chatloop.errors import ChatloopError
+from chatloop.index import SessionRow
+from chatloop.listing import describe, relative_time
+from chatloop.transcript import Message
+
+METER_LEVELS = ((0.9, "ansired"), (0.8, "ansiyellow"), (0.7, "ansibrightyellow"))
+
+
+class StreamView:
+    """Shows one turn as it streams: text live, then as markdown once each reply ends."""
+
+    def __init__(self, console: Console, agent: str) -> None:
+        self.console = console
+        self.agent = agent
+        self._text: list[str] = []
+        self._thinking = 0
+        self._live: Live | None = None
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            self._text.append(event.text)
+            if self._live is None:
+                self._live = Live(Text(""), console=self.console, refresh_per_second=12,
+                                  vertical_overflow="visible")  # fmt: skip
+                self._live.start()
+            self._live.update(Text("".join(self._text)))
+        elif isinstance(event, ThinkingDelta):
+            if not self._thinking:
+                self.console.print(Text("thinking…", style="dim italic"))
+            self._thinking += len(event.text)
+        elif isinstance(event, ToolCallEvent):
+            self.end_text()
+            self.console.print(
+                Text(f"→ {event.name}({_short(event.arguments, 100)})", style="cyan")
+            )
+        elif isinstance(event, Finish):
+            self.end_text()
+
+    def end_text(self) -> None:
+        """Replace the live text with its markdown rendering."""
+        if self._live is None:
+            return
+        text = "".join(self._text)
+        self._live.update(Markdown(text) if text.strip() else Text(""))
+        self._live.stop()
+        self._live = None
+        self._text = []
+
+    def show_tool_results(self, message: Message) -> None:
+        for result in message.tool_results:
+            style = "red" if result.is_error else "dim"
+            first = result.content.strip().splitlines()[0] if result.content.strip() else "(empty)"
+            self.console.print(Text(f"← {result.name}: {_short(first, 100)}", style=style))
+
+    def close(self, interrupted: bool = False) -> None:
+        self.end_text()
+        if interrupted:
+            self.console.print(Text("(interrupted: the partial reply was saved)", style="yellow"))
+
+
+def _short(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def error(console: Console, exc: ChatloopError) -> None:
+    """An error as one red line and a dim hint."""
+    console.print(Text.assemble(("error: ", "bold red"), (exc.message, "red")))
+    if exc.hint:
+        console.print(Text(f"hint: {exc.hint}", style="dim"))
+
+
+def note(console: Console, text: str, style: str = "dim") -> None:
+    console.print(Text(text, style=style))
+
+
+def toolbar(parts: dict[str, Any]) -> list[tuple[str, str]]:
+    """The bottom toolbar as prompt_toolkit (style, text) fragments."""
+    used, window = parts.get("used", 0), parts.get("window") or 0
+    fragments = [
+        ("bold", f" {parts['agent']} "),
+        ("", f"· {parts['model'] or '?'} · {parts['session'] or 'new session'} · "),
+        ("", f"{parts['queries']}q · {parts['tokens']:,} tok"),
+    ]
+    if parts.get("chain_tokens"):
+        fragments.append(("", f" (chain {parts['chain_tokens']:,})"))
+    if window:
+        share = used / window
+        style = next((s for level, s in METER_LEVELS if share >= level), "ansigreen")
+        fragments += [("", " · ctx "), (style, f"{used:,}/{window:,} {share:.0%}")]
+    return fragments
+
+
+def sessions_table(rows: Sequence[SessionRow], now: datetime) -> Table:
+    table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+    for column in ("#", "when", "queries", "agent", "branch", "title or last question"):
+        table.add_column(column, overflow="ellipsis", no_wrap=True)
+    for row in rows:
+        status = "" if row.status == "closed" else f" [{row.status}]"
+        table.add_row(str(row.number or "*"), relative_time(row.updated, now), str(row.queries),
+                      row.agent, row.git_branch or "", describe(row)[:60] + status)  # fmt: skip
+    return table
+
+
+def context_table(rows: Sequence[tuple[str, int, str]], window: int | None, total: int) -> Table:
+    """The /context view: each message that would be sent, its tokens, and the budget."""
+    table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
+    table.add_column("#", justify="right")
+    table.add_column("role")
+    table.add_column("tokens", justify="right")
+    table.add_column("content", overflow="ellipsis", no_wrap=True, max_width=70)
+    for i, (role, tokens, content) in enumerate(rows, 1):
+        table.add_row(str(i), role, f"{tokens:,}", _short(content, 70))
+    budget = (
+        f"{total:,} of {window:,} tokens ({total / window:.0%})" if window else f"{total:,} tokens"
+    )
+    table.caption = f"next call: {len(rows)} messages, {budget}"
+    return table

@@ -1,0 +1,144 @@
+"""The REPL in process: pipe input, a dummy output, a rich console on a StringIO."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output import DummyOutput
+from rich.console import Console
+
+from chatloop import commands
+from chatloop.agent import load_agent
+from chatloop.backends.openai_compat import OpenAICompatBackend
+from chatloop.config import Settings, load_settings
+from chatloop.errors import UsageError
+from chatloop.repl import Repl
+from chatloop.store import Store
+from chatloop.transcript import parse_markdown
+from tests.conftest import Clock
+
+AGENTS = Path(__file__).resolve().parent.parent / "agents"
+
+
+def reply_body(text: str) -> bytes:
+    words = re.findall(r"\S+\s*", text)
+    chunks = [{"choices": [{"index": 0, "delta": {"content": w}}]} for w in words]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                   "usage": {"prompt_tokens": 20, "completion_tokens": 5}})  # fmt: skip
+    return ("".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n").encode()
+
+
+def fake_server(requests: list[dict[str, object]]) -> OpenAICompatBackend:
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(json.loads(request.content))
+        return httpx.Response(200, content=reply_body(f"Reply number {len(requests)} here"))
+
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    return OpenAICompatBackend("http://fake/v1", "fake-model", client=client)
+
+
+def drive(store: Store, backend: object, lines: str, agent: str = "simple_sally.py",
+          settings: Settings | None = None) -> tuple[Repl, str]:  # fmt: skip
+    out = io.StringIO()
+    with create_pipe_input() as pipe:
+        pipe.send_text(lines)
+        repl = Repl(load_agent(AGENTS / agent), backend, store, settings or Settings(),  # type: ignore[arg-type]
+                    Console(file=out, width=100), input=pipe, output=DummyOutput(),
+                    clock=Clock())  # fmt: skip
+        assert repl.run() == 0
+    return repl, out.getvalue()
+
+
+def only_session(store: Store) -> Path:
+    (path,) = [Path(e.path) for e in store.session_files()]
+    return path
+
+
+def test_a_whole_conversation_with_commands(store: Store) -> None:
+    requests: list[dict[str, object]] = []
+    script = ("hello there\r/info\r/nope\rsecond question\\\rwith two lines\r/context\r"
+              "/rename Garden plans\r/sessions\r/help\rexit\r")  # fmt: skip
+    _, shown = drive(store, fake_server(requests), script)
+    assert "Reply number 1 here" in shown and "Reply number 2 here" in shown
+    assert "Unknown command /nope" in shown and "Did you mean /info?" in shown
+    assert "next call: 5 messages" in shown
+    assert "Saved session" in shown
+    session = parse_markdown(only_session(store).read_bytes()).session
+    assert session.meta.status == "closed" and session.meta.title == "Garden plans"
+    assert [m.text for m in session.messages if m.role == "user"] == [
+        "hello there", "second question\nwith two lines"]  # fmt: skip
+    assert session.meta.queries == 2 and session.meta.tokens_in == 40
+    second = requests[1]["messages"]
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]  # type: ignore[index]
+    assert all(r["max_tokens"] == 512 for r in requests)  # the agent's own OPTIONS
+
+
+def test_unknown_commands_and_bare_words() -> None:
+    assert commands.parse("/qit") == commands.Unknown("qit", "/quit")
+    assert commands.parse("bye") == commands.Command("exit")
+    assert commands.parse("resume 3") == commands.Command("resume", "3")
+    assert commands.parse("resume the story please") == commands.Text("resume the story please")
+    assert commands.parse("//etc/hosts is a path") == commands.Text("/etc/hosts is a path")
+    assert commands.parse("  /RENAME  New title ") == commands.Command("rename", "New title")
+
+
+def test_nothing_typed_means_no_file(store: Store) -> None:
+    _, shown = drive(store, fake_server([]), "/help\r\x04")
+    assert list(store.session_files()) == [] and "/compact" in shown
+
+
+def test_server_failure_keeps_the_message_and_the_loop(store: Store) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    backend = OpenAICompatBackend("http://down/v1", "m", client=client, retries=0)
+    _, shown = drive(store, backend, "are you there?\rstill there?\rquit\r")
+    assert shown.count("Cannot reach the model server") == 2
+    session = parse_markdown(only_session(store).read_bytes()).session
+    assert [m.text for m in session.messages] == ["are you there?", "still there?"]
+
+
+def test_export_writes_a_copy(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _, shown = drive(store, fake_server([]), "hi\r/export out.md\r/export out.md\rexit\r")
+    assert "Exported to out.md" in shown and "out.md already exists" in shown
+    assert b"**You:** hi" in (tmp_path / "out.md").read_bytes()
+
+
+def test_settings_precedence_and_unknown_keys(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("model: from-file\nbase_url: http://file/v1\ncolour: blue\nretries: 5\n")
+    env = {"CHATLOOP_MODEL": "from-env"}
+    settings, warnings = load_settings({"model": None, "base_url": "http://flag/v1"},
+                                       config_file=str(config), environ=env)  # fmt: skip
+    assert settings.model == "from-env" and settings.base_url == "http://flag/v1"
+    assert settings.retries == 5 and "colour" in warnings[0]
+    with pytest.raises(UsageError):
+        load_settings({}, config_file=str(tmp_path / "missing.yaml"), environ={})
+    config.write_text("retries: many\n")
+    with pytest.raises(UsageError, match="retries"):
+        load_settings({}, config_file=str(config), environ={})
+
+
+@pytest.mark.e2e
+def test_two_real_messages_against_the_llama_server(store: Store, llama_server: str) -> None:
+    backend = OpenAICompatBackend(llama_server)
+    settings = Settings(max_tokens=12)
+    _, shown = drive(store, backend, "Once upon a time\rThe capital of France is\r\x04",
+                        settings=settings)  # fmt: skip
+    result = parse_markdown(only_session(store).read_bytes())
+    assert result.problems == ()
+    session = result.session
+    assert [m.role for m in session.messages] == ["user", "assistant", "user", "assistant"]
+    assert all(m.usage is not None and m.usage.output > 0 for m in session.messages[1::2])
+    assert session.meta.status == "closed" and session.meta.queries == 2
+    assert "Saved session" in shown
