@@ -139,6 +139,6 @@ def test_two_real_messages_against_the_llama_server(store: Store, llama_server: 
     assert result.problems == ()
     session = result.session
     assert [m.role for m in session.messages] == ["user", "assistant", "user", "assistant"]
-    assert all(m.usage is not None and m.usage.output > 0 for m in session.messages[1::2])
+    assert all(m.usage is not None and m.usage.input > 0 for m in session.messages[1::2])
     assert session.meta.status == "closed" and session.meta.queries == 2
     assert "Saved session" in shown
