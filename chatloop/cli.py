@@ -24,6 +24,8 @@ examples:
   chatloop sessions             list this project's sessions, 1 = most recent
   chatloop show 1               print the most recent session
   chatloop search "error budget"  find a word in every message
+  chatloop tree 1               show the compact/resume lineage of a session
+  chatloop export 1 --chain -o chain.md   write a session and its ancestors
   chatloop reindex              rebuild the session index from the files
   chatloop doctor               check the server, the sessions directory and the index
 
@@ -75,6 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_positive, default=50, metavar="N", help="at most N hits")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(run=cmd_search)
+
+    p = sub.add_parser("tree", help="show the compact/resume lineage of a session")
+    p.add_argument("ref", metavar="N|ID", help="session number (1 = most recent) or id")
+    p.set_defaults(run=cmd_tree)
+
+    p = sub.add_parser("export", help="write a session (or its whole chain) as markdown or JSON")
+    p.add_argument("ref", metavar="N|ID", help="session number (1 = most recent) or id")
+    p.add_argument("--chain", action="store_true", help="include every ancestor, oldest first")
+    p.add_argument("--format", choices=("md", "json"), default="md", help="md (default) or json")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (never overwritten)")
+    p.set_defaults(run=cmd_export)
 
     p = sub.add_parser("reindex", help="rebuild the session index from the files")
     p.set_defaults(run=cmd_reindex)
@@ -246,6 +259,46 @@ def cmd_search(args: argparse.Namespace) -> int:
     with _index(args) as index:
         hits = index.search(args.query, all_projects=args.all, limit=args.limit)
     print(listing.hits_json(hits) if args.json else listing.hits_text(hits))
+    return 0
+
+
+def cmd_tree(args: argparse.Namespace) -> int:
+    from chatloop import listing
+
+    with _index(args) as index:
+        row = index.find(args.ref)
+        chain, children = index.lineage(row)
+    print(listing.tree_text(chain[0], children, row.id))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import os
+
+    from chatloop import listing
+
+    with _index(args) as index:
+        row = index.find(args.ref)
+        rows = index.lineage(row)[0] if args.chain else [row]
+        paths = [Path(r.path) for r in rows]
+        if args.format == "json":
+            text = listing.session_json([index.store.read(p).session for p in paths]).encode()
+        else:
+            from chatloop.fsio import read_bytes
+
+            text = b"\n".join(read_bytes(p) for p in paths)
+    if not args.output:
+        sys.stdout.buffer.write(text if text.endswith(b"\n") else text + b"\n")
+        return 0
+    try:
+        fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise ChatloopError(f"{args.output} already exists", "Choose another file.") from None
+    except OSError as exc:
+        raise ChatloopError(f"Cannot write {args.output}: {exc.strerror}", "") from exc
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(text)
+    print(f"Wrote {len(paths)} session(s) to {args.output}", file=sys.stderr)
     return 0
 
 

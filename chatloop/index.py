@@ -209,6 +209,20 @@ class Index:
         )
         raise NotFound(f"No session with id {ref!r}", hint)
 
+    def lineage(self, row: SessionRow) -> tuple[list[SessionRow], dict[str, list[SessionRow]]]:
+        """The compact/resume chain around ``row``: its ancestors (root first, ``row``
+        last) and every session's children, by id, across all projects."""
+        rows = self.list_sessions(all_projects=True)
+        by_id = {r.id: r for r in rows}
+        children: dict[str, list[SessionRow]] = {}
+        for r in sorted(rows, key=lambda r: r.created):
+            if r.parent_id:
+                children.setdefault(r.parent_id, []).append(r)
+        chain = [row]
+        while chain[0].parent_id in by_id and by_id[chain[0].parent_id] not in chain:
+            chain.insert(0, by_id[chain[0].parent_id])  # type: ignore[index]
+        return chain, children
+
     # -- internals
     def _connect(self) -> sqlite3.Connection:
         ensure_dir(self.path.parent)

@@ -99,3 +99,37 @@ def transcript_text(session: Session) -> str:
         elif m.role == "summary":
             out += ["", "── Summary ──", m.text]
     return "\n".join(out)
+
+
+def tree_text(root: SessionRow, children: dict[str, list[SessionRow]], mark: str) -> str:
+    """The lineage under ``root`` as an indented tree; ``mark`` (an id) is starred."""
+    lines: list[str] = []
+
+    def walk(row: SessionRow, prefix: str, last: bool, depth: int) -> None:
+        branch = "" if depth == 0 else ("└─ " if last else "├─ ")
+        star = "  ← this one" if row.id == mark and depth else ""
+        lines.append(f"{prefix}{branch}{row.id}  {describe(row)[:50]}  "
+                     f"({row.queries}q, {row.status}){star}")  # fmt: skip
+        kids = children.get(row.id, [])
+        for i, kid in enumerate(kids):
+            walk(kid, prefix + ("" if depth == 0 else ("   " if last else "│  ")),
+                 i == len(kids) - 1, depth + 1)  # fmt: skip
+
+    walk(root, "", True, 0)
+    return "\n".join(lines)
+
+
+def session_json(sessions: list[Session]) -> str:
+    """Sessions as JSON: front matter and every message, datetimes in ISO 8601."""
+
+    def plain(value: object) -> object:
+        if isinstance(value, datetime):
+            return value.isoformat()
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        return value
+
+    data = [plain(asdict(s)) for s in sessions]
+    return json.dumps(data, indent=2, ensure_ascii=False)

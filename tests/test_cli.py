@@ -91,3 +91,30 @@ def test_version_does_not_import_heavy_modules(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip().endswith("[]"), out.stdout
+
+
+def test_tree_and_export_follow_the_chain(project: Path, chatloop_home: Path,
+                                          tmp_path: Path) -> None:  # fmt: skip
+    rows = json.loads(run("sessions", "--json", cwd=project, home=chatloop_home).stdout)
+    third = next(r for r in rows if r["title"] == "Composting, part 3")
+    tree = run("tree", third["id"], cwd=project, home=chatloop_home).stdout.splitlines()
+    assert tree[0].startswith("2") and "Composting, part 1" in tree[0]
+    assert tree[1].startswith("└─ ") and "Composting, part 2" in tree[1]
+    assert (
+        tree[2].startswith("   └─ ") and "Composting, part 3" in tree[2] and "this one" in tree[2]
+    )
+    exported = run("export", third["id"], "--chain", "--format", "json", cwd=project,
+                   home=chatloop_home)  # fmt: skip
+    sessions = json.loads(exported.stdout)
+    assert [s["meta"]["title"] for s in sessions] == [f"Composting, part {i}" for i in (1, 2, 3)]
+    out = tmp_path / "chain.md"
+    done = run("export", third["id"], "--chain", "-o", str(out), cwd=project, home=chatloop_home)
+    assert done.returncode == 0 and out.read_text().count("\nformat: 1\n") == 3
+    again = run("export", third["id"], "-o", str(out), cwd=project, home=chatloop_home)
+    assert again.returncode == 1 and "already exists" in again.stderr
+
+
+def test_doctor_reports_each_check(project: Path, chatloop_home: Path) -> None:
+    out = run("doctor", cwd=project, home=chatloop_home)
+    assert "sessions directory" in out.stdout and "index" in out.stdout
+    assert out.returncode in (0, 1) and "Traceback" not in out.stderr
