@@ -38,10 +38,11 @@ from chatloop.transcript_parts import (
     SUMMARY_END,
     SUMMARY_START,
     Decor,
-    body_parts,
+    build_message,
     compact_json,
     display_name,
     join_parts,
+    message_meta,
 )
 
 Role = Literal["user", "assistant", "tool", "summary"]
@@ -231,7 +232,7 @@ def render_frame(message: Message, *, agent: str, query: int) -> bytes:
     decor = Decor(agent=agent, query=query)
     body = join_parts(message, decor)
     open_line = (
-        f"<!-- chatloop:{message.key} {message.role} {compact_json(_message_meta(message))} -->"
+        f"<!-- chatloop:{message.key} {message.role} {compact_json(message_meta(message))} -->"
     )
     head = f"{open_line}\n{body}".encode()
     crc = zlib.crc32(head)
@@ -248,25 +249,6 @@ def _content_of(message: Message) -> str:
     for r in message.tool_results:
         bits += [r.call_id, r.name, r.content]
     return "\x00".join(bits)
-
-
-def _message_meta(m: Message) -> dict[str, Any]:
-    meta: dict[str, Any] = {"at": m.at.isoformat()}
-    optional: dict[str, Any] = {
-        "model": m.model,
-        "stop": m.stop_reason,
-        "secs": m.duration,
-    }
-    meta.update({k: v for k, v in optional.items() if v is not None})
-    if m.usage is not None:
-        usage: dict[str, Any] = {"in": m.usage.input, "out": m.usage.output}
-        if m.usage.estimated:
-            usage["est"] = True
-        meta["usage"] = usage
-    for flag in ("interrupted", "restore", "fallback"):
-        if getattr(m, flag):
-            meta[flag] = True
-    return meta
 
 
 # ----------------------------------------------------------------------------- parse
@@ -369,7 +351,7 @@ def _read_frame(data: bytes, start: int, agent: str) -> _Read | _Torn:
         info = json.loads(match.group(3))
         if not isinstance(info, dict):
             raise ValueError("frame metadata is not an object")
-        message = _build_message(match.group(2).decode(), key.decode(), info, body, agent, notes)
+        message = build_message(match.group(2).decode(), key.decode(), info, body, agent, notes)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         return _Read(None, ("damaged", f"unreadable frame ({exc}); skipped"), close_end + 1)
     crc = re.fullmatch(
@@ -385,33 +367,6 @@ def _result(
     meta: SessionMeta, messages: list[Message], problems: list[Problem], end: int
 ) -> ParseResult:
     return ParseResult(Session(meta, tuple(messages)), tuple(problems), end)
-
-
-def _build_message(
-    role: str, key: str, meta: dict[str, Any], body: str, agent: str, notes: list[str]
-) -> Message:
-    usage_raw = meta.get("usage")
-    usage = None
-    if isinstance(usage_raw, dict):
-        usage = Usage(int(usage_raw["in"]), int(usage_raw["out"]), bool(usage_raw.get("est")))
-    secs = meta.get("secs")
-    draft = Message(
-        role=role,  # type: ignore[arg-type]
-        at=datetime.fromisoformat(str(meta["at"])),
-        key=key,
-        model=_opt_str(meta.get("model")),
-        stop_reason=_opt_str(meta.get("stop")),
-        usage=usage,
-        duration=float(secs) if isinstance(secs, int | float) else None,
-        interrupted=bool(meta.get("interrupted")),
-        restore=bool(meta.get("restore")),
-        fallback=bool(meta.get("fallback")),
-    )
-    return replace(draft, **body_parts(draft, body, Decor(agent=agent, query=0), notes))
-
-
-def _opt_str(value: object) -> str | None:
-    return None if value is None else str(value)
 
 
 def _looks_legacy(data: bytes) -> bool:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -217,3 +218,56 @@ def _strip_fenced(
             return content[match.end() : len(content) - len(closing)]
     notes.append(f"{what} decoration changed; content kept as found")
     return content
+
+
+def message_meta(m: Message) -> dict[str, Any]:
+    """The JSON metadata of a frame's open line (only what is set)."""
+    meta: dict[str, Any] = {"at": m.at.isoformat()}
+    optional: dict[str, Any] = {
+        "model": m.model,
+        "stop": m.stop_reason,
+        "secs": m.duration,
+    }
+    meta.update({k: v for k, v in optional.items() if v is not None})
+    if m.usage is not None:
+        usage: dict[str, Any] = {"in": m.usage.input, "out": m.usage.output}
+        if m.usage.estimated:
+            usage["est"] = True
+        meta["usage"] = usage
+    for flag in ("interrupted", "restore", "fallback"):
+        if getattr(m, flag):
+            meta[flag] = True
+    return meta
+
+
+def build_message(
+    role: str, key: str, meta: dict[str, Any], body: str, agent: str, notes: list[str]
+) -> Message:
+    """The message a frame holds, from its open-line metadata and its body.
+
+    Raises ValueError, TypeError or KeyError for metadata that cannot be read.
+    """
+    from chatloop.transcript import Message, Usage
+
+    usage_raw = meta.get("usage")
+    usage = None
+    if isinstance(usage_raw, dict):
+        usage = Usage(int(usage_raw["in"]), int(usage_raw["out"]), bool(usage_raw.get("est")))
+    secs = meta.get("secs")
+    draft = Message(
+        role=role,  # type: ignore[arg-type]
+        at=datetime.fromisoformat(str(meta["at"])),
+        key=key,
+        model=_opt_str(meta.get("model")),
+        stop_reason=_opt_str(meta.get("stop")),
+        usage=usage,
+        duration=float(secs) if isinstance(secs, int | float) else None,
+        interrupted=bool(meta.get("interrupted")),
+        restore=bool(meta.get("restore")),
+        fallback=bool(meta.get("fallback")),
+    )
+    return replace(draft, **body_parts(draft, body, Decor(agent=agent, query=0), notes))
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)

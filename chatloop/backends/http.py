@@ -155,6 +155,32 @@ def open_stream(
         time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
 
 
+def request_json(
+    client: httpx.Client,
+    method: str,
+    url: str,
+    *,
+    base_url: str,
+    timeouts: Timeouts,
+    body: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A small non-streaming request (model lists, model info) as a JSON object."""
+    try:
+        response = client.request(method, url, json=body)
+    except httpx.HTTPError as exc:
+        raise translate(exc, base_url, timeouts) from exc
+    if response.status_code >= 400:
+        raise error_for_status(response, base_url)
+    try:
+        data = response.json()
+    except ValueError as exc:
+        raise BackendError(
+            f"{url} did not answer with JSON: {server_message(response)}",
+            "Is this the right kind of server? Check --base-url and --backend.",
+        ) from exc
+    return data if isinstance(data, dict) else {}
+
+
 def iter_sse(lines: Iterator[str]) -> Iterator[str]:
     """The data payloads of a server-sent-event stream (comments and other fields skipped)."""
     data: list[str] = []

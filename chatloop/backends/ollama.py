@@ -31,11 +31,11 @@ from chatloop.backends.base import (
     estimate_tokens,
 )
 from chatloop.backends.http import (
-    error_for_status,
     is_overflow,
     new_client,
     open_stream,
     overflow,
+    request_json,
     translate,
 )
 from chatloop.errors import BackendError
@@ -202,17 +202,10 @@ class OllamaBackend:
     def _request(
         self, method: str, path: str, body: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        try:
-            response = self.client.request(method, f"{self.base_url}{path}", json=body)
-        except httpx.HTTPError as exc:
-            raise translate(exc, self.base_url, self.timeouts) from exc
-        if response.status_code >= 400:
-            raise error_for_status(response, self.base_url)
-        try:
-            data = response.json()
-        except ValueError as exc:
-            raise BackendError(f"{self.base_url}{path} did not answer with JSON", "") from exc
-        return data if isinstance(data, dict) else {}
+        url = f"{self.base_url}{path}"
+        return request_json(
+            self.client, method, url, body=body, base_url=self.base_url, timeouts=self.timeouts
+        )
 
 
 def _load(line: str, base_url: str) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from chatloop.backends.http import (
     new_client,
     open_stream,
     overflow,
-    server_message,
+    request_json,
     translate,
 )
 from chatloop.errors import BackendError
@@ -226,20 +226,8 @@ class OpenAICompatBackend:
         return self.model
 
     def _get_json(self, path: str) -> dict[str, Any]:
-        try:
-            response = self.client.get(f"{self.base_url}{path}")
-        except httpx.HTTPError as exc:
-            raise translate(exc, self.base_url, self.timeouts) from exc
-        if response.status_code >= 400:
-            raise error_for_status(response, self.base_url)
-        try:
-            data = response.json()
-        except ValueError as exc:
-            raise BackendError(
-                f"{self.base_url}{path} did not answer with JSON: {server_message(response)}",
-                "Is this an OpenAI-compatible server? Check --base-url.",
-            ) from exc
-        return data if isinstance(data, dict) else {}
+        return request_json(self.client, "GET", f"{self.base_url}{path}",
+                            base_url=self.base_url, timeouts=self.timeouts)  # fmt: skip
 
 
 def _chunk_error(chunk: dict[str, Any], base_url: str) -> BackendError:
