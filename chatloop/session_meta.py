@@ -63,7 +63,7 @@ def front_matter_end(data: bytes) -> int:
     return -1 if close < 0 else close + len(b"\n---\n")
 
 
-_META_KEYS = [
+KNOWN_KEYS = [
     "format",
     "id",
     "title",
@@ -139,7 +139,7 @@ def parse_front_matter(data: bytes, problems: list[tuple[str, str]]) -> tuple[Se
 
 def _meta_from_dict(raw: dict[str, Any], problems: list[tuple[str, str]]) -> SessionMeta:
     tokens = raw.get("tokens") if isinstance(raw.get("tokens"), dict) else {}
-    extra = {k: v for k, v in raw.items() if k not in _META_KEYS}
+    extra = {k: v for k, v in raw.items() if k not in KNOWN_KEYS}
     for key in extra:
         problems.append(("unknown_key", f"front matter key {key!r} kept as is"))
 

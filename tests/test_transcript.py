@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatloop.session_meta import _META_KEYS as KNOWN_KEYS
+from chatloop.session_meta import KNOWN_KEYS
 from chatloop.transcript import (
     SUMMARY_END,
     SUMMARY_START,

@@ -9,6 +9,8 @@ The embedded backend does not offer tools to the model.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -56,9 +58,10 @@ class EmbeddedBackend:
         self.base_url = f"embedded:{path}"
         self.model = Path(path).stem
         try:
-            self._llm = Llama(
-                model_path=path, n_ctx=window or DEFAULT_EMBEDDED_WINDOW, verbose=False
-            )
+            with _quiet_stderr():  # llama.cpp logs to stderr even with verbose=False
+                self._llm = Llama(
+                    model_path=path, n_ctx=window or DEFAULT_EMBEDDED_WINDOW, verbose=False
+                )
         except (ValueError, OSError, RuntimeError) as exc:
             raise BackendError(f"Could not load the model {path}: {exc}", INSTALL_HINT) from exc
 
@@ -94,6 +97,20 @@ class EmbeddedBackend:
 
     def context_window(self) -> int | None:
         return int(self._llm.n_ctx())
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Send file descriptor 2 to /dev/null for the duration (C libraries write there)."""
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def _plain(message: ChatMessage) -> dict[str, str]:
