@@ -119,11 +119,13 @@ def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return settings
 
 
-def _store(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _store(args: argparse.Namespace, settings=None):  # type: ignore[no-untyped-def]
+    """The store under the configured root; pass ``settings`` when already loaded, so the
+    config file is read (and its warnings printed) once."""
     from chatloop.config import chatloop_home
     from chatloop.store import Store
 
-    settings = _settings(args)
+    settings = settings or _settings(args)
     root = Path(settings.sessions_dir).expanduser() if settings.sessions_dir else chatloop_home()
     return Store(root)
 
@@ -153,7 +155,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from chatloop.repl import Repl
 
     settings = _settings(args)
-    store = _store(args)
+    store = _store(args, settings)
     agent = load_agent(find_agent_file(settings.agent, agent_dirs(store.cwd, store.root)))
     backend = _backend(settings)
     try:
@@ -173,7 +175,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from chatloop.index import Index
 
     settings = _settings(args)
-    store = _store(args)
+    store = _store(args, settings)
     problems = 0
 
     def line(ok: bool, text: str) -> None:

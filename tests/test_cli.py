@@ -118,3 +118,11 @@ def test_doctor_reports_each_check(project: Path, chatloop_home: Path) -> None:
     out = run("doctor", cwd=project, home=chatloop_home)
     assert "sessions directory" in out.stdout and "index" in out.stdout
     assert out.returncode in (0, 1) and "Traceback" not in out.stderr
+
+
+def test_config_warnings_are_printed_once(project: Path, chatloop_home: Path,
+                                          tmp_path: Path) -> None:  # fmt: skip
+    config = tmp_path / "config.yaml"
+    config.write_text("colour: blue\n")
+    out = run("--config", str(config), "doctor", cwd=project, home=chatloop_home)
+    assert out.stderr.count("unknown key 'colour'") == 1
