@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from chatloop import __version__
-from chatloop.errors import ChatloopError
+from chatloop.errors import ChatloopError, UsageError
 
 EXAMPLES = """\
 examples:
@@ -21,6 +21,9 @@ examples:
   chatloop --agent file_fiona   chat with an agent from agents/ (by name or path)
   chatloop --base-url http://127.0.0.1:8080/v1 --model qwen2.5
                                 use a specific OpenAI-compatible server
+  chatloop -c                   continue the most recent session from its summary
+  chatloop --resume             pick a past session to continue (arrow keys)
+  chatloop --resume 3 --full    continue session 3 with its whole history, if it fits
   chatloop sessions             list this project's sessions, 1 = most recent
   chatloop show 1               print the most recent session
   chatloop search "error budget"  find a word in every message
@@ -58,6 +61,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chat.add_argument("--base-url", metavar="URL", help="server URL, e.g. http://127.0.0.1:8080/v1")
     chat.add_argument("--new", action="store_true", help="start a new session (the default)")
+    start = chat.add_mutually_exclusive_group()
+    start.add_argument(
+        "-c", "--continue", dest="continue_", action="store_true",
+        help="continue the most recent session of this directory (from its summary)",
+    )  # fmt: skip
+    start.add_argument(
+        "-r", "--resume", nargs="?", const="", metavar="N|ID",
+        help="continue session N (1 = most recent) or ID; without a value, pick from a list",
+    )  # fmt: skip
+    chat.add_argument(
+        "--full", action="store_true",
+        help="with --resume/--continue: restore the full history instead of the summary "
+        "when it fits the context window",
+    )  # fmt: skip
+    chat.add_argument(
+        "-y", "--yes", action="store_true",
+        help="accept the questions a resume may ask (e.g. a different agent)",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("sessions", help="list sessions, most recent first")
@@ -156,12 +177,29 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     store = _store(args, settings)
-    agent = load_agent(find_agent_file(settings.agent, agent_dirs(store.cwd, store.root)))
+    resume = "1" if args.continue_ else args.resume
+    if args.full and resume is None:
+        raise UsageError("--full goes with --resume or --continue", "e.g. chatloop -r 2 --full")
+    agent_file = None
+    if resume:  # find the session before anything slow; a wrong ref fails here
+        from chatloop.index import Index
+
+        with Index(store) as index:
+            index.sync(all_projects=True)
+            row = index.find(resume)
+        resume = row.id
+        recorded = Path(row.agent_path) if row.agent_path else None
+        if args.agent is None and recorded is not None and recorded.is_file():
+            agent_file = recorded  # continue with the agent the session was held with
+    if agent_file is None:
+        agent_file = find_agent_file(settings.agent, agent_dirs(store.cwd, store.root))
+    agent = load_agent(agent_file)
     backend = _backend(settings)
     try:
         if not backend.model:  # fail fast, with the server's own words, if it is not usable
             backend.model = (backend.models() or [""])[0]
-        return Repl(agent, backend, store, settings, Console()).run()
+        repl = Repl(agent, backend, store, settings, Console(), assume_yes=args.yes)
+        return repl.run(resume=resume, full=args.full)
     finally:
         backend.close()
 

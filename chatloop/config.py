@@ -45,6 +45,8 @@ class Settings:
     max_tool_rounds: int = 8
     auto_compact: str = "ask"  # ask | on | off
     compact_threshold: float = 0.8
+    summary_max_tokens: int = 700  # longest summary reply (about 500 words)
+    summary_timeout: float = 120.0  # seconds per summary request (then one retry)
     sessions_dir: str = ""
 
 

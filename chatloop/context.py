@@ -1,17 +1,112 @@
-"""What is sent to the model on each call, built from the transcript.
+"""What is sent to the model on each call, built from the transcript, within a budget.
 
 The transcript keeps everything; this module decides what the model sees:
-the agent's system prompt and the session's messages as OpenAI-shaped
-chat messages (summaries are for people and for restoration prompts, so they
-are not sent as messages).
+the agent's system prompt and the session's messages as OpenAI-shaped chat
+messages (summary frames are for people and for restoration prompts, so they
+are never sent as messages).
+
+The budget is the context window minus the system prompt, the tool
+definitions and a reserve for the reply. ``plan`` sends the full history when
+it fits; otherwise it replaces older tool results with a short note, in the
+*sent* copy only, oldest first; if that is still too much, the plan says it
+does not fit and the caller compacts (``chatloop.chain``). Token counts are
+estimates (about four characters a token) with a safety margin, because a
+server's own count is only known after the call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from chatloop.backends.base import ChatMessage
+from chatloop.backends.base import ChatMessage, estimate_prompt, estimate_tokens
 from chatloop.transcript import Message
+
+DEFAULT_WINDOW = 4096  # when neither the settings nor the server say
+DEFAULT_RESERVE = 512  # tokens kept free for the reply when no max_tokens is set
+SAFETY = 1.1  # estimates are rough: plan as if messages were 10% longer
+PRUNED = "[tool result of {chars:,} characters left out to save context; it is in the transcript]"
+
+__all__ = ["DEFAULT_WINDOW", "Budget", "Plan", "plan", "to_wire"]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Token accounting for one call. ``available`` is what messages may use."""
+
+    window: int
+    system: int
+    tools: int
+    reserve: int
+
+    @property
+    def available(self) -> int:
+        return max(0, self.window - self.system - self.tools - self.reserve)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The messages of the next call and what they cost."""
+
+    wire: list[ChatMessage]
+    budget: Budget
+    messages_tokens: int  # estimate for the messages after the system prompt
+    pruned: int  # tool results left out of the sent copy
+
+    @property
+    def tokens(self) -> int:
+        """Everything the call sends: system prompt, tool definitions and messages."""
+        return self.budget.system + self.budget.tools + self.messages_tokens
+
+    @property
+    def fits(self) -> bool:
+        return self.messages_tokens * SAFETY <= self.budget.available
+
+    @property
+    def share(self) -> float:
+        """How full the window is with this call's prompt (0.0 to 1.0 and beyond)."""
+        return self.tokens / self.budget.window if self.budget.window else 0.0
+
+
+def plan(
+    system_prompt: str,
+    messages: Sequence[Message],
+    *,
+    window: int | None,
+    tools: Sequence[dict[str, Any]] | None = None,
+    reserve: int | None = None,
+) -> Plan:
+    """The next call's messages: full history if it fits, else with old tool results pruned.
+
+    Tool results after the last message the person typed are never pruned
+    (the model is working with them right now).
+    """
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    budget = Budget(
+        window=window or DEFAULT_WINDOW,
+        system=estimate_prompt(system),  # type: ignore[arg-type]
+        tools=estimate_tokens(json.dumps(list(tools))) if tools else 0,
+        reserve=reserve or DEFAULT_RESERVE,
+    )
+    wire = to_wire(system_prompt, messages)
+    body = wire[len(system) :]
+    used = estimate_prompt(body)
+    pruned = 0
+    if used * SAFETY > budget.available:
+        last_query = max((i for i, m in enumerate(body) if m["role"] == "user"), default=0)
+        for i, item in enumerate(body[:last_query]):
+            content = str(item.get("content") or "")
+            if item["role"] != "tool" or content.startswith("[tool result of"):
+                continue
+            note = PRUNED.format(chars=len(content))
+            used -= estimate_tokens(content) - estimate_tokens(note)
+            body[i] = {**item, "content": note}
+            pruned += 1
+            if used * SAFETY <= budget.available:
+                break
+    return Plan(wire=[*system, *body], budget=budget, messages_tokens=used, pruned=pruned)
 
 
 def to_wire(system_prompt: str, messages: Iterable[Message]) -> list[ChatMessage]:

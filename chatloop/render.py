@@ -7,7 +7,8 @@ themselves; these functions turn them into renderables.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -92,6 +93,19 @@ def error(console: Console, exc: ChatloopError) -> None:
 
 def note(console: Console, text: str, style: str = "dim") -> None:
     console.print(Text(text, style=style))
+
+
+@contextmanager
+def spinner(console: Console, text: str) -> Iterator[Callable[[str], None]]:
+    """A spinner with elapsed time while slow work runs; yields a function that sets
+    what is being done ("part 2 of 3"). Leaves no trace on the screen."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    note(console, text)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:  # fmt: skip
+        task = bar.add_task(text)
+        yield lambda what: bar.update(task, description=f"{text} ({what})")
 
 
 def toolbar(parts: dict[str, Any]) -> list[tuple[str, str]]:

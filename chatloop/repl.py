@@ -13,14 +13,14 @@ the person's own message is unsaved.
 
 from __future__ import annotations
 
-import base64
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.completion import Completer, Completion
@@ -32,12 +32,15 @@ from prompt_toolkit.output import Output
 from rich.console import Console
 
 from chatloop import commands, render
-from chatloop.agent import Agent
-from chatloop.backends.base import Backend, estimate_tokens
+from chatloop.agent import Agent, agent_dirs
+from chatloop.backends.base import Backend, ContextOverflow
 from chatloop.config import Settings
-from chatloop.context import to_wire
+from chatloop.context import Plan, plan
 from chatloop.errors import ChatloopError, StoreError
 from chatloop.fsio import FILE_MODE, ensure_dir
+from chatloop.index import SessionRow
+from chatloop.repl_chain import ChainMixin
+from chatloop.repl_commands import CommandsMixin
 from chatloop.session_writer import SessionWriter
 from chatloop.store import Store
 from chatloop.transcript import Message, SessionMeta
@@ -50,13 +53,33 @@ EMBEDDED_NOTE = (
 )
 
 
-class _CommandCompleter(Completer):
+class _Completer(Completer):
+    """Commands after a leading ``/``; agent names in the agent folders when a word
+    starts with ``@`` (their file stems, as ``--agent`` takes them)."""
+
+    def __init__(self, agents: list[str]) -> None:
+        self.agents = agents
+
     def get_completions(self, document: Document, complete_event: object):  # type: ignore[no-untyped-def]
         text = document.text_before_cursor
         if text.startswith("/") and " " not in text:
             for word in commands.completions():
                 if word.startswith(text):
                     yield Completion(word, start_position=-len(text))
+            return
+        word = document.get_word_before_cursor(WORD=True)
+        if word.startswith("@"):
+            for name in self.agents:
+                if name.startswith(word[1:]):
+                    yield Completion(name, start_position=-len(word) + 1)
+
+
+def agent_names(dirs: list[Path]) -> list[str]:
+    """The agent files' stems in ``dirs`` (what ``--agent NAME`` accepts)."""
+    names = {
+        p.stem for d in dirs if d.is_dir() for p in d.glob("*.py") if not p.stem.startswith("_")
+    }
+    return sorted(names)
 
 
 def key_bindings() -> KeyBindings:
@@ -80,7 +103,7 @@ def key_bindings() -> KeyBindings:
 
 
 @dataclass
-class Repl:
+class Repl(ChainMixin, CommandsMixin):
     """One interactive chatloop. ``run`` returns the process exit code."""
 
     agent: Agent
@@ -93,22 +116,37 @@ class Repl:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now().astimezone())
     writer: SessionWriter | None = None
     title: str = ""
+    assume_yes: bool = False  # --yes: accept the questions a resume may ask
+    previous: str | None = None  # the parent's summary, when this session continues one
+    prefix: list[Message] = field(default_factory=list)  # --full: the parent's history
+    chain_base: int = 0  # tokens of every ancestor
     _unsaved: list[Message] = field(default_factory=list)
     _used: int = 0
+    _tokens: int = 0
     _window: int | None = None
 
     def __post_init__(self) -> None:
         history = InMemoryHistory() if self.input is not None else self._file_history()
+        names = agent_names(agent_dirs(self.store.cwd, self.store.root))
         self.prompt: PromptSession[str] = PromptSession(
             input=self.input, output=self.output, history=history, key_bindings=key_bindings(),
-            completer=_CommandCompleter(), complete_while_typing=False,
+            completer=_Completer(names), complete_while_typing=False,
         )  # fmt: skip
 
     # -- the loop
-    def run(self) -> int:
+    def run(self, resume: str | None = None, full: bool = False) -> int:
+        """Chat until the person leaves. ``resume``: a session to continue first
+        (number or id; "" opens the picker). Returns the exit code."""
         self._banner()
         previous = {sig: signal.signal(sig, _leave) for sig in (signal.SIGTERM, signal.SIGHUP)}
         try:
+            if resume is not None:
+                try:
+                    if not self.resume(resume, full) and not resume:
+                        return 0
+                except ChatloopError as exc:
+                    render.error(self.console, exc)
+                    return 1
             while True:
                 try:
                     line = self.prompt.prompt("you> ", bottom_toolbar=self._toolbar)
@@ -148,7 +186,13 @@ class Repl:
         return True
 
     def send(self, text: str) -> None:
-        """One turn: save the message, then stream the reply and run tools."""
+        """One turn: make room if needed, save the message, stream the reply, run tools;
+        then compact if the window is past the threshold."""
+        try:
+            self.before_send(text)
+        except ChatloopError as exc:
+            render.error(self.console, exc)
+            return
         writer = self._session()
         if not self._save(Message.create("user", self.clock(), text=text)):
             return
@@ -159,42 +203,50 @@ class Repl:
             if message.role == "tool":
                 view.show_tool_results(message)
 
-        options = {"max_tokens": self.settings.max_tokens} if self.settings.max_tokens else {}
         result = run_turn(
             self.agent, self.backend, writer.messages + self._unsaved,
             build_context=self.wire, record=record, clock=self.clock, on_event=view.on_event,
-            max_rounds=self.settings.max_tool_rounds, options=options,
+            max_rounds=self.settings.max_tool_rounds, options=self._reply_options(),
         )  # fmt: skip
         view.close(result.interrupted)
-        if result.error is not None:
-            render.error(self.console, result.error)
         last = next((m.usage for m in reversed(result.messages) if m.usage), None)
         if last is not None:
             self._used = last.total
+        if isinstance(result.error, ContextOverflow) and self.settings.auto_compact != "off":
+            render.note(self.console, "The server says the context window is full: compacting; "
+                        "the new session answers your message.", "yellow")  # fmt: skip
+            self.compact(unanswered=text)
+        elif result.error is not None:
+            render.error(self.console, result.error)
+        else:
+            self.after_turn()
 
     def finish(self) -> None:
-        """Finalize the session file (status closed, totals) and say where it is."""
-        writer = self.writer
-        if writer is None:
-            return
-        try:
-            self._flush()
-            meta = writer.finalize()
-            render.note(
-                self.console,
-                f"Saved session {meta.id}: {meta.queries} queries, "
-                f"{meta.tokens_in + meta.tokens_out:,} tokens → {writer.path}",
-                "green",
-            )
-        except ChatloopError as exc:
-            render.error(self.console, exc)
-        finally:
-            writer.close()
-            self.writer = None
+        """Summarize and finalize the session file, and say where it is."""
+        self.close_session()
 
     # -- what is sent
-    def wire(self, messages: list[Message] | tuple[Message, ...]) -> list[dict[str, object]]:
-        return to_wire(self.agent.system_prompt, messages)
+    def plan(self, extra: list[Message] | None = None) -> Plan:
+        """What the next call would send: the --full prefix, this session, ``extra``."""
+        messages = [*self.prefix, *(self.writer.messages if self.writer else []),
+                    *self._unsaved, *(extra or [])]  # fmt: skip
+        return plan(self.agent.system_prompt, messages, window=self.window(),
+                    tools=self.agent.tool_specs() if self.agent.tools else None,
+                    reserve=self._reply_options().get("max_tokens"))  # fmt: skip
+
+    def wire(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
+        return plan(self.agent.system_prompt, [*self.prefix, *messages], window=self.window(),
+                    tools=self.agent.tool_specs() if self.agent.tools else None,
+                    reserve=self._reply_options().get("max_tokens")).wire  # fmt: skip
+
+    def _reply_options(self) -> dict[str, Any]:
+        if self.settings.max_tokens:
+            return {"max_tokens": self.settings.max_tokens}
+        return (
+            {"max_tokens": int(self.agent.options.get("max_tokens") or 0)}
+            if self.agent.options.get("max_tokens")
+            else {}
+        )
 
     def window(self) -> int | None:
         if self._window is None:
@@ -204,109 +256,18 @@ class Repl:
                 self._window = 0
         return self._window or None
 
-    # -- commands
-    def cmd_help(self, arg: str) -> None:
-        lines = [f"  {spec.usage:<18} {spec.help}" for spec in commands.SPECS]
-        lines += [
-            "",
-            "  Enter sends · Esc+Enter or a trailing \\ adds a line · Ctrl-C stops a reply",
-            "  Ctrl-D leaves · a line starting with // sends a literal /",
-        ]
-        self.console.print("\n".join(lines), highlight=False, markup=False)
-
-    def cmd_sessions(self, arg: str) -> None:
-        from chatloop.index import Index
-
-        with Index(self.store) as index:
-            index.sync(all_projects=False)
-            rows = index.list_sessions(limit=20)
-        if rows:
-            self.console.print(render.sessions_table(rows, self.clock()))
-        else:
-            render.note(self.console, "No sessions yet in this directory.")
-
-    def cmd_info(self, arg: str) -> None:
-        meta = self._meta()
-        window = self.window()
-        facts = [
-            ("session", meta.id or "(not started: send a message)"),
-            ("file", str(self.writer.path) if self.writer else "-"),
-            ("agent", f"{self.agent.name} ({self.agent.path})"),
-            (
-                "model",
-                f"{self.backend.model or '?'} via {self.backend.kind} {self.backend.base_url}",
-            ),
-            ("context window", f"{window:,} tokens" if window else "unknown"),
-            ("queries", str(self.writer.query_count if self.writer else 0)),
-            ("tokens", self._token_line()),
-        ]
-        if meta.parent_id:
-            facts.append(("continues", meta.parent_id))
-        width = max(len(k) for k, _ in facts)
-        self.console.print("\n".join(f"  {k:<{width}}  {v}" for k, v in facts), highlight=False)
-
-    def cmd_context(self, arg: str) -> None:
-        messages = self.writer.messages if self.writer else []
-        wire = self.wire(messages)
-        rows = [(str(m["role"]), estimate_tokens(str(m.get("content") or "")) + 4,
-                 str(m.get("content") or m.get("tool_calls") or "")) for m in wire]  # fmt: skip
-        total = sum(r[1] for r in rows)
-        self.console.print(render.context_table(rows, self.window(), total))
-        if self.agent.tools:
-            render.note(self.console, f"plus {len(self.agent.tools)} tool definitions")
-
-    def cmd_rename(self, arg: str) -> None:
-        if not arg:
-            raise ChatloopError("Give the new title", "For example: /rename Balcony garden plan")
-        self.title = arg
-        if self.writer is not None:
-            self.writer.update_meta(title=arg)
-        render.note(self.console, f"Title: {arg}")
-
-    def cmd_export(self, arg: str) -> None:
-        if self.writer is None:
-            raise ChatloopError("Nothing to export yet", "Send a message first.")
-        target = Path(arg or f"{self.writer.meta.id}.md").expanduser()
-        try:
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-        except FileExistsError:
-            raise ChatloopError(f"{target} already exists", "Choose another file name.") from None
-        except OSError as exc:
-            raise ChatloopError(f"Cannot write {target}: {exc.strerror}", "") from exc
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(self.writer.path.read_bytes())
-        render.note(self.console, f"Exported to {target}")
-
-    def cmd_copy(self, arg: str) -> None:
-        replies = [
-            m.text
-            for m in (self.writer.messages if self.writer else [])
-            if m.role == "assistant" and m.text
-        ]
-        if not replies:
-            raise ChatloopError("No reply to copy yet", "")
-        payload = base64.b64encode(replies[-1].encode()).decode()
-        self.console.file.write(f"\x1b]52;c;{payload}\x07")
-        render.note(self.console, "Copied the last reply (through your terminal's clipboard).")
-
-    def cmd_clear(self, arg: str) -> None:
-        self.console.clear()
-
-    def cmd_compact(self, arg: str) -> None:
-        raise ChatloopError(
-            "/compact is not available in this version yet",
-            "Summary chains are being built; your session is saved as it goes.",
-        )
-
-    def cmd_resume(self, arg: str) -> None:
-        raise ChatloopError("/resume is not available in this version yet",
-                            "`chatloop show N` prints a past session meanwhile.")  # fmt: skip
-
     # -- internals
     def _session(self) -> SessionWriter:
         if self.writer is None:
-            self.writer = self.store.create(self._meta())
+            self._adopt(self.store.create(self._meta()))
+        assert self.writer is not None
         return self.writer
+
+    def _adopt(self, writer: SessionWriter) -> None:
+        """Make ``writer`` the current session (a new one, or a child after compaction)."""
+        self.writer = writer
+        self._tokens = sum(m.usage.total for m in writer.messages if m.usage)
+        self._used = 0
 
     def _meta(self) -> SessionMeta:
         if self.writer is not None:
@@ -332,7 +293,8 @@ class Repl:
         writer = self._session()
         while self._unsaved:
             writer.append(self._unsaved[0])
-            self._unsaved.pop(0)
+            usage = self._unsaved.pop(0).usage
+            self._tokens += usage.total if usage else 0
 
     def _token_line(self) -> str:
         if self.writer is None:
@@ -344,14 +306,14 @@ class Repl:
 
     def _toolbar(self) -> list[tuple[str, str]]:
         writer = self.writer
-        tokens = sum(m.usage.total for m in writer.messages if m.usage) if writer else 0
         return render.toolbar(
             {
                 "agent": self.agent.name,
                 "model": model_label(self.backend.model),
                 "session": writer.meta.id if writer else "",
                 "queries": writer.query_count if writer else 0,
-                "tokens": tokens,
+                "tokens": self._tokens,
+                "chain_tokens": self.chain_base + self._tokens if self.chain_base else 0,
                 "used": self._used,
                 "window": self._window,
             }
@@ -373,6 +335,20 @@ class Repl:
         except (KeyboardInterrupt, EOFError):
             return True
         return answer.strip().lower() in ("y", "yes")
+
+    def _ask(self, question: str, default: bool) -> bool:
+        """A yes/no question; Enter takes ``default``, Ctrl-C or Ctrl-D mean no."""
+        render.note(self.console, question, "bold")
+        try:
+            answer = self.prompt.prompt("[Y/n] " if default else "[y/N] ").strip().lower()
+        except (KeyboardInterrupt, EOFError):
+            return False
+        return default if not answer else answer in ("y", "yes")
+
+    def pick(self, rows: list[SessionRow]) -> SessionRow | None:
+        from chatloop.picker import pick
+
+        return pick(rows, self.clock(), input=self.input, output=self.output)
 
     def _file_history(self) -> FileHistory:
         ensure_dir(self.store.project_dir)

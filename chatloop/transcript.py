@@ -54,8 +54,8 @@ KEY_RE = re.compile(r"^[a-z2-7]{8}$")
 __all__ = [
     "ROLES", "STATUSES", "SUMMARY_END", "SUMMARY_START", "Message", "ParseResult", "Problem",
     "Session", "SessionMeta", "Thinking", "ToolCall", "ToolResult", "Usage", "front_matter_end",
-    "new_key", "parse_markdown", "render_frame", "render_front_matter", "render_header",
-    "render_markdown",
+    "last_summary_frame", "new_key", "parse_markdown", "render_frame", "render_front_matter",
+    "render_header", "render_markdown",
 ]
 # fmt: on
 
@@ -295,6 +295,29 @@ def parse_markdown(data: bytes) -> ParseResult:
             messages.append(outcome.message)
         pos = outcome.next
     return _result(meta, messages, problems, len(data))
+
+
+_SUMMARY_OPEN_RE = re.compile(rb"<!-- chatloop:[a-z2-7]{8} summary \{")
+
+
+def last_summary_frame(tail: bytes, agent: str) -> tuple[Message | None, Problem | None, bool]:
+    """The last summary frame in ``tail`` (any slice of a session file's body).
+
+    Returns the message (None if there is none or it is unreadable), the
+    problem found with it, and whether another frame follows it (then the
+    summary does not cover the whole session). Used to resume from a large
+    file without parsing all of it.
+    """
+    starts = [m.start() for m in _SUMMARY_OPEN_RE.finditer(tail)]
+    if not starts:
+        return None, None, False
+    outcome = _read_frame(tail, starts[-1], agent)
+    if isinstance(outcome, _Torn):
+        return None, Problem("torn_tail", starts[-1], "the summary record is incomplete"), False
+    found = outcome.problem
+    problem = Problem(found[0], starts[-1], found[1]) if found else None
+    later = tail.find(_FRAME_START, outcome.next) >= 0
+    return outcome.message, problem, later
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,28 @@ def run_turn(
         result.messages.append(tool_message)
 
 
+def respond(
+    backend: Backend,
+    messages: Sequence[ChatMessage],
+    *,
+    clock: Callable[[], datetime],
+    on_event: OnEvent | None = None,
+    options: dict[str, Any] | None = None,
+    cancel: Cancel | None = None,
+) -> Message:
+    """One streamed reply to ``messages`` without tools, as an unrecorded assistant message.
+
+    Raises BackendError (or Cancelled) on failure; the caller decides what to keep.
+    """
+    reply = _Reply()
+    started = time.monotonic()
+    for event in backend.stream(messages, tools=None, options=options, cancel=cancel):
+        reply.take(event)
+        if on_event is not None:
+            on_event(event)
+    return reply.message(clock(), backend.model, time.monotonic() - started, False)
+
+
 def complete(
     backend: Backend,
     prompt: str,
@@ -151,7 +173,5 @@ def complete(
     """
     messages: list[ChatMessage] = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": prompt})
-    reply = _Reply()
-    for event in backend.stream(messages, tools=None, options=options, cancel=cancel):
-        reply.take(event)
-    return "".join(reply.text), reply.usage
+    reply = respond(backend, messages, clock=datetime.now, options=options, cancel=cancel)
+    return reply.text, reply.usage

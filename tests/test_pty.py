@@ -35,10 +35,11 @@ def chatloop_bin() -> str:
     return found
 
 
-def environment(home: Path, max_tokens: int) -> dict[str, str]:
+def environment(home: Path, max_tokens: int, summary_tokens: int = 48) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHATLOOP_")}
     env.update(CHATLOOP_HOME=str(home), CHATLOOP_MAX_TOKENS=str(max_tokens), TERM="xterm",
-               CHATLOOP_CONFIG="", COLUMNS="100")  # fmt: skip
+               CHATLOOP_CONFIG="", COLUMNS="100",
+               CHATLOOP_SUMMARY_MAX_TOKENS=str(summary_tokens))  # fmt: skip
     return env
 
 
@@ -55,12 +56,14 @@ def wait(child: pexpect.spawn, *patterns: str) -> int:
         child.send("\x1b[1;1R")
 
 
-def spawn(url: str, home: Path, cwd: Path, max_tokens: int = 12) -> pexpect.spawn:
+def spawn(url: str, home: Path, cwd: Path, max_tokens: int = 12, *args: str,
+          summary_tokens: int = 48, ready_text: str = READY) -> pexpect.spawn:  # fmt: skip
     child = pexpect.spawn(
-        chatloop_bin(), ["--base-url", url], cwd=str(cwd), env=environment(home, max_tokens),
+        chatloop_bin(), ["--base-url", url, *args], cwd=str(cwd),
+        env=environment(home, max_tokens, summary_tokens),
         encoding="utf-8", timeout=90, dimensions=(30, 100),
     )  # fmt: skip
-    wait(child, READY)
+    wait(child, ready_text)
     return child
 
 
@@ -116,9 +119,29 @@ def test_ctrl_c_keeps_the_partial_reply(llama_server: str, chatloop_home: Path,
     child.expect(pexpect.EOF)
     (path,) = (chatloop_home / "projects").glob("*/*.md")
     session = parse_markdown(path.read_bytes()).session
-    assert session.messages[-1].role == "assistant" and session.messages[-1].interrupted
-    assert session.messages[-2].text.startswith("Once upon a time")
-    assert session.meta.status == "closed"
+    said = [m for m in session.messages if m.role != "summary"]
+    assert said[-1].role == "assistant" and said[-1].interrupted
+    assert said[-2].text.startswith("Once upon a time")
+    assert session.meta.status == "closed" and session.summary is not None
+
+
+def test_ctrl_c_during_the_exit_summary_still_saves(
+    llama_server: str, chatloop_home: Path, project: Path
+) -> None:
+    child = spawn(llama_server, chatloop_home, project, 8, summary_tokens=600)
+    child.sendline("Tell me about the lighthouse keeper")
+    wait(child, ready(1))
+    child.sendline("exit")
+    wait(child, "Generating session summary")
+    time.sleep(0.5)
+    child.sendintr()
+    child.expect_exact("Summary cut short")
+    child.expect(pexpect.EOF)
+    (path,) = (chatloop_home / "projects").glob("*/*.md")
+    session = parse_markdown(path.read_bytes()).session
+    assert session.meta.status == "closed" and session.meta.queries == 1
+    assert session.meta.summary == "fallback" and session.summary is not None
+    assert "lighthouse keeper" in session.summary.text  # the goal, from the transcript
 
 
 def test_sigkill_at_random_moments_loses_no_shown_message(

@@ -44,14 +44,16 @@ def fake_server(requests: list[dict[str, object]]) -> OpenAICompatBackend:
 
 
 def drive(store: Store, backend: object, lines: str, agent: str = "simple_sally.py",
-          settings: Settings | None = None) -> tuple[Repl, str]:  # fmt: skip
+          settings: Settings | None = None, run_args: dict[str, object] | None = None,
+          assume_yes: bool = False, code: int = 0) -> tuple[Repl, str]:  # fmt: skip
+    """Run a whole REPL on scripted input; returns it and everything it printed."""
     out = io.StringIO()
     with create_pipe_input() as pipe:
         pipe.send_text(lines)
         repl = Repl(load_agent(AGENTS / agent), backend, store, settings or Settings(),  # type: ignore[arg-type]
-                    Console(file=out, width=100), input=pipe, output=DummyOutput(),
-                    clock=Clock())  # fmt: skip
-        assert repl.run() == 0
+                    Console(file=out, width=240), input=pipe, output=DummyOutput(),
+                    clock=Clock(), assume_yes=assume_yes)  # fmt: skip
+        assert repl.run(**(run_args or {})) == code  # type: ignore[arg-type]
     return repl, out.getvalue()
 
 
@@ -76,7 +78,11 @@ def test_a_whole_conversation_with_commands(store: Store) -> None:
     assert session.meta.queries == 2 and session.meta.tokens_in == 40
     second = requests[1]["messages"]
     assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]  # type: ignore[index]
-    assert all(r["max_tokens"] == 512 for r in requests)  # the agent's own OPTIONS
+    assert all(r["max_tokens"] == 512 for r in requests[:2])  # the agent's own OPTIONS
+    (summary_request,) = requests[2:]  # on exit: one summary request, no tools, no history
+    assert "tools" not in summary_request and len(summary_request["messages"]) == 1  # type: ignore[arg-type]
+    assert "progressive summary" in summary_request["messages"][0]["content"]  # type: ignore[index]
+    assert session.summary is not None and "**Topics Discussed:**" in session.summary.text
 
 
 def test_unknown_commands_and_bare_words() -> None:
@@ -100,9 +106,14 @@ def test_server_failure_keeps_the_message_and_the_loop(store: Store) -> None:
     client = httpx.Client(transport=httpx.MockTransport(handler))
     backend = OpenAICompatBackend("http://down/v1", "m", client=client, retries=0)
     _, shown = drive(store, backend, "are you there?\rstill there?\rquit\r")
-    assert shown.count("Cannot reach the model server") == 2
+    assert shown.count("error: Cannot reach the model server") == 2
+    assert "The model could not summarize (Cannot reach the model server" in shown
     session = parse_markdown(only_session(store).read_bytes()).session
-    assert [m.text for m in session.messages] == ["are you there?", "still there?"]
+    assert [m.text for m in session.messages if m.role == "user"] == [
+        "are you there?", "still there?"]  # fmt: skip
+    # the server never answered, yet the session is closed with a resumable summary
+    assert session.meta.status == "closed" and session.meta.summary == "fallback"
+    assert session.summary is not None and "Unanswered: still there?" in session.summary.text
 
 
 def test_export_writes_a_copy(
@@ -132,13 +143,15 @@ def test_settings_precedence_and_unknown_keys(tmp_path: Path) -> None:
 @pytest.mark.e2e
 def test_two_real_messages_against_the_llama_server(store: Store, llama_server: str) -> None:
     backend = OpenAICompatBackend(llama_server)
-    settings = Settings(max_tokens=12)
+    settings = Settings(max_tokens=12, summary_max_tokens=48)
     _, shown = drive(store, backend, "Once upon a time\rThe capital of France is\r\x04",
                         settings=settings)  # fmt: skip
     result = parse_markdown(only_session(store).read_bytes())
     assert result.problems == ()
     session = result.session
-    assert [m.role for m in session.messages] == ["user", "assistant", "user", "assistant"]
+    roles = [m.role for m in session.messages]
+    assert roles == ["user", "assistant", "user", "assistant", "summary"]  # Ctrl-D summarizes
+    assert session.summary is not None and "**Pending:**" in session.summary.text
     assert all(m.usage is not None and m.usage.input > 0 for m in session.messages[1::2])
     assert session.meta.status == "closed" and session.meta.queries == 2
     assert "Saved session" in shown

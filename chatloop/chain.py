@@ -1,0 +1,316 @@
+"""Summary chains: progressive summaries, and continuing a session in a new linked file.
+
+A chain is a list of session files, each linked to its parent by
+``parent_id``/``parent_file`` in its front matter. A session ends with a
+summary frame; its child begins with a restoration prompt carrying that
+summary (and only that one: it already condenses its own parent), then the
+model's acknowledgment. Nothing is copied or deleted: every word stays in the
+file it was said in. docs/chains.md explains the design and quotes the prompts
+(``chatloop.prompts``).
+
+``summarize`` never raises for a model failure: after one retry it returns
+the deterministic fallback, so every session stays resumable.
+``read_parent`` reads only the front matter and the file's tail, so
+preparing a resume costs the same for a 1 KB and a 100 MB transcript.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from chatloop import prompts
+from chatloop.backends.base import Backend, Cancel, Cancelled, estimate_tokens
+from chatloop.errors import BackendError, ChatloopError
+from chatloop.fsio import io_error
+from chatloop.session_writer import SessionWriter
+from chatloop.store import Store
+from chatloop.transcript import (
+    Message,
+    Session,
+    SessionMeta,
+    front_matter_end,
+    last_summary_frame,
+    parse_markdown,
+)
+
+SUMMARY_TIMEOUT = 120.0  # seconds per summary request
+SUMMARY_MAX_TOKENS = 700  # about 500 words
+TEMPLATE_TOKENS = 320  # the summary prompt without the transcript
+HEAD_BYTES = 70 * 1024  # front matter is capped at 64 KiB
+TAIL_BYTES = 256 * 1024  # a summary frame is a few KB; it is the last frame
+MAX_CHAIN = 10_000  # parent links followed at most (a loop guard)
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SummaryOutcome:
+    """A summary and how it was made. ``fallback`` when the model failed twice."""
+
+    text: str
+    fallback: bool
+    calls: int
+    error: str | None = None
+
+    def message(self, at: datetime) -> Message:
+        return Message.create("summary", at, text=self.text, fallback=self.fallback)
+
+
+@dataclass(frozen=True)
+class Parent:
+    """What a resume needs to know about the session it continues."""
+
+    path: Path
+    meta: SessionMeta
+    summary: str | None  # None: no usable summary block
+    note: str | None = None  # what was wrong with the summary, for the person
+
+    @property
+    def tokens(self) -> int:
+        return self.meta.tokens_in + self.meta.tokens_out
+
+
+# ------------------------------------------------------------------ summarizing
+
+
+def summarize(
+    backend: Backend,
+    messages: Sequence[Message],
+    *,
+    previous: str | None,
+    window: int | None,
+    max_tokens: int = SUMMARY_MAX_TOKENS,
+    timeout: float = SUMMARY_TIMEOUT,
+    progress: Progress | None = None,
+) -> SummaryOutcome:
+    """The progressive summary of ``messages`` (``previous``: the parent's summary).
+
+    Each request is a completion without tools, outside the live history,
+    with a timeout and one retry. A transcript too long for the window is
+    summarized in parts first (notes per part, then the summary of the
+    notes). Output without the structure is wrapped; a model that fails twice
+    gives way to ``prompts.fallback_summary``. KeyboardInterrupt propagates
+    (the caller writes the fallback and saves).
+    """
+    if not any(m.is_query for m in messages):  # nothing new: the parent's summary stands
+        if previous:
+            return SummaryOutcome(previous, False, 0)
+        return SummaryOutcome(prompts.fallback_summary(messages, None), True, 0)
+    reserve = min(max_tokens, max(64, (window or 4096) // 3))
+    room = (window or 4096) - reserve - TEMPLATE_TOKENS - estimate_tokens(previous or "")
+    room = max(200, int(room * 0.85))
+    lines = prompts.transcript_lines(messages)
+    calls = 0
+    options = {"max_tokens": reserve, "temperature": 0.2}
+    try:
+        text, notes = "\n".join(lines), False
+        depth = 0
+        while estimate_tokens(text) > room and depth < 3:
+            pieces = _split(text.splitlines(), room)
+            made: list[str] = []
+            for i, piece in enumerate(pieces, 1):
+                if progress:
+                    progress(f"part {i} of {len(pieces)}")
+                prompt = prompts.notes_prompt(piece, i, len(pieces))
+                answer, used = _ask(backend, prompt, options, timeout)
+                calls += used
+                made.append(f"Part {i}:\n{prompts.cap_words(prompts.clean(answer), 150)}")
+            text, notes, depth = "\n\n".join(made), True, depth + 1
+        if progress:
+            progress("summary")
+        answer, used = _ask(backend, prompts.summary_prompt(text, previous, notes), options,
+                            timeout)  # fmt: skip
+        calls += used
+    except BackendError as exc:
+        text = prompts.fallback_summary(messages, previous)
+        return SummaryOutcome(text, True, calls, exc.message)
+    answer = prompts.clean(answer)
+    if prompts.shape(answer):
+        return SummaryOutcome(prompts.cap_words(answer), False, calls)
+    return SummaryOutcome(prompts.wrap(answer, previous, messages), False, calls)
+
+
+def _ask(backend: Backend, prompt: str, options: dict[str, Any], timeout: float) -> tuple[str, int]:
+    """One summary request, retried once; empty output counts as a failure."""
+    from chatloop.turn import complete
+
+    last: BackendError | None = None
+    for attempt in (1, 2):
+        cancel = Cancel()
+        timer = threading.Timer(timeout, cancel.set)
+        timer.daemon = True
+        timer.start()
+        try:
+            text, _ = complete(backend, prompt, options=options, cancel=cancel)
+            if text.strip():
+                return text, attempt
+            last = BackendError("The model returned an empty summary", "")
+        except Cancelled:
+            last = BackendError(f"The summary request took longer than {timeout:.0f} s", "")
+        except BackendError as exc:
+            last = exc
+        finally:
+            timer.cancel()
+    assert last is not None
+    raise last
+
+
+def _split(lines: list[str], room: int) -> list[str]:
+    """Lines grouped into pieces of at most ``room`` estimated tokens (long lines cut)."""
+    limit = room * 4
+    pieces: list[str] = []
+    current: list[str] = []
+    size = 0
+    for line in lines:
+        for start in range(0, max(len(line), 1), limit):
+            chunk = line[start : start + limit]
+            if current and size + len(chunk) > limit:
+                pieces.append("\n".join(current))
+                current, size = [], 0
+            current.append(chunk)
+            size += len(chunk) + 1
+    if current:
+        pieces.append("\n".join(current))
+    return pieces
+
+
+def previous_summary(messages: Sequence[Message]) -> str | None:
+    """The parent's summary as injected by this session's restoration prompt, if any."""
+    for m in messages:
+        if m.restore and m.role == "user":
+            start = m.text.find(prompts.HEADINGS[0])
+            if start >= 0:
+                end = m.text.rfind(prompts.HEADINGS[4])
+                close = m.text.find("\n\n", end) if end >= 0 else -1
+                return m.text[start : close if close >= 0 else len(m.text)].strip()
+    return None
+
+
+# ------------------------------------------------------------------ reading a parent
+
+
+def read_parent(path: Path) -> Parent:
+    """The front matter and last summary of a session file, reading only its ends.
+
+    Falls back to a full parse for legacy files (no front matter). A summary
+    followed by more messages, unreadable, or absent is reported as missing
+    (``summary`` None, ``note`` says why); a hand-edited one is used as found.
+    """
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            head = handle.read(HEAD_BYTES)
+            body = front_matter_end(head)
+            if body < 0:
+                handle.seek(0)
+                return _parent_from(path, parse_markdown(handle.read()).session)
+            handle.seek(max(body, size - TAIL_BYTES))
+            tail = handle.read()
+    except OSError as exc:
+        raise io_error("read", path, exc) from exc
+    result = parse_markdown(head[:body])
+    meta = result.session.meta
+    message, problem, later = last_summary_frame(tail, meta.agent)
+    if later:
+        return Parent(path, meta, None, "its summary does not cover its last messages")
+    if message is None:
+        why = problem.detail if problem else "it has no summary (it was interrupted or is old)"
+        return Parent(path, meta, None, why)
+    text = prompts.clean(message.text)
+    note = "its summary block was edited or damaged; using it as found" if problem else None
+    if not text:
+        return Parent(path, meta, None, "its summary block is empty")
+    return Parent(path, meta, text, note)
+
+
+def _parent_from(path: Path, session: Session) -> Parent:
+    summary = session.summary
+    text = prompts.clean(summary.text) if summary is not None else ""
+    if text:
+        return Parent(path, session.meta, text)
+    return Parent(path, session.meta, None, "it has no summary")
+
+
+def chain_tokens(meta: SessionMeta, limit: int = MAX_CHAIN) -> int:
+    """Tokens of every ancestor of ``meta`` (conversation and restoration), from their
+    front matter only. Missing ancestors end the walk."""
+    total, seen = 0, {meta.id}
+    link = meta.parent_file
+    while link and len(seen) < limit:
+        try:
+            with open(link, "rb") as handle:
+                head = handle.read(HEAD_BYTES)
+        except OSError:
+            break
+        end = front_matter_end(head)
+        if end < 0:
+            break
+        parent = parse_markdown(head[:end]).session.meta
+        if parent.id in seen:
+            break
+        seen.add(parent.id)
+        total += parent.tokens_in + parent.tokens_out + parent.restoration_tokens
+        link = parent.parent_file
+    return total
+
+
+# ------------------------------------------------------------------ starting a child
+
+
+def restoration(parent: Parent, summary: str, unanswered: str | None = None) -> str:
+    """The restoration prompt that opens a child of ``parent``."""
+    return prompts.restoration_prompt(
+        session_id=parent.meta.id,
+        date=parent.meta.created.strftime("%Y-%m-%d %H:%M"),
+        queries=parent.meta.queries,
+        tokens=parent.tokens,
+        summary=summary,
+        grandparent=parent.meta.parent_id,
+        unanswered=unanswered,
+    )
+
+
+def start_child(
+    store: Store,
+    template: SessionMeta,
+    parent: Parent,
+    summary: str,
+    clock: Callable[[], datetime],
+    unanswered: str | None = None,
+) -> SessionWriter:
+    """Create the child session of ``parent`` and append its restoration prompt.
+
+    ``template`` gives the new session's agent, model and title (and any
+    ``extra`` keys); ids, times, counters and status are the new session's own.
+    The caller streams the acknowledgment and appends it with ``restore=True``.
+    """
+    meta = child_meta(template, parent, clock())
+    writer = store.create(meta)
+    try:
+        text = restoration(parent, summary, unanswered)
+        writer.append(Message.create("user", clock(), text=text, restore=True))
+    except ChatloopError:
+        writer.close()
+        raise
+    return writer
+
+
+def child_meta(template: SessionMeta, parent: Parent, now: datetime) -> SessionMeta:
+    """A new session's front matter: who it is (from ``template``) and whose child."""
+    return SessionMeta(
+        id="", created=now, updated=now, title=template.title or parent.meta.title,
+        agent=template.agent, agent_path=template.agent_path, model=template.model,
+        backend_url=template.backend_url, git_branch=template.git_branch,
+        parent_id=parent.meta.id, parent_file=str(parent.path), extra=dict(template.extra),
+    )  # fmt: skip
+
+
+def closed_parent(writer: SessionWriter) -> Parent:
+    """A just-finalized session as the parent of the next one."""
+    summary = writer.session.summary
+    return Parent(writer.path, writer.meta, summary.text if summary else None)

@@ -1,0 +1,322 @@
+"""The summary and restoration prompts, and the text work around them. No I/O.
+
+Every prompt chatloop sends on its own behalf is here, in one place, and is
+quoted in docs/chains.md. A summary always has this shape (under 500 words)::
+
+    **Background Context:** ...
+
+    **Current Session Summary:**
+
+    **Topics Discussed:**
+    - ...
+
+    **Decisions Made:**
+    - ...
+
+    **Pending:**
+    - ...
+
+``shape`` checks a model's output for it; ``wrap`` gives marker-less or
+shapeless output the structure; ``fallback_summary`` builds one from the
+transcript alone when the model cannot.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from chatloop.transcript import Message
+
+MAX_WORDS = 500
+HEADINGS = (
+    "**Background Context:**",
+    "**Current Session Summary:**",
+    "**Topics Discussed:**",
+    "**Decisions Made:**",
+    "**Pending:**",
+)
+INITIAL = "Initial session."
+NONE = "- None recorded."
+
+SUMMARY_PROMPT = """\
+Write the progressive summary of the chat session below, so that a later session \
+can continue it without the transcript. Use exactly this markdown structure and \
+stay under 500 words:
+
+**Background Context:** {background_rule}
+
+**Current Session Summary:**
+
+**Topics Discussed:**
+- one bullet per topic
+
+**Decisions Made:**
+- one bullet per decision or answer that was settled
+
+**Pending:**
+- one bullet per open question or next step
+
+Rules: keep exact identifiers, file names, paths, commands, numbers and the \
+user's stated constraints and preferences word for word. Write only what the \
+{source} says; do not invent anything. Write "- None." for an empty list. \
+Reply with the summary only.
+{previous}
+{source_title}:
+
+{text}
+"""
+
+BACKGROUND_RULE_FIRST = 'write "Initial session."'
+BACKGROUND_RULE_CHAINED = "condense the previous summary (below) into one or two sentences."
+
+NOTES_PROMPT = """\
+This is part {part} of {parts} of a chat transcript. Write short notes on it as \
+bullets: the topics, what was decided or answered, exact identifiers, file \
+names and numbers, and open questions. Write only what the part says; do not \
+invent anything. Reply with the notes only.
+
+Part {part} of {parts}:
+
+{text}
+"""
+
+RESTORE_PROMPT = """\
+We are continuing an earlier conversation: session {id} of {date}, \
+{queries} queries, {tokens:,} tokens{grandparent}.
+
+Summary of that session:
+
+{summary}
+{unanswered}
+Acknowledge briefly (2-6 sentences or bullets): the main topics, the key \
+decisions, and that you are ready to continue.\
+"""
+
+UNANSWERED = """
+Its last message was not answered because the context window was full. \
+Answer it after your acknowledgment:
+
+{text}
+"""
+
+_MARKER_LINE = re.compile(r"^.*SESSION_SUMMARY.*$\n?", re.MULTILINE)  # whole or damaged markers
+
+
+def summary_prompt(text: str, previous: str | None, notes: bool = False) -> str:
+    """The request for a summary of ``text`` (a transcript, or notes on its parts)."""
+    return SUMMARY_PROMPT.format(
+        background_rule=BACKGROUND_RULE_CHAINED if previous else BACKGROUND_RULE_FIRST,
+        previous=f"\nPrevious summary:\n\n{previous.strip()}\n" if previous else "",
+        source="notes" if notes else "transcript",
+        source_title="Notes on the session, part by part" if notes else "Transcript",
+        text=text.strip(),
+    )
+
+
+def notes_prompt(text: str, part: int, parts: int) -> str:
+    return NOTES_PROMPT.format(part=part, parts=parts, text=text.strip())
+
+
+def restoration_prompt(
+    *,
+    session_id: str,
+    date: str,
+    queries: int,
+    tokens: int,
+    summary: str,
+    grandparent: str | None = None,
+    unanswered: str | None = None,
+) -> str:
+    """The first message of a continued session: who the parent was and its summary."""
+    return RESTORE_PROMPT.format(
+        id=session_id,
+        date=date,
+        queries=queries,
+        tokens=tokens,
+        grandparent=f"; it continued session {grandparent}" if grandparent else "",
+        summary=summary.strip(),
+        unanswered=UNANSWERED.format(text=unanswered.strip()) if unanswered else "",
+    )
+
+
+def transcript_lines(messages: Sequence[Message], limit: int = 2000) -> list[str]:
+    """The conversation as plain lines for a summary request, one per message.
+
+    Restoration messages and summaries are left out (the previous summary is
+    given separately); tool results are cut to a short preview and every
+    message to ``limit`` characters.
+    """
+    lines: list[str] = []
+    for m in messages:
+        if m.restore or m.role == "summary":
+            continue
+        if m.role == "user":
+            lines.append(f"User: {_clip(m.text, limit)}")
+        elif m.role == "assistant":
+            if m.text.strip():
+                lines.append(f"Assistant: {_clip(m.text, limit)}")
+            lines.extend(f"Assistant called {c.name}({_clip(c.arguments, 200)})"
+                         for c in m.tool_calls)  # fmt: skip
+        elif m.role == "tool":
+            lines.extend(f"Tool {r.name} returned: {_clip(r.content, 300)}"
+                         for r in m.tool_results)  # fmt: skip
+    return lines
+
+
+def clean(text: str) -> str:
+    """Model output made safe to store: markers and surrounding fences removed."""
+    text = _MARKER_LINE.sub("", text).strip()
+    fence = re.fullmatch(r"```[a-z]*\n(.*)\n```", text, re.DOTALL)
+    return (fence.group(1) if fence else text).strip()
+
+
+def shape(text: str) -> bool:
+    """True when all five headings are there, in order."""
+    at = -1
+    for heading in HEADINGS:
+        at = text.find(heading, at + 1)
+        if at < 0:
+            return False
+    return True
+
+
+def cap_words(text: str, limit: int = MAX_WORDS) -> str:
+    """``text`` cut to ``limit`` words, line breaks kept."""
+    count = 0
+    out: list[str] = []
+    for line in text.splitlines():
+        words = line.split()
+        if count + len(words) > limit:
+            out.append(" ".join(words[: limit - count]) + " …")
+            break
+        count += len(words)
+        out.append(line)
+    return "\n".join(out).strip()
+
+
+def condense(summary: str | None, words: int = 45) -> str:
+    """The Background Context line of a child: its parent's summary in a sentence or two."""
+    if not summary or not summary.strip():
+        return INITIAL
+    topics = _section(summary, "**Topics Discussed:**")
+    decisions = _section(summary, "**Decisions Made:**")
+    if topics or decisions:
+        text = "Earlier: " + "; ".join(topics[:4]) + "."
+        if decisions:
+            text += " Settled: " + "; ".join(decisions[:2]) + "."
+    else:
+        text = "Earlier: " + " ".join(clean(summary).split())
+    return cap_words(text, words)
+
+
+def wrap(text: str, previous: str | None, messages: Sequence[Message]) -> str:
+    """A summary with the required structure around model output that lacks it."""
+    parts = _fallback_parts(messages)
+    return assemble(
+        condense(previous),
+        topics=parts["topics"],
+        decisions=[NONE[2:]],
+        pending=parts["pending"],
+        narrative=cap_words(clean(text), 250),
+    )
+
+
+def fallback_summary(messages: Sequence[Message], previous: str | None) -> str:
+    """A summary built from the transcript alone: first request as the goal, the
+    last exchanges, tools used and files mentioned."""
+    parts = _fallback_parts(messages)
+    return assemble(
+        condense(previous),
+        topics=parts["topics"],
+        decisions=parts["decisions"] or [NONE[2:]],
+        pending=parts["pending"],
+        narrative="(Built from the transcript without the model.)",
+    )
+
+
+def assemble(
+    background: str,
+    *,
+    topics: Sequence[str],
+    decisions: Sequence[str],
+    pending: Sequence[str],
+    narrative: str = "",
+) -> str:
+    def bullets(items: Sequence[str]) -> str:
+        return "\n".join(f"- {item}" for item in items) if items else NONE
+
+    head = f"{HEADINGS[0]} {background}\n\n{HEADINGS[1]}\n\n"
+    if narrative:
+        head += narrative + "\n\n"
+    return cap_words(
+        f"{head}{HEADINGS[2]}\n{bullets(topics)}\n\n{HEADINGS[3]}\n{bullets(decisions)}\n\n"
+        f"{HEADINGS[4]}\n{bullets(pending)}"
+    )
+
+
+def _fallback_parts(messages: Sequence[Message]) -> dict[str, list[str]]:
+    queries = [m for m in messages if m.is_query and m.text.strip()]
+    replies = [m for m in messages if m.role == "assistant" and not m.restore and m.text.strip()]
+    topics: list[str] = []
+    if queries:
+        topics.append(f"Goal (first request): {_clip(_line(queries[0].text), 160)}")
+        recent = queries[1:][-6:]
+        topics += [_clip(_line(q.text), 100) for q in recent]
+    tools = sorted({c.name for m in messages for c in m.tool_calls})
+    if tools:
+        topics.append("Tools used: " + ", ".join(tools))
+    files = _files(messages)
+    if files:
+        topics.append("Files mentioned: " + ", ".join(files[:12]))
+    decisions = [f"Last answer: {_clip(_line(replies[-1].text), 200)}"] if replies else []
+    pending: list[str] = []
+    last_user = max((i for i, m in enumerate(messages) if m.is_query), default=-1)
+    answered = any(
+        m.role == "assistant" and m.text.strip() and not m.interrupted
+        for m in messages[last_user + 1 :]
+    )
+    if last_user >= 0 and not answered:
+        pending.append(f"Unanswered: {_clip(_line(messages[last_user].text), 160)}")
+    elif queries:
+        pending.append("Continue from the last exchange.")
+    return {"topics": topics, "decisions": decisions, "pending": pending}
+
+
+_FILE_RE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.[A-Za-z][A-Za-z0-9]{0,5})(?![\w/])")
+
+
+def _files(messages: Sequence[Message]) -> list[str]:
+    seen: dict[str, None] = {}
+    for m in messages:
+        if m.restore or m.role == "summary":
+            continue
+        bits = [m.text, *(c.arguments for c in m.tool_calls)]
+        for bit in bits:
+            for name in _FILE_RE.findall(bit):
+                if not re.fullmatch(r"[\d.]+", name) and not name.startswith("e.g"):
+                    seen.setdefault(name, None)
+    return list(seen)
+
+
+def _section(summary: str, heading: str) -> list[str]:
+    """The bullets under ``heading`` in a summary, without their dashes."""
+    at = summary.find(heading)
+    if at < 0:
+        return []
+    items: list[str] = []
+    for line in summary[at + len(heading) :].splitlines()[1:]:
+        if line.startswith("**"):
+            break
+        item = line.strip().removeprefix("- ").removeprefix("* ").strip()
+        if item and item.rstrip(".").lower() not in ("none", "none recorded"):
+            items.append(item.rstrip("."))
+    return items
+
+
+def _line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,345 @@
+"""Summaries, compaction and resume, with a scripted backend (tests/fakes.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from chatloop import chain, prompts
+from chatloop.backends.base import ContextOverflow, estimate_tokens
+from chatloop.config import Settings
+from chatloop.context import plan
+from chatloop.errors import BackendError
+from chatloop.store import Store
+from chatloop.transcript import Message, Session, ToolCall, ToolResult, Usage, parse_markdown
+from tests.conftest import T0, exchange, new_meta
+from tests.fakes import STRUCTURED, FakeBackend
+from tests.test_repl import drive
+
+
+def talk(n: int) -> list[Message]:
+    return [m for i in range(1, n + 1) for m in exchange(i)]
+
+
+def files(store: Store) -> list[Session]:
+    """Every session of the project, in the order they were last written (each drive
+    restarts the test clock, so file times tell the order)."""
+    entries = sorted(store.session_files(), key=lambda e: e.stat().st_mtime_ns)
+    return [store.read(Path(e.path)).session for e in entries]
+
+
+# ---------------------------------------------------------------- summaries
+
+
+def test_summary_request_is_one_message_without_tools_and_keeps_the_structure() -> None:
+    backend = FakeBackend(STRUCTURED)
+    outcome = chain.summarize(backend, talk(3), previous=None, window=8192)
+    assert outcome.text == STRUCTURED and not outcome.fallback and outcome.calls == 1
+    (call,) = backend.calls
+    assert call["tools"] is None and len(call["messages"]) == 1
+    prompt = call["messages"][0]["content"]
+    assert 'write "Initial session."' in prompt and "do not invent anything" in prompt
+    assert "User: Question number 3: what is in notes-3.txt?" in prompt
+    assert 'Assistant called read_file({"path": "notes-1.txt"})' in prompt
+    assert call["options"]["max_tokens"] == chain.SUMMARY_MAX_TOKENS
+
+
+def test_previous_summary_is_given_to_condense() -> None:
+    backend = FakeBackend(STRUCTURED)
+    chain.summarize(backend, talk(1), previous="**Background Context:** x\nEarlier stuff",
+                    window=8192)  # fmt: skip
+    prompt = backend.prompts()[0]
+    assert "Previous summary:\n\n**Background Context:** x" in prompt
+    assert prompts.BACKGROUND_RULE_CHAINED in prompt
+
+
+def test_shapeless_output_is_wrapped_and_markers_are_stripped() -> None:
+    raw = "<!-- SESSION_SUMMARY_START -->\nWe talked about notes files.\n<!-- SESSION_SUMMARY_END -->"
+    outcome = chain.summarize(FakeBackend(raw), talk(2), previous=None, window=8192)
+    assert not outcome.fallback and prompts.shape(outcome.text)
+    assert "We talked about notes files." in outcome.text
+    assert "SESSION_SUMMARY" not in outcome.text
+    assert outcome.text.startswith("**Background Context:** Initial session.")
+
+
+def test_one_retry_then_the_deterministic_fallback() -> None:
+    retried = chain.summarize(FakeBackend(BackendError("boom", ""), STRUCTURED), talk(1),
+                              previous=None, window=8192)  # fmt: skip
+    assert not retried.fallback and retried.calls == 2
+    failing = FakeBackend(BackendError("boom", ""), "   ")  # an empty answer is a failure too
+    outcome = chain.summarize(failing, talk(3), previous=STRUCTURED, window=8192)
+    assert outcome.fallback and outcome.error == "The model returned an empty summary"
+    assert len(failing.calls) == 2 and prompts.shape(outcome.text)
+    text = outcome.text
+    assert "Goal (first request): Question number 1: what is in notes-1.txt?" in text
+    assert "Tools used: read_file" in text and "notes-3.txt" in text
+    assert "**Background Context:** Earlier: Watering schedule for basil in pots/basil.md." in text
+    assert len(text.split()) < prompts.MAX_WORDS
+
+
+def test_a_slow_model_times_out_and_falls_back() -> None:
+    slow = FakeBackend(default="word " * 50, delay=0.02)
+    outcome = chain.summarize(slow, talk(1), previous=None, window=8192, timeout=0.1)
+    assert outcome.fallback and "took longer than" in (outcome.error or "")
+    assert len(slow.calls) == 2
+
+
+def test_long_transcripts_are_summarized_in_parts_within_the_window() -> None:
+    window = 1024
+    backend = FakeBackend(default="- notes on this part")
+    long = talk(50)
+    assert estimate_tokens("\n".join(prompts.transcript_lines(long))) > 3 * window
+    outcome = chain.summarize(backend, long, previous=STRUCTURED, window=window)
+    assert len(backend.calls) > 3 and outcome.calls == len(backend.calls)
+    for call in backend.calls:  # every request leaves room for the reply
+        sent = estimate_tokens(call["messages"][0]["content"])
+        assert sent + call["options"]["max_tokens"] <= window
+    assert "Part 1 of" in backend.prompts()[0]
+    assert "Notes on the session, part by part" in backend.prompts()[-1]
+    assert prompts.shape(outcome.text)
+
+
+def test_summaries_stay_under_500_words() -> None:
+    outcome = chain.summarize(FakeBackend(STRUCTURED + "\n- more" * 700), talk(1),
+                              previous=None, window=8192)  # fmt: skip
+    assert len(outcome.text.split()) <= prompts.MAX_WORDS + 1
+
+
+def test_restoration_prompt_names_the_parent_and_asks_for_an_acknowledgment(
+    store: Store,
+) -> None:
+    with store.create(new_meta(parent_id="20260101-000000-aaaaaaaa")) as writer:
+        for m in talk(2):
+            writer.append(m)
+        writer.finalize(Message.create("summary", T0, text=STRUCTURED))
+        parent = chain.closed_parent(writer)
+    text = chain.restoration(parent, STRUCTURED)
+    assert f"session {parent.meta.id} of 2026-11-21 14:30, 2 queries" in text
+    assert "it continued session 20260101-000000-aaaaaaaa" in text
+    assert STRUCTURED in text and "Acknowledge briefly (2-6 sentences or bullets)" in text
+
+
+# ---------------------------------------------------------------- reading a parent
+
+
+def closed_session(store: Store, summary: str | None = STRUCTURED, n: int = 2) -> Path:
+    with store.create(new_meta()) as writer:
+        for m in talk(n):
+            writer.append(m)
+        writer.finalize(Message.create("summary", T0, text=summary) if summary else None)
+        return writer.path
+
+
+def test_read_parent_takes_the_summary_from_the_tail_of_a_large_file(store: Store) -> None:
+    big = "x" * 1_000_000
+    with store.create(new_meta()) as writer:
+        for _ in range(3):
+            writer.append(Message.create("user", T0, text=big))
+        writer.finalize(Message.create("summary", T0, text=STRUCTURED))
+        path = writer.path
+    parent = chain.read_parent(path)
+    assert parent.summary == STRUCTURED and parent.note is None
+    assert parent.meta.queries == 3 and path.stat().st_size > 3_000_000
+
+
+def test_read_parent_reports_missing_damaged_and_stale_summaries(store: Store) -> None:
+    assert chain.read_parent(closed_session(store, summary=None)).summary is None
+    path = closed_session(store)
+    data = path.read_bytes().replace(b"<!-- SESSION_SUMMARY_END -->", b"<!-- SESSION_SUMMARY_EN")
+    path.write_bytes(data)
+    damaged = chain.read_parent(path)
+    assert damaged.summary == STRUCTURED and "edited or damaged" in (damaged.note or "")
+    path.write_bytes(data + b"\n<!-- chatloop:abcdefgh user {\"at\":\"2026-11-21T10:00:00Z\"} -->\n"
+                     b"x\n<!-- /chatloop:abcdefgh 00000000 -->\n")  # fmt: skip
+    assert chain.read_parent(path).summary is None
+
+
+# ---------------------------------------------------------------- the REPL
+
+
+def test_exit_writes_the_summary_between_markers_and_closes_the_file(store: Store) -> None:
+    backend = FakeBackend("First answer.", STRUCTURED)
+    _, shown = drive(store, backend, "plan the basil watering\rexit\r")
+    assert "Generating session summary..." in shown and "with its summary" in shown
+    (session,) = files(store)
+    assert session.meta.status == "closed" and session.meta.summary == "model"
+    raw = Path(store.find_file(session.meta.id)).read_text()
+    assert f"<!-- SESSION_SUMMARY_START -->\n{STRUCTURED}\n<!-- SESSION_SUMMARY_END -->" in raw
+
+
+def test_compact_starts_a_linked_session_and_the_context_shrinks(store: Store) -> None:
+    long = "details of the basil beds " * 80
+    backend = FakeBackend("A.", "B.", STRUCTURED, "Acknowledged: basil, ready.", "C.", STRUCTURED)
+    repl, shown = drive(store, backend, f"{long}\r{long}\r/compact\rthree\r/info\rexit\r")
+    parent, child = files(store)
+    assert parent.meta.status == child.meta.status == "closed"
+    assert child.meta.parent_id == parent.meta.id
+    assert child.meta.parent_file == str(store.find_file(parent.meta.id))
+    restore, ack, three, _ = child.messages[:4]
+    assert restore.restore and ack.restore and ack.text.strip() == "Acknowledged: basil, ready."
+    assert STRUCTURED in restore.text and three.text == "three"
+    assert child.meta.queries == 1 and child.meta.restoration_tokens > 0
+    assert "## Session Restored" in Path(store.find_file(child.meta.id)).read_text()
+    after = backend.calls[4]["messages"]  # the call that answers "three"
+    assert [m["role"] for m in after] == ["system", "user", "assistant", "user"]
+    assert after[1]["content"] == restore.text
+    before = backend.calls[1]["messages"]
+    assert estimate_tokens(str(after)) < estimate_tokens(str(before)) / 3  # the context shrank
+    assert "chain tokens" in shown and f"continues       {parent.meta.id}" in shown
+    assert sum(s.meta.queries for s in files(store)) == 3
+
+
+def test_resume_by_number_in_the_repl(store: Store) -> None:
+    drive(store, FakeBackend("A.", STRUCTURED), "first chat\rexit\r")
+    backend = FakeBackend("Ready.", "B.", STRUCTURED)
+    drive(store, backend, "resume 1\rsecond chat\rexit\r")
+    first, second = files(store)
+    assert second.meta.parent_id == first.meta.id and second.messages[0].restore
+    assert STRUCTURED in backend.calls[0]["messages"][-1]["content"]
+
+
+def test_resume_full_restores_the_history_when_it_fits(store: Store) -> None:
+    drive(store, FakeBackend("Answer one.", STRUCTURED), "first chat\rexit\r")
+    backend = FakeBackend("B.", STRUCTURED)
+    repl = drive(store, backend, "second\rexit\r", run_args={"resume": "1", "full": True})[0]
+    sent = backend.calls[0]["messages"]
+    assert [m["content"].strip() for m in sent[1:]] == ["first chat", "Answer one.", "second"]
+    _, child = files(store)
+    assert child.meta.extra.get("restored") == "full" and child.meta.parent_id
+    assert not any(m.restore for m in child.messages)
+    tiny = dataclasses.replace(Settings(), context_window=300)
+    big = "word " * 400
+    drive(store, FakeBackend("x", STRUCTURED), f"{big}\rexit\r",
+          settings=dataclasses.replace(tiny, context_window=4000))  # fmt: skip
+    _, shown = drive(store, FakeBackend("Ready.", "y", STRUCTURED), "exit\r", settings=tiny,
+                     run_args={"resume": "1", "full": True})  # fmt: skip
+    assert "does not fit the budget" in shown and "using its summary instead" in shown
+
+
+def test_resume_of_an_interrupted_session_writes_its_summary_first(store: Store) -> None:
+    writer = store.create(new_meta())
+    for m in talk(2):
+        writer.append(m)
+    writer.close()  # never finalized: a crash
+    backend = FakeBackend(STRUCTURED, "Ready.", STRUCTURED)
+    _, shown = drive(store, backend, "exit\r", run_args={"resume": "1"})
+    assert "it has no summary" in shown and "Wrote the missing summary" in shown
+    parent, child = files(store)
+    assert parent.summary is not None and parent.meta.status == "closed"
+    assert child.meta.parent_id == parent.meta.id
+
+
+def test_resume_when_the_parent_file_is_gone_starts_fresh(store: Store) -> None:
+    repl, shown = drive(store, FakeBackend("A.", STRUCTURED), "hello\rexit\r")
+    assert repl.resume_from(store.project_dir / "20260101-000000-deadbeef.md") is False
+
+
+def test_resume_asks_when_the_agent_differs(store: Store) -> None:
+    drive(store, FakeBackend("A.", STRUCTURED), "hi\rexit\r")
+    _, shown = drive(store, FakeBackend(), "n\rexit\r", agent="file_fiona.py",
+                     run_args={"resume": "1"})  # fmt: skip
+    assert "continue it with File Fiona" in shown and "Not resumed." in shown
+    assert len(files(store)) == 1
+    repl, _ = drive(store, FakeBackend("Ready.", STRUCTURED), "exit\r", agent="file_fiona.py",
+                    run_args={"resume": "1"}, assume_yes=True)  # fmt: skip
+    assert len(files(store)) == 2
+
+
+def test_resume_of_an_unknown_session_names_the_closest(store: Store) -> None:
+    drive(store, FakeBackend("A.", STRUCTURED), "hi\rexit\r")
+    (session,) = files(store)
+    wrong = session.meta.id[:-1] + ("0" if session.meta.id[-1] != "0" else "1")
+    _, shown = drive(store, FakeBackend(), f"/resume {wrong}\r/resume 7\rexit\r")
+    assert f"Did you mean {session.meta.id}?" in shown
+    assert "There is no session number 7" in shown
+
+
+def test_auto_compaction_keeps_every_message_and_links_the_chain(store: Store) -> None:
+    settings = dataclasses.replace(Settings(), context_window=900, auto_compact="on",
+                                   max_tokens=64)  # fmt: skip
+    typed = [f"message {i}: " + "tell me about the garden beds and their soil " * 3
+             for i in range(14)]  # fmt: skip
+    backend = FakeBackend(default=lambda msgs: STRUCTURED if "progressive summary" in
+                          str(msgs[-1]["content"]) else "Short reply.")  # fmt: skip
+    _, shown = drive(store, backend, "\r".join(typed) + "\rexit\r", settings=settings)
+    chain_files = files(store)
+    assert len(chain_files) >= 2 and "error" not in shown
+    for parent, child in zip(chain_files, chain_files[1:], strict=False):
+        assert child.meta.parent_id == parent.meta.id
+    sent = [m.text for s in chain_files for m in s.messages if m.is_query]
+    assert sent == typed
+    for call in backend.calls:  # nothing sent ever overflowed the window
+        assert plan("", [], window=900).budget.window >= estimate_tokens(str(call["messages"]))
+
+
+def test_ask_mode_asks_and_off_mode_only_warns(store: Store) -> None:
+    settings = dataclasses.replace(Settings(), context_window=1200, compact_threshold=0.05)
+    text = "describe the soil " * 10
+    _, shown = drive(store, FakeBackend("A.", STRUCTURED), f"{text}\rn\rexit\r",
+                     settings=settings)  # fmt: skip
+    assert "Context " in shown and "full (" in shown and len(files(store)) == 1
+    _, shown = drive(store, FakeBackend("A.", STRUCTURED, "Ack.", STRUCTURED),
+                     f"{text}\r\rexit\r", settings=settings)  # Enter takes the default: yes
+    assert "Session Restored" in shown and len(files(store)) == 3
+    off = dataclasses.replace(settings, auto_compact="off")
+    _, shown = drive(store, FakeBackend("A.", STRUCTURED), f"{text}\rexit\r", settings=off)
+    assert "/compact continues in a new session" in shown and len(files(store)) == 4
+
+
+def test_a_server_overflow_compacts_and_the_child_answers_the_message(store: Store) -> None:
+    backend = FakeBackend("A.", ContextOverflow("too long", "", window=2048), STRUCTURED,
+                          "Ack, and the answer.", STRUCTURED)  # fmt: skip
+    _, shown = drive(store, backend, "first\rsecond\rexit\r")
+    assert "compacting" in shown
+    parent, child = files(store)
+    assert [m.text for m in parent.messages if m.is_query] == ["first", "second"]
+    assert "Answer it after your acknowledgment:\n\nsecond" in child.messages[0].text
+    assert child.meta.queries == 0 and parent.meta.queries == 2
+
+
+def test_ctrl_c_during_the_summary_still_saves_with_the_fallback(store: Store) -> None:
+    backend = FakeBackend("A.", KeyboardInterrupt())
+    _, shown = drive(store, backend, "remember pots/basil.md\rexit\r")
+    assert "Summary cut short" in shown
+    (session,) = files(store)
+    assert session.meta.status == "closed" and session.meta.summary == "fallback"
+    assert "pots/basil.md" in (session.summary.text if session.summary else "")
+
+
+def test_tool_results_are_pruned_from_the_sent_copy_only() -> None:
+    messages = []
+    for i in range(6):
+        messages += [Message.create("user", T0, text=f"q{i}"),
+                     Message.create("assistant", T0, tool_calls=(ToolCall(f"c{i}", "read", "{}"),),
+                                    usage=Usage(1, 1)),
+                     Message.create("tool", T0, tool_results=(ToolResult(f"c{i}", "read",
+                                                                          "z" * 2000),))]  # fmt: skip
+    full = plan("sys", messages, window=100_000)
+    assert full.fits and full.pruned == 0
+    tight = plan("sys", messages, window=2200, reserve=200)
+    assert tight.fits and tight.pruned > 0
+    assert tight.wire[-1]["content"] == "z" * 2000  # the latest result is kept
+    assert "left out to save context" in str(tight.wire[3]["content"])
+    assert messages[2].tool_results[0].content == "z" * 2000  # the transcript keeps it
+    assert not plan("sys", messages, window=600, reserve=200).fits
+
+
+@pytest.mark.parametrize("keys, expected", [("\r", 0), ("\x1b[B\r", 1), ("j\x1b[A\r", 0)])
+def test_picker_moves_with_arrow_keys(store: Store, keys: str, expected: int) -> None:
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from chatloop.index import Index
+    from chatloop.picker import pick
+
+    for text in ("older chat", "newer chat"):
+        drive(store, FakeBackend("A.", STRUCTURED), f"{text}\rexit\r")
+    with Index(store) as index:
+        index.sync()
+        rows = index.list_sessions()
+    with create_pipe_input() as pipe:
+        pipe.send_text(keys)
+        chosen = pick(rows, T0, input=pipe, output=DummyOutput())
+    assert chosen == rows[expected]
