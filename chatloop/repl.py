@@ -212,6 +212,8 @@ class Repl(ChainMixin, CommandsMixin):
         last = next((m.usage for m in reversed(result.messages) if m.usage), None)
         if last is not None:
             self._used = last.total
+        if isinstance(result.error, ContextOverflow) and result.error.window:
+            self._window = result.error.window  # the server told us its real window
         if isinstance(result.error, ContextOverflow) and self.settings.auto_compact != "off":
             render.note(self.console, "The server says the context window is full: compacting; "
                         "the new session answers your message.", "yellow")  # fmt: skip

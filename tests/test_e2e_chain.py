@@ -1,0 +1,86 @@
+"""A long chat against the real llama_cpp.server with a 2048-token window.
+
+The base model's words are nonsense; this checks the machinery: automatic
+compaction keeps the conversation going, the files form a linked chain that
+`chatloop tree` shows, every file parses, nothing typed is lost or doubled,
+and `chatloop --resume 1` continues the chain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from chatloop.backends.openai_compat import OpenAICompatBackend
+from chatloop.config import Settings
+from chatloop.store import Store
+from chatloop.transcript import parse_markdown
+from tests.conftest import E2E_WINDOW
+from tests.test_pty import ready, run, spawn, wait
+from tests.test_repl import drive
+
+pytestmark = pytest.mark.e2e
+TOPICS = ("the lighthouse", "a garden of herbs", "the old bridge", "river boats", "winter bread")
+
+
+def typed_lines(count: int) -> list[str]:
+    return [
+        f"Message {i} about {TOPICS[i % len(TOPICS)]}: once upon a time the keeper wrote in "
+        f"notes-{i}.txt that the tide at 0{i % 10}:30 was high, the wind came from the west, "
+        "and the boats waited in the harbour for the morning light to return."
+        for i in range(count)
+    ]
+
+
+def test_forty_messages_in_a_2k_window_compact_into_a_linked_chain(
+    store: Store, llama_server: str
+) -> None:
+    # llama-cpp-python does not report its window, so it is configured, as a person would
+    settings = dataclasses.replace(Settings(), auto_compact="on", max_tokens=24,
+                                   summary_max_tokens=48, context_window=E2E_WINDOW)  # fmt: skip
+    typed = typed_lines(40)
+    backend = OpenAICompatBackend(llama_server)
+    repl, shown = drive(store, backend, "\r".join(typed) + "\r/info\rexit\r", settings=settings)
+    assert repl.window() == E2E_WINDOW
+    assert "error:" not in shown, shown[-3000:]
+    assert shown.count("Session Restored:") >= 1  # compacted automatically at least once
+    assert "context window is full" not in shown  # by the budget, before any overflow
+
+    sessions = [parse_markdown(Path(e.path).read_bytes()) for e in store.session_files()]
+    assert all(r.problems == () for r in sessions)
+    by_id = {r.session.meta.id: r.session for r in sessions}
+    (root,) = [s for s in by_id.values() if s.meta.parent_id is None]
+    chain = [root]
+    while children := [s for s in by_id.values() if s.meta.parent_id == chain[-1].meta.id]:
+        assert len(children) == 1
+        chain.append(children[0])
+    assert len(chain) == len(sessions) >= 2
+    for parent, child in zip(chain, chain[1:], strict=False):
+        assert child.meta.parent_file == str(store.find_file(parent.meta.id))
+        assert child.messages[0].restore and parent.summary is not None
+        assert parent.summary.text.strip() in child.messages[0].text
+    said = [m.text for s in chain for m in s.messages if m.is_query]
+    assert said == typed  # nothing lost, nothing doubled
+    assert sum(s.meta.queries for s in chain) == len(typed)
+    assert all(s.meta.status == "closed" and s.summary is not None for s in chain)
+
+    tree = run("tree", "1", home=store.root, cwd=store.cwd)
+    assert tree.returncode == 0
+    lines = tree.stdout.splitlines()
+    for session in chain:
+        assert any(session.meta.id in line for line in lines)
+
+    child = spawn(backend.base_url, store.root, store.cwd, 12, "--resume", "1",
+                  ready_text=ready(0))  # fmt: skip
+    child.sendline("And then?")
+    wait(child, ready(1))
+    child.sendline("exit")
+    child.expect("Saved session")
+    child.expect(pexpect.EOF)
+    listed = json.loads(run("sessions", "--json", home=store.root, cwd=store.cwd).stdout)
+    (resumed,) = [row for row in listed if row["id"] not in by_id]
+    assert resumed["parent_id"] == chain[-1].meta.id and resumed["queries"] == 1
