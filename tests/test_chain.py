@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from chatloop.config import Settings
 from chatloop.context import plan
 from chatloop.errors import BackendError
 from chatloop.store import Store
-from chatloop.transcript import Message, Session, ToolCall, ToolResult, Usage, parse_markdown
+from chatloop.transcript import Message, Session, ToolCall, ToolResult, Usage
 from tests.conftest import T0, exchange, new_meta
 from tests.fakes import STRUCTURED, FakeBackend
 from tests.test_repl import drive
@@ -56,7 +57,8 @@ def test_previous_summary_is_given_to_condense() -> None:
 
 
 def test_shapeless_output_is_wrapped_and_markers_are_stripped() -> None:
-    raw = "<!-- SESSION_SUMMARY_START -->\nWe talked about notes files.\n<!-- SESSION_SUMMARY_END -->"
+    raw = ("<!-- SESSION_SUMMARY_START -->\nWe talked about notes files.\n"
+           "<!-- SESSION_SUMMARY_END -->")  # fmt: skip
     outcome = chain.summarize(FakeBackend(raw), talk(2), previous=None, window=8192)
     assert not outcome.fallback and prompts.shape(outcome.text)
     assert "We talked about notes files." in outcome.text
@@ -172,7 +174,7 @@ def test_exit_writes_the_summary_between_markers_and_closes_the_file(store: Stor
 def test_compact_starts_a_linked_session_and_the_context_shrinks(store: Store) -> None:
     long = "details of the basil beds " * 80
     backend = FakeBackend("A.", "B.", STRUCTURED, "Acknowledged: basil, ready.", "C.", STRUCTURED)
-    repl, shown = drive(store, backend, f"{long}\r{long}\r/compact\rthree\r/info\rexit\r")
+    _repl, shown = drive(store, backend, f"{long}\r{long}\r/compact\rthree\r/info\rexit\r")
     parent, child = files(store)
     assert parent.meta.status == child.meta.status == "closed"
     assert child.meta.parent_id == parent.meta.id
@@ -203,7 +205,7 @@ def test_resume_by_number_in_the_repl(store: Store) -> None:
 def test_resume_full_restores_the_history_when_it_fits(store: Store) -> None:
     drive(store, FakeBackend("Answer one.", STRUCTURED), "first chat\rexit\r")
     backend = FakeBackend("B.", STRUCTURED)
-    repl = drive(store, backend, "second\rexit\r", run_args={"resume": "1", "full": True})[0]
+    drive(store, backend, "second\rexit\r", run_args={"resume": "1", "full": True})[0]
     sent = backend.calls[0]["messages"]
     assert [m["content"].strip() for m in sent[1:]] == ["first chat", "Answer one.", "second"]
     _, child = files(store)
@@ -232,7 +234,7 @@ def test_resume_of_an_interrupted_session_writes_its_summary_first(store: Store)
 
 
 def test_resume_when_the_parent_file_is_gone_starts_fresh(store: Store) -> None:
-    repl, shown = drive(store, FakeBackend("A.", STRUCTURED), "hello\rexit\r")
+    repl, _shown = drive(store, FakeBackend("A.", STRUCTURED), "hello\rexit\r")
     assert repl.resume_from(store.project_dir / "20260101-000000-deadbeef.md") is False
 
 
@@ -242,7 +244,7 @@ def test_resume_asks_when_the_agent_differs(store: Store) -> None:
                      run_args={"resume": "1"})  # fmt: skip
     assert "continue it with File Fiona" in shown and "Not resumed." in shown
     assert len(files(store)) == 1
-    repl, _ = drive(store, FakeBackend("Ready.", STRUCTURED), "exit\r", agent="file_fiona.py",
+    _repl, _ = drive(store, FakeBackend("Ready.", STRUCTURED), "exit\r", agent="file_fiona.py",
                     run_args={"resume": "1"}, assume_yes=True)  # fmt: skip
     assert len(files(store)) == 2
 
@@ -266,7 +268,7 @@ def test_auto_compaction_keeps_every_message_and_links_the_chain(store: Store) -
     _, shown = drive(store, backend, "\r".join(typed) + "\rexit\r", settings=settings)
     chain_files = files(store)
     assert len(chain_files) >= 2 and "error" not in shown
-    for parent, child in zip(chain_files, chain_files[1:], strict=False):
+    for parent, child in itertools.pairwise(chain_files):
         assert child.meta.parent_id == parent.meta.id
     sent = [m.text for s in chain_files for m in s.messages if m.is_query]
     assert sent == typed
@@ -280,8 +282,12 @@ def test_ask_mode_asks_and_off_mode_only_warns(store: Store) -> None:
     _, shown = drive(store, FakeBackend("A.", STRUCTURED), f"{text}\rn\rexit\r",
                      settings=settings)  # fmt: skip
     assert "Context " in shown and "full (" in shown and len(files(store)) == 1
-    _, shown = drive(store, FakeBackend("A.", STRUCTURED, "Ack.", STRUCTURED),
-                     f"{text}\r\rexit\r", settings=settings)  # Enter takes the default: yes
+    _, shown = drive(
+        store,
+        FakeBackend("A.", STRUCTURED, "Ack.", STRUCTURED),
+        f"{text}\r\rexit\r",
+        settings=settings,
+    )  # Enter takes the default: yes
     assert "Session Restored" in shown and len(files(store)) == 3
     off = dataclasses.replace(settings, auto_compact="off")
     _, shown = drive(store, FakeBackend("A.", STRUCTURED), f"{text}\rexit\r", settings=off)
@@ -311,11 +317,11 @@ def test_ctrl_c_during_the_summary_still_saves_with_the_fallback(store: Store) -
 def test_tool_results_are_pruned_from_the_sent_copy_only() -> None:
     messages = []
     for i in range(6):
+        call = ToolCall(f"c{i}", "read", "{}")
+        result = ToolResult(f"c{i}", "read", "z" * 2000)
         messages += [Message.create("user", T0, text=f"q{i}"),
-                     Message.create("assistant", T0, tool_calls=(ToolCall(f"c{i}", "read", "{}"),),
-                                    usage=Usage(1, 1)),
-                     Message.create("tool", T0, tool_results=(ToolResult(f"c{i}", "read",
-                                                                          "z" * 2000),))]  # fmt: skip
+                     Message.create("assistant", T0, tool_calls=(call,), usage=Usage(1, 1)),
+                     Message.create("tool", T0, tool_results=(result,))]  # fmt: skip
     full = plan("sys", messages, window=100_000)
     assert full.fits and full.pruned == 0
     tight = plan("sys", messages, window=2200, reserve=200)

@@ -9,6 +9,7 @@ and `chatloop --resume 1` continues the chain.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from pathlib import Path
 
@@ -59,7 +60,7 @@ def test_forty_messages_in_a_2k_window_compact_into_a_linked_chain(
         assert len(children) == 1
         chain.append(children[0])
     assert len(chain) == len(sessions) >= 2
-    for parent, child in zip(chain, chain[1:], strict=False):
+    for parent, child in itertools.pairwise(chain):
         assert child.meta.parent_file == str(store.find_file(parent.meta.id))
         assert child.messages[0].restore and parent.summary is not None
         assert parent.summary.text.strip() in child.messages[0].text
