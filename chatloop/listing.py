@@ -33,7 +33,9 @@ def relative_time(when: str, now: datetime) -> str:
 
 def describe(row: SessionRow) -> str:
     """What a person recognises a session by: its title, else its last question."""
-    return row.title or row.preview or "(no messages)"
+    if row.title or row.preview:
+        return row.title or row.preview
+    return f"(continues {row.parent_id})" if row.parent_id else "(no messages)"
 
 
 def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = False) -> str:
