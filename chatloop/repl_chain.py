@@ -205,8 +205,9 @@ class ChainMixin:
 
     def _agent_matches(self, meta: SessionMeta) -> bool:
         recorded = meta.agent_path
-        if not recorded or _same_file(recorded, self.agent.path) or self.assume_yes:
-            return True
+        moved = meta.agent == self.agent.name and Path(recorded).name == Path(self.agent.path).name
+        if not recorded or moved or _same_file(recorded, self.agent.path) or self.assume_yes:
+            return True  # the same file, or the same agent in a file of the same name
         return self._ask(
             f"Session {meta.id} was with {meta.agent or '?'} ({recorded}); continue it with "
             f"{self.agent.name} ({self.agent.path})? [y/N] ",

@@ -64,6 +64,24 @@ def test_errors_are_one_line_with_a_hint(project: Path, chatloop_home: Path) -> 
     assert hostile.returncode == 2 and "is not a session id" in hostile.stderr
     bad_flag = run("sessions", "--limit", "zero", cwd=project, home=chatloop_home)
     assert bad_flag.returncode == 2 and "not a whole number" in bad_flag.stderr
+    # resume refs are checked before any server is contacted
+    no_session = run("--resume", "9", cwd=project, home=chatloop_home)
+    assert no_session.returncode == 1 and "There is no session number 9" in no_session.stderr
+    empty = project.parent / "empty"
+    empty.mkdir()
+    nothing = run("-c", cwd=empty, home=chatloop_home)
+    assert nothing.returncode == 1 and "no session number 1 in this project" in nothing.stderr
+    lone_full = run("--full", cwd=project, home=chatloop_home)
+    assert lone_full.returncode == 2 and "--full goes with --resume" in lone_full.stderr
+    both = run("-c", "--resume", "2", cwd=project, home=chatloop_home)
+    assert both.returncode == 2 and "not allowed with" in both.stderr
+
+
+def test_main_help_teaches_the_chat_options(tmp_path: Path) -> None:
+    out = run("--help", cwd=tmp_path, home=tmp_path)
+    for option in ("--continue", "--resume", "--full", "--yes", "--agent", "--base-url"):
+        assert option in out.stdout
+    assert "chatloop -c" in out.stdout and "chatloop --resume" in out.stdout
 
 
 @pytest.mark.parametrize(
@@ -73,6 +91,9 @@ def test_errors_are_one_line_with_a_hint(project: Path, chatloop_home: Path) -> 
         ("show", ["--raw"]),
         ("search", ["--all", "--limit", "--json"]),
         ("reindex", []),
+        ("tree", ["N|ID"]),
+        ("export", ["--chain", "--format", "--output"]),
+        ("doctor", []),
     ],
 )
 def test_every_subcommand_has_help(command: str, options: list[str], tmp_path: Path) -> None:

@@ -155,3 +155,23 @@ def test_two_real_messages_against_the_llama_server(store: Store, llama_server: 
     assert all(m.usage is not None and m.usage.input > 0 for m in session.messages[1::2])
     assert session.meta.status == "closed" and session.meta.queries == 2
     assert "Saved session" in shown
+
+
+def test_commands_and_agent_names_complete(store: Store) -> None:
+    from prompt_toolkit.completion import CompleteEvent
+    from prompt_toolkit.document import Document
+
+    from chatloop.repl import _Completer, agent_names
+
+    names = agent_names([AGENTS])
+    assert names == ["file_fiona", "simple_sally"]
+    completer = _Completer(names)
+
+    def complete(text: str) -> list[str]:
+        found = completer.get_completions(Document(text), CompleteEvent())
+        return [c.text for c in found]
+
+    assert complete("/com") == ["/compact"]
+    assert "/resume" in complete("/re")
+    assert complete("ask @fi") == ["file_fiona"]
+    assert complete("plain words") == []
