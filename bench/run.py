@@ -132,12 +132,12 @@ def startup(runs: int, peers: Path | None) -> None:
     floor = median_time(lambda: proc([PYTHON, "-c", "pass"]), runs)
     version = median_time(lambda: proc([*CHATLOOP, "--version"]), runs)
     helped = median_time(lambda: proc([*CHATLOOP, "--help"]), runs)
-    add("start-up: chatloop --version", ms(version), f"python3 -c pass {ms(floor)}",
+    add("start-up: chatloop --version", ms(version), f"python -c pass {ms(floor)}",
         version / floor, "<= 3x", version / floor <= 3)  # fmt: skip
-    add("start-up: chatloop --help", ms(helped), f"python3 -c pass {ms(floor)}", helped / floor,
+    add("start-up: chatloop --help", ms(helped), f"python -c pass {ms(floor)}", helped / floor,
         "(reported)", None)  # fmt: skip
     ready = prompt_ready(runs)
-    add("start-up: prompt ready (pty)", ms(ready), f"python3 -c pass {ms(floor)}", ready / floor,
+    add("start-up: prompt ready (pty)", ms(ready), f"python -c pass {ms(floor)}", ready / floor,
         "<= 0.35 s", ready <= 0.35)  # fmt: skip
     if peers is None:
         return
