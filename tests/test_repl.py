@@ -175,3 +175,12 @@ def test_commands_and_agent_names_complete(store: Store) -> None:
     assert "/resume" in complete("/re")
     assert complete("ask @fi") == ["file_fiona"]
     assert complete("plain words") == []
+
+
+def test_ctrl_c_at_an_empty_prompt_asks_before_leaving(store: Store) -> None:
+    requests: list[dict[str, object]] = []
+    # Ctrl-C, answer "n" (stay), send a message, Ctrl-C again, answer "y" (leave)
+    _, shown = drive(store, fake_server(requests), "\x03n\rstill here\r\x03y\r")
+    assert "Reply number 1 here" in shown and "Saved session" in shown
+    session = parse_markdown(only_session(store).read_bytes()).session
+    assert [m.text for m in session.messages if m.is_query] == ["still here"]
