@@ -3,62 +3,22 @@
 Every path saves the conversation first: messages are already on disk when a
 summary is asked for, and a summary that fails, times out or is cut short by
 Ctrl-C or a signal gives way to the deterministic fallback, so the file is
-always finalized and resumable. ``Repl`` (chatloop.repl) mixes this in.
+always finalized and resumable. ``Repl`` (chatloop.repl) mixes this in; what it
+relies on is declared in ``chatloop.repl_base``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime
 from pathlib import Path
 
-from rich.console import Console
-
 from chatloop import chain, prompts, render
-from chatloop.agent import Agent
-from chatloop.backends.base import Backend
-from chatloop.config import Settings
-from chatloop.context import Plan
 from chatloop.errors import BackendError, ChatloopError
-from chatloop.session_writer import SessionWriter
-from chatloop.store import Store
+from chatloop.repl_base import ReplBase
 from chatloop.transcript import Message, SessionMeta
 
 
-class ChainMixin:
-    agent: Agent
-    backend: Backend
-    store: Store
-    settings: Settings
-    console: Console
-    clock: Callable[[], datetime]
-    writer: SessionWriter | None
-    previous: str | None
-    prefix: list[Message]
-    chain_base: int
-    assume_yes: bool
-    _used: int
-    _tokens: int
-
-    def plan(self, extra: list[Message] | None = None) -> Plan:
-        raise NotImplementedError
-
-    def window(self) -> int | None:
-        raise NotImplementedError
-
-    def _meta(self) -> SessionMeta:
-        raise NotImplementedError
-
-    def _flush(self) -> None:
-        raise NotImplementedError
-
-    def _ask(self, question: str, default: bool) -> bool:
-        raise NotImplementedError
-
-    def _adopt(self, writer: SessionWriter) -> None:
-        raise NotImplementedError
-
+class ChainMixin(ReplBase):
     # -- summaries
     def summarize(self, messages: list[Message], previous: str | None) -> chain.SummaryOutcome:
         """The summary of ``messages`` with a spinner; never raises, never hangs forever."""
@@ -259,9 +219,6 @@ class ChainMixin:
         render.note(self.console, f"Session Restored: {self.writer.meta.id} continues "
                     f"{parent.meta.id} with its full history ({len(history)} messages).",
                     "cyan")  # fmt: skip
-
-    def pick(self, rows: list) -> object:  # type: ignore[type-arg]
-        raise NotImplementedError
 
     # -- automatic compaction
     def before_send(self, text: str) -> bool:

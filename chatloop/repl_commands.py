@@ -1,51 +1,24 @@
 """The REPL's informational commands: /help /sessions /info /context /rename /export
 /copy /clear. They read the session; none of them talks to the model.
 
-``Repl`` (chatloop.repl) mixes this in; the attributes declared here are the
-ones it provides.
+``Repl`` (chatloop.repl) mixes this in; the state and methods it relies on are
+declared once in ``chatloop.repl_base``.
 """
 
 from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 
-from rich.console import Console
-
 from chatloop import commands, render
-from chatloop.agent import Agent
-from chatloop.backends.base import Backend, estimate_tokens
-from chatloop.context import Plan
+from chatloop.backends.base import estimate_tokens
 from chatloop.errors import ChatloopError
 from chatloop.fsio import FILE_MODE
-from chatloop.session_writer import SessionWriter
-from chatloop.store import Store
-from chatloop.transcript import Message, SessionMeta
+from chatloop.repl_base import ReplBase
 
 
-class CommandsMixin:
-    agent: Agent
-    backend: Backend
-    store: Store
-    console: Console
-    clock: Callable[[], datetime]
-    writer: SessionWriter | None
-    title: str
-    chain_base: int
-    _tokens: int
-
-    def plan(self, extra: list[Message] | None = None) -> Plan:
-        raise NotImplementedError
-
-    def window(self) -> int | None:
-        raise NotImplementedError
-
-    def _meta(self) -> SessionMeta:
-        raise NotImplementedError
-
+class CommandsMixin(ReplBase):
     def cmd_help(self, arg: str) -> None:
         lines = [f"  {spec.usage:<18} {spec.help}" for spec in commands.SPECS]
         lines += [
