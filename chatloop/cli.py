@@ -38,6 +38,9 @@ CHATLOOP_CONFIG), then CHATLOOP_* variables, then these flags.
 """
 
 
+LIST_LIMIT = 50  # sessions listed by default: a screenful or two; --limit shows more
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chatloop",
@@ -83,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sessions", help="list sessions, most recent first")
     p.add_argument("--all", action="store_true", help="every project, not only this directory")
-    p.add_argument("--limit", type=_positive, metavar="N", help="show at most N sessions")
+    p.add_argument("--limit", type=_positive, default=LIST_LIMIT, metavar="N",
+                   help=f"show the N most recent (default {LIST_LIMIT})")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(run=cmd_sessions)
 
@@ -258,7 +262,7 @@ def _index(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from chatloop.index import Index
 
     index = Index(_store(args))
-    index.sync(all_projects=True)
+    index.sync(all_projects=True, progress=_progress_bar(at_least=200))
     return index
 
 
@@ -268,12 +272,13 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
     with _index(args) as index:
         rows = index.list_sessions(all_projects=args.all, limit=args.limit)
-    text = (
-        listing.sessions_json(rows)
-        if args.json
-        else listing.sessions_text(rows, local_now(), show_project=args.all)
-    )
-    print(text)
+        total = index.count(all_projects=args.all)
+    if args.json:
+        print(listing.sessions_json(rows))
+        return 0
+    print(listing.sessions_text(rows, local_now(), show_project=args.all))
+    if total > len(rows):
+        print(f"… {total - len(rows):,} older; `--limit {total}` lists them all")
     return 0
 
 
@@ -342,18 +347,29 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _progress_bar(at_least: int) -> Callable[[int, int], None]:
+    """A one-line bar on stderr (a terminal only) for work of ``at_least`` files;
+    redrawn 40 times at most, not once per file."""
+    shown = [-1]
+
+    def progress(done: int, total: int) -> None:
+        step = done * 40 // total
+        if total < at_least or not sys.stderr.isatty() or (step == shown[0] and done < total):
+            return
+        shown[0] = step
+        bar = "#" * step + "." * (40 - step)
+        end = "\n" if done == total else ""
+        print(f"\rindexing [{bar}] {done:,}/{total:,}", end=end, file=sys.stderr, flush=True)
+
+    return progress
+
+
 def cmd_reindex(args: argparse.Namespace) -> int:
     from chatloop.index import Index
 
-    def progress(done: int, total: int) -> None:
-        if sys.stderr.isatty():
-            print(f"\rindexing {done}/{total}", end="", file=sys.stderr, flush=True)
-
     with Index(_store(args)) as index:
-        count = index.rebuild(progress=progress)
-    if sys.stderr.isatty():
-        print(file=sys.stderr)
-    print(f"Indexed {count} session files into {index.path}")
+        count = index.rebuild(progress=_progress_bar(at_least=1))
+    print(f"Indexed {count:,} session files into {index.path}")
     return 0
 
 

@@ -2,50 +2,61 @@
 
 The files are the truth; this is a cache. Deleting ``index.db`` loses
 nothing: it is rebuilt from the files when missing, corrupt or stale (a file
-whose size or mtime differs from its row). Rows are kept per file path; an
-FTS5 table holds the text of every message.
+whose size or mtime differs from its row). Rows are kept per file path and
+read by ``chatloop.index_scan`` (no full parse); an FTS5 table holds each
+session's searchable text as one document (``detail=none``: word queries,
+no phrases), so a search names sessions, like ``grep -l``.
+
+Many stale files (a first run, ``reindex``) are scanned by a pool of worker
+processes while this process inserts, into a fresh file written without a
+journal and renamed into place when complete.
 
 Session numbers: within a project, 1 is the most recently updated session
 that is closed or interrupted; the live session (still ``open`` and locked
-by a running chatloop) gets no number. ``list_sessions`` is the one place
-that numbers them.
+by a running chatloop) gets no number. ``_numbers`` is the one place that
+numbers them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+import multiprocessing
 import os
+import re
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from chatloop.config import DEFAULT_PREVIEW_CHARS
 from chatloop.errors import NotFound
-from chatloop.fsio import FILE_MODE, ensure_dir, is_locked
+from chatloop.fsio import FILE_MODE, ensure_dir, is_locked, read_bytes
 from chatloop.ids import validate_session_id
 from chatloop.store import Store
-from chatloop.transcript import Message, ParseResult
 
-SCHEMA_VERSION = "1"
+if TYPE_CHECKING:  # the scanner (and YAML) load only when a file must be read
+    from chatloop.index_scan import Scanned
+
+SCHEMA_VERSION = "2"
 INDEX_FILE = "index.db"
 BUSY_TIMEOUT_MS = 5000
+PARALLEL_FROM = 64  # stale files from which a sync scans in worker processes
 Progress = Callable[[int, int], None]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS info(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS sessions(
-    path TEXT PRIMARY KEY, id TEXT NOT NULL, project TEXT NOT NULL, title TEXT, agent TEXT,
-    agent_path TEXT, model TEXT, created TEXT, updated TEXT, status TEXT, queries INTEGER,
-    tokens_in INTEGER, tokens_out INTEGER, restoration_tokens INTEGER, parent_id TEXT,
-    parent_file TEXT, git_branch TEXT, preview TEXT, has_summary INTEGER, legacy INTEGER,
-    problems INTEGER, size INTEGER, mtime_ns INTEGER);
+    num INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, id TEXT NOT NULL, project TEXT NOT NULL,
+    title TEXT, agent TEXT, agent_path TEXT, model TEXT, created TEXT, updated TEXT, status TEXT,
+    queries INTEGER, tokens_in INTEGER, tokens_out INTEGER, restoration_tokens INTEGER,
+    parent_id TEXT, parent_file TEXT, git_branch TEXT, preview TEXT, has_summary INTEGER,
+    legacy INTEGER, problems INTEGER, size INTEGER, mtime_ns INTEGER);
 CREATE INDEX IF NOT EXISTS sessions_by_project ON sessions(project, updated);
 CREATE INDEX IF NOT EXISTS sessions_by_id ON sessions(id);
-CREATE VIRTUAL TABLE IF NOT EXISTS messages USING fts5(
-    path UNINDEXED, seq UNINDEXED, role UNINDEXED, text, tokenize='unicode61');
+CREATE VIRTUAL TABLE IF NOT EXISTS texts USING fts5(text, detail=none, tokenize='unicode61');
 """
+_ORDER = " ORDER BY updated DESC, id DESC"
 
 
 @dataclass(frozen=True)
@@ -104,11 +115,13 @@ class Index:
 
     # -- freshness
     def sync(self, all_projects: bool = True, progress: Progress | None = None) -> int:
-        """Bring rows up to date with the files; returns how many files were (re)read."""
-        files = {
-            e.path: (e.stat(follow_symlinks=False), e)
-            for e in self.store.session_files(all_projects)
-        }
+        """Bring rows up to date with the files; returns how many files were (re)read.
+        An empty index with many files to read is built like ``rebuild`` does."""
+        return self._refresh(all_projects, progress, may_rebuild=True)
+
+    def _refresh(self, all_projects: bool, progress: Progress | None, may_rebuild: bool) -> int:
+        entries = self.store.session_files(all_projects)
+        files = {e.path: e.stat(follow_symlinks=False) for e in entries}
         projects = {self.store.project} if not all_projects else None
         known = {
             path: (size, mtime)
@@ -117,66 +130,91 @@ class Index:
             )
             if projects is None or project in projects
         }
-        stale = [p for p, (st, _) in files.items() if known.get(p) != (st.st_size, st.st_mtime_ns)]
+        stale = [p for p, st in files.items() if known.get(p) != (st.st_size, st.st_mtime_ns)]
         gone = [p for p in known if p not in files]
+        if may_rebuild and all_projects and not known and len(stale) >= PARALLEL_FROM:
+            return self.rebuild(progress)
         with self._db:
             for path in gone:
                 self._forget(path)
-            for done, path in enumerate(stale, 1):
-                st = files[path][0]
-                self._store_row(Path(path), self.store.read(Path(path)), st.st_size, st.st_mtime_ns)
+            for done, (path, scanned) in enumerate(_scan_all(stale), 1):
+                st = files[path]
+                if scanned is not None:
+                    self._store_row(path, scanned, st.st_size, st.st_mtime_ns, path in known)
                 if progress:
                     progress(done, len(stale))
         return len(stale)
 
     def rebuild(self, progress: Progress | None = None) -> int:
-        """Drop everything and re-read every session file of every project."""
+        """Re-read every session file of every project into a fresh index.
+
+        The new index is written to a side file without a journal (it is a
+        cache: a crash leaves only the side file, removed next time) and
+        renamed over the old one when complete."""
         self._db.close()
+        fresh = self.path.with_name(INDEX_FILE + ".new")
+        _remove_db(fresh)
+        self._db = self._connect(fresh, bulk=True)
+        try:
+            count = self._refresh(True, progress, may_rebuild=False)
+            with self._db:  # merged once here, not bit by bit during the inserts
+                self._db.execute("INSERT INTO texts(texts) VALUES ('optimize')")
+                self._db.execute("INSERT INTO texts(texts, rank) VALUES ('automerge', 4)")
+        finally:
+            self._db.close()
         _remove_db(self.path)
+        os.replace(fresh, self.path)
         self._db = self._connect()
-        return self.sync(all_projects=True, progress=progress)
+        return count
 
     # -- reading
     def list_sessions(
         self, all_projects: bool = False, limit: int | None = None
     ) -> list[SessionRow]:
         """Sessions, most recently updated first, numbered per project (see module doc)."""
-        sql = "SELECT * FROM sessions"
-        args: list[object] = []
+        sql, args = "SELECT * FROM sessions", []
         if not all_projects:
-            sql += " WHERE project = ?"
-            args.append(self.store.project)
-        sql += " ORDER BY updated DESC, id DESC"
+            sql, args = sql + " WHERE project = ?", [self.store.project]
         rows: list[SessionRow] = []
-        counters: dict[str, int] = {}
-        for raw in self._db.execute(sql, args):
-            live = raw["status"] == "open" and is_locked(Path(raw["path"]))
-            number = None
-            if not live:
-                counters[raw["project"]] = number = counters.get(raw["project"], 0) + 1
+        for raw, number, live in _numbered(self._db.execute(sql + _ORDER, args)):
             rows.append(_row(raw, number, live))
             if limit is not None and len(rows) >= limit:
                 break
         return rows
 
+    def count(self, all_projects: bool = False) -> int:
+        """How many sessions the index holds (in this project unless ``all_projects``)."""
+        if all_projects:
+            return int(self._db.execute("SELECT count(*) FROM sessions").fetchone()[0])
+        sql = "SELECT count(*) FROM sessions WHERE project = ?"
+        return int(self._db.execute(sql, (self.store.project,)).fetchone()[0])
+
     def search(self, query: str, all_projects: bool = False, limit: int = 50) -> list[SearchHit]:
-        """Full-text search over every message; the query is taken as plain words."""
-        by_path = {r.path: r for r in self.list_sessions(all_projects)}
-        terms = " ".join('"' + word.replace('"', '""') + '"' for word in query.split())
-        if not terms:
+        """Sessions whose text holds every word of ``query`` (case-insensitive, whole
+        words; punctuation separates words), best match first, one hit per session.
+        The snippet and role come from the message where the first word occurs."""
+        words = _WORD_RE.findall(query)
+        if not words:
             return []
-        hits: list[SearchHit] = []
-        cursor = self._db.execute(
-            "SELECT path, role, snippet(messages, 3, '[', ']', '…', 12) AS snip FROM messages "
-            "WHERE messages MATCH ? ORDER BY rank",
-            (terms,),
-        )
-        for raw in cursor:
-            row = by_path.get(raw["path"])
-            if row is not None:
-                hits.append(SearchHit(row, raw["role"], " ".join(raw["snip"].split())))
-                if len(hits) >= limit:
-                    break
+        terms = " ".join('"' + word + '"' for word in words)
+        sql = "SELECT s.* FROM texts JOIN sessions s ON s.num = texts.rowid WHERE texts MATCH ?"
+        args: list[object] = [terms]
+        if not all_projects:
+            sql, args = sql + " AND s.project = ?", [terms, self.store.project]
+        found = self._db.execute(sql + " ORDER BY rank LIMIT ?", [*args, limit]).fetchall()
+        if not found:
+            return []
+        numbers = {
+            raw["path"]: (number, live)
+            for raw, number, live in _numbered(
+                self._db.execute("SELECT path, project, status FROM sessions" + _ORDER)
+            )
+        }
+        hits = []
+        for raw in found:
+            number, live = numbers.get(raw["path"], (None, False))
+            role, snippet = _where(Path(raw["path"]), words[0])
+            hits.append(SearchHit(_row(raw, number, live), role, snippet))
         return hits
 
     def find(self, ref: str, all_projects: bool = False) -> SessionRow:
@@ -224,58 +262,120 @@ class Index:
         return chain, children
 
     # -- internals
-    def _connect(self) -> sqlite3.Connection:
-        ensure_dir(self.path.parent)
+    def _connect(self, path: Path | None = None, bulk: bool = False) -> sqlite3.Connection:
+        path = path or self.path
+        ensure_dir(path.parent)
         for attempt in (1, 2):
-            _precreate(self.path)
-            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000)
+            _precreate(path)
+            db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)
             try:
-                _prepare(db)
+                _prepare(db, bulk)
                 return db
             except sqlite3.DatabaseError:
                 # A cache that cannot be read is rebuilt, never repaired.
                 db.close()
                 if attempt == 2:
                     raise
-                _remove_db(self.path)
+                _remove_db(path)
         raise AssertionError("unreachable")
 
     def _forget(self, path: str) -> None:
+        doomed = "SELECT num FROM sessions WHERE path = ?"
+        self._db.execute(f"DELETE FROM texts WHERE rowid IN ({doomed})", (path,))
         self._db.execute("DELETE FROM sessions WHERE path = ?", (path,))
-        self._db.execute("DELETE FROM messages WHERE path = ?", (path,))
 
-    def _store_row(self, path: Path, result: ParseResult, size: int, mtime_ns: int) -> None:
-        self._forget(str(path))
-        session = result.session
-        meta = session.meta
-        messages = session.messages
-        updated = max([meta.updated, *(m.at for m in messages)]).isoformat()
-        preview = next((m.text for m in reversed(messages) if m.is_query), "")
-        self._db.execute(
-            "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    def _store_row(
+        self, path: str, scanned: Scanned, size: int, mtime_ns: int, replacing: bool
+    ) -> None:
+        if replacing:
+            self._forget(path)
+        meta = scanned.meta
+        cursor = self._db.execute(
+            "INSERT INTO sessions VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
-                str(path), meta.id or path.stem, path.parent.name, meta.title, meta.agent,
-                meta.agent_path, meta.model, meta.created.isoformat(), updated, meta.status,
-                session.query_count, meta.tokens_in, meta.tokens_out, meta.restoration_tokens,
-                meta.parent_id, meta.parent_file, meta.git_branch,
-                " ".join(preview.split())[:DEFAULT_PREVIEW_CHARS], session.summary is not None,
-                result.legacy, len(result.problems), size, mtime_ns,
+                path, meta.id or Path(path).stem, Path(path).parent.name, meta.title, meta.agent,
+                meta.agent_path, meta.model, meta.created.isoformat(),
+                scanned.updated.isoformat(), meta.status, scanned.queries, meta.tokens_in,
+                meta.tokens_out, meta.restoration_tokens, meta.parent_id, meta.parent_file,
+                meta.git_branch, scanned.preview, scanned.has_summary, scanned.legacy,
+                scanned.problems, size, mtime_ns,
             ),
         )  # fmt: skip
-        self._db.executemany(
-            "INSERT INTO messages VALUES (?,?,?,?)",
-            ((str(path), seq, m.role, text) for seq, m, text in _searchable(messages)),
+        self._db.execute(
+            "INSERT INTO texts(rowid, text) VALUES (?, ?)", (cursor.lastrowid, scanned.text)
         )
 
 
-def _searchable(messages: Iterable[Message]) -> Iterable[tuple[int, Message, str]]:
-    for seq, m in enumerate(messages):
-        bits = [m.text, *(t.text for t in m.thinking)]
-        bits += [f"{c.name} {c.arguments}" for c in m.tool_calls]
-        bits += [r.content for r in m.tool_results]
-        text = "\n".join(b for b in bits if b)
-        if text:
-            yield seq, m, text
+_WORD_RE = re.compile(r"[^\W_]+")  # a word as FTS5's unicode61 sees it: "_" separates
+_SNIPPET_CHARS = 60
+_ROLE_RE = re.compile(r"<!-- chatloop:[a-z2-7]{8} (user|assistant|tool|summary) \{")
+
+
+def _scan_file(path: str) -> tuple[str, Scanned | None]:
+    """Scan one file; None if it vanished or cannot be read (the next sync retries)."""
+    from chatloop.index_scan import scan
+
+    try:
+        return path, scan(read_bytes(Path(path)))
+    except OSError:
+        return path, None
+
+
+def _scan_all(paths: list[str]) -> Iterator[tuple[str, Scanned | None]]:
+    """Scanned files in order: in worker processes when there are many, else here."""
+    workers = min((os.cpu_count() or 1) - 1, 4)  # this process inserts meanwhile
+    if len(paths) < PARALLEL_FROM or workers < 1:
+        yield from map(_scan_file, paths)
+        return
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    with context.Pool(workers) as pool:
+        yield from pool.imap(_scan_file, paths, chunksize=16)
+
+
+def _numbered(
+    raws: Iterator[sqlite3.Row],
+) -> Iterator[tuple[sqlite3.Row, int | None, bool]]:
+    """Rows in listing order with their number (None when live) and liveness."""
+    counters: dict[str, int] = {}
+    for raw in raws:
+        live = raw["status"] == "open" and is_locked(Path(raw["path"]))
+        number = None
+        if not live:
+            counters[raw["project"]] = number = counters.get(raw["project"], 0) + 1
+        yield raw, number, live
+
+
+def _where(path: Path, word: str) -> tuple[str, str]:
+    """The role of the message where ``word`` first occurs as a whole word, and a
+    one-line snippet of that message around it, the word in [brackets]; ("", "") if
+    the file no longer holds it."""
+    from chatloop.index_scan import words_of
+    from chatloop.transcript import _read_frame, _Torn
+
+    try:
+        data = read_bytes(path)
+    except OSError:
+        return "", ""
+    text = data.decode("utf-8", "replace")
+    pattern = re.compile(r"(?<![^\W_])" + re.escape(word) + r"(?![^\W_])", re.IGNORECASE)
+    for found in pattern.finditer(text):
+        opening = text.rfind("<!-- chatloop:", 0, found.start())
+        if opening < 0:
+            continue
+        outcome = _read_frame(data, len(text[:opening].encode()), "")
+        if isinstance(outcome, _Torn) or outcome.message is None:
+            continue
+        said = " ".join(words_of(outcome.message).split())
+        inside = pattern.search(said)
+        if inside is None:
+            continue  # the word was in the frame's markup, not its content
+        before = said[max(0, inside.start() - _SNIPPET_CHARS) : inside.start()]
+        after = said[inside.end() : inside.end() + _SNIPPET_CHARS]
+        lead = "…" if inside.start() > _SNIPPET_CHARS else ""
+        tail = "…" if inside.end() + _SNIPPET_CHARS < len(said) else ""
+        return outcome.message.role, f"{lead}{before}[{inside.group()}]{after}{tail}"
+    return "", ""
 
 
 def _row(raw: sqlite3.Row, number: int | None, live: bool) -> SessionRow:
@@ -294,11 +394,19 @@ def _row(raw: sqlite3.Row, number: int | None, live: bool) -> SessionRow:
     )  # fmt: skip
 
 
-def _prepare(db: sqlite3.Connection) -> None:
-    """WAL, busy timeout, schema; raises DatabaseError for a corrupt or foreign file."""
+def _prepare(db: sqlite3.Connection, bulk: bool = False) -> None:
+    """WAL (no journal and no syncing for a ``bulk`` build), busy timeout, schema;
+    raises DatabaseError for a corrupt or foreign file."""
     db.row_factory = sqlite3.Row
     db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    db.execute("PRAGMA journal_mode = WAL")
+    if bulk:
+        db.execute("PRAGMA journal_mode = OFF")
+        db.execute("PRAGMA synchronous = OFF")
+        db.execute("PRAGMA cache_size = -65536")
+        db.executescript(_SCHEMA)
+        db.execute("INSERT INTO texts(texts, rank) VALUES ('automerge', 0)")
+    else:
+        db.execute("PRAGMA journal_mode = WAL")
     db.executescript(_SCHEMA)
     version = db.execute("SELECT value FROM info WHERE key = 'schema'").fetchone()
     if version is None:
