@@ -372,8 +372,11 @@ def _where(path: Path, word: str) -> tuple[str, str]:
             continue  # the word was in the frame's markup, not its content
         before = said[max(0, inside.start() - _SNIPPET_CHARS) : inside.start()]
         after = said[inside.end() : inside.end() + _SNIPPET_CHARS]
-        lead = "…" if inside.start() > _SNIPPET_CHARS else ""
-        tail = "…" if inside.end() + _SNIPPET_CHARS < len(said) else ""
+        lead = tail = ""
+        if inside.start() > _SNIPPET_CHARS:  # cut: start and end on whole words
+            lead, before = "…", before.partition(" ")[2]
+        if inside.end() + _SNIPPET_CHARS < len(said):
+            tail, after = "…", after.rpartition(" ")[0]
         return outcome.message.role, f"{lead}{before}[{inside.group()}]{after}{tail}"
     return "", ""
 
