@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import multiprocessing
 import os
 import re
 import sqlite3
@@ -31,11 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from chatloop.errors import NotFound
-from chatloop.fsio import FILE_MODE, ensure_dir, is_locked, read_bytes
+from chatloop.fsio import FILE_MODE, ensure_dir, is_locked
 from chatloop.ids import validate_session_id
 from chatloop.store import Store
 
-if TYPE_CHECKING:  # the scanner (and YAML) load only when a file must be read
+if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
     from chatloop.index_scan import Scanned
 
 SCHEMA_VERSION = "2"
@@ -120,6 +119,8 @@ class Index:
         return self._refresh(all_projects, progress, may_rebuild=True)
 
     def _refresh(self, all_projects: bool, progress: Progress | None, may_rebuild: bool) -> int:
+        from chatloop.index_scan import scan_files
+
         entries = self.store.session_files(all_projects)
         files = {e.path: e.stat(follow_symlinks=False) for e in entries}
         projects = {self.store.project} if not all_projects else None
@@ -137,7 +138,8 @@ class Index:
         with self._db:
             for path in gone:
                 self._forget(path)
-            for done, (path, scanned) in enumerate(_scan_all(stale), 1):
+            scanned_files = scan_files(stale, parallel=len(stale) >= PARALLEL_FROM)
+            for done, (path, scanned) in enumerate(scanned_files, 1):
                 st = files[path]
                 if scanned is not None:
                     self._store_row(path, scanned, st.st_size, st.st_mtime_ns, path in known)
@@ -193,6 +195,8 @@ class Index:
         """Sessions whose text holds every word of ``query`` (case-insensitive, whole
         words; punctuation separates words), best match first, one hit per session.
         The snippet and role come from the message where the first word occurs."""
+        from chatloop.index_scan import hit_in
+
         words = _WORD_RE.findall(query)
         if not words:
             return []
@@ -213,7 +217,7 @@ class Index:
         hits = []
         for raw in found:
             number, live = numbers.get(raw["path"], (None, False))
-            role, snippet = _where(Path(raw["path"]), words[0])
+            role, snippet = hit_in(Path(raw["path"]), words[0])
             hits.append(SearchHit(_row(raw, number, live), role, snippet))
         return hits
 
@@ -307,30 +311,6 @@ class Index:
 
 
 _WORD_RE = re.compile(r"[^\W_]+")  # a word as FTS5's unicode61 sees it: "_" separates
-_SNIPPET_CHARS = 60
-_ROLE_RE = re.compile(r"<!-- chatloop:[a-z2-7]{8} (user|assistant|tool|summary) \{")
-
-
-def _scan_file(path: str) -> tuple[str, Scanned | None]:
-    """Scan one file; None if it vanished or cannot be read (the next sync retries)."""
-    from chatloop.index_scan import scan
-
-    try:
-        return path, scan(read_bytes(Path(path)))
-    except OSError:
-        return path, None
-
-
-def _scan_all(paths: list[str]) -> Iterator[tuple[str, Scanned | None]]:
-    """Scanned files in order: in worker processes when there are many, else here."""
-    workers = min((os.cpu_count() or 1) - 1, 4)  # this process inserts meanwhile
-    if len(paths) < PARALLEL_FROM or workers < 1:
-        yield from map(_scan_file, paths)
-        return
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with context.Pool(workers) as pool:
-        yield from pool.imap(_scan_file, paths, chunksize=16)
 
 
 def _numbered(
@@ -344,41 +324,6 @@ def _numbered(
         if not live:
             counters[raw["project"]] = number = counters.get(raw["project"], 0) + 1
         yield raw, number, live
-
-
-def _where(path: Path, word: str) -> tuple[str, str]:
-    """The role of the message where ``word`` first occurs as a whole word, and a
-    one-line snippet of that message around it, the word in [brackets]; ("", "") if
-    the file no longer holds it."""
-    from chatloop.index_scan import words_of
-    from chatloop.transcript import _read_frame, _Torn
-
-    try:
-        data = read_bytes(path)
-    except OSError:
-        return "", ""
-    text = data.decode("utf-8", "replace")
-    pattern = re.compile(r"(?<![^\W_])" + re.escape(word) + r"(?![^\W_])", re.IGNORECASE)
-    for found in pattern.finditer(text):
-        opening = text.rfind("<!-- chatloop:", 0, found.start())
-        if opening < 0:
-            continue
-        outcome = _read_frame(data, len(text[:opening].encode()), "")
-        if isinstance(outcome, _Torn) or outcome.message is None:
-            continue
-        said = " ".join(words_of(outcome.message).split())
-        inside = pattern.search(said)
-        if inside is None:
-            continue  # the word was in the frame's markup, not its content
-        before = said[max(0, inside.start() - _SNIPPET_CHARS) : inside.start()]
-        after = said[inside.end() : inside.end() + _SNIPPET_CHARS]
-        lead = tail = ""
-        if inside.start() > _SNIPPET_CHARS:  # cut: start and end on whole words
-            lead, before = "…", before.partition(" ")[2]
-        if inside.end() + _SNIPPET_CHARS < len(said):
-            tail, after = "…", after.rpartition(" ")[0]
-        return outcome.message.role, f"{lead}{before}[{inside.group()}]{after}{tail}"
-    return "", ""
 
 
 def _row(raw: sqlite3.Row, number: int | None, live: bool) -> SessionRow:

@@ -1,4 +1,4 @@
-"""What the index needs from one session file, read without a full parse. No I/O.
+"""What the index needs from session files, read without a full parse.
 
 A full parse builds every message and checks every frame's checksum; the
 index needs much less: the front matter, how many queries, when the last
@@ -9,7 +9,9 @@ content can't fool it) and slicing their bodies out, which costs a fraction
 of a parse. Only the last query's frame is read in full.
 
 Legacy files and files without front matter go through the full parser:
-they are rare and small.
+they are rare and small. ``scan`` works on bytes; ``scan_files`` reads many
+files (in a worker process when asked), and ``hit_in`` reads one file to show
+where a search word occurs.
 
 The searchable text is every frame's body without the markup chatloop adds
 around it: frame and part markers, section headings, footers and summary
@@ -21,11 +23,16 @@ to remove, and matching them is what a person would expect anyway.
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from chatloop.config import DEFAULT_PREVIEW_CHARS
+from chatloop.fsio import read_bytes
 from chatloop.session_meta import SessionMeta, parse_front_matter
 from chatloop.transcript import (
     _OPEN_RE,
@@ -38,6 +45,7 @@ from chatloop.transcript import (
 )
 from chatloop.transcript_parts import SUMMARY_END, SUMMARY_START
 
+_SNIPPET_CHARS = 60  # of context each side of a search hit
 _LEAD_MAX = 64  # "## Session Restored (23:59:59)" and a blank line fit
 _HAS_FOOTER = re.compile(rb'"(?:secs|usage|interrupted|fallback)"')  # open-line keys
 _SUMMARY_START = SUMMARY_START.encode() + b"\n"
@@ -116,6 +124,59 @@ def scan(data: bytes) -> Scanned:
             preview = outcome.message.text
     text = _utf8(b"\n".join(bodies))
     return Scanned(meta, queries, updated, _one_line(preview), has_summary, False, problems, text)
+
+
+def scan_file(path: str) -> tuple[str, Scanned | None]:
+    """Scan one file; None if it vanished or cannot be read (the next sync retries)."""
+    try:
+        return path, scan(read_bytes(Path(path)))
+    except OSError:
+        return path, None
+
+
+def scan_files(paths: list[str], parallel: bool) -> Iterator[tuple[str, Scanned | None]]:
+    """Scanned files, in order: by worker processes when ``parallel`` (and there is
+    a core to spare), else here."""
+    workers = min((os.cpu_count() or 1) - 1, 4)  # this process inserts meanwhile
+    if not parallel or workers < 1:
+        yield from map(scan_file, paths)
+        return
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    with context.Pool(workers) as pool:
+        yield from pool.imap(scan_file, paths, chunksize=16)
+
+
+def hit_in(path: Path, word: str) -> tuple[str, str]:
+    """The role of the message where ``word`` first occurs as a whole word, and a
+    one-line snippet of that message around it, the word in [brackets]; ("", "") if
+    the file no longer holds it."""
+    try:
+        data = read_bytes(path)
+    except OSError:
+        return "", ""
+    text = data.decode("utf-8", "replace")
+    pattern = re.compile(r"(?<![^\W_])" + re.escape(word) + r"(?![^\W_])", re.IGNORECASE)
+    for found in pattern.finditer(text):
+        opening = text.rfind("<!-- chatloop:", 0, found.start())
+        if opening < 0:
+            continue
+        outcome = _read_frame(data, len(text[:opening].encode()), "")
+        if isinstance(outcome, _Torn) or outcome.message is None:
+            continue
+        said = " ".join(words_of(outcome.message).split())
+        inside = pattern.search(said)
+        if inside is None:
+            continue  # the word was in the frame's markup, not its content
+        before = said[max(0, inside.start() - _SNIPPET_CHARS) : inside.start()]
+        after = said[inside.end() : inside.end() + _SNIPPET_CHARS]
+        lead = tail = ""
+        if inside.start() > _SNIPPET_CHARS:  # cut: start and end on whole words
+            lead, before = "…", before.partition(" ")[2]
+        if inside.end() + _SNIPPET_CHARS < len(said):
+            tail, after = "…", after.rpartition(" ")[0]
+        return outcome.message.role, f"{lead}{before}[{inside.group()}]{after}{tail}"
+    return "", ""
 
 
 def from_parse(result: ParseResult, text: bytes | None = b"") -> Scanned:
