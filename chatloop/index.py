@@ -7,13 +7,13 @@ read by ``chatloop.index_scan`` (no full parse); an FTS5 table holds each
 session's searchable text as one document (``detail=none``: word queries,
 no phrases), so a search names sessions, like ``grep -l``.
 
-Many stale files (a first run, ``reindex``) are scanned by a pool of worker
-processes while this process inserts, into a fresh file written without a
-journal and renamed into place when complete.
+Many stale files (a first run, ``reindex``) are scanned by a worker process
+(one per spare core) while this process inserts, into a fresh file written
+without a journal and renamed into place when complete.
 
 Session numbers: within a project, 1 is the most recently updated session
 that is closed or interrupted; the live session (still ``open`` and locked
-by a running chatloop) gets no number. ``_numbers`` is the one place that
+by a running chatloop) gets no number. ``_numbered`` is the one place that
 numbers them.
 """
 
@@ -351,11 +351,11 @@ def _prepare(db: sqlite3.Connection, bulk: bool = False) -> None:
         db.execute("PRAGMA journal_mode = OFF")
         db.execute("PRAGMA synchronous = OFF")
         db.execute("PRAGMA cache_size = -65536")
-        db.executescript(_SCHEMA)
-        db.execute("INSERT INTO texts(texts, rank) VALUES ('automerge', 0)")
     else:
         db.execute("PRAGMA journal_mode = WAL")
     db.executescript(_SCHEMA)
+    if bulk:  # segments are merged once, by the 'optimize' that ends a rebuild
+        db.execute("INSERT INTO texts(texts, rank) VALUES ('automerge', 0)")
     version = db.execute("SELECT value FROM info WHERE key = 'schema'").fetchone()
     if version is None:
         with db:
