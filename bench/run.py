@@ -30,8 +30,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from chatloop import chain, prompts  # noqa: E402
 from chatloop.backends.base import estimate_tokens  # noqa: E402
-from chatloop.store import Store  # noqa: E402
-from chatloop.transcript import (  # noqa: E402
+from chatloop.format import (  # noqa: E402
     Message,
     Session,
     SessionMeta,
@@ -39,6 +38,7 @@ from chatloop.transcript import (  # noqa: E402
     parse_markdown,
     render_markdown,
 )
+from chatloop.store import Store  # noqa: E402
 
 PEERS = ("basic-agent-chat-loop", "llm")
 TZ = UTC

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from chatloop.errors import UsageError
-from chatloop.transcript import ToolCall, ToolResult
+from chatloop.format import ToolCall, ToolResult
 
 DEFAULT_AGENT = "simple_sally"
 MAX_TOOL_RESULT_CHARS = 20_000
@@ -139,10 +139,14 @@ def agent_dirs(cwd: Path, home: Path) -> list[Path]:
     return [cwd / "agents", home / "agents", bundled]
 
 
-def find_agent_file(ref: str, dirs: Iterable[Path]) -> Path:
-    """The file for ``ref``: a path to a .py file, or a name matched against agent files."""
+def find_agent_file(ref: str, dirs: Iterable[Path], *, names_only: bool = False) -> Path:
+    """The file for ``ref``: a path to a .py file, or a name matched against agent files.
+
+    With ``names_only`` (a name read from a session file) ``ref`` is only ever
+    matched against the agent files of ``dirs``: a session names an agent, it
+    never points chatloop at code to run."""
     as_path = Path(ref).expanduser()
-    if ref.endswith(".py") or as_path.is_file():
+    if not names_only and (ref.endswith(".py") or as_path.is_file()):
         if not as_path.is_file():
             raise UsageError(f"No agent file at {ref}", "Give a path to a .py agent file.")
         return as_path.resolve()

@@ -10,8 +10,10 @@ file it was said in. docs/chains.md explains the design and quotes the prompts
 
 ``summarize`` never raises for a model failure: after one retry it returns
 the deterministic fallback, so every session stays resumable.
-``read_parent`` reads only the front matter and the file's tail, so
-preparing a resume costs the same for a 1 KB and a 100 MB transcript.
+``read_parent`` asks the store for the summary that may be trusted: in a
+format 2 file finalize's pointer leads straight to it, so preparing a resume
+costs the same for a 1 KB and a 100 MB transcript (docs/format.md, "The
+summary").
 """
 
 from __future__ import annotations
@@ -27,23 +29,13 @@ from typing import Any
 from chatloop import prompts
 from chatloop.backends.base import Backend, Cancel, Cancelled, estimate_tokens
 from chatloop.errors import BackendError, ChatloopError
-from chatloop.fsio import io_error
+from chatloop.format import Message, SessionMeta
 from chatloop.session_writer import SessionWriter
 from chatloop.store import Store
-from chatloop.transcript import (
-    Message,
-    Session,
-    SessionMeta,
-    front_matter_end,
-    last_summary_frame,
-    parse_markdown,
-)
 
 SUMMARY_TIMEOUT = 120.0  # seconds per summary request
 SUMMARY_MAX_TOKENS = 700  # about 500 words
 TEMPLATE_TOKENS = 320  # the summary prompt without the transcript
-HEAD_BYTES = 70 * 1024  # front matter is capped at 64 KiB
-TAIL_BYTES = 256 * 1024  # a summary frame is a few KB; it is the last frame
 MAX_CHAIN = 10_000  # parent links followed at most (a loop guard)
 Progress = Callable[[str], None]
 
@@ -194,68 +186,45 @@ def previous_summary(messages: Sequence[Message]) -> str | None:
 # ------------------------------------------------------------------ reading a parent
 
 
-def read_parent(path: Path) -> Parent:
-    """The front matter and last summary of a session file, reading only its ends.
+def read_parent(store: Store, path: Path) -> Parent:
+    """The front matter and the trusted summary of a session file.
 
-    Falls back to a full parse for legacy files (no front matter). A summary
-    followed by more messages, unreadable, or absent is reported as missing
-    (``summary`` None, ``note`` says why); a hand-edited one is used as found.
+    A summary followed by more messages, damaged, unreadable, only quoted in a
+    message, or absent is reported as missing (``summary`` None, ``note`` says
+    why); a hand-edited one is used as found, with a note.
     """
-    try:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            head = handle.read(HEAD_BYTES)
-            body = front_matter_end(head)
-            if body < 0:
-                handle.seek(0)
-                return _parent_from(path, parse_markdown(handle.read()).session)
-            handle.seek(max(body, size - TAIL_BYTES))
-            tail = handle.read()
-    except OSError as exc:
-        raise io_error("read", path, exc) from exc
-    result = parse_markdown(head[:body])
-    meta = result.session.meta
-    message, problem, later = last_summary_frame(tail, meta.agent)
-    if later:
-        return Parent(path, meta, None, "its summary does not cover its last messages")
-    if message is None:
-        why = problem.detail if problem else "it has no summary (it was interrupted or is old)"
-        return Parent(path, meta, None, why)
-    text = prompts.clean(message.text)
-    note = "its summary block was edited or damaged; using it as found" if problem else None
+    found = store.summary_of(path)
+    meta = found.meta
+    if found.message is None:
+        return Parent(path, meta, None, found.note or "it has no summary")
+    text = prompts.clean(found.message.text)
     if not text:
         return Parent(path, meta, None, "its summary block is empty")
+    note = found.note
+    if found.edited:
+        note = "its summary block was edited or damaged; using it as found"
     return Parent(path, meta, text, note)
 
 
-def _parent_from(path: Path, session: Session) -> Parent:
-    summary = session.summary
-    text = prompts.clean(summary.text) if summary is not None else ""
-    if text:
-        return Parent(path, session.meta, text)
-    return Parent(path, session.meta, None, "it has no summary")
+def chain_tokens(store: Store, path: Path, meta: SessionMeta, limit: int = MAX_CHAIN) -> int:
+    """Tokens of every ancestor of the session at ``path`` (conversation and
+    restoration), from their front matter only. Missing ancestors end the walk."""
+    from chatloop.format import open_document
+    from chatloop.fsio import open_read
 
-
-def chain_tokens(meta: SessionMeta, limit: int = MAX_CHAIN) -> int:
-    """Tokens of every ancestor of ``meta`` (conversation and restoration), from their
-    front matter only. Missing ancestors end the walk."""
     total, seen = 0, {meta.id}
-    link = meta.parent_file
-    while link and len(seen) < limit:
+    link = store.parent_of(path, meta)
+    while link is not None and len(seen) < limit:
         try:
-            with open(link, "rb") as handle:
-                head = handle.read(HEAD_BYTES)
-        except OSError:
+            with open_read(link) as handle:
+                parent = open_document(handle, link.stem).meta
+        except (OSError, ChatloopError):
             break
-        end = front_matter_end(head)
-        if end < 0:
-            break
-        parent = parse_markdown(head[:end]).session.meta
         if parent.id in seen:
             break
         seen.add(parent.id)
         total += parent.tokens_in + parent.tokens_out + parent.restoration_tokens
-        link = parent.parent_file
+        link = store.parent_of(link, parent)
     return total
 
 
@@ -289,7 +258,7 @@ def start_child(
     ``extra`` keys); ids, times, counters and status are the new session's own.
     The caller streams the acknowledgment and appends it with ``restore=True``.
     """
-    meta = child_meta(template, parent, clock())
+    meta = child_meta(template, parent, clock(), store.project_dir)
     writer = store.create(meta)
     try:
         text = restoration(parent, summary, unanswered)
@@ -300,13 +269,16 @@ def start_child(
     return writer
 
 
-def child_meta(template: SessionMeta, parent: Parent, now: datetime) -> SessionMeta:
-    """A new session's front matter: who it is (from ``template``) and whose child."""
+def child_meta(template: SessionMeta, parent: Parent, now: datetime, folder: Path) -> SessionMeta:
+    """A new session's front matter: who it is (from ``template``) and whose child.
+    The link to the parent is relative to ``folder`` (where the child is created),
+    so a sessions folder moved or synced elsewhere keeps its chains."""
     return SessionMeta(
         id="", created=now, updated=now, title=template.title or parent.meta.title,
-        agent=template.agent, agent_path=template.agent_path, model=template.model,
+        agent=template.agent, agent_name=template.agent_name, model=template.model,
         backend_url=template.backend_url, git_branch=template.git_branch,
-        parent_id=parent.meta.id, parent_file=str(parent.path), extra=dict(template.extra),
+        parent_id=parent.meta.id, parent_file=os.path.relpath(parent.path, folder),
+        extra=dict(template.extra),
     )  # fmt: skip
 
 

@@ -135,10 +135,11 @@ def _positive(text: str) -> int:
 
 def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from chatloop.config import load_settings
+    from chatloop.format.yaml_strict import load
 
     flags = {k: getattr(args, k, None) for k in ("agent", "model", "backend", "base_url")}
     flags["sessions_dir"] = args.sessions_dir
-    settings, warnings = load_settings(flags, config_file=args.config)
+    settings, warnings = load_settings(flags, config_file=args.config, read_yaml=load)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return settings
@@ -192,9 +193,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
             index.sync(all_projects=True)
             row = index.find(resume)
         resume = row.id
-        recorded = Path(row.agent_path) if row.agent_path else None
-        if args.agent is None and recorded is not None and recorded.is_file():
-            agent_file = recorded  # continue with the agent the session was held with
+        if args.agent is None and row.agent_name:  # the agent the session was held with
+            try:
+                dirs = agent_dirs(store.cwd, store.root)
+                agent_file = find_agent_file(row.agent_name, dirs, names_only=True)
+            except ChatloopError:
+                agent_file = None  # no agent of that name here: the configured one
     if agent_file is None:
         agent_file = find_agent_file(settings.agent, agent_dirs(store.cwd, store.root))
     agent = load_agent(agent_file)

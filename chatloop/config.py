@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -92,20 +92,21 @@ def load_settings(
     *,
     config_file: str | None = None,
     environ: Mapping[str, str] | None = None,
+    read_yaml: Callable[[str], Mapping[str, Any]],
 ) -> tuple[Settings, list[str]]:
     """Merge defaults, the config file, the environment and flags; return settings and
     warnings (unknown keys). A missing default config file is fine; a missing
-    explicit one is a UsageError."""
+    explicit one is a UsageError. ``read_yaml`` loads the file's text (the CLI
+    passes the strict loader of ``chatloop.format.yaml_strict``, so that
+    ``auto_compact: on`` stays the word ``on``); it raises ValueError."""
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     warnings: list[str] = []
     path = config_path(config_file, env)
     if path.is_file():
-        from chatloop import frontmatter_yaml
-
         try:
-            data = frontmatter_yaml.load(path.read_text(encoding="utf-8"))
-        except (frontmatter_yaml.FrontMatterError, OSError, UnicodeDecodeError) as exc:
+            data = read_yaml(path.read_text(encoding="utf-8"))
+        except (ValueError, OSError) as exc:
             raise UsageError(
                 f"Cannot read the config file {path}: {exc}",
                 "Fix or remove it (`chatloop --help` lists the keys).",

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatloop.backends.base import ChatMessage, estimate_prompt, estimate_tokens
-from chatloop.transcript import Message
+from chatloop.format import Message
 
 DEFAULT_WINDOW = 4096  # when neither the settings nor the server say
 DEFAULT_RESERVE = 512  # tokens kept free for the reply when no max_tokens is set

@@ -9,8 +9,10 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 from datetime import datetime
 from pathlib import Path
+from typing import BinaryIO
 
 from chatloop.errors import NotFound, SessionLocked, StoreError
 
@@ -19,8 +21,10 @@ DIR_MODE = 0o700
 
 
 def local_now() -> datetime:
-    """The current time with the local UTC offset (the default clock)."""
-    return datetime.now().astimezone()
+    """The current time with the local UTC offset, to the second (the default clock:
+    messages are ordered by their place in the file, and whole seconds keep the
+    format's open lines short)."""
+    return datetime.now().astimezone().replace(microsecond=0)
 
 
 def fsync_dir(path: Path) -> None:
@@ -91,18 +95,30 @@ def atomic_rewrite(path: Path, data: bytes) -> None:
         raise
 
 
-def read_bytes(path: Path) -> bytes:
-    """Read a session file without following a symlink."""
+def open_read(path: Path) -> BinaryIO:
+    """Open a session file for reading: never through a symlink, never anything but a
+    regular file (a FIFO planted in its place would block forever)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError as exc:
         raise NotFound(
             f"Session file {path} does not exist", "`chatloop sessions` lists what there is."
         ) from exc
     except OSError as exc:
         raise io_error("read", path, exc) from exc
-    with os.fdopen(fd, "rb") as handle:
-        return handle.read()
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise StoreError(f"{path} is not a regular file", "Move it out of the sessions directory.")
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes(path: Path) -> bytes:
+    """Read a whole session file (see ``open_read``)."""
+    with open_read(path) as handle:
+        try:
+            return handle.read()
+        except OSError as exc:
+            raise io_error("read", path, exc) from exc
 
 
 def lock_path(path: Path) -> Path:

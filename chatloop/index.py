@@ -3,7 +3,7 @@
 The files are the truth; this is a cache. Deleting ``index.db`` loses
 nothing: it is rebuilt from the files when missing, corrupt or stale (a file
 whose size or mtime differs from its row). Rows are kept per file path and
-read by ``chatloop.index_scan`` (no full parse); an FTS5 table holds each
+skimmed by ``chatloop.format.skim`` (no full parse); an FTS5 table holds each
 session's searchable text as one document (``detail=none``: word queries,
 no phrases), so a search names sessions, like ``grep -l``.
 
@@ -35,9 +35,9 @@ from chatloop.ids import validate_session_id
 from chatloop.store import Store
 
 if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
-    from chatloop.index_scan import Scanned
+    from chatloop.format import Skim as Scanned
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 INDEX_FILE = "index.db"
 BUSY_TIMEOUT_MS = 5000
 PARALLEL_FROM = 64  # stale files from which a sync scans in worker processes
@@ -47,7 +47,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS info(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS sessions(
     num INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, id TEXT NOT NULL, project TEXT NOT NULL,
-    title TEXT, agent TEXT, agent_path TEXT, model TEXT, created TEXT, updated TEXT, status TEXT,
+    title TEXT, agent TEXT, agent_name TEXT, model TEXT, created TEXT, updated TEXT, status TEXT,
     queries INTEGER, tokens_in INTEGER, tokens_out INTEGER, restoration_tokens INTEGER,
     parent_id TEXT, parent_file TEXT, git_branch TEXT, preview TEXT, has_summary INTEGER,
     legacy INTEGER, problems INTEGER, size INTEGER, mtime_ns INTEGER);
@@ -68,7 +68,7 @@ class SessionRow:
     project: str
     title: str
     agent: str
-    agent_path: str
+    agent_name: str  # what the agent is found by (never a path to load)
     model: str
     created: str
     updated: str
@@ -298,7 +298,7 @@ class Index:
             "INSERT INTO sessions VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 path, meta.id or Path(path).stem, Path(path).parent.name, meta.title, meta.agent,
-                meta.agent_path, meta.model, meta.created.isoformat(),
+                meta.agent_ref, meta.model, meta.created.isoformat(),
                 scanned.updated.isoformat(), meta.status, scanned.queries, meta.tokens_in,
                 meta.tokens_out, meta.restoration_tokens, meta.parent_id, meta.parent_file,
                 meta.git_branch, scanned.preview, scanned.has_summary, scanned.legacy,
@@ -332,7 +332,7 @@ def _row(raw: sqlite3.Row, number: int | None, live: bool) -> SessionRow:
         status = "interrupted"
     return SessionRow(
         number=number, id=raw["id"], path=raw["path"], project=raw["project"],
-        title=raw["title"] or "", agent=raw["agent"] or "", agent_path=raw["agent_path"] or "",
+        title=raw["title"] or "", agent=raw["agent"] or "", agent_name=raw["agent_name"] or "",
         model=raw["model"] or "", created=raw["created"], updated=raw["updated"], status=status,
         queries=raw["queries"], tokens_in=raw["tokens_in"], tokens_out=raw["tokens_out"],
         restoration_tokens=raw["restoration_tokens"], parent_id=raw["parent_id"],

@@ -10,8 +10,8 @@ import json
 from dataclasses import asdict
 from datetime import datetime
 
+from chatloop.format import Session
 from chatloop.index import SearchHit, SessionRow
-from chatloop.transcript import Session
 
 
 def relative_time(when: str, now: datetime) -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from chatloop.transcript import Message
+from chatloop.format import Message
 
 MAX_WORDS = 500
 HEADINGS = (

@@ -19,8 +19,8 @@ from rich.text import Text
 
 from chatloop.backends.base import Event, Finish, TextDelta, ThinkingDelta, ToolCallEvent
 from chatloop.errors import ChatloopError
+from chatloop.format import Message
 from chatloop.listing import describe, relative_time
-from chatloop.transcript import Message
 
 if TYPE_CHECKING:  # sqlite3 and rich.markdown load only when used
     from chatloop.index import SessionRow

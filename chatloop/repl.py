@@ -37,12 +37,12 @@ from chatloop.backends.base import Backend, ContextOverflow
 from chatloop.config import Settings
 from chatloop.context import Plan, plan
 from chatloop.errors import ChatloopError, StoreError
+from chatloop.format import Message, SessionMeta
 from chatloop.fsio import FILE_MODE, ensure_dir
 from chatloop.repl_chain import ChainMixin
 from chatloop.repl_commands import CommandsMixin
 from chatloop.session_writer import SessionWriter
 from chatloop.store import Store
-from chatloop.transcript import Message, SessionMeta
 from chatloop.turn import run_turn
 
 if TYPE_CHECKING:
@@ -279,7 +279,8 @@ class Repl(ChainMixin, CommandsMixin):
         now = self.clock()
         return SessionMeta(
             id="", created=now, updated=now, title=self.title, agent=self.agent.name,
-            agent_path=self.agent.path, model=self.backend.model, backend_url=self.backend.base_url,
+            agent_name=Path(self.agent.path).stem, model=self.backend.model,
+            backend_url=self.backend.base_url,
             git_branch=_git_branch(self.store.cwd),
         )  # fmt: skip
 

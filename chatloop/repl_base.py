@@ -17,9 +17,9 @@ from chatloop.agent import Agent
 from chatloop.backends.base import Backend
 from chatloop.config import Settings
 from chatloop.context import Plan
+from chatloop.format import Message, SessionMeta
 from chatloop.session_writer import SessionWriter
 from chatloop.store import Store
-from chatloop.transcript import Message, SessionMeta
 
 if TYPE_CHECKING:
     from chatloop.index import SessionRow

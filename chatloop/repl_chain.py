@@ -14,8 +14,8 @@ from pathlib import Path
 
 from chatloop import chain, prompts, render
 from chatloop.errors import BackendError, ChatloopError
+from chatloop.format import Message, SessionMeta
 from chatloop.repl_base import ReplBase
-from chatloop.transcript import Message, SessionMeta
 
 
 class ChainMixin(ReplBase):
@@ -88,7 +88,7 @@ class ChainMixin(ReplBase):
         writer = chain.start_child(self.store, base, parent, summary, self.clock, unanswered)
         self._adopt(writer)
         self.previous = summary
-        self.chain_base = chain.chain_tokens(writer.meta)
+        self.chain_base = chain.chain_tokens(self.store, writer.path, writer.meta)
         render.note(self.console, f"Session Restored: {writer.meta.id} continues {parent.meta.id} "
                     f"({parent.meta.queries} queries).", "cyan")  # fmt: skip
         self.acknowledge()
@@ -140,7 +140,7 @@ class ChainMixin(ReplBase):
 
     def resume_from(self, path: Path, full: bool = False) -> bool:
         try:
-            parent = chain.read_parent(path)
+            parent = chain.read_parent(self.store, path)
         except (ChatloopError, OSError):
             render.note(self.console, f"The session file {path} is gone; starting a fresh "
                         "session.", "yellow")  # fmt: skip
@@ -164,13 +164,19 @@ class ChainMixin(ReplBase):
         return True
 
     def _agent_matches(self, meta: SessionMeta) -> bool:
-        recorded = meta.agent_path
-        moved = meta.agent == self.agent.name and Path(recorded).name == Path(self.agent.path).name
-        if not recorded or moved or _same_file(recorded, self.agent.path) or self.assume_yes:
-            return True  # the same file, or the same agent in a file of the same name
+        """True when the session was held with this agent (by name), or the person
+        agrees to go on with this one."""
+        from chatloop.agent import normalise
+
+        recorded = meta.agent_ref
+        mine = normalise(Path(self.agent.path).stem)
+        if not recorded or normalise(recorded) == mine or meta.agent == self.agent.name:
+            return True
+        if self.assume_yes:
+            return True
         return self._ask(
-            f"Session {meta.id} was with {meta.agent or '?'} ({recorded}); continue it with "
-            f"{self.agent.name} ({self.agent.path})? [y/N] ",
+            f"Session {meta.id} was with {meta.agent or recorded}; continue it with "
+            f"{self.agent.name}? [y/N] ",
             False,
         )
 
@@ -210,12 +216,12 @@ class ChainMixin(ReplBase):
 
     def _start_full(self, parent: chain.Parent, history: list[Message],
                     template: SessionMeta) -> None:  # fmt: skip
-        meta = chain.child_meta(template, parent, self.clock())
+        meta = chain.child_meta(template, parent, self.clock(), self.store.project_dir)
         self._adopt(self.store.create(replace(meta, extra={**meta.extra, "restored": "full"})))
         self.prefix = history
         self.previous = parent.summary
         assert self.writer is not None
-        self.chain_base = chain.chain_tokens(self.writer.meta)
+        self.chain_base = chain.chain_tokens(self.store, self.writer.path, self.writer.meta)
         render.note(self.console, f"Session Restored: {self.writer.meta.id} continues "
                     f"{parent.meta.id} with its full history ({len(history)} messages).",
                     "cyan")  # fmt: skip
@@ -259,10 +265,3 @@ class ChainMixin(ReplBase):
             render.note(self.console, "/compact continues in a new session from a summary.")
         elif mode == "on" or self._ask("Compact now?", True):
             self.compact()
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
-    except OSError:
-        return a == b

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from chatloop.errors import StoreError
-from chatloop.fsio import atomic_rewrite, io_error, read_bytes, write_new_file
-from chatloop.transcript import (
+from chatloop.format import (
     Message,
     ParseResult,
     Problem,
@@ -29,6 +28,8 @@ from chatloop.transcript import (
     render_frame,
     render_front_matter,
 )
+from chatloop.format.front_matter import BOM
+from chatloop.fsio import atomic_rewrite, io_error, read_bytes, write_new_file
 
 Clock = Callable[[], datetime]
 _Stamp = tuple[int, int, int]
@@ -53,6 +54,7 @@ class SessionWriter:
         self._queries = session.query_count
         self._fd = self._open_append()
         self._stamp = self._stat()
+        self._last_frame_at = -1
 
     # -- reading
     @property
@@ -77,7 +79,7 @@ class SessionWriter:
         """Durably append one message; on failure the file is left unchanged."""
         self._check_external_edit()
         query = self._queries + (1 if message.is_query else 0)
-        record = render_frame(message, agent=self._meta.agent, query=query)
+        record = render_frame(message, self._meta, query)
         try:
             before = os.fstat(self._fd).st_size
         except OSError as exc:
@@ -93,6 +95,7 @@ class SessionWriter:
         self._messages.append(message)
         self._queries = query
         self._stamp = self._stat()
+        self._last_frame_at = before + 1  # the record starts with a blank line
 
     def update_meta(self, **changes: Any) -> SessionMeta:
         """Atomically rewrite the front matter with ``changes`` (and a new ``updated``)."""
@@ -107,12 +110,20 @@ class SessionWriter:
         return meta
 
     def finalize(self, summary: Message | None = None, **changes: Any) -> SessionMeta:
-        """Append the summary (if any), then close the session's front matter with totals."""
+        """Append the summary (if any), then close the session's front matter with totals.
+
+        In format 2 the front matter then records the summary frame's key and
+        offset (``summary_key``/``summary_at``): that pointer, which no message
+        can write, is what makes the summary trusted on resume."""
+        fields: dict[str, Any] = {}
         if summary is not None:
             self.append(summary)
+            if self._meta.format >= 2:
+                fields["summary_key"] = summary.key
+                fields["summary_at"] = self._last_frame_at - self._body_start()
         last = self.session.summary
         kind = None if last is None else ("fallback" if last.fallback else "model")
-        fields: dict[str, Any] = {"status": "closed", "summary": kind, **totals(self._messages)}
+        fields.update({"status": "closed", "summary": kind, **totals(self._messages)})
         fields.update(changes)
         return self.update_meta(**fields)
 
@@ -131,6 +142,13 @@ class SessionWriter:
         self.close()
 
     # -- internals
+    def _body_start(self) -> int:
+        """Where the body starts (the offset ``summary_at`` counts from)."""
+        with open(self.path, "rb") as handle:
+            head = handle.read(70 * 1024)
+        start = len(BOM) if head.startswith(BOM) else 0
+        return max(front_matter_end(head, start), 0)
+
     def _open_append(self) -> int:
         try:
             return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -153,7 +171,7 @@ class SessionWriter:
             return
         os.close(self._fd)
         self._fd = self._open_append()
-        result = parse_markdown(read_bytes(self.path))
+        result = parse_markdown(read_bytes(self.path), self.path.stem)
         if not any(p.kind == "front_matter" for p in result.problems):
             self._meta = result.session.meta
         self._messages = list(result.session.messages)
@@ -201,11 +219,11 @@ def recover_locked(path: Path, clock: Clock) -> ParseResult:
     for stray in path.parent.glob(f".{path.name}.tmp-*"):
         stray.unlink()
     data = read_bytes(path)
-    result = parse_markdown(data)
+    result = parse_markdown(data, path.stem)
     if result.legacy:
         return result
     problems = list(result.problems)
-    if result.torn:
+    if result.torn and result.exact:
         aside = path.with_name(f"{path.name}.corrupt-{clock().strftime('%Y%m%dT%H%M%S%f')}")
         write_new_file(aside, data[result.end :])
         try:
@@ -228,11 +246,11 @@ def recover_locked(path: Path, clock: Clock) -> ParseResult:
         meta = replace(result.session.meta, status="interrupted", updated=last, **totals(messages))
         _rewrite_front_matter(path, data, meta)
         data = read_bytes(path)
-    return replace(parse_markdown(data), problems=tuple(problems))
+    return replace(parse_markdown(data, path.stem), problems=tuple(problems))
 
 
 def _rewrite_front_matter(path: Path, data: bytes, meta: SessionMeta) -> None:
-    start = front_matter_end(data)
+    start = front_matter_end(data, len(BOM) if data.startswith(BOM) else 0)
     if start < 0:
         raise StoreError(
             f"{path.name} has no readable front matter; not rewriting it",

@@ -15,10 +15,18 @@ from datetime import datetime
 from pathlib import Path
 
 from chatloop import ids
-from chatloop.errors import NotFound
-from chatloop.fsio import ensure_dir, local_now, read_bytes, take_lock, write_new_file
+from chatloop.errors import ChatloopError, NotFound
+from chatloop.format import (
+    ParseResult,
+    Session,
+    SessionMeta,
+    SummaryLookup,
+    find_summary,
+    parse_markdown,
+    render_header,
+)
+from chatloop.fsio import ensure_dir, local_now, open_read, read_bytes, take_lock, write_new_file
 from chatloop.session_writer import SessionWriter, recover_locked
-from chatloop.transcript import ParseResult, Session, SessionMeta, parse_markdown, render_header
 
 Clock = Callable[[], datetime]
 PROJECTS = "projects"
@@ -77,8 +85,33 @@ class Store:
         raise NotFound(f"No session with id {session_id}", "`chatloop sessions --all` lists them.")
 
     def read(self, path: Path) -> ParseResult:
-        """Parse a session file without changing it."""
-        return parse_markdown(read_bytes(path))
+        """Parse a whole session file in memory, without changing it."""
+        return parse_markdown(read_bytes(path), path.stem)
+
+    def summary_of(self, path: Path) -> SummaryLookup:
+        """The summary of a session that may be trusted (see
+        ``chatloop.format.find_summary``); reads the head and the summary frame of a
+        format 2 file, streams the frames of any other."""
+        with open_read(path) as handle:
+            return find_summary(handle, path.stem)
+
+    def parent_of(self, path: Path, meta: SessionMeta) -> Path | None:
+        """The file a session continues: its ``parent_file`` (relative to its own
+        folder in format 2, absolute in format 1), else its ``parent_id`` looked
+        up beside it, so a sessions folder moved to another machine keeps its
+        chains."""
+        link = meta.parent_path(path)
+        if link is not None and Path(link).is_file():
+            return Path(link)
+        if meta.parent_id and ids.is_file_stem(meta.parent_id):
+            beside = path.parent / f"{meta.parent_id}.md"
+            if beside.is_file():
+                return beside
+            try:
+                return self.find_file(meta.parent_id)
+            except ChatloopError:
+                return None
+        return None
 
     def create(self, meta: SessionMeta) -> SessionWriter:
         """Create a new session file for ``meta`` (id, times and cwd filled in if empty)."""

@@ -28,7 +28,7 @@ from chatloop.backends.base import (
     UsageEvent,
 )
 from chatloop.errors import BackendError
-from chatloop.transcript import Message, Thinking, ToolCall, Usage
+from chatloop.format import Message, Thinking, ToolCall, Usage
 
 DEFAULT_MAX_TOOL_ROUNDS = 8
 Record = Callable[[Message], None]

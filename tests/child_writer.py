@@ -19,8 +19,8 @@ from datetime import datetime
 from pathlib import Path
 
 from chatloop.errors import StoreError
+from chatloop.format import Message, Usage
 from chatloop.store import Store
-from chatloop.transcript import Message, Usage
 
 
 def _store(path: Path) -> Store:

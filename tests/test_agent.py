@@ -12,7 +12,7 @@ from chatloop.agent import find_agent_file, load_agent, tool_from_function
 from chatloop.backends.openai_compat import OpenAICompatBackend
 from chatloop.context import to_wire
 from chatloop.errors import UsageError
-from chatloop.transcript import Message, ToolCall
+from chatloop.format import Message, ToolCall
 from chatloop.turn import complete, run_turn
 from tests.conftest import T0, Clock
 

@@ -13,8 +13,8 @@ from chatloop.backends.base import ContextOverflow, estimate_tokens
 from chatloop.config import Settings
 from chatloop.context import plan
 from chatloop.errors import BackendError
+from chatloop.format import Message, Session, ToolCall, ToolResult, Usage
 from chatloop.store import Store
-from chatloop.transcript import Message, Session, ToolCall, ToolResult, Usage
 from tests.conftest import T0, exchange, new_meta
 from tests.fakes import STRUCTURED, FakeBackend
 from tests.test_repl import drive
@@ -141,21 +141,20 @@ def test_read_parent_takes_the_summary_from_the_tail_of_a_large_file(store: Stor
             writer.append(Message.create("user", T0, text=big))
         writer.finalize(Message.create("summary", T0, text=STRUCTURED))
         path = writer.path
-    parent = chain.read_parent(path)
+    parent = chain.read_parent(store, path)
     assert parent.summary == STRUCTURED and parent.note is None
     assert parent.meta.queries == 3 and path.stat().st_size > 3_000_000
 
 
 def test_read_parent_reports_missing_damaged_and_stale_summaries(store: Store) -> None:
-    assert chain.read_parent(closed_session(store, summary=None)).summary is None
+    assert chain.read_parent(store, closed_session(store, summary=None)).summary is None
     path = closed_session(store)
     data = path.read_bytes().replace(b"<!-- SESSION_SUMMARY_END -->", b"<!-- SESSION_SUMMARY_EN")
     path.write_bytes(data)
-    damaged = chain.read_parent(path)
+    damaged = chain.read_parent(store, path)
     assert damaged.summary == STRUCTURED and "edited or damaged" in (damaged.note or "")
-    path.write_bytes(data + b"\n<!-- chatloop:abcdefgh user {\"at\":\"2026-11-21T10:00:00Z\"} -->\n"
-                     b"x\n<!-- /chatloop:abcdefgh 00000000 -->\n")  # fmt: skip
-    assert chain.read_parent(path).summary is None
+    path.write_bytes(data + b"\n<!-- abcdefgh user 10:00:00 -->\nx\n<!-- /abcdefgh 00000000 -->\n")
+    assert chain.read_parent(store, path).summary is None
 
 
 # ---------------------------------------------------------------- the REPL
@@ -178,12 +177,14 @@ def test_compact_starts_a_linked_session_and_the_context_shrinks(store: Store) -
     parent, child = files(store)
     assert parent.meta.status == child.meta.status == "closed"
     assert child.meta.parent_id == parent.meta.id
-    assert child.meta.parent_file == str(store.find_file(parent.meta.id))
+    child_path = store.find_file(child.meta.id)
+    assert child.meta.parent_file == f"{parent.meta.id}.md"  # relative to its own folder
+    assert store.parent_of(child_path, child.meta) == store.find_file(parent.meta.id)
     restore, ack, three, _ = child.messages[:4]
     assert restore.restore and ack.restore and ack.text.strip() == "Acknowledged: basil, ready."
     assert STRUCTURED in restore.text and three.text == "three"
     assert child.meta.queries == 1 and child.meta.restoration_tokens > 0
-    assert "## Session Restored" in Path(store.find_file(child.meta.id)).read_text()
+    assert "## Session restored" in Path(store.find_file(child.meta.id)).read_text()
     after = backend.calls[4]["messages"]  # the call that answers "three"
     assert [m["role"] for m in after] == ["system", "user", "assistant", "user"]
     assert after[1]["content"] == restore.text

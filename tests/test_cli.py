@@ -130,7 +130,7 @@ def test_tree_and_export_follow_the_chain(project: Path, chatloop_home: Path,
     assert [s["meta"]["title"] for s in sessions] == [f"Composting, part {i}" for i in (1, 2, 3)]
     out = tmp_path / "chain.md"
     done = run("export", third["id"], "--chain", "-o", str(out), cwd=project, home=chatloop_home)
-    assert done.returncode == 0 and out.read_text().count("\nformat: 1\n") == 3
+    assert done.returncode == 0 and out.read_text().count("\nformat: 2\n") == 3
     again = run("export", third["id"], "-o", str(out), cwd=project, home=chatloop_home)
     assert again.returncode == 1 and "already exists" in again.stderr
 

@@ -18,8 +18,8 @@ import pytest
 
 from chatloop.backends.openai_compat import OpenAICompatBackend
 from chatloop.config import Settings
+from chatloop.format import parse_markdown
 from chatloop.store import Store
-from chatloop.transcript import parse_markdown
 from tests.conftest import E2E_WINDOW
 from tests.test_pty import ready, run, spawn, wait
 from tests.test_repl import drive

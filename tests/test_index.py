@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from chatloop.errors import NotFound
+from chatloop.format import Message
 from chatloop.index import Index
 from chatloop.store import Store
-from chatloop.transcript import Message
 from tests.conftest import exchange, new_meta
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"

@@ -10,11 +10,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatloop import frontmatter_yaml, index
+from chatloop import index
+from chatloop.format import Session, parse_markdown, render_markdown
+from chatloop.format import skim as scan
+from chatloop.format import skim_of as from_parse
+from chatloop.format import yaml_strict as frontmatter_yaml
 from chatloop.index import Index
-from chatloop.index_scan import from_parse, scan
 from chatloop.store import Store
-from chatloop.transcript import Session, parse_markdown, render_markdown
 from tests.test_transcript import sessions, text_st
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
@@ -55,7 +57,7 @@ def test_scan_leaves_out_chatloops_own_markup() -> None:
 
 def test_scan_of_a_torn_file_counts_the_problem_and_keeps_the_rest() -> None:
     data = (SAMPLES / "01-plain-chat.md").read_bytes()
-    torn = data[: data.rindex(b"<!-- /chatloop:")]
+    torn = data[: data.rindex(b"<!-- /")]
     fast = scan(torn)
     whole = scan(data)
     assert fast.problems == 1
@@ -66,7 +68,7 @@ def test_scan_of_a_torn_file_counts_the_problem_and_keeps_the_rest() -> None:
 @given(st.dictionaries(st.sampled_from(["title", "agent", "cwd", "x_note"]), text_st, max_size=4))
 def test_simple_front_matter_reads_exactly_what_yaml_reads(values: dict[str, str]) -> None:
     text = frontmatter_yaml.dump({"format": 1, **values, "tokens": {"in": 3, "out": 0}})
-    fast = frontmatter_yaml._simple_load(text)
+    fast = frontmatter_yaml.simple_load(text)
     exact = yaml.load(text, Loader=frontmatter_yaml._StrictLoader)
     assert fast is None or fast == exact
 
@@ -83,7 +85,7 @@ def test_simple_front_matter_reads_exactly_what_yaml_reads(values: dict[str, str
 )  # fmt: skip
 def test_simple_front_matter_never_disagrees_with_yaml(line: str) -> None:
     text = line + "\n"
-    fast = frontmatter_yaml._simple_load(text)
+    fast = frontmatter_yaml.simple_load(text)
     try:
         exact = yaml.load(text, Loader=frontmatter_yaml._StrictLoader)
     except (yaml.YAMLError, frontmatter_yaml.FrontMatterError):

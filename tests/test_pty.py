@@ -15,7 +15,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from chatloop.transcript import parse_markdown
+from chatloop.format import parse_markdown
 
 pytestmark = pytest.mark.e2e
 READY = "new session"  # the toolbar before the first message

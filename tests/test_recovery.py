@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import random
+import re
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
+from chatloop.format import Message, Session, parse_markdown, render_markdown
 from chatloop.store import Store
-from chatloop.transcript import Message, Session, parse_markdown, render_markdown
 from tests.conftest import T0, exchange, new_meta
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,45 +22,50 @@ SAMPLE = Session(
     new_meta(id="20261121-143045-00c0ffee"),
     tuple(exchange(1) + exchange(2) + [Message.create("summary", T0, text="**Pending:** none")]),
 )
+BOTH = [SAMPLE, replace(SAMPLE, meta=replace(SAMPLE.meta, format=1))]
+_OPEN = re.compile(rb"<!-- (?:chatloop:)?([a-z2-7]{8}) (?:user|assistant|tool|summary) ")
 
 
 def _frames(data: bytes) -> list[tuple[int, int]]:
     """(start, end) of every frame: the open marker to just past the close line."""
     spans = []
     pos = 0
-    while (start := data.find(b"<!-- chatloop:", pos)) >= 0:
-        key = data[start + 14 : start + 22]
-        close = data.find(b"<!-- /chatloop:" + key, start)
-        end = data.find(b"\n", close) + 1
+    while (found := _OPEN.search(data, pos)) is not None:
+        start, key = found.start(), found.group(1)
+        close = re.compile(rb"<!-- /(?:chatloop:)?" + key + rb" ").search(data, start)
+        assert close is not None
+        end = data.find(b"\n", close.start()) + 1
         spans.append((start, end))
         pos = end
     return spans
 
 
-def test_torn_tail_at_every_byte_of_the_last_two_messages(store: Store) -> None:
-    data = render_markdown(SAMPLE)
+@pytest.mark.parametrize("sample", BOTH, ids=["format2", "format1"])
+def test_torn_tail_at_every_byte_of_the_last_two_messages(store: Store, sample: Session) -> None:
+    data = render_markdown(sample)
     spans = _frames(data)
     store.project_dir.mkdir(parents=True)
-    path = store.project_dir / f"{SAMPLE.meta.id}.md"
+    path = store.project_dir / f"{sample.meta.id}.md"
     first_cut = spans[-2][0] - 1  # from the blank line before the second-to-last frame
     for cut in range(first_cut, len(data) + 1):
         path.write_bytes(data[:cut])
         complete = sum(1 for _, end in spans if end <= cut)
         writer = store.open(path)
-        assert writer.session.messages == SAMPLE.messages[:complete], cut
+        assert writer.session.messages == sample.messages[:complete], cut
         writer.append(Message.create("user", T0, text="next"))
         writer.close()
         result = parse_markdown(path.read_bytes())
         assert [p.kind for p in result.problems] == [], (cut, result.problems)
-        assert result.session.messages == (*SAMPLE.messages[:complete], writer.messages[-1])
+        assert result.session.messages == (*sample.messages[:complete], writer.messages[-1])
         kept_aside = b"".join(p.read_bytes() for p in path.parent.glob("*.corrupt-*"))
         assert data[:cut].endswith(kept_aside) or not kept_aside
         for aside in path.parent.glob("*.corrupt-*"):
             aside.unlink()
 
 
-def test_damage_in_one_message_never_hides_the_others() -> None:
-    data = render_markdown(SAMPLE)
+@pytest.mark.parametrize("sample", BOTH, ids=["format2", "format1"])
+def test_damage_in_one_message_never_hides_the_others(sample: Session) -> None:
+    data = render_markdown(sample)
     spans = _frames(data)
     rng = random.Random(1234)
     for trial in range(500):
@@ -68,8 +77,8 @@ def test_damage_in_one_message_never_hides_the_others() -> None:
         result = parse_markdown(bytes(damaged))
         problems = [p for p in result.problems]
         assert len(problems) == 1, (trial, offset, problems)
-        others = [m for i, m in enumerate(SAMPLE.messages) if i != victim]
-        got = [m for m in result.session.messages if m.key != SAMPLE.messages[victim].key]
+        others = [m for i, m in enumerate(sample.messages) if i != victim]
+        got = [m for m in result.session.messages if m.key != sample.messages[victim].key]
         assert got == others, (trial, offset)
 
 

@@ -18,9 +18,10 @@ from chatloop.agent import load_agent
 from chatloop.backends.openai_compat import OpenAICompatBackend
 from chatloop.config import Settings, load_settings
 from chatloop.errors import UsageError
+from chatloop.format import parse_markdown
+from chatloop.format.yaml_strict import load as yaml_load
 from chatloop.repl import Repl
 from chatloop.store import Store
-from chatloop.transcript import parse_markdown
 from tests.conftest import Clock
 
 AGENTS = Path(__file__).resolve().parent.parent / "agents"
@@ -122,22 +123,23 @@ def test_export_writes_a_copy(
     monkeypatch.chdir(tmp_path)
     _, shown = drive(store, fake_server([]), "hi\r/export out.md\r/export out.md\rexit\r")
     assert "Exported to out.md" in shown and "out.md already exists" in shown
-    assert b"**You:** hi" in (tmp_path / "out.md").read_bytes()
+    assert b"## Query 1\nhi\n" in (tmp_path / "out.md").read_bytes()
 
 
 def test_settings_precedence_and_unknown_keys(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("model: from-file\nbase_url: http://file/v1\ncolour: blue\nretries: 5\n")
     env = {"CHATLOOP_MODEL": "from-env"}
-    settings, warnings = load_settings({"model": None, "base_url": "http://flag/v1"},
+    settings, warnings = load_settings(read_yaml=yaml_load, flags={"model": None, "base_url": "http://flag/v1"},
                                        config_file=str(config), environ=env)  # fmt: skip
     assert settings.model == "from-env" and settings.base_url == "http://flag/v1"
     assert settings.retries == 5 and "colour" in warnings[0]
     with pytest.raises(UsageError):
-        load_settings({}, config_file=str(tmp_path / "missing.yaml"), environ={})
+        load_settings(read_yaml=yaml_load, flags={}, environ={},
+                      config_file=str(tmp_path / "missing.yaml"))  # fmt: skip
     config.write_text("retries: many\n")
     with pytest.raises(UsageError, match="retries"):
-        load_settings({}, config_file=str(config), environ={})
+        load_settings(read_yaml=yaml_load, flags={}, config_file=str(config), environ={})
 
 
 @pytest.mark.e2e

@@ -1,4 +1,5 @@
-"""Golden files: every sample parses cleanly and re-renders byte for byte."""
+"""Golden files: every sample, of both formats, parses cleanly and re-renders byte for
+byte; format 2 samples hold the same conversations as the format 1 ones."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from chatloop.transcript import parse_markdown, render_markdown
+from chatloop.format import parse_markdown, render_markdown
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
 GOLDEN = sorted(SAMPLES.glob("*.md"))
+FORMAT1 = sorted((SAMPLES / "format1").glob("*.md"))
 
 
 def test_there_are_samples_of_every_kind() -> None:
@@ -27,13 +29,32 @@ def test_there_are_samples_of_every_kind() -> None:
         assert kind in names
 
 
-@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", GOLDEN + FORMAT1, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_sample_round_trips_byte_for_byte(path: Path) -> None:
     data = path.read_bytes()
-    result = parse_markdown(data)
+    result = parse_markdown(data, path.stem)
     assert result.problems == ()
     assert result.session.messages
+    assert result.session.meta.format == (1 if path.parent.name == "format1" else 2)
     assert render_markdown(result.session) == data
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.name)
+def test_format_2_samples_say_what_format_1_said(path: Path) -> None:
+    new = parse_markdown(path.read_bytes()).session
+    old = parse_markdown((SAMPLES / "format1" / path.name).read_bytes()).session
+    assert [(m.role, m.text, m.tool_calls, m.tool_results, m.usage, m.restore)
+            for m in new.messages] == [(m.role, m.text, m.tool_calls, m.tool_results, m.usage,
+                                        m.restore) for m in old.messages]  # fmt: skip
+
+
+def test_format_2_open_lines_are_short_and_user_text_starts_a_line() -> None:
+    for path in GOLDEN:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        opens = [line for line in lines if (line.startswith("<!-- ") and " user " in line)
+                 or (" assistant " in line and line.startswith("<!-- "))]  # fmt: skip
+        assert opens and max(map(len, opens)) <= 100, path.name
+        assert not any(line.startswith("**You:**") for line in lines)
 
 
 def test_chain_is_linked_parent_to_child() -> None:
@@ -41,7 +62,7 @@ def test_chain_is_linked_parent_to_child() -> None:
     assert chain[0].meta.parent_id is None
     for parent, child in itertools.pairwise(chain):
         assert child.meta.parent_id == parent.meta.id
-        assert child.meta.parent_file and child.meta.parent_file.endswith(f"{parent.meta.id}.md")
+        assert child.meta.parent_file == f"{parent.meta.id}.md"  # relative: portable
         restore = [m for m in child.messages if m.restore]
         assert [m.role for m in restore] == ["user", "assistant"]
         assert parent.summary is not None and parent.summary.text in restore[0].text

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from chatloop.errors import SessionLocked, StoreError, UsageError
+from chatloop.format import Message, parse_markdown
 from chatloop.index import Index
 from chatloop.store import Store
-from chatloop.transcript import Message, parse_markdown
 from tests.conftest import T0, Clock, exchange, new_meta
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +65,7 @@ def test_files_and_dirs_are_private_under_umask_000(store: Store) -> None:
         writer.close()
         # a torn tail makes a .corrupt file; recovery must create it private too
         with open(writer.path, "ab") as handle:
-            handle.write(b"\n<!-- chatloop:abcdefgh user {")
+            handle.write(b"\n<!-- abcdefgh user 14:30:")
         store.recover(writer.path)
         with Index(store) as index:
             index.sync()

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatloop.session_meta import KNOWN_KEYS
-from chatloop.transcript import (
+from chatloop.format import (
+    KNOWN_KEYS,
     SUMMARY_END,
     SUMMARY_START,
     Message,
@@ -78,7 +78,11 @@ def sessions(draw: st.DrawFn) -> Session:
     extra_keys = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8).filter(
         lambda k: k not in KNOWN_KEYS
     )
+    version = draw(st.sampled_from([1, 2]))
     meta = new_meta(
+        format=version,
+        agent_path="agents/simple_sally.py" if version == 1 else "",
+        agent_name="" if version == 1 else "simple_sally",
         id=draw(text_st),
         title=draw(text_st),
         agent=draw(text_st),
@@ -159,13 +163,30 @@ def test_file_is_readable_markdown() -> None:
         Message.create("user", T0, text="hello"),
         Message.create("assistant", T0, text="Hi!", usage=Usage(123, 222), duration=3.2),
     )
-    text = render_markdown(Session(new_meta(id="20261121-143045-0a1b2c3d"), msgs)).decode()
+    meta = new_meta(id="20261121-143045-0a1b2c3d", format=1)
+    text = render_markdown(Session(meta, msgs)).decode()
     assert text.startswith("---\n")
     assert "# Simple Sally Conversation" in text
     assert "## Query 1 (14:30:45)" in text
     assert "**You:** hello" in text
     assert "**Simple Sally:** Hi!" in text
     assert "*Time: 3.2s | Tokens: 345 (in: 123, out: 222)*" in text
+
+
+def test_format_2_says_each_fact_once_and_reads_as_markdown() -> None:
+    msgs = (
+        Message.create("user", T0.replace(microsecond=0), text="- a list\n- of things"),
+        Message.create("assistant", T0.replace(microsecond=0), text="Hi!", usage=Usage(123, 222),
+                       duration=3.2, model="gemma-3-270m", stop_reason="stop"),
+    )
+    text = render_markdown(Session(new_meta(id="20261121-143045-0a1b2c3d"), msgs)).decode()
+    body = text.split("\n---\n", 1)[1]
+    assert "## Query 1\n- a list\n- of things\n" in body  # user text starts its own line
+    assert "### Simple Sally\nHi!" in body
+    assert " 3.2s 123/222 -->" in body  # time and tokens once, in the open line
+    assert "gemma-3-270m" not in body and '"stop"' not in body  # the defaults are not repeated
+    assert "Tokens:" not in body and "chatloop:" not in body
+    assert max(len(line) for line in body.splitlines()) <= 100
 
 
 # ---------------------------------------------------------------- front matter
@@ -187,7 +208,7 @@ def test_python_object_payload_runs_nothing(tmp_path: object) -> None:
     payload = "id: a\ntitle: !!python/object/apply:os.system ['touch /tmp/chatloop-pwned']\n"
     result = parse_markdown(_with_front_matter(payload))
     assert [p.kind for p in result.problems] == ["front_matter"]
-    assert result.session.meta.id == ""
+    assert result.session.meta.id == "a"  # salvaged line by line; the tag ran nothing
     import os
 
     assert not os.path.exists("/tmp/chatloop-pwned")

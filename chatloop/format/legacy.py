@@ -7,6 +7,13 @@ Those files have no front matter: bold key lines (``**Session ID:**``,
 line, ``---`` rules, and the same SESSION_SUMMARY markers. We read them into
 the same values so they can be listed, searched and resumed; we never write
 them.
+
+Only markers in the file's own structure count: the seed tool appended the
+summary at the very end, after a ``---`` rule. So the summary is the block
+whose end marker is the file's last non-blank line and whose start marker is a
+line of its own preceded by a ``---`` line; markers quoted inside a query or a
+reply are followed by more of the conversation, stay content, and hide no
+query.
 """
 
 from __future__ import annotations
@@ -14,16 +21,10 @@ from __future__ import annotations
 import re
 from datetime import datetime, time
 
-from chatloop.transcript import (
-    SUMMARY_END,
-    SUMMARY_START,
-    Message,
-    ParseResult,
-    Problem,
-    Session,
-    SessionMeta,
-    Usage,
-)
+from chatloop.format.body import SUMMARY_END, SUMMARY_START
+from chatloop.format.values import Message, ParseResult, Problem, Session, SessionMeta, Usage
+
+__all__ = ["looks_legacy", "parse_legacy"]
 
 _KEY_RE = re.compile(
     r"^\*\*(Session ID|Date|Agent|Agent Path|Total Queries|Resumed From):\*\* ?(.*)$", re.MULTILINE
@@ -44,9 +45,9 @@ def parse_legacy(data: bytes) -> ParseResult:
     created = _parse_date(keys.get("Date", ""))
     agent = keys.get("Agent", "")
     summary_text = None
-    s_end = text.rfind(SUMMARY_END)
-    s_start = text.rfind(SUMMARY_START, 0, s_end) if s_end >= 0 else -1
-    if s_start >= 0:
+    found = _structural_summary(text)
+    if found is not None:
+        s_start, s_end = found
         summary_text = text[s_start + len(SUMMARY_START) : s_end].strip("\n")
         text = text[:s_start]
     sections = list(_SECTION_RE.finditer(text))
@@ -74,8 +75,31 @@ def parse_legacy(data: bytes) -> ParseResult:
         tokens_in=sum(m.usage.input for m in messages if m.usage),
         tokens_out=sum(m.usage.output for m in messages if m.usage),
         summary="legacy" if summary_text is not None else None,
+        format=1,
     )
     return ParseResult(Session(meta, tuple(messages)), tuple(problems), len(data), legacy=True)
+
+
+def looks_legacy(data: bytes) -> bool:
+    """True for a file of the legacy format (a heading, then bold key lines)."""
+    head = data[:4096]
+    return head.startswith(b"# ") and b"**Session ID:**" in head
+
+
+def _structural_summary(text: str) -> tuple[int, int] | None:
+    """Offsets of the summary's start and end markers when they are the file's own
+    structure (see the module doc), else None."""
+    body = text.rstrip()
+    if not body.endswith(SUMMARY_END) or not body[: -len(SUMMARY_END)].endswith("\n"):
+        return None
+    end = len(body) - len(SUMMARY_END)
+    start = body.rfind("\n" + SUMMARY_START + "\n", 0, end)
+    if start < 0:
+        return None
+    before = body[:start].rstrip()
+    if not (before.endswith("\n---") or before == "---"):
+        return None
+    return start + 1, end
 
 
 def _section_messages(chunk: str, agent: str, at: datetime, restore: bool) -> list[Message]:

@@ -30,6 +30,17 @@ from frontmatter.default_handlers import YAMLHandler
 MAX_FRONT_MATTER_BYTES = 64 * 1024
 
 
+__all__ = [
+    "MAX_FRONT_MATTER_BYTES",
+    "UNSURE",
+    "FrontMatterError",
+    "dump",
+    "load",
+    "read_scalar",
+    "simple_load",
+]
+
+
 class FrontMatterError(ValueError):
     """The front matter is not safe, strict YAML mapping."""
 
@@ -87,7 +98,7 @@ def load(text: str) -> dict[str, Any]:
     """Parse front matter text into a mapping, or raise FrontMatterError."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_FRONT_MATTER_BYTES:
         raise FrontMatterError(f"front matter is larger than {MAX_FRONT_MATTER_BYTES} bytes")
-    simple = _simple_load(text)
+    simple = simple_load(text)
     if simple is not None:
         return simple
     loader = _FAST if _FAST is not None and "*" not in text else _StrictLoader
@@ -112,7 +123,7 @@ _NULLS = frozenset({"", "~", "null", "Null", "NULL"})
 _BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
 
 
-def _simple_load(text: str) -> dict[str, Any] | None:
+def simple_load(text: str) -> dict[str, Any] | None:
     """Read front matter in the plain shape ``dump`` writes, or None to leave it to
     YAML. Only values whose meaning is certain are taken: plain words without YAML
     punctuation, single-quoted strings, integers, null and booleans."""
@@ -135,31 +146,32 @@ def _simple_load(text: str) -> dict[str, Any] | None:
             continue
         if not indent:
             parent = None
-        value = _scalar(raw)
-        if value is _UNSURE:
+        value = read_scalar(raw)
+        if value is UNSURE:
             return None
         target[key] = value
     return {k: (None if v == {} else v) for k, v in data.items()}
 
 
-_UNSURE = object()
+UNSURE = object()
 
 
-def _scalar(raw: str) -> Any:
+def read_scalar(raw: str) -> Any:
+    """A plain YAML scalar as the strict loader would read it, or ``UNSURE``."""
     if raw in _NULLS:
         return None
     if raw in _BOOLS:
         return _BOOLS[raw]
     if _DIGITS_RE.fullmatch(raw):
-        return int(raw) if _INT_RE.fullmatch(raw) else _UNSURE
+        return int(raw) if _INT_RE.fullmatch(raw) else UNSURE
     if len(raw) >= 2 and raw[0] == raw[-1] == "'":
         inner = raw[1:-1]
         if "'" in inner.replace("''", "") or not inner.isprintable():
-            return _UNSURE
+            return UNSURE
         return inner.replace("''", "'")
     if _PLAIN_RE.fullmatch(raw) and ": " not in raw and not raw.endswith((":", " ")):
         return raw
-    return _UNSURE
+    return UNSURE
 
 
 def dump(data: dict[str, Any]) -> str:

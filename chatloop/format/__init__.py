@@ -1,0 +1,53 @@
+"""The session file format: pure values, one frame scanner, no file I/O.
+
+``chatloop.store`` opens files and passes bytes or file objects in; every
+reader of a session (parse, the index's skim, the summary resume trusts,
+search snippets, show, export) is built on ``chatloop.format.frames``.
+docs/format.md describes the format.
+"""
+
+from __future__ import annotations
+
+from chatloop.format.body import SUMMARY_END, SUMMARY_START, display_name
+from chatloop.format.document import (
+    Document,
+    Skim,
+    SummaryLookup,
+    find_summary,
+    message_from,
+    open_document,
+    parse_markdown,
+    render_frame,
+    render_header,
+    render_markdown,
+    skim,
+    skim_of,
+    words_of,
+)
+from chatloop.format.frames import Flaw, Frame, iter_frames
+from chatloop.format.front_matter import KNOWN_KEYS, front_matter_end, render_front_matter
+from chatloop.format.values import (
+    FORMAT_VERSION,
+    ROLES,
+    STATUSES,
+    Message,
+    ParseResult,
+    Problem,
+    Role,
+    Session,
+    SessionMeta,
+    Thinking,
+    ToolCall,
+    ToolResult,
+    Usage,
+    new_key,
+)
+
+__all__ = [
+    "FORMAT_VERSION", "KNOWN_KEYS", "ROLES", "STATUSES", "SUMMARY_END", "SUMMARY_START",
+    "Document", "Flaw", "Frame", "Message", "ParseResult", "Problem", "Role", "Session",
+    "SessionMeta", "Skim", "SummaryLookup", "Thinking", "ToolCall", "ToolResult", "Usage",
+    "display_name", "find_summary", "front_matter_end", "iter_frames", "message_from",
+    "new_key", "open_document", "parse_markdown", "render_frame", "render_front_matter",
+    "render_header", "render_markdown", "skim", "skim_of", "words_of",
+]  # fmt: skip

@@ -1,0 +1,572 @@
+"""A session file as a whole: render it, read it (in memory or streaming), skim it
+for the index, and find the summary that resume may trust. No file is opened
+here: readers take bytes or a binary file object the store opened.
+
+Layout (docs/format.md has the full grammar)::
+
+    ---            front matter (YAML, chatloop.format.front_matter)
+    ...
+    ---
+
+    # {Agent} Conversation          decoration
+    <frame>                         one per message (chatloop.format.frames)
+    <frame>
+
+``parse_markdown(render_markdown(s)).session == s`` for every valid session,
+in both formats. Reading never raises for damage: problems are listed and
+every readable message is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, time
+from typing import BinaryIO
+
+from chatloop.config import DEFAULT_PREVIEW_CHARS
+from chatloop.format import legacy
+from chatloop.format.body import compact_json, display_name, has_footer, read_body, render_body
+from chatloop.format.body import searchable as _searchable_body
+from chatloop.format.frames import Flaw, Frame, close_line, iter_frames, open_line
+from chatloop.format.front_matter import (
+    BOM,
+    MAX_COUNT,
+    Head,
+    check_time,
+    is_crlf,
+    read_head,
+    render_front_matter,
+)
+from chatloop.format.values import (
+    Message,
+    ParseResult,
+    Problem,
+    Session,
+    SessionMeta,
+    Usage,
+    content_of,
+    is_key,
+)
+
+HEAD_BYTES = 70 * 1024  # front matter is capped at 64 KiB; the heading follows
+
+__all__ = [
+    "HEAD_BYTES", "Document", "Skim", "SummaryLookup", "find_summary", "frame_info",
+    "message_from", "open_document", "parse_markdown", "render_frame", "render_header",
+    "render_markdown", "skim", "summary_offset",
+]  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- render
+
+
+def render_markdown(session: Session) -> bytes:
+    """Render a whole session file: header + every frame, in order."""
+    parts = [render_header(session.meta)]
+    query = 0
+    for message in session.messages:
+        query += message.is_query
+        parts.append(render_frame(message, session.meta, query))
+    return b"".join(parts)
+
+
+def render_header(meta: SessionMeta) -> bytes:
+    """Everything before the first frame: the front matter, and in format 1 a
+    ``# {Agent} Conversation`` heading (format 2 leaves it out: the front matter
+    already names the agent, and each reply is headed by its name)."""
+    if meta.format >= 2:
+        return render_front_matter(meta)
+    heading = f"\n# {display_name(meta.agent) or 'Chat'} Conversation\n"
+    return render_front_matter(meta) + heading.encode()
+
+
+def render_frame(message: Message, meta: SessionMeta, query: int) -> bytes:
+    """One record as appended to the file: a blank line, then the frame, in the
+    meta's format. ``query`` (queries so far, this one included) only feeds the
+    ``## Query N`` heading, which no reader trusts."""
+    if not is_key(message.key):
+        raise ValueError(f"invalid frame key {message.key!r}")
+    if message.key in content_of(message):
+        raise ValueError("frame key occurs in the message content; use Message.create")
+    version = meta.format
+    body = render_body(message, meta.agent, query, version)
+    head = f"{open_line(version, message.key, message.role, frame_info(message, meta))}\n{body}"
+    data = head.encode()
+    return b"\n" + data + b"\n" + close_line(version, message.key, zlib.crc32(data)) + b"\n"
+
+
+def frame_info(m: Message, meta: SessionMeta) -> str:
+    """The open line's metadata.
+
+    Format 1: one JSON object. Format 2: the time (``HH:MM:SS`` on the session's
+    first day), the duration (``4.1s``) and the token usage (``58/121``,
+    ``~58/121`` when estimated) when there are any, then a JSON object only for
+    what is not the default: ``model`` when it differs from the front matter's,
+    ``stop`` when not the normal ``stop`` (assistant), and the flags.
+    """
+    info: dict[str, object] = {}
+    if meta.format == 1:
+        info["at"] = m.at.isoformat()
+        info.update({k: v for k, v in (("model", m.model), ("stop", m.stop_reason),
+                                       ("secs", m.duration)) if v is not None})  # fmt: skip
+        if m.usage is not None:
+            usage: dict[str, object] = {"in": m.usage.input, "out": m.usage.output}
+            if m.usage.estimated:
+                usage["est"] = True
+            info["usage"] = usage
+        for flag in ("interrupted", "restore", "fallback"):
+            if getattr(m, flag):
+                info[flag] = True
+        return compact_json(info)
+    words = [_short_time(m.at, meta.created)]
+    if m.duration is not None:
+        words.append(f"{m.duration!r}s")
+    if m.usage is not None:
+        u = m.usage
+        words.append(f"{'~' if u.estimated else ''}{u.input}/{u.output}")
+    if m.role == "assistant":
+        if m.model != (meta.model or None):
+            info["model"] = m.model
+        if m.stop_reason != "stop":
+            info["stop"] = m.stop_reason
+    else:
+        info.update({k: v for k, v in (("model", m.model), ("stop", m.stop_reason))
+                     if v is not None})  # fmt: skip
+    for flag in ("interrupted", "restore", "fallback"):
+        if getattr(m, flag):
+            info[flag] = True
+    if info:
+        words.append(compact_json(info))
+    return " ".join(words)
+
+
+def _short_time(at: datetime, created: datetime) -> str:
+    """Format 2 writes a message's time as ``HH:MM:SS`` when it falls on the
+    session's first day in the same UTC offset, to the second (the date and
+    offset are in the front matter's ``created``); otherwise in full ISO 8601."""
+    offset = at.utcoffset()
+    same_day = at.date() == created.date() and at.microsecond == 0
+    if offset is not None and offset == created.utcoffset() and same_day:
+        return at.strftime("%H:%M:%S")
+    return at.isoformat()
+
+
+def _read_time(raw: str, created: datetime, notes: list[tuple[str, str]]) -> datetime | None:
+    if len(raw) == 8 and raw[2] == raw[5] == ":" and raw.replace(":", "").isdigit():
+        try:
+            return datetime.combine(created.date(), time.fromisoformat(raw), created.tzinfo)
+        except ValueError:
+            pass
+    return check_time(raw, "the message time", notes)
+
+
+# ----------------------------------------------------------------------------- read
+
+
+def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Message:
+    """The message a frame holds. Values out of range become problems (the value is
+    dropped, the message kept); raises ValueError for metadata or parts that cannot
+    be read at all (the caller reports the frame as damaged)."""
+    version = meta.format
+    notes: list[tuple[str, str]] = []
+    secs: object = None
+    usage_raw: object = None
+    if version == 1:
+        info = json.loads(frame.info)
+        if not isinstance(info, dict):
+            raise ValueError("frame metadata is not an object")
+        at = check_time(info.get("at"), "the message time", notes) or meta.created
+        secs, usage_raw = info.get("secs"), info.get("usage")
+    else:
+        at_bytes, _, rest = frame.info.partition(b" ")
+        at = _read_time(at_bytes.decode("ascii", "replace"), meta.created, notes) or meta.created
+        while rest and not rest.startswith(b"{"):
+            word, _, rest = rest.partition(b" ")
+            if word.endswith(b"s"):
+                secs = float(word[:-1])
+            elif b"/" in word:
+                got_in, _, got_out = word.removeprefix(b"~").partition(b"/")
+                usage_raw = [int(got_in), int(got_out), *([1] if word[:1] == b"~" else [])]
+            else:
+                raise ValueError(f"unknown word {word[:20]!r} in the open line")
+        info = json.loads(rest) if rest else {}
+        if not isinstance(info, dict):
+            raise ValueError("frame metadata is not an object")
+    usage = _usage(usage_raw, notes)
+    duration = None
+    if isinstance(secs, int | float) and not isinstance(secs, bool):
+        if math.isfinite(secs) and 0 <= secs <= MAX_COUNT:
+            duration = float(secs)
+        else:
+            notes.append(("range", "secs is out of range; dropped"))
+    role = frame.role
+    if version >= 2 and role == "assistant":
+        model = _opt_str(info["model"]) if "model" in info else (meta.model or None)
+        stop = _opt_str(info["stop"]) if "stop" in info else "stop"
+    else:
+        model, stop = _opt_str(info.get("model")), _opt_str(info.get("stop"))
+    interrupted = info.get("interrupted") is True
+    restore = info.get("restore") is True
+    fallback = info.get("fallback") is True
+    body_notes: list[str] = []
+    try:
+        body = frame.body.decode("utf-8")
+    except UnicodeDecodeError:
+        body = frame.body.decode("utf-8", errors="replace")
+        body_notes.append("invalid UTF-8 replaced")
+    footer = has_footer(version, secs is not None, usage_raw is not None, interrupted, fallback)
+    text, thinking, calls, results = read_body(
+        role, frame.key, restore, footer, body, version, body_notes
+    )
+    if not frame.crc_ok:  # one problem per damaged frame, saying all that was seen
+        said = [detail for _, detail in notes] + body_notes
+        detail = "; ".join(["checksum mismatch: edited by hand or damaged", *said])
+        problems.append(Problem("checksum", frame.offset, detail + "; content kept as found"))
+        notes = []
+    problems.extend(Problem(kind, frame.offset, detail) for kind, detail in notes)
+    if frame.crc_ok and body_notes:
+        problems.append(Problem("decoration", frame.offset, "; ".join(body_notes)))
+    return Message(
+        role, at, frame.key, text, thinking, calls, results, model, stop,  # type: ignore[arg-type]
+        usage, duration, interrupted, restore, fallback,
+    )  # fmt: skip
+
+
+def _usage(raw: object, notes: list[tuple[str, str]]) -> Usage | None:
+    if raw is None:
+        return None
+    if isinstance(raw, dict):
+        values = [raw.get("in"), raw.get("out")]
+        estimated = bool(raw.get("est"))
+    elif isinstance(raw, list) and len(raw) in (2, 3):
+        values, estimated = list(raw[:2]), len(raw) == 3 and bool(raw[2])
+    else:
+        notes.append(("range", "usage cannot be read; dropped"))
+        return None
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+            notes.append(("range", "token usage is out of range; dropped"))
+            return None
+    return Usage(int(values[0]), int(values[1]), estimated)  # type: ignore[arg-type]
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+class Document:
+    """A session being read: its meta at once, its frames and messages as they
+    stream. ``problems`` grows while iterating; ``end`` is the valid end (see
+    ``ParseResult``) once iteration has finished. Iterate once."""
+
+    def __init__(self, head: Head, source: bytes | BinaryIO, start: int, *,
+                 legacy_result: ParseResult | None = None, exact: bool = True) -> None:  # fmt: skip
+        self.meta = head.meta if legacy_result is None else legacy_result.session.meta
+        self.problems: list[Problem] = [Problem(k, 0, d) for k, d in head.problems]
+        self.legacy = legacy_result is not None
+        self.exact = exact
+        self.end = -1
+        self._legacy = legacy_result
+        self._source = source
+        self.body_start = start
+        self._has_front_matter = head.has_front_matter
+
+    def frames(self) -> Iterator[Frame]:
+        """Every complete frame; flaws become problems (a torn tail sets ``end``)."""
+        if self._legacy is not None or not self._has_front_matter:
+            self.end = self.body_start
+            return
+        self.end = -1
+        last = self.body_start
+        for item in iter_frames(self._source, self.body_start, self.meta.format):
+            if isinstance(item, Flaw):
+                self.problems.append(Problem(item.kind, item.offset, item.detail))
+                if item.kind == "torn_tail":
+                    self.end = item.offset
+                continue
+            last = item.end
+            yield item
+        if self.end < 0:
+            self.end = max(last, self._size_hint())
+
+    def _size_hint(self) -> int:
+        if isinstance(self._source, bytes | bytearray):
+            return len(self._source)
+        try:
+            return int(self._source.tell())
+        except (OSError, AttributeError):
+            return -1
+
+    def messages(self) -> Iterator[Message]:
+        """Every readable message in file order (legacy files included)."""
+        if self._legacy is not None:
+            self.end = self._legacy.end
+            yield from self._legacy.session.messages
+            return
+        for frame in self.frames():
+            try:
+                yield message_from(frame, self.meta, self.problems)
+            except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+                detail = f"unreadable frame ({exc}); skipped"
+                self.problems.append(Problem("damaged", frame.offset, detail))
+
+
+def open_document(source: bytes | BinaryIO, name: str = "") -> Document:
+    """Start reading a session from bytes or from a binary file object at offset 0.
+
+    ``name`` is the file's stem (the id when the front matter has none). A
+    CRLF-converted file is read as LF (a ``crlf`` problem; its offsets are then
+    not the file's, so ``exact`` is False); CRLF and legacy files are read
+    whole, the legacy ones by ``chatloop.format.legacy``. Everything else
+    streams: only the head is read here.
+    """
+    if isinstance(source, bytes | bytearray):
+        data: bytes | None = bytes(source)
+        head_bytes = data[:HEAD_BYTES]
+    else:
+        head_bytes = source.read(HEAD_BYTES)
+        data = None
+    crlf = is_crlf(head_bytes)
+    unbommed = head_bytes[len(BOM) :] if head_bytes.startswith(BOM) else head_bytes
+    is_legacy = not unbommed.startswith(b"---") and legacy.looks_legacy(unbommed)
+    if data is None and (crlf or is_legacy):
+        data = head_bytes + source.read()  # type: ignore[union-attr]
+    problems: list[Problem] = []
+    if crlf:
+        assert data is not None
+        data = data.replace(b"\r\n", b"\n")
+        head_bytes = data[:HEAD_BYTES]
+        problems.append(Problem("crlf", 0, "CRLF line endings (converted by an editor or "
+                                "git); read as LF"))  # fmt: skip
+    if is_legacy:
+        assert data is not None
+        result = legacy.parse_legacy(data[len(BOM) :] if data.startswith(BOM) else data)
+        doc = Document(read_head(b"", name), b"", 0, legacy_result=result, exact=not crlf)
+        doc.problems = problems + list(result.problems)
+        return doc
+    head = read_head(head_bytes, name)
+    if data is not None:
+        doc = Document(head, data, head.body_start, exact=not crlf)
+    else:
+        source.seek(head.body_start)  # type: ignore[union-attr]
+        doc = Document(head, source, head.body_start)
+    doc.problems[:0] = problems
+    return doc
+
+
+def parse_markdown(data: bytes, name: str = "") -> ParseResult:
+    """Read a whole session file in memory. Never raises for damage: it is listed in
+    ``problems``. Files in the legacy bold-key format are read by
+    ``chatloop.format.legacy`` into the same values, marked ``legacy=True``."""
+    doc = open_document(data, name)
+    messages = tuple(doc.messages())
+    end = doc.end if doc.end >= 0 else len(data)
+    session = Session(doc.meta, messages)
+    return ParseResult(session, tuple(doc.problems), end, doc.legacy, doc.exact)
+
+
+# ----------------------------------------------------------------------------- skim
+
+
+@dataclass(frozen=True)
+class Skim:
+    """A file as the index stores it, read without building every message.
+    ``updated`` is the later of the front matter's and the last record's time;
+    ``problems`` counts what the scan saw (checksums are verified too); ``text``
+    is the searchable words as valid UTF-8."""
+
+    meta: SessionMeta
+    queries: int
+    updated: datetime
+    preview: str
+    has_summary: bool
+    legacy: bool
+    problems: int
+    text: bytes
+
+
+def skim(source: bytes | BinaryIO, name: str = "") -> Skim:
+    """What the index needs from a session file; never raises for damage."""
+    doc = open_document(source, name)
+    if doc.legacy:
+        messages = list(doc.messages())
+        return skim_of(ParseResult(Session(doc.meta, tuple(messages)), tuple(doc.problems),
+                                   0, True))  # fmt: skip
+    meta = doc.meta
+    version = meta.format
+    queries = 0
+    has_summary = False
+    last_query: Frame | None = None
+    last: Frame | None = None
+    bodies: list[bytes] = []
+    bad_crc = 0
+    footer_keys = (b'"secs"', b'"usage"', b'"interrupted"', b'"fallback"') if version == 1 else ()
+    for frame in doc.frames():
+        role = frame.role
+        info = frame.info
+        if role == "user" and b'"restore":true' not in info:
+            queries += 1
+            last_query = frame
+        elif role == "summary":
+            has_summary = True
+        footer = any(k in info for k in footer_keys)
+        bodies.append(_searchable_body(role, frame.key.encode(), frame.body, footer, version))
+        bad_crc += not frame.crc_ok
+        last = frame
+    problems: list[Problem] = []
+    preview = ""
+    if last_query is not None:
+        try:
+            preview = message_from(last_query, meta, problems).text
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+            preview = ""
+    updated = meta.updated
+    if last is not None:
+        try:
+            found = message_from(last, meta, problems).at
+            updated = max(updated, found)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+            pass
+    text = _utf8(b"\n".join(bodies))
+    count = len([p for p in doc.problems if p.kind not in ("unknown_key",)]) + bad_crc
+    return Skim(meta, queries, updated, _one_line(preview), has_summary, False, count, text)
+
+
+def skim_of(result: ParseResult) -> Skim:
+    """The same figures from a full parse (legacy files; tests compare the two)."""
+    session = result.session
+    messages = session.messages
+    updated = max(session.meta.updated, messages[-1].at) if messages else session.meta.updated
+    preview = next((m.text for m in reversed(messages) if m.is_query), "")
+    text = "\n".join(words_of(m) for m in messages).encode()
+    problems = len([p for p in result.problems if p.kind not in ("unknown_key",)])
+    return Skim(session.meta, session.query_count, updated, _one_line(preview),
+                session.summary is not None, result.legacy, problems, text)  # fmt: skip
+
+
+def words_of(message: Message) -> str:
+    """Everything a message says: text, thinking, tool calls and tool results."""
+    bits = [message.text, *(t.text for t in message.thinking)]
+    bits += [f"{c.name} {c.arguments}" for c in message.tool_calls]
+    bits += [r.content for r in message.tool_results]
+    return "\n".join(b for b in bits if b)
+
+
+def _utf8(data: bytes) -> bytes:
+    try:
+        data.decode("utf-8")
+        return data
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "replace").encode("utf-8")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:DEFAULT_PREVIEW_CHARS]
+
+
+# ----------------------------------------------------------------------------- the summary
+
+
+@dataclass(frozen=True)
+class SummaryLookup:
+    """What a reader found about a session's summary.
+
+    ``message`` is the summary that may be trusted (None: none may); ``note``
+    says, for the person, why there is none or how it was found; ``edited``
+    is True when the trusted frame's checksum does not match (a hand edit:
+    used as found)."""
+
+    meta: SessionMeta
+    message: Message | None
+    note: str | None
+    edited: bool = False
+
+
+def summary_offset(meta: SessionMeta) -> int | None:
+    """Where finalize said the summary frame starts, relative to the body."""
+    return meta.summary_at if meta.summary_key is not None else None
+
+
+def find_summary(source: BinaryIO, name: str = "") -> SummaryLookup:
+    """The summary resume may trust, from a file object at offset 0.
+
+    A summary is **structure, never content**. In order:
+
+    1. Format 2 files that finalize closed carry ``summary_key``/``summary_at``
+       in the front matter (which no message can reach): the frame at that
+       offset must have that key, be a summary, and be the last frame. This
+       reads the head and the summary frame only: O(1) in the file's size.
+    2. Otherwise (format 1, or the pointer no longer matches because the file
+       was edited) the frames are walked with the one scanner, which never
+       looks inside a body: the last frame must be a summary, with no damage
+       before it (a resynchronised scan could land inside a damaged body).
+
+    A summary frame typed in a message or returned by a tool is inside that
+    message's body, so neither rule ever sees it. Legacy files use the legacy
+    reader's structural rule. Never raises for damage.
+    """
+    doc = open_document(source, name)
+    meta = doc.meta
+    if doc.legacy:
+        summary = next((m for m in doc.messages() if m.role == "summary"), None)
+        note = None if summary else "it has no summary (it was interrupted or is old)"
+        return SummaryLookup(meta, summary, note)
+    offset = summary_offset(meta)
+    note_prefix = ""
+    if offset is not None and doc.exact:
+        start = doc.body_start + offset
+        found = _pointed(doc, start, meta)
+        if found is not None:
+            return found
+        note_prefix = "its summary moved (the file was edited), so the whole file was read; "
+    last: Frame | None = None
+    damaged = False
+    for frame in doc.frames():
+        last = frame
+    for problem in doc.problems:
+        if problem.kind in ("damaged", "torn_tail"):
+            damaged = True
+    if last is None or last.role != "summary":
+        why = ("its last messages come after its summary" if meta.summary
+               else "it has no summary (it was interrupted or is old)")  # fmt: skip
+        if damaged:
+            why = "the file is damaged, so its summary cannot be trusted"
+        return SummaryLookup(meta, None, note_prefix + why)
+    if damaged:
+        return SummaryLookup(meta, None, note_prefix + "the file is damaged before its summary, "
+                             "so the summary cannot be trusted")  # fmt: skip
+    problems: list[Problem] = []
+    try:
+        message = message_from(last, meta, problems)
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+        return SummaryLookup(meta, None, note_prefix + "its summary block cannot be read")
+    return SummaryLookup(meta, message, note_prefix.rstrip("; ") or None, not last.crc_ok)
+
+
+def _pointed(doc: Document, start: int, meta: SessionMeta) -> SummaryLookup | None:
+    """The summary at the front matter's pointer, if it is there and last; None when
+    the pointer does not match (the caller walks the file instead)."""
+    source = doc._source
+    if isinstance(source, bytes | bytearray):
+        frames = iter_frames(source, start, meta.format)
+    else:
+        source.seek(start)
+        frames = iter_frames(source, start, meta.format)
+    first = next(frames, None)
+    if not isinstance(first, Frame) or first.offset != start or first.key != meta.summary_key:
+        return None
+    if first.role != "summary":
+        return None
+    following = next(frames, None)
+    if following is not None:
+        return SummaryLookup(meta, None, "its last messages come after its summary")
+    problems: list[Problem] = []
+    try:
+        message = message_from(first, meta, problems)
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+        return None
+    return SummaryLookup(meta, message, None, not first.crc_ok)

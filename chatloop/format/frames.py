@@ -1,0 +1,222 @@
+"""THE frame scanner: the one piece of code that finds records in a session body.
+
+Every reader is built on ``iter_frames``: the full parse, the index's skim,
+the summary lookup that resume trusts, search snippets, ``show`` and
+``export``. A frame is::
+
+    format 1:  <!-- chatloop:KEY ROLE {json} -->\\n BODY \\n<!-- /chatloop:KEY CRC32 -->\\n
+    format 2:  <!-- KEY ROLE AT[ 4.1s][ IN/OUT][ {json}] -->\\n BODY \\n<!-- /KEY CRC32 -->\\n
+
+``KEY`` is chosen so that it occurs nowhere in the frame's content, so a
+frame ends only at its own close marker: the scanner jumps from an open
+marker straight to ``/KEY`` and never looks inside a body for other frames.
+That is why a frame typed in a message, or returned by a tool, stays content:
+it is inside another frame's body, where no reader looks for structure.
+The CRC covers the open line and the body; a mismatch is reported on the
+frame (``crc_ok``), never silently accepted.
+
+Between frames the scanner only looks for the next open marker (a person's
+notes there are decoration). Damage is reported as a ``Flaw`` and scanning
+resynchronises: a frame whose open line is unreadable is skipped up to its
+orphaned close marker; an incomplete last frame is the ``torn_tail``.
+
+``iter_frames`` takes bytes, or a binary file object that it reads in chunks:
+memory is bounded by the largest frame (capped at ``MAX_FRAME_BYTES``), not by
+the file, so a 200 MB transcript is read in constant memory.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+_OPEN_1 = b"<!-- chatloop:"
+CHUNK_BYTES = 1 << 20
+MAX_FRAME_BYTES = 32 << 20  # a longer frame (or one with no end) is damage, read no further
+
+__all__ = ["CHUNK_BYTES", "MAX_FRAME_BYTES", "Flaw", "Frame", "close_line",
+           "iter_frames", "open_line"]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One complete record. ``offset``/``end`` are byte offsets of its open marker
+    and just past its close line; ``info`` is the open line after the role
+    (format 1: JSON; format 2: the time, then JSON if any)."""
+
+    offset: int
+    end: int
+    key: str
+    role: str
+    info: bytes
+    body: bytes
+    crc_ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Flaw:
+    """Damage the scanner stepped over: ``damaged`` (skipped) or ``torn_tail``
+    (an incomplete last record starting at ``offset``)."""
+
+    kind: str
+    offset: int
+    detail: str
+
+
+_OPEN_RE = {
+    1: re.compile(rb"<!-- chatloop:([a-z2-7]{8}) (user|assistant|tool|summary) (\{[^\n]*\}) -->\n"),
+    2: re.compile(rb"<!-- ([a-z2-7]{8}) (user|assistant|tool|summary) ([^ \n][^\n]*) -->\n"),
+}
+_CLOSE_PREFIX = {1: b"\n<!-- /chatloop:", 2: b"\n<!-- /"}
+_ORPHAN_RE = {
+    1: re.compile(rb"<!-- /chatloop:"),
+    2: re.compile(rb"<!-- /[a-z2-7]{8} [0-9a-f]{8} -->"),
+}
+
+
+def open_line(version: int, key: str, role: str, info: str) -> str:
+    """The open marker line (without its newline)."""
+    if version == 1:
+        return f"<!-- chatloop:{key} {role} {info} -->"
+    return f"<!-- {key} {role} {info} -->"
+
+
+_START_2 = re.compile(rb"<!-- [a-z2-7]{8} (?:user|assistant|tool|summary) ")
+
+
+def close_line(version: int, key: str, crc: int) -> bytes:
+    """The close marker line (without its newline) for a frame whose open line and
+    body have CRC32 ``crc``."""
+    if version == 1:
+        return b"<!-- /chatloop:%s %08x -->" % (key.encode(), crc)
+    return b"<!-- /%s %08x -->" % (key.encode(), crc)
+
+
+class _Scanner:
+    """One step at a time over a buffer; ``None`` from ``step`` means "read more"."""
+
+    def __init__(self, version: int) -> None:
+        self.version = 2 if version >= 2 else 1
+        self.open_re = _OPEN_RE[self.version]
+        self.close_prefix = _CLOSE_PREFIX[self.version]
+        self.orphan_re = _ORPHAN_RE[self.version]
+
+    def find_open(self, buf: bytes, pos: int) -> int:
+        """Where the next open marker starts at or after ``pos``, or -1."""
+        if self.version == 1:
+            return buf.find(_OPEN_1, pos)
+        found = _START_2.search(buf, pos)
+        return -1 if found is None else found.start()
+
+    def orphan(self, buf: bytes, lo: int, hi: int) -> int:
+        found = self.orphan_re.search(buf, lo, hi)
+        return -1 if found is None else found.start()
+
+    def skip(self, buf: bytes, pos: int, final: bool) -> int | None:
+        """Where to resume after a damaged frame: past its orphaned close line if
+        that comes before the next open marker, else ``pos``."""
+        following = self.find_open(buf, pos)
+        end = self.orphan(buf, pos, len(buf) if following < 0 else following)
+        if end < 0:
+            return pos if following >= 0 or final else None
+        line_end = buf.find(b"\n", end)
+        if line_end < 0:
+            return len(buf) if final else None
+        return line_end + 1
+
+    def step(
+        self, buf: bytes, pos: int, final: bool, base: int
+    ) -> tuple[Frame | Flaw | None, int] | None:
+        start = self.find_open(buf, pos)
+        if start < 0:
+            if not final:
+                return None
+            if self.orphan(buf, pos, len(buf)) >= 0:
+                return Flaw("damaged", base + pos, _NO_START), len(buf)
+            return None, len(buf)
+        if self.orphan(buf, pos, start) >= 0:
+            return Flaw("damaged", base + pos, _NO_START), start
+        match = self.open_re.match(buf, start)
+        if match is None:
+            if buf.find(b"\n", start) < 0:
+                if not final:
+                    return None
+                return Flaw("torn_tail", base + start, _TORN), len(buf)
+            resume = self.skip(buf, start + 1, final)
+            if resume is None:
+                return None
+            return Flaw("damaged", base + start, "unreadable frame header; skipped"), resume
+        key = match.group(1)
+        body_from = match.end()
+        close_at = buf.find(self.close_prefix + key + b" ", body_from)
+        close_end = buf.find(b"\n", close_at + 1) if close_at >= 0 else -1
+        if close_end < 0:
+            if not final:
+                return None
+            orphan_end = self.orphan(buf, body_from, len(buf))
+            complete_orphan = orphan_end >= 0 and buf.find(b"\n", orphan_end) >= 0
+            if self.find_open(buf, body_from) < 0 and not complete_orphan:
+                return Flaw("torn_tail", base + start, _TORN), len(buf)
+            resume = self.skip(buf, body_from, True)
+            assert resume is not None
+            return Flaw("damaged", base + start, "frame has no end marker; skipped"), resume
+        crc = zlib.crc32(memoryview(buf)[start:close_at])
+        expected = close_line(self.version, key.decode(), crc)
+        crc_ok = close_end - close_at - 1 == len(expected) and buf.startswith(
+            expected, close_at + 1
+        )
+        frame = Frame(
+            base + start, base + close_end + 1, key.decode(), match.group(2).decode(),
+            match.group(3), buf[body_from:close_at], crc_ok,
+        )  # fmt: skip
+        return frame, close_end + 1
+
+
+_NO_START = "a frame whose start marker is unreadable; skipped"
+_TORN = "the last record is incomplete"
+
+
+def iter_frames(
+    source: bytes | BinaryIO, start: int, version: int, chunk: int = CHUNK_BYTES
+) -> Iterator[Frame | Flaw]:
+    """The frames (and flaws) of a session body, in file order, from ``start``.
+
+    ``source`` is the whole file as bytes (``start`` is where its body begins),
+    or a binary file object positioned at the body (``start`` is that position,
+    so offsets are the file's). Never raises for damage.
+    """
+    scanner = _Scanner(version)
+    if isinstance(source, bytes | bytearray):
+        buf, base, pos, final = bytes(source), 0, start, True
+        reader = None
+    else:
+        buf, base, pos, final = b"", start, 0, False
+        reader = source
+    while True:
+        out = scanner.step(buf, pos, final, base)
+        if out is None:
+            assert reader is not None
+            if scanner.find_open(buf, pos) < 0:  # a gap: keep only what may be a split marker
+                safe = max(pos, len(buf) - 64)
+                if scanner.orphan(buf, pos, safe) >= 0:
+                    yield Flaw("damaged", base + pos, _NO_START)
+                pos = safe
+            elif len(buf) - pos > MAX_FRAME_BYTES:
+                yield Flaw("damaged", base + pos, "a frame longer than 32 MiB; skipped")
+                opened = scanner.find_open(buf, pos)
+                nxt = scanner.find_open(buf, opened + 1)
+                pos = nxt if nxt >= 0 else len(buf)
+                continue
+            more = reader.read(chunk)
+            if not more:
+                final = True
+            buf, base, pos = buf[pos:] + more, base + pos, 0
+            continue
+        item, pos = out
+        if item is not None:
+            yield item
+        if final and pos >= len(buf):
+            return

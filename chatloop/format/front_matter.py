@@ -1,0 +1,255 @@
+"""The front matter of a session file: split, load, check, render.
+
+The YAML is read and written only through ``chatloop.format.yaml_strict``
+(safe, strict, size-capped). Known keys come first in a fixed order; keys a
+person adds are kept in ``SessionMeta.extra`` and written back after them.
+
+Reading never raises for damage. A byte order mark, CRLF line endings, YAML
+that does not parse, front matter over the size cap or not a mapping, a
+naive date, a count out of range: each becomes a problem on that file, and
+as much as can be read is kept. When the YAML cannot be loaded, the known
+keys are salvaged line by line and the id falls back to the file's name, so
+a damaged session keeps its place in its chain.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from chatloop.format import yaml_strict
+from chatloop.format.values import FORMATS, SessionMeta, is_key
+
+BOM = b"\xef\xbb\xbf"
+MAX_COUNT = 2**53  # counts above this are damage, not usage (and overflow SQLite)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+__all__ = [
+    "BOM", "KNOWN_KEYS", "MAX_COUNT", "Head", "check_count", "check_time", "front_matter_end",
+    "read_head", "render_front_matter",
+]  # fmt: skip
+
+KNOWN_KEYS = [
+    "format", "id", "title", "agent", "agent_name", "agent_path", "model", "backend_url",
+    "created", "updated", "cwd", "git_branch", "parent_id", "parent_file", "status", "queries",
+    "tokens", "summary", "summary_key", "summary_at",
+]  # fmt: skip
+_ID_RE = re.compile(r"\d{8}-\d{6}-[0-9a-f]{8}")
+
+
+class Head:
+    """What comes before the first frame: the meta, where the body starts, problems.
+
+    ``body_start`` is an offset into the bytes given to ``read_head`` (after a
+    BOM if there is one). ``crlf`` is True when the file was converted to CRLF
+    line endings: its readers convert it back to LF before scanning.
+    """
+
+    __slots__ = ("body_start", "crlf", "has_front_matter", "meta", "problems")
+
+    def __init__(
+        self,
+        meta: SessionMeta,
+        body_start: int,
+        problems: list[tuple[str, str]],
+        crlf: bool,
+        has_front_matter: bool,
+    ) -> None:
+        self.meta = meta
+        self.body_start = body_start
+        self.problems = problems
+        self.crlf = crlf
+        self.has_front_matter = has_front_matter
+
+
+def front_matter_end(data: bytes, start: int = 0) -> int:
+    """Offset just past the closing ``---`` line of front matter at ``start``, or -1."""
+    if not data.startswith(b"---\n", start):
+        return -1
+    close = data.find(b"\n---\n", start + 3)
+    return -1 if close < 0 else close + len(b"\n---\n")
+
+
+def read_head(data: bytes, name: str = "") -> Head:
+    """Split and load the front matter at the start of ``data`` (LF line endings;
+    callers convert a CRLF file first, see ``is_crlf``). ``name`` is the file's
+    stem: the id when the front matter does not give a valid one."""
+    problems: list[tuple[str, str]] = []
+    start = 0
+    if data.startswith(BOM):
+        start = len(BOM)
+        problems.append(("bom", "the file starts with a byte order mark; ignored"))
+    if not data.startswith(b"---\n", start):
+        problems.append(("front_matter", "no front matter; file is not a session"))
+        return Head(_fallback(name), start, problems, False, False)
+    end = front_matter_end(data, start)
+    if end < 0:
+        problems.append(("front_matter", "front matter is not closed by ---"))
+        return Head(_fallback(name), len(data), problems, False, True)
+    raw_bytes = data[start + 4 : end - 4]
+    try:
+        raw = yaml_strict.load(raw_bytes.decode("utf-8"))
+    except (yaml_strict.FrontMatterError, UnicodeDecodeError) as exc:
+        problems.append(("front_matter", f"{exc}; known keys salvaged line by line"))
+        raw = _salvage(raw_bytes.decode("utf-8", "replace"))
+    return Head(meta_from_dict(raw, name, problems), end, problems, False, True)
+
+
+def is_crlf(data: bytes) -> bool:
+    """True for a session file converted to CRLF line endings (its first line says so)."""
+    return data.startswith(b"---\r\n") or data.startswith(BOM + b"---\r\n")
+
+
+def _salvage(text: str) -> dict[str, Any]:
+    """Top-level ``key: value`` lines of front matter YAML could not load; plain
+    scalars are read as YAML reads them, anything else as text (quotes removed)."""
+    found: dict[str, Any] = {}
+    for line in text.split("\n")[:200]:
+        match = re.fullmatch(r"([a-z_]+): ?(.*)", line.rstrip("\r"))
+        if match is None or match.group(1) in found or match.group(1) == "tokens":
+            continue
+        raw = match.group(2).strip()
+        value = yaml_strict.read_scalar(raw) if len(raw) < 4096 else yaml_strict.UNSURE
+        if value is yaml_strict.UNSURE:
+            value = raw.strip("'\"")
+        found[match.group(1)] = value
+    return found
+
+
+def _fallback(name: str) -> SessionMeta:
+    return SessionMeta(id=name if _ID_RE.fullmatch(name) else "", created=EPOCH, updated=EPOCH,
+                       format=1)  # fmt: skip
+
+
+def check_count(value: object, what: str, notes: list[tuple[str, str]]) -> int:
+    """A non-negative whole count, or 0 with a ``range`` problem."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        notes.append(("range", f"{what} is not a number; read as 0"))
+        return 0
+    if isinstance(value, str):
+        if not value.strip().isdigit():
+            notes.append(("range", f"{what} is not a number; read as 0"))
+            return 0
+        value = int(value.strip()) if len(value) < 40 else MAX_COUNT + 1
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+        notes.append(("range", f"{what} is not a whole number; read as 0"))
+        return 0
+    if not 0 <= value <= MAX_COUNT:
+        notes.append(("range", f"{what} is out of range; read as 0"))
+        return 0
+    return int(value)
+
+
+def check_time(value: object, what: str, notes: list[tuple[str, str]]) -> datetime | None:
+    """An aware datetime from ISO 8601 text; a naive one is taken as UTC (with a
+    ``naive_time`` problem); None (with a problem) when it cannot be read."""
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        notes.append(("front_matter" if what in ("created", "updated") else "damaged",
+                      f"{what} is not an ISO 8601 time"))  # fmt: skip
+        return None
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        notes.append(("naive_time", f"{what} has no UTC offset; taken as UTC"))
+        return parsed.replace(tzinfo=UTC)
+    return parsed
+
+
+def meta_from_dict(raw: dict[str, Any], name: str, problems: list[tuple[str, str]]) -> SessionMeta:
+    """The meta from loaded front matter, every value checked (see module doc)."""
+    tokens = raw.get("tokens") if isinstance(raw.get("tokens"), dict) else {}
+    assert isinstance(tokens, dict)
+    extra = {k: v for k, v in raw.items() if k not in KNOWN_KEYS}
+    for key in extra:
+        problems.append(("unknown_key", f"front matter key {key!r} kept as is"))
+
+    def text(key: str) -> str:
+        value = raw.get(key)
+        return "" if value is None else str(value)
+
+    def optional(key: str) -> str | None:
+        value = raw.get(key)
+        return None if value is None else str(value)
+
+    version = raw.get("format", 1)
+    if version not in FORMATS:
+        problems.append(("front_matter", f"format {version!r} is not known; read as format 1"))
+        version = 1
+    session_id = text("id") or (name if _ID_RE.fullmatch(name) else "")
+    created = check_time(text("created"), "created", problems) if "created" in raw else None
+    updated = check_time(text("updated"), "updated", problems) if "updated" in raw else None
+    created = created or updated or EPOCH
+    summary_key = optional("summary_key")
+    summary_at = raw.get("summary_at")
+    if summary_key is not None and not is_key(summary_key):
+        summary_key = None
+    if not isinstance(summary_at, int) or isinstance(summary_at, bool) or summary_at < 0:
+        summary_at = None
+    return SessionMeta(
+        id=session_id,
+        created=created,
+        updated=updated or created,
+        title=text("title"),
+        agent=text("agent"),
+        agent_path=text("agent_path"),
+        model=text("model"),
+        backend_url=text("backend_url"),
+        cwd=text("cwd"),
+        git_branch=optional("git_branch"),
+        parent_id=optional("parent_id"),
+        parent_file=optional("parent_file"),
+        status=text("status") or "open",
+        queries=check_count(raw.get("queries"), "queries", problems),
+        tokens_in=check_count(tokens.get("in"), "tokens.in", problems),
+        tokens_out=check_count(tokens.get("out"), "tokens.out", problems),
+        restoration_tokens=check_count(tokens.get("restoration"), "tokens.restoration", problems),
+        summary=optional("summary"),
+        extra=extra,
+        format=int(version),
+        agent_name=text("agent_name"),
+        summary_key=summary_key if summary_at is not None else None,
+        summary_at=summary_at if summary_key is not None else None,
+    )
+
+
+def render_front_matter(meta: SessionMeta) -> bytes:
+    """The front matter block alone, ``---`` lines included, in the meta's format."""
+    return f"---\n{yaml_strict.dump(_meta_to_dict(meta))}---\n".encode()
+
+
+def _meta_to_dict(meta: SessionMeta) -> dict[str, Any]:
+    data: dict[str, Any] = {"format": meta.format, "id": meta.id, "title": meta.title,
+                            "agent": meta.agent}  # fmt: skip
+    if meta.format >= 2:
+        data["agent_name"] = meta.agent_name
+    else:
+        data["agent_path"] = meta.agent_path
+    data.update({
+        "model": meta.model,
+        "backend_url": meta.backend_url,
+        "created": meta.created.isoformat(),
+        "updated": meta.updated.isoformat(),
+        "cwd": meta.cwd,
+        "git_branch": meta.git_branch,
+        "parent_id": meta.parent_id,
+        "parent_file": meta.parent_file,
+        "status": meta.status,
+        "queries": meta.queries,
+        "tokens": {
+            "in": meta.tokens_in,
+            "out": meta.tokens_out,
+            "restoration": meta.restoration_tokens,
+        },
+        "summary": meta.summary,
+    })  # fmt: skip
+    if meta.format >= 2 and meta.summary_key is not None:
+        data["summary_key"] = meta.summary_key
+        data["summary_at"] = meta.summary_at
+    for key, value in meta.extra.items():
+        if key not in data and key not in KNOWN_KEYS:
+            data[key] = value
+    return data

@@ -1,0 +1,247 @@
+"""The values a session file holds: frozen, comparable, no I/O.
+
+``Session`` is the front matter (``SessionMeta``) plus the messages in file
+order. ``Problem`` is something a reader noticed about a file; readers
+report damage as problems and never raise for it.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import PurePath
+from typing import Any, Literal
+
+Role = Literal["user", "assistant", "tool", "summary"]
+ROLES: tuple[str, ...] = ("user", "assistant", "tool", "summary")
+STATUSES: tuple[str, ...] = ("open", "closed", "interrupted")
+FORMAT_VERSION = 2  # what chatloop writes; format 1 is read forever
+FORMATS: tuple[int, ...] = (1, 2)
+
+__all__ = [
+    "FORMATS", "FORMAT_VERSION", "ROLES", "STATUSES", "Message", "ParseResult", "Problem",
+    "Role", "Session", "SessionMeta", "Thinking", "ToolCall", "ToolResult", "Usage",
+    "content_of", "is_key", "new_key",
+]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the model asked for. ``arguments`` is the raw JSON text it sent."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool returned for the call with ``call_id``."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Thinking:
+    """Reasoning text the model streamed separately, with an optional signature."""
+
+    text: str
+    signature: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of one call; ``estimated`` when the server did not report them."""
+
+    input: int = 0
+    output: int = 0
+    estimated: bool = False
+
+    @property
+    def total(self) -> int:
+        return self.input + self.output
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One framed record of a session.
+
+    ``role`` is ``user``, ``assistant``, ``tool`` (results of tool calls) or
+    ``summary`` (a progressive summary block). ``restore`` marks the
+    restoration prompt (user) and its acknowledgment (assistant), which are
+    overhead, not queries. ``interrupted`` marks a reply cut short (or a
+    message whose exchange failed). ``key`` is the frame key: use
+    ``Message.create`` or ``new_key`` so that it does not occur in the content.
+    """
+
+    role: Role
+    at: datetime
+    key: str
+    text: str = ""
+    thinking: tuple[Thinking, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_results: tuple[ToolResult, ...] = ()
+    model: str | None = None
+    stop_reason: str | None = None
+    usage: Usage | None = None
+    duration: float | None = None
+    interrupted: bool = False
+    restore: bool = False
+    fallback: bool = False
+
+    @classmethod
+    def create(cls, role: Role, at: datetime, **fields: Any) -> Message:
+        """Build a message with a fresh key that its content cannot contain."""
+        draft = cls(role, at, "aaaaaaaa", **fields)
+        return replace(draft, key=new_key(content_of(draft)))
+
+    @property
+    def is_query(self) -> bool:
+        """True for a message the person typed (not a restoration prompt)."""
+        return self.role == "user" and not self.restore
+
+
+@dataclass(frozen=True, slots=True)
+class SessionMeta:
+    """The front matter. Keys a person adds are kept in ``extra``.
+
+    ``format`` is the file's format version (new sessions are written in
+    ``FORMAT_VERSION``). ``agent_name`` is the name the agent is found by
+    (format 2); format 1 recorded ``agent_path`` instead. ``parent_file`` is
+    as written: absolute in format 1, relative to the session's own folder in
+    format 2 (``resolve_link`` turns it into a path). ``summary_key`` and
+    ``summary_at`` locate the summary frame that finalize wrote (its key, and
+    its byte offset from the start of the body): content can never reach the
+    front matter, so this is how a summary is known to be structure.
+    """
+
+    id: str
+    created: datetime
+    updated: datetime
+    title: str = ""
+    agent: str = ""
+    agent_path: str = ""
+    model: str = ""
+    backend_url: str = ""
+    cwd: str = ""
+    git_branch: str | None = None
+    parent_id: str | None = None
+    parent_file: str | None = None
+    status: str = "open"
+    queries: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    restoration_tokens: int = 0
+    summary: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    format: int = FORMAT_VERSION
+    agent_name: str = ""
+    summary_key: str | None = None
+    summary_at: int | None = None
+
+    @property
+    def agent_ref(self) -> str:
+        """The name to look the agent up by: ``agent_name``, else the stem of a format 1
+        ``agent_path``. Never a path: a session file names an agent, it never runs one."""
+        return self.agent_name or (PurePath(self.agent_path).stem if self.agent_path else "")
+
+    def parent_path(self, own_path: PurePath) -> PurePath | None:
+        """Where ``parent_file`` points, for a session stored at ``own_path``."""
+        if not self.parent_file:
+            return None
+        link = PurePath(self.parent_file)
+        return link if link.is_absolute() else own_path.parent / link
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A whole session: front matter plus its messages in file order."""
+
+    meta: SessionMeta
+    messages: tuple[Message, ...] = ()
+
+    @property
+    def summary(self) -> Message | None:
+        """The last summary message in the file (whether anything follows it is the
+        reader's question: see ``chatloop.format.document.find_summary``)."""
+        for message in reversed(self.messages):
+            if message.role == "summary":
+                return message
+        return None
+
+    @property
+    def query_count(self) -> int:
+        return sum(1 for m in self.messages if m.is_query)
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something a reader noticed. ``offset`` is a byte offset into the file.
+
+    Kinds (docs/format.md explains each): ``torn_tail``, ``damaged``,
+    ``checksum``, ``decoration``, ``front_matter``, ``unknown_key``,
+    ``legacy``, ``crlf``, ``bom``, ``range``, ``naive_time``, ``repaired``.
+    """
+
+    kind: str
+    offset: int
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} at byte {self.offset}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class ParseResult:
+    """The session read from a file, what was wrong, and where the valid part ends.
+
+    ``end`` is the file's length, or, when the last record is incomplete, the
+    offset where that record's frame starts: everything before it is kept,
+    everything from it on is the torn tail (see the ``torn_tail`` problem).
+    ``exact`` is False when offsets do not map to the file's bytes one to one
+    (a CRLF-converted file was read as LF): such a file is never cut.
+    """
+
+    session: Session
+    problems: tuple[Problem, ...]
+    end: int
+    legacy: bool = False
+    exact: bool = True
+
+    @property
+    def torn(self) -> bool:
+        return any(p.kind == "torn_tail" for p in self.problems)
+
+
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz234567")
+
+
+def is_key(text: str) -> bool:
+    """True for a frame key: eight characters of lower-case base32."""
+    return len(text) == 8 and _KEY_CHARS.issuperset(text)
+
+
+def new_key(avoid: str = "") -> str:
+    """A random frame key (8 base32 characters) that does not occur in ``avoid``."""
+    while True:
+        key = base64.b32encode(os.urandom(5)).decode("ascii").lower()
+        if key not in avoid:
+            return key
+
+
+def content_of(message: Message) -> str:
+    """Every string a frame carries, for choosing a key that avoids them all."""
+    bits: list[str] = [message.text, message.model or "", message.stop_reason or ""]
+    for t in message.thinking:
+        bits += [t.text, t.signature or ""]
+    for c in message.tool_calls:
+        bits += [c.id, c.name, c.arguments]
+    for r in message.tool_results:
+        bits += [r.call_id, r.name, r.content]
+    return "\x00".join(bits)
