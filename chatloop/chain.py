@@ -128,7 +128,8 @@ def summarize(
 
 
 def _ask(backend: Backend, prompt: str, options: dict[str, Any], timeout: float) -> tuple[str, int]:
-    """One summary request, retried once; empty output counts as a failure."""
+    """One summary request, retried once; empty output, or output that echoes the
+    prompt's template, counts as a failure."""
     from chatloop.turn import complete
 
     last: BackendError | None = None
@@ -139,9 +140,12 @@ def _ask(backend: Backend, prompt: str, options: dict[str, Any], timeout: float)
         timer.start()
         try:
             text, _ = complete(backend, prompt, options=options, cancel=cancel)
-            if text.strip():
+            if prompts.echoes_template(text):
+                last = BackendError("The model repeated the summary template", "")
+            elif text.strip():
                 return text, attempt
-            last = BackendError("The model returned an empty summary", "")
+            else:
+                last = BackendError("The model returned an empty summary", "")
         except Cancelled:
             last = BackendError(f"The summary request took longer than {timeout:.0f} s", "")
         except BackendError as exc:

@@ -171,6 +171,22 @@ def clean(text: str) -> str:
     return (fence.group(1) if fence else text).strip()
 
 
+_TEMPLATE_PHRASES = (
+    "one bullet per topic",
+    "one bullet per decision or answer that was settled",
+    "one bullet per open question or next step",
+    BACKGROUND_RULE_FIRST.lower(),
+    BACKGROUND_RULE_CHAINED.lower(),
+)
+
+
+def echoes_template(text: str) -> bool:
+    """True when ``text`` repeats the summary prompt's placeholders instead of
+    filling them in (small models often do): such output is not a summary."""
+    flat = " ".join(text.lower().split())
+    return any(phrase in flat for phrase in _TEMPLATE_PHRASES)
+
+
 def shape(text: str) -> bool:
     """True when all five headings are there, in order."""
     at = -1

@@ -282,6 +282,8 @@ class Document:
             return
         self.end = -1
         last = self.body_start
+        if not isinstance(self._source, bytes | bytearray):
+            self._source.seek(self.body_start)  # a second walk starts from the top too
         for item in iter_frames(self._source, self.body_start, self.meta.format):
             if isinstance(item, Flaw):
                 self.problems.append(Problem(item.kind, item.offset, item.detail))
