@@ -12,6 +12,7 @@ bench/README.md explains each figure.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import shutil
@@ -34,10 +35,17 @@ from chatloop.format import (  # noqa: E402
     Message,
     Session,
     SessionMeta,
+    ToolCall,
+    ToolResult,
     Usage,
+    front_matter_end,
+    new_key,
     parse_markdown,
+    render_frame,
+    render_header,
     render_markdown,
 )
+from chatloop.format.values import content_of  # noqa: E402
 from chatloop.store import Store  # noqa: E402
 
 PEERS = ("basic-agent-chat-loop", "llm")
@@ -46,6 +54,8 @@ TEXT = ("The tide tables for the harbour say high water at 06:30 and 18:45; the 
         "logs the wind, the swell and the boats that leave before dawn. ") * 3  # fmt: skip
 CHATLOOP = [shutil.which("chatloop", path=str(Path(sys.executable).parent)) or "chatloop"]
 PYTHON = sys.executable  # the floor: the same interpreter doing nothing
+SAMPLES = HERE.parent / "sample_conversations"
+TIME = Path("/usr/bin/time")  # GNU time: the peak RSS of one child
 
 
 @dataclass
@@ -271,7 +281,7 @@ def resume_prep(megabytes: int, runs: int) -> None:
         path.write_bytes(data)
 
         def prepare() -> None:
-            parent = chain.read_parent(path)
+            parent = chain.read_parent(store, path)
             assert parent.summary
             chain.restoration(parent, parent.summary)
 
@@ -389,6 +399,239 @@ def streaming(runs: int) -> None:
         server.wait(timeout=20)
 
 
+# ------------------------------------------------------------- format figures
+
+
+def sample_sessions(version: int) -> list[Session]:
+    """The sample conversations of one format (2: sample_conversations/*.md,
+    1: sample_conversations/format1/*.md), parsed."""
+    folder = SAMPLES if version == 2 else SAMPLES / "format1"
+    sessions = []
+    for path in sorted(folder.glob("*.md")):
+        result = parse_markdown(path.read_bytes(), path.stem)
+        assert result.session.meta.format == version, (path, result.session.meta.format)
+        sessions.append(result.session)
+    return sessions
+
+
+def content_bytes(s: Session) -> int:
+    """What the messages say, in UTF-8 bytes: text, thinking, tool call
+    arguments and tool results (the definition in sample_conversations/make_format2.py)."""
+    n = 0
+    for m in s.messages:
+        n += len(m.text.encode())
+        n += sum(len(t.text.encode()) for t in m.thinking)
+        n += sum(len(c.arguments.encode()) for c in m.tool_calls)
+        n += sum(len(r.content.encode()) for r in m.tool_results)
+    return n
+
+
+def fresh(m: Message) -> Message:
+    """A copy of a message under a new frame key (keys are unique in a file)."""
+    return dataclasses.replace(m, key=new_key(content_of(m)))
+
+
+def scaled_sample(version: int, megabytes: float) -> bytes:
+    """One valid file of the given format: every sample's frames, repeated until
+    the file is about ``megabytes`` MB, rendered by ``render_markdown``."""
+    sessions = sample_sessions(version)
+    frames = [m for s in sessions for m in s.messages]
+    meta = dataclasses.replace(sessions[0].meta, summary_key=None, summary_at=None)
+    one = len(render_markdown(Session(meta, tuple(frames)))) - len(render_header(meta))
+    repeats = max(1, round(megabytes * 1_000_000 / one))
+    return render_markdown(Session(meta, tuple(fresh(m) for _ in range(repeats) for m in frames)))
+
+
+def parse_speed(megabytes: float, runs: int) -> None:
+    """parse_markdown MB/s on the samples of each format, scaled; the baseline is a
+    trivial pass over the same bytes (decode + count newlines). Interleaved."""
+    data = {v: scaled_sample(v, megabytes) for v in (1, 2)}
+    for v, d in data.items():
+        result = parse_markdown(d)
+        assert not result.problems, result.problems[:3]
+        print(f"  (format {v}: {len(d) / 1e6:,.1f} MB, {len(result.session.messages):,} frames)",
+              flush=True)  # fmt: skip
+        del result
+
+    def trivial(d: bytes) -> None:
+        d.decode("utf-8")
+        d.count(b"\n")
+
+    times: dict[tuple[str, int], list[float]] = {}
+    for _ in range(runs):  # A B A B: baseline and parse, both formats, in each round
+        for v, d in data.items():
+            for name, fn in (("base", trivial), ("parse", parse_markdown)):
+                started = time.perf_counter()
+                fn(d)
+                times.setdefault((name, v), []).append(time.perf_counter() - started)
+    for v, d in data.items():
+        mb = len(d) / 1e6
+        parse, base = (statistics.median(times[(n, v)]) for n in ("parse", "base"))
+        add(f"parse MB/s, format {v} ({mb:,.0f} MB)", f"{mb / parse:,.1f} MB/s",
+            f"decode+count {mb / base:,.0f} MB/s", parse / base, ">= 50 MB/s",
+            mb / parse >= 50)  # fmt: skip
+
+
+def markup_ratio() -> None:
+    """(body bytes - content bytes) / content bytes over all the samples, per format."""
+    ratios = {}
+    for v in (1, 2):
+        folder = SAMPLES if v == 2 else SAMPLES / "format1"
+        body = content = 0
+        for path in sorted(folder.glob("*.md")):
+            data = path.read_bytes()
+            body += len(data) - front_matter_end(data)
+            content += content_bytes(parse_markdown(data, path.stem).session)
+        ratios[v] = (body - content) / content
+    add("markup ratio, format 2 samples", f"{ratios[2]:.3f}", f"format 1 {ratios[1]:.3f}",
+        ratios[2] / ratios[1], "<= 0.5 (format 2)", ratios[2] <= 0.5)  # fmt: skip
+
+
+def transcript_message(i: int, at: datetime) -> list[Message]:
+    """One exchange of a realistic transcript: a question, sometimes a tool call and
+    its result, and a reply; a few hundred to a few thousand bytes each."""
+    words = TEXT.split()
+    size = 200 + (i * 7919) % 2800  # 200..3000 characters, varied
+
+    def prose(n: int, salt: int) -> str:
+        out, k, length = [], salt, 0
+        while length < n:
+            out.append(words[k % len(words)])
+            k += 3
+            if k % 11 == 0:
+                out[-1] += ".\n\n" if k % 5 == 0 else "."
+            length += len(out[-1]) + 1
+        return " ".join(out)
+
+    at = at + timedelta(seconds=i // 2)  # 200 MB stays within one day
+    found = [Message.create("user", at, text=f"question {i}: {prose(size // 3, i)}")]
+    if i % 4 == 1:
+        call = ToolCall(f"call_{i}", "read_file", f'{{"path": "notes/log-{i}.md"}}')
+        found.append(Message.create("assistant", at, tool_calls=(call,), model="qwen2.5:7b",
+                                    usage=Usage(900, 30), duration=0.4))  # fmt: skip
+        body = f"# log {i}\n\n" + prose(size, i + 1) + "\n```\nwind 12 kn NW\n```"
+        found.append(Message.create("tool", at, tool_results=(ToolResult(f"call_{i}",
+                                    "read_file", body),)))  # fmt: skip
+    found.append(Message.create("assistant", at, text=prose(size, i + 2), model="qwen2.5:7b",
+                                stop_reason="stop", usage=Usage(1200 + i % 500, size // 4),
+                                duration=2.5))  # fmt: skip
+    return found
+
+
+def big_transcript(store: Store, megabytes: float) -> Path:
+    """A closed format-2 session of about ``megabytes`` MB in ``store``, with a summary
+    and its pointer, written frame by frame."""
+    writer = store.create(SessionMeta(id="", created=datetime(2026, 11, 1, tzinfo=TZ),
+                                      updated=datetime(2026, 11, 1, tzinfo=TZ), agent="Bench",
+                                      title="Harbour log",
+                                      model="qwen2.5:7b"))  # fmt: skip
+    path, meta = writer.path, writer.meta
+    writer.close()
+    at = meta.created
+    frames: list[bytes] = []
+    size = queries = i = 0
+    while size < megabytes * 1_000_000:
+        for m in transcript_message(i, at):
+            queries += m.is_query
+            frames.append(render_frame(m, meta, queries))
+            size += len(frames[-1])
+        i += 1
+    summary = Message.create("summary", at, text=f"The keeper logged {queries} days of tides.")
+    summary_at = size
+    frames.append(render_frame(summary, meta, queries))
+    meta = dataclasses.replace(meta, status="closed", queries=queries, summary="model",
+                               summary_key=summary.key, summary_at=summary_at,
+                               updated=at + timedelta(seconds=i // 2))  # fmt: skip
+    with path.open("wb") as out:
+        out.write(render_header(meta))
+        out.writelines(frames)
+    return path
+
+
+def measure(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int, int, str]:
+    """Wall seconds, peak RSS (bytes) of the child, exit status and stderr of one run,
+    stdout to /dev/null."""
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
+        if TIME.exists():
+            wrapped = [str(TIME), "-f", "%M", "-o", rss.name, *cmd]
+        else:
+            wrapped = [PYTHON, "-c", "import os,sys\npid=os.fork()\nif pid==0:\n"
+                       " os.execvp(sys.argv[2],sys.argv[2:])\n_,st,ru=os.wait4(pid,0)\n"
+                       "open(sys.argv[1],'w').write(str(ru.ru_maxrss))\n"
+                       "sys.exit(os.waitstatus_to_exitcode(st))", rss.name, *cmd]  # fmt: skip
+        started = time.perf_counter()
+        done = subprocess.run(wrapped, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+        seconds = time.perf_counter() - started
+        last = (rss.read().strip().splitlines() or ["0"])[-1]
+    kb = int(last) if last.isdigit() else 0
+    return seconds, kb * 1024, done.returncode, done.stderr
+
+
+def show_export(megabytes: float, runs: int) -> None:
+    """chatloop show/export on one big transcript: MB/s and peak RSS of each process,
+    against ``cat FILE`` run interleaved (A B A B)."""
+    commands = {
+        "show 1": ["show", "1"],
+        "show 1 --raw": ["show", "1", "--raw"],
+        "export 1": ["export", "1"],
+        "export 1 --format json": ["export", "1", "--format", "json"],
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        root, cwd = Path(tmp) / "home", Path(tmp) / "proj"
+        cwd.mkdir()
+        store = Store(root, cwd=cwd)
+        started = time.perf_counter()
+        path = big_transcript(store, megabytes)
+        mb = path.stat().st_size / 1e6
+        print(f"  ({mb:,.0f} MB transcript written in {time.perf_counter() - started:.1f} s)",
+              flush=True)  # fmt: skip
+        env = {**os.environ, "CHATLOOP_HOME": str(root), "CHATLOOP_CONFIG": ""}
+        listed, _, code, err = measure([*CHATLOOP, "sessions"], cwd, env)  # builds the index
+        print(f"  (first `chatloop sessions`, indexing it: {listed:.1f} s, exit {code})",
+              flush=True)  # fmt: skip
+        if code:
+            print(f"  chatloop sessions failed:\n{err.strip()}", flush=True)
+        cat = [measure(["cat", str(path)], cwd, env)]
+        for label, args in commands.items():
+            results: list[tuple[float, int, int, str]] = []
+            for _ in range(runs):
+                results.append(measure([*CHATLOOP, *args], cwd, env))
+                cat.append(measure(["cat", str(path)], cwd, env))
+                if results[-1][2] or results[-1][0] > 60:  # failed, or too slow to repeat
+                    break
+            failed = [r for r in results if r[2]]
+            cat_s = statistics.median(c[0] for c in cat)
+            cat_rss = max(c[1] for c in cat)
+            if failed:
+                seconds, _, code, err = failed[0]
+                print(f"  chatloop {label} failed (exit {code}) after {seconds:.1f} s:\n"
+                      f"{err.strip()[-2000:]}", flush=True)  # fmt: skip
+                add(f"chatloop {label} ({mb:,.0f} MB)", f"FAILED (exit {code})",
+                    f"cat {mb / cat_s:,.0f} MB/s", None, ">= 100 MB/s, RSS < 64 MB",
+                    False)  # fmt: skip
+                continue
+            seconds = statistics.median(r[0] for r in results)
+            rss = max(r[1] for r in results)
+            note = "" if len(results) == runs else f", {len(results)} run(s)"
+            add(f"chatloop {label} ({mb:,.0f} MB{note})", f"{mb / seconds:,.1f} MB/s",
+                f"cat {mb / cat_s:,.0f} MB/s", seconds / cat_s, ">= 100 MB/s",
+                mb / seconds >= 100)  # fmt: skip
+            add(f"  peak RSS, chatloop {label}", f"{rss / 2**20:,.0f} MB",
+                f"cat {cat_rss / 2**20:,.1f} MB", rss / cat_rss if cat_rss else None,
+                "< 64 MB", rss < 64 * 2**20)  # fmt: skip
+            for r in results:
+                if r[3].strip():
+                    print(f"  (stderr of chatloop {label}: {r[3].strip()[-500:]})", flush=True)
+
+
+def format_figures(quick: bool, runs: int) -> None:
+    print("format")
+    markup_ratio()
+    parse_speed(2 if quick else 50, runs if quick else min(runs, 3))
+    show_export(8 if quick else 200, runs if quick else min(runs, 3))
+
+
 def install_peers(folder: Path) -> Path | None:
     if (folder / "bin" / "chat_loop").exists() and (folder / "bin" / "llm").exists():
         return folder
@@ -406,7 +649,8 @@ def write_results(args: argparse.Namespace, seconds: float) -> None:
     lines = [
         "# Benchmark results",
         "",
-        f"- command: `python bench/run.py{' --quick' if args.quick else ''}`",
+        f"- command: `python bench/run.py{' --quick' if args.quick else ''}"
+        f"{' --only ' + args.only if args.only else ''}`",
         f"- date: {datetime.now().astimezone():%Y-%m-%d %H:%M %Z}",
         f"- machine: {platform.platform()}, {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}",
@@ -429,11 +673,17 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, no peers (for CI)")
     parser.add_argument("--sessions", type=int, help="sessions for listing/search/reindex")
     parser.add_argument("--output", default=str(HERE / "RESULTS.md"), help="results file")
+    parser.add_argument("--only", choices=("format",), help="run only these figures "
+                        "(format: parse MB/s, show/export, markup ratio)")  # fmt: skip
     parser.add_argument("--peers-venv", default=str(Path(tempfile.gettempdir()) /
                         "chatloop-bench-peers"), help="where the peers are installed")  # fmt: skip
     args = parser.parse_args()
     args.runs = 3 if args.quick else 7
     started = time.perf_counter()
+    if args.only == "format":
+        format_figures(args.quick, args.runs)
+        write_results(args, time.perf_counter() - started)
+        return 0
     peers = None if args.quick else install_peers(Path(args.peers_venv))
     print("start-up")
     startup(args.runs, peers)
@@ -446,6 +696,7 @@ def main() -> int:
     resume_prep(5 if args.quick else 100, args.runs)
     parsing(5 if args.quick else 50, args.runs)
     compaction_ratio()
+    format_figures(args.quick, args.runs)
     print("streaming")
     streaming(2 if args.quick else 5)
     write_results(args, time.perf_counter() - started)

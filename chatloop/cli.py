@@ -8,8 +8,9 @@ that needs them, so ``chatloop --version`` and ``--help`` stay fast.
 from __future__ import annotations
 
 import argparse
+import io
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from chatloop import __version__
@@ -29,6 +30,7 @@ examples:
   chatloop search "error budget"  find a word in every message
   chatloop tree 1               show the compact/resume lineage of a session
   chatloop export 1 --chain -o chain.md   write a session and its ancestors
+  chatloop reseal 2             accept your hand edits to session 2 (new checksums)
   chatloop reindex              rebuild the session index from the files
   chatloop doctor               check the server, the sessions directory and the index
 
@@ -113,6 +115,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("md", "json"), default="md", help="md (default) or json")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (never overwritten)")
     p.set_defaults(run=cmd_export)
+
+    p = sub.add_parser(
+        "reseal", help="accept your hand edits to a session file (new checksums)",
+        description="Re-check a session file you edited by hand and give the frames you "
+        "changed new checksums, so `show` no longer reports them. The original is kept "
+        "beside it as {id}.md.orig (mode 0600). Hand edits are kept without this too; "
+        "they are only reported.",
+    )  # fmt: skip
+    p.add_argument("ref", metavar="N|ID", help="session number (1 = most recent) or id")
+    p.set_defaults(run=cmd_reseal)
 
     p = sub.add_parser("reindex", help="rebuild the session index from the files")
     p.set_defaults(run=cmd_reindex)
@@ -287,16 +299,27 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    """Print a session, streaming: memory stays flat whatever the file's size."""
+    import shutil
+
     from chatloop import listing
+    from chatloop.format import open_document
+    from chatloop.fsio import open_read
 
     with _index(args) as index:
         row = index.find(args.ref)
-        result = index.store.read(Path(row.path))
-    if args.raw:
-        sys.stdout.write(Path(row.path).read_text(encoding="utf-8", errors="replace"))
-    else:
-        print(listing.transcript_text(result.session))
-    for problem in result.problems:
+    path = Path(row.path)
+    with open_read(path) as handle:
+        if args.raw:
+            shutil.copyfileobj(handle, sys.stdout.buffer, 1 << 20)
+            return 0
+        doc = open_document(handle, path.stem)
+        write = sys.stdout.write
+        for chunk in listing.transcript_lines(doc.meta, doc.messages()):
+            write(chunk)
+            write("\n")
+    sys.stdout.flush()
+    for problem in doc.problems:
         if problem.kind not in ("unknown_key", "legacy"):
             print(f"note: {problem}", file=sys.stderr)
     return 0
@@ -322,32 +345,54 @@ def cmd_tree(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    """Write a session (or its chain) as markdown (the files as they are) or JSON,
+    streaming to stdout or to a new file that is never overwritten."""
     import os
+    import shutil
 
     from chatloop import listing
+    from chatloop.format import open_document
+    from chatloop.fsio import open_read
 
     with _index(args) as index:
         row = index.find(args.ref)
         rows = index.lineage(row)[0] if args.chain else [row]
-        paths = [Path(r.path) for r in rows]
-        if args.format == "json":
-            text = listing.session_json([index.store.read(p).session for p in paths]).encode()
-        else:
-            from chatloop.fsio import read_bytes
-
-            text = b"\n".join(read_bytes(p) for p in paths)
-    if not args.output:
-        sys.stdout.buffer.write(text if text.endswith(b"\n") else text + b"\n")
-        return 0
+    paths = [Path(r.path) for r in rows]
+    if args.output:
+        try:
+            fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise ChatloopError(f"{args.output} already exists", "Choose another file.") from None
+        except OSError as exc:
+            raise ChatloopError(f"Cannot write {args.output}: {exc.strerror}", "") from exc
+        sink = os.fdopen(fd, "wb")
+    else:
+        sink = sys.stdout.buffer
     try:
-        fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        raise ChatloopError(f"{args.output} already exists", "Choose another file.") from None
-    except OSError as exc:
-        raise ChatloopError(f"Cannot write {args.output}: {exc.strerror}", "") from exc
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(text)
-    print(f"Wrote {len(paths)} session(s) to {args.output}", file=sys.stderr)
+        if args.format == "json":
+            text = io.TextIOWrapper(sink, encoding="utf-8", write_through=False)
+
+            def documents() -> Iterator[tuple[object, Iterator[object]]]:
+                for path in paths:
+                    with open_read(path) as handle:
+                        doc = open_document(handle, path.stem)
+                        yield doc.meta, doc.messages()
+
+            listing.write_sessions_json(documents(), text.write)  # type: ignore[arg-type]
+            text.flush()
+            text.detach()
+        else:
+            for i, path in enumerate(paths):
+                if i:
+                    sink.write(b"\n")
+                with open_read(path) as handle:
+                    shutil.copyfileobj(handle, sink, 1 << 20)
+        sink.flush()
+    finally:
+        if args.output:
+            sink.close()
+    if args.output:
+        print(f"Wrote {len(paths)} session(s) to {args.output}", file=sys.stderr)
     return 0
 
 
@@ -366,6 +411,18 @@ def _progress_bar(at_least: int) -> Callable[[int, int], None]:
         print(f"\rindexing [{bar}] {done:,}/{total:,}", end=end, file=sys.stderr, flush=True)
 
     return progress
+
+
+def cmd_reseal(args: argparse.Namespace) -> int:
+    with _index(args) as index:
+        row = index.find(args.ref)
+        changed, kept = index.store.reseal(Path(row.path))
+    if kept is None:
+        print(f"Nothing to reseal: every frame of {row.id} checks out.")
+        return 0
+    print(f"Resealed {row.id}: {changed} frame(s) given new checksums; the original is "
+          f"kept as {kept}")  # fmt: skip
+    return 0
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
@@ -391,6 +448,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader left (`chatloop show 1 | head`): stop quietly
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -7,10 +7,11 @@ its output is meant for pipes and greps as much as for eyes.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from datetime import datetime
 
-from chatloop.format import Session
+from chatloop.format import Message, Session, SessionMeta
 from chatloop.index import SearchHit, SessionRow
 
 
@@ -77,22 +78,24 @@ def hits_json(hits: list[SearchHit]) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False)
 
 
-def transcript_text(session: Session) -> str:
-    """A session as a person reads it in a terminal: who said what, tools, summary."""
-    meta = session.meta
-    out = [f"{meta.title or meta.agent or 'Session'}  ({meta.id}, {meta.status})"]
+def transcript_lines(meta: SessionMeta, messages: Iterable[Message]) -> Iterator[str]:
+    """A session as a person reads it in a terminal, one chunk per message as the
+    messages stream in: who said what, tools, summary, and what was interrupted."""
+    yield f"{meta.title or meta.agent or 'Session'}  ({meta.id}, {meta.status})"
     if meta.parent_id:
-        out.append(f"continues {meta.parent_id}")
+        yield f"continues {meta.parent_id}"
     query = 0
-    for m in session.messages:
+    for m in messages:
+        out: list[str] = []
+        cut = "  (interrupted)" if m.interrupted else ""
         if m.role == "user":
             query += m.is_query
             label = "Session restored" if m.restore else f"Query {query}"
-            out += ["", f"── {label} ({m.at:%H:%M:%S}) ──", f"You: {m.text}"]
+            out += ["", f"── {label} ({m.at:%H:%M:%S}) ──{cut}", f"You: {m.text}"]
         elif m.role == "assistant":
             out += [f"  [thinking] {t.text}" for t in m.thinking]
-            if m.text:
-                out.append(f"{meta.agent or 'Assistant'}: {m.text}")
+            if m.text or cut:
+                out.append(f"{meta.agent or 'Assistant'}: {m.text}{cut}")
             out += [f"  → {c.name}({c.arguments})" for c in m.tool_calls]
         elif m.role == "tool":
             for r in m.tool_results:
@@ -100,7 +103,13 @@ def transcript_text(session: Session) -> str:
                 out.append(f"  ← {r.name}{' (error)' if r.is_error else ''}: {first[:100]}")
         elif m.role == "summary":
             out += ["", "── Summary ──", m.text]
-    return "\n".join(out)
+        if out:
+            yield "\n".join(out)
+
+
+def transcript_text(session: Session) -> str:
+    """``transcript_lines`` of a whole session, as one string."""
+    return "\n".join(transcript_lines(session.meta, session.messages))
 
 
 def tree_text(root: SessionRow, children: dict[str, list[SessionRow]], mark: str) -> str:
@@ -121,17 +130,45 @@ def tree_text(root: SessionRow, children: dict[str, list[SessionRow]], mark: str
     return "\n".join(lines)
 
 
-def session_json(sessions: list[Session]) -> str:
-    """Sessions as JSON: front matter and every message, datetimes in ISO 8601."""
+def message_dict(m: Message) -> dict[str, object]:
+    """A message as plain JSON values (the shape ``export --format json`` writes)."""
+    return {
+        "role": m.role, "at": m.at.isoformat(), "key": m.key, "text": m.text,
+        "thinking": [{"text": t.text, "signature": t.signature} for t in m.thinking],
+        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
+                       for c in m.tool_calls],
+        "tool_results": [{"call_id": r.call_id, "name": r.name, "content": r.content,
+                          "is_error": r.is_error} for r in m.tool_results],
+        "model": m.model, "stop_reason": m.stop_reason,
+        "usage": None if m.usage is None else {"input": m.usage.input,
+                                               "output": m.usage.output,
+                                               "estimated": m.usage.estimated},
+        "duration": m.duration, "interrupted": m.interrupted, "restore": m.restore,
+        "fallback": m.fallback,
+    }  # fmt: skip
 
-    def plain(value: object) -> object:
-        if isinstance(value, datetime):
-            return value.isoformat()
-        if isinstance(value, dict):
-            return {k: plain(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [plain(v) for v in value]
-        return value
 
-    data = [plain(asdict(s)) for s in sessions]
-    return json.dumps(data, indent=2, ensure_ascii=False)
+def write_sessions_json(
+    sessions: Iterable[tuple[SessionMeta, Iterable[Message]]], write: Callable[[str], object]
+) -> None:
+    """Sessions as one JSON array, ``[{"meta": {...}, "messages": [...]}, ...]``, written
+    a message at a time (a 200 MB transcript never sits in memory as one string)."""
+    write("[")
+    for i, (meta, messages) in enumerate(sessions):
+        head = json.dumps(_plain(asdict(meta)), ensure_ascii=False)
+        write(f'{"," if i else ""}\n{{"meta": {head}, "messages": [')
+        for j, message in enumerate(messages):
+            text = json.dumps(message_dict(message), ensure_ascii=False)
+            write(f"{',' if j else ''}\n  {text}")
+        write("\n]}")
+    write("\n]\n")
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

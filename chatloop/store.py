@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from chatloop import ids
-from chatloop.errors import ChatloopError, NotFound
+from chatloop.errors import ChatloopError, NotFound, StoreError
 from chatloop.format import (
     ParseResult,
     Session,
@@ -24,8 +24,17 @@ from chatloop.format import (
     find_summary,
     parse_markdown,
     render_header,
+    reseal,
 )
-from chatloop.fsio import ensure_dir, local_now, open_read, read_bytes, take_lock, write_new_file
+from chatloop.fsio import (
+    atomic_rewrite,
+    ensure_dir,
+    local_now,
+    open_read,
+    read_bytes,
+    take_lock,
+    write_new_file,
+)
 from chatloop.session_writer import SessionWriter, recover_locked
 
 Clock = Callable[[], datetime]
@@ -87,6 +96,31 @@ class Store:
     def read(self, path: Path) -> ParseResult:
         """Parse a whole session file in memory, without changing it."""
         return parse_markdown(read_bytes(path), path.stem)
+
+    def reseal(self, path: Path) -> tuple[int, Path | None]:
+        """Accept a person's hand edits to a session nobody is writing: the frames they
+        changed get new checksums (``chatloop.format.reseal``). The original is kept
+        beside it as ``{id}.md.orig`` (0600) first, then the file is replaced
+        atomically. Returns how many frames were resealed and where the original is
+        (None when nothing needed it)."""
+        lock_fd = take_lock(path)
+        try:
+            data = read_bytes(path)
+            try:
+                new, changed = reseal(data, path.stem)
+            except ValueError as exc:
+                raise StoreError(f"Cannot reseal {path.name}: {exc}", "") from exc
+            if new == data:
+                return 0, None
+            keep = path.with_name(path.name + ".orig")
+            if keep.exists() or keep.is_symlink():
+                stamp = self.clock().strftime("%Y%m%dT%H%M%S")
+                keep = path.with_name(f"{path.name}.orig-{stamp}")
+            write_new_file(keep, data)
+            atomic_rewrite(path, new)
+            return changed, keep
+        finally:
+            os.close(lock_fd)
 
     def summary_of(self, path: Path) -> SummaryLookup:
         """The summary of a session that may be trusted (see

@@ -61,7 +61,9 @@ def test_forty_messages_in_a_2k_window_compact_into_a_linked_chain(
         chain.append(children[0])
     assert len(chain) == len(sessions) >= 2
     for parent, child in itertools.pairwise(chain):
-        assert child.meta.parent_file == str(store.find_file(parent.meta.id))
+        assert child.meta.parent_file == f"{parent.meta.id}.md"  # relative: portable
+        child_path = store.find_file(child.meta.id)
+        assert store.parent_of(child_path, child.meta) == store.find_file(parent.meta.id)
         assert child.messages[0].restore and parent.summary is not None
         assert parent.summary.text.strip() in child.messages[0].text
     said = [m.text for s in chain for m in s.messages if m.is_query]

@@ -20,6 +20,7 @@ from chatloop.format.document import (
     render_frame,
     render_header,
     render_markdown,
+    reseal,
     skim,
     skim_of,
     words_of,
@@ -49,5 +50,5 @@ __all__ = [
     "SessionMeta", "Skim", "SummaryLookup", "Thinking", "ToolCall", "ToolResult", "Usage",
     "display_name", "find_summary", "front_matter_end", "iter_frames", "message_from",
     "new_key", "open_document", "parse_markdown", "render_frame", "render_front_matter",
-    "render_header", "render_markdown", "skim", "skim_of", "words_of",
+    "render_header", "render_markdown", "reseal", "skim", "skim_of", "words_of",
 ]  # fmt: skip

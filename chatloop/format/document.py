@@ -7,8 +7,7 @@ Layout (docs/format.md has the full grammar)::
     ---            front matter (YAML, chatloop.format.front_matter)
     ...
     ---
-
-    # {Agent} Conversation          decoration
+    (# {Agent} Conversation)        format 1 only: decoration
     <frame>                         one per message (chatloop.format.frames)
     <frame>
 
@@ -21,9 +20,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, time
 from typing import BinaryIO
 
@@ -37,11 +37,13 @@ from chatloop.format.front_matter import (
     MAX_COUNT,
     Head,
     check_time,
+    front_matter_end,
     is_crlf,
     read_head,
     render_front_matter,
 )
 from chatloop.format.values import (
+    FORMATS,
     Message,
     ParseResult,
     Problem,
@@ -50,14 +52,16 @@ from chatloop.format.values import (
     Usage,
     content_of,
     is_key,
+    new_key,
 )
 
 HEAD_BYTES = 70 * 1024  # front matter is capped at 64 KiB; the heading follows
+MAX_HEAD_BYTES = 1 << 20  # how far an oversized head is read to find its end
 
 __all__ = [
     "HEAD_BYTES", "Document", "Skim", "SummaryLookup", "find_summary", "frame_info",
     "message_from", "open_document", "parse_markdown", "render_frame", "render_header",
-    "render_markdown", "skim", "summary_offset",
+    "render_markdown", "reseal", "skim", "summary_offset",
 ]  # fmt: skip
 
 
@@ -173,36 +177,19 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
     be read at all (the caller reports the frame as damaged)."""
     version = meta.format
     notes: list[tuple[str, str]] = []
-    secs: object = None
-    usage_raw: object = None
     if version == 1:
         info = json.loads(frame.info)
         if not isinstance(info, dict):
             raise ValueError("frame metadata is not an object")
         at = check_time(info.get("at"), "the message time", notes) or meta.created
         secs, usage_raw = info.get("secs"), info.get("usage")
+        usage = _usage(usage_raw, notes)
+        duration = _duration(secs, notes)
+        flags = info.get("interrupted") is True, info.get("fallback") is True
+        footer = has_footer(1, secs is not None, usage_raw is not None, *flags)
     else:
-        at_bytes, _, rest = frame.info.partition(b" ")
-        at = _read_time(at_bytes.decode("ascii", "replace"), meta.created, notes) or meta.created
-        while rest and not rest.startswith(b"{"):
-            word, _, rest = rest.partition(b" ")
-            if word.endswith(b"s"):
-                secs = float(word[:-1])
-            elif b"/" in word:
-                got_in, _, got_out = word.removeprefix(b"~").partition(b"/")
-                usage_raw = [int(got_in), int(got_out), *([1] if word[:1] == b"~" else [])]
-            else:
-                raise ValueError(f"unknown word {word[:20]!r} in the open line")
-        info = json.loads(rest) if rest else {}
-        if not isinstance(info, dict):
-            raise ValueError("frame metadata is not an object")
-    usage = _usage(usage_raw, notes)
-    duration = None
-    if isinstance(secs, int | float) and not isinstance(secs, bool):
-        if math.isfinite(secs) and 0 <= secs <= MAX_COUNT:
-            duration = float(secs)
-        else:
-            notes.append(("range", "secs is out of range; dropped"))
+        at, duration, usage, info = _head_v2(frame.info, meta.created, notes)
+        footer = False
     role = frame.role
     if version >= 2 and role == "assistant":
         model = _opt_str(info["model"]) if "model" in info else (meta.model or None)
@@ -218,7 +205,6 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
     except UnicodeDecodeError:
         body = frame.body.decode("utf-8", errors="replace")
         body_notes.append("invalid UTF-8 replaced")
-    footer = has_footer(version, secs is not None, usage_raw is not None, interrupted, fallback)
     text, thinking, calls, results = read_body(
         role, frame.key, restore, footer, body, version, body_notes
     )
@@ -226,14 +212,56 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
         said = [detail for _, detail in notes] + body_notes
         detail = "; ".join(["checksum mismatch: edited by hand or damaged", *said])
         problems.append(Problem("checksum", frame.offset, detail + "; content kept as found"))
-        notes = []
-    problems.extend(Problem(kind, frame.offset, detail) for kind, detail in notes)
-    if frame.crc_ok and body_notes:
-        problems.append(Problem("decoration", frame.offset, "; ".join(body_notes)))
+    elif notes or body_notes:
+        problems.extend(Problem(kind, frame.offset, detail) for kind, detail in notes)
+        if body_notes:
+            problems.append(Problem("decoration", frame.offset, "; ".join(body_notes)))
     return Message(
         role, at, frame.key, text, thinking, calls, results, model, stop,  # type: ignore[arg-type]
         usage, duration, interrupted, restore, fallback,
     )  # fmt: skip
+
+
+_NO_INFO: dict[str, object] = {}
+
+
+def _head_v2(
+    raw: bytes, created: datetime, notes: list[tuple[str, str]]
+) -> tuple[datetime, float | None, Usage | None, dict[str, object]]:
+    """A format 2 open line after the role: time, ``4.1s``, ``IN/OUT``, then JSON."""
+    at_bytes, _, rest = raw.partition(b" ")
+    at = _read_time(at_bytes.decode("ascii", "replace"), created, notes) or created
+    duration = usage = None
+    while rest and rest[0] != 123:  # "{"
+        word, _, rest = rest.partition(b" ")
+        if word[-1:] == b"s":
+            duration = _duration(float(word[:-1]), notes)
+        elif b"/" in word:
+            estimated = word[:1] == b"~"
+            got_in, _, got_out = (word[1:] if estimated else word).partition(b"/")
+            tokens_in, tokens_out = int(got_in), int(got_out)
+            if 0 <= tokens_in <= MAX_COUNT and 0 <= tokens_out <= MAX_COUNT:
+                usage = Usage(tokens_in, tokens_out, estimated)
+            else:
+                notes.append(("range", "token usage is out of range; dropped"))
+        else:
+            raise ValueError(f"unknown word {word[:20]!r} in the open line")
+    if not rest:
+        return at, duration, usage, _NO_INFO
+    info = json.loads(rest)
+    if not isinstance(info, dict):
+        raise ValueError("frame metadata is not an object")
+    return at, duration, usage, info
+
+
+def _duration(secs: object, notes: list[tuple[str, str]]) -> float | None:
+    if secs is None:
+        return None
+    number = isinstance(secs, int | float) and not isinstance(secs, bool)
+    if number and math.isfinite(secs) and 0 <= secs <= MAX_COUNT:  # type: ignore[arg-type, operator]
+        return float(secs)  # type: ignore[arg-type]
+    notes.append(("range", "secs is out of range; dropped"))
+    return None
 
 
 def _usage(raw: object, notes: list[tuple[str, str]]) -> Usage | None:
@@ -271,7 +299,7 @@ class Document:
         self.exact = exact
         self.end = -1
         self._legacy = legacy_result
-        self._source = source
+        self.source = source
         self.body_start = start
         self._has_front_matter = head.has_front_matter
 
@@ -282,9 +310,9 @@ class Document:
             return
         self.end = -1
         last = self.body_start
-        if not isinstance(self._source, bytes | bytearray):
-            self._source.seek(self.body_start)  # a second walk starts from the top too
-        for item in iter_frames(self._source, self.body_start, self.meta.format):
+        if not isinstance(self.source, bytes | bytearray):
+            self.source.seek(self.body_start)  # a second walk starts from the top too
+        for item in iter_frames(self.source, self.body_start, self.meta.format):
             if isinstance(item, Flaw):
                 self.problems.append(Problem(item.kind, item.offset, item.detail))
                 if item.kind == "torn_tail":
@@ -296,10 +324,10 @@ class Document:
             self.end = max(last, self._size_hint())
 
     def _size_hint(self) -> int:
-        if isinstance(self._source, bytes | bytearray):
-            return len(self._source)
+        if isinstance(self.source, bytes | bytearray):
+            return len(self.source)
         try:
-            return int(self._source.tell())
+            return int(self.source.tell())
         except (OSError, AttributeError):
             return -1
 
@@ -350,7 +378,11 @@ def open_document(source: bytes | BinaryIO, name: str = "") -> Document:
         doc = Document(read_head(b"", name), b"", 0, legacy_result=result, exact=not crlf)
         doc.problems = problems + list(result.problems)
         return doc
+    if data is None and head_bytes.startswith(b"---\n") and front_matter_end(head_bytes) < 0:
+        head_bytes += _read_until_close(source)  # type: ignore[arg-type]
     head = read_head(head_bytes, name)
+    if head.meta.format not in FORMATS:  # no (known) format key: tell it from the frames
+        head.meta = replace(head.meta, format=_sniff_format(head_bytes, head.body_start))
     if data is not None:
         doc = Document(head, data, head.body_start, exact=not crlf)
     else:
@@ -358,6 +390,29 @@ def open_document(source: bytes | BinaryIO, name: str = "") -> Document:
         doc = Document(head, source, head.body_start)
     doc.problems[:0] = problems
     return doc
+
+
+def _read_until_close(source: BinaryIO) -> bytes:
+    """More of an oversized head, up to ``MAX_HEAD_BYTES``, until its ``---`` closes."""
+    more = b""
+    while len(more) < MAX_HEAD_BYTES:
+        chunk = source.read(HEAD_BYTES)
+        more += chunk
+        if not chunk or b"\n---\n" in more:
+            break
+    return more
+
+
+_F2_START = re.compile(rb"<!-- [a-z2-7]{8} (?:user|assistant|tool|summary) ")
+
+
+def _sniff_format(head: bytes, body_start: int) -> int:
+    """The format whose frame marker comes first in the body (2 when there is none)."""
+    two = _F2_START.search(head, body_start)
+    one = head.find(b"<!-- chatloop:", body_start)
+    if one >= 0 and (two is None or one < two.start()):
+        return 1
+    return 2
 
 
 def parse_markdown(data: bytes, name: str = "") -> ParseResult:
@@ -369,6 +424,65 @@ def parse_markdown(data: bytes, name: str = "") -> ParseResult:
     end = doc.end if doc.end >= 0 else len(data)
     session = Session(doc.meta, messages)
     return ParseResult(session, tuple(doc.problems), end, doc.legacy, doc.exact)
+
+
+# ----------------------------------------------------------------------------- reseal
+
+
+def reseal(data: bytes, name: str = "") -> tuple[bytes, int]:
+    """A file with a person's hand edits accepted: every frame whose checksum or
+    decoration no longer matches is written anew around its content as found
+    (its key renewed if the person typed it into the content); every other byte,
+    notes between frames included, stays as it was. A CRLF file becomes LF and a
+    byte order mark is dropped. In format 2 the summary pointer is set again.
+    Returns the new bytes and how many frames were rewritten; frames too damaged
+    to read are left as they are (the caller reports them).
+    """
+    doc = open_document(data, name)
+    if doc.legacy:
+        raise ValueError("a legacy file is read only; it has no checksums to reseal")
+    source = doc.source  # the normalised bytes
+    assert isinstance(source, bytes)
+    meta = doc.meta
+    out: list[bytes] = []
+    pos = doc.body_start
+    changed = 0
+    query = 0
+    last: tuple[str, int, str] | None = None  # role, offset in the new body, key
+    body_len = 0
+    for frame in doc.frames():
+        gap = source[pos : frame.offset]
+        problems: list[Problem] = []
+        try:
+            message = message_from(frame, meta, problems)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+            out.append(source[pos : frame.end])
+            body_len += frame.end - pos
+            pos = frame.end
+            last = None
+            continue
+        query += message.is_query
+        record = source[frame.offset : frame.end]
+        if problems or not frame.crc_ok:
+            if message.key in content_of(message):
+                message = replace(message, key=new_key(content_of(message)))
+            record = render_frame(message, meta, query)[1:]
+            changed += 1
+        out.append(gap)
+        body_len += len(gap)
+        last = (message.role, body_len, message.key)
+        out.append(record)
+        body_len += len(record)
+        pos = frame.end
+    out.append(source[pos:])
+    head = source[: doc.body_start]
+    if head.startswith(BOM):
+        head = head[len(BOM) :]
+    if meta.format >= 2 and (meta.summary_key is not None or changed):
+        key, at = (last[2], last[1]) if last is not None and last[0] == "summary" else (None, None)
+        if (key, at) != (meta.summary_key, meta.summary_at):
+            head = render_front_matter(replace(meta, summary_key=key, summary_at=at))
+    return head + b"".join(out), changed
 
 
 # ----------------------------------------------------------------------------- skim
@@ -526,14 +640,13 @@ def find_summary(source: BinaryIO, name: str = "") -> SummaryLookup:
             return found
         note_prefix = "its summary moved (the file was edited), so the whole file was read; "
     last: Frame | None = None
-    damaged = False
+    seen_summary = False
     for frame in doc.frames():
         last = frame
-    for problem in doc.problems:
-        if problem.kind in ("damaged", "torn_tail"):
-            damaged = True
+        seen_summary = seen_summary or frame.role == "summary"
+    damaged = any(p.kind in ("damaged", "torn_tail") for p in doc.problems)
     if last is None or last.role != "summary":
-        why = ("its last messages come after its summary" if meta.summary
+        why = ("its last messages come after its summary" if seen_summary
                else "it has no summary (it was interrupted or is old)")  # fmt: skip
         if damaged:
             why = "the file is damaged, so its summary cannot be trusted"
@@ -552,7 +665,7 @@ def find_summary(source: BinaryIO, name: str = "") -> SummaryLookup:
 def _pointed(doc: Document, start: int, meta: SessionMeta) -> SummaryLookup | None:
     """The summary at the front matter's pointer, if it is there and last; None when
     the pointer does not match (the caller walks the file instead)."""
-    source = doc._source
+    source = doc.source
     if isinstance(source, bytes | bytearray):
         frames = iter_frames(source, start, meta.format)
     else:

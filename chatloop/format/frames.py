@@ -103,6 +103,7 @@ class _Scanner:
         self.open_re = _OPEN_RE[self.version]
         self.close_prefix = _CLOSE_PREFIX[self.version]
         self.orphan_re = _ORPHAN_RE[self.version]
+        self.close_format = _CLOSE_FORMAT[self.version]
 
     def find_open(self, buf: bytes, pos: int) -> int:
         """Where the next open marker starts at or after ``pos``, or -1."""
@@ -130,16 +131,20 @@ class _Scanner:
     def step(
         self, buf: bytes, pos: int, final: bool, base: int
     ) -> tuple[Frame | Flaw | None, int] | None:
-        start = self.find_open(buf, pos)
-        if start < 0:
-            if not final:
-                return None
-            if self.orphan(buf, pos, len(buf)) >= 0:
-                return Flaw("damaged", base + pos, _NO_START), len(buf)
-            return None, len(buf)
-        if self.orphan(buf, pos, start) >= 0:
-            return Flaw("damaged", base + pos, _NO_START), start
-        match = self.open_re.match(buf, start)
+        # The common case first: the next frame follows after one blank line.
+        start = pos + 1 if buf.startswith(b"\n<!-- ", pos) else pos
+        match = self.open_re.match(buf, start) if buf.startswith(b"<!-- ", start) else None
+        if match is None:
+            start = self.find_open(buf, pos)
+            if start < 0:
+                if not final:
+                    return None
+                if self.orphan(buf, pos, len(buf)) >= 0:
+                    return Flaw("damaged", base + pos, _NO_START), len(buf)
+                return None, len(buf)
+            if start > pos + 1 and self.orphan(buf, pos, start) >= 0:
+                return Flaw("damaged", base + pos, _NO_START), start
+            match = self.open_re.match(buf, start)
         if match is None:
             if buf.find(b"\n", start) < 0:
                 if not final:
@@ -164,17 +169,19 @@ class _Scanner:
             assert resume is not None
             return Flaw("damaged", base + start, "frame has no end marker; skipped"), resume
         crc = zlib.crc32(memoryview(buf)[start:close_at])
-        expected = close_line(self.version, key.decode(), crc)
+        expected = self.close_format % (key, crc)
         crc_ok = close_end - close_at - 1 == len(expected) and buf.startswith(
             expected, close_at + 1
         )
         frame = Frame(
-            base + start, base + close_end + 1, key.decode(), match.group(2).decode(),
+            base + start, base + close_end + 1, key.decode(), _ROLES[match.group(2)],
             match.group(3), buf[body_from:close_at], crc_ok,
         )  # fmt: skip
         return frame, close_end + 1
 
 
+_CLOSE_FORMAT = {1: b"<!-- /chatloop:%s %08x -->", 2: b"<!-- /%s %08x -->"}
+_ROLES = {role.encode(): role for role in ("user", "assistant", "tool", "summary")}
 _NO_START = "a frame whose start marker is unreadable; skipped"
 _TORN = "the last record is incomplete"
 

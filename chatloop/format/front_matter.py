@@ -175,10 +175,11 @@ def meta_from_dict(raw: dict[str, Any], name: str, problems: list[tuple[str, str
         value = raw.get(key)
         return None if value is None else str(value)
 
-    version = raw.get("format", 1)
-    if version not in FORMATS:
-        problems.append(("front_matter", f"format {version!r} is not known; read as format 1"))
-        version = 1
+    version = raw.get("format", 0)
+    if version not in FORMATS:  # 0: the reader tells the format from the frames
+        if "format" in raw:
+            problems.append(("front_matter", f"format {version!r} is not known"))
+        version = 0
     session_id = text("id") or (name if _ID_RE.fullmatch(name) else "")
     created = check_time(text("created"), "created", problems) if "created" in raw else None
     updated = check_time(text("updated"), "updated", problems) if "updated" in raw else None

@@ -1,0 +1,241 @@
+"""Damage never empties a session and never raises; hand edits can be resealed."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chatloop.format import Message, Session, parse_markdown, render_markdown, skim
+from chatloop.index import Index
+from chatloop.store import Store
+from tests.conftest import T0, exchange, new_meta
+from tests.test_transcript import sessions
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
+ALL_SAMPLES = sorted(SAMPLES.glob("0*.md")) + sorted((SAMPLES / "format1").glob("0*.md"))
+
+
+def _front(data: bytes) -> tuple[bytes, bytes]:
+    end = data.index(b"\n---\n", 3) + 5
+    return data[:end], data[end:]
+
+
+@pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_crlf_file_reads_with_all_its_messages(path: Path) -> None:
+    data = path.read_bytes()
+    result = parse_markdown(data.replace(b"\n", b"\r\n"), path.stem)
+    assert [p.kind for p in result.problems] == ["crlf"]
+    assert result.session.messages == parse_markdown(data).session.messages
+    assert result.session.meta == parse_markdown(data).session.meta
+    assert not result.exact  # never cut: its offsets are not the file's
+
+
+def test_a_bom_is_a_problem_not_an_empty_session() -> None:
+    data = (SAMPLES / "01-plain-chat.md").read_bytes()
+    result = parse_markdown(b"\xef\xbb\xbf" + data)
+    assert [p.kind for p in result.problems] == ["bom"]
+    assert result.session == parse_markdown(data).session
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda fm: fm.replace(b"status: closed", b"status: [closed"),  # YAML that does not parse
+        lambda fm: fm[:-4] + b"padding: '" + b"x" * 70_000 + b"'\n---\n",  # over 64 KiB
+        lambda fm: b"---\n- a list\n- not a mapping\n---\n",
+    ],
+    ids=["broken-yaml", "oversized", "not-a-mapping"],
+)
+def test_broken_front_matter_keeps_the_chain_link_and_the_messages(damage: object) -> None:
+    path = SAMPLES / "03-chain-2-of-3.md"
+    data = path.read_bytes()
+    good = parse_markdown(data, path.stem).session
+    front, body = _front(data)
+    result = parse_markdown(damage(front) + body, good.meta.id)  # type: ignore[operator]
+    assert any(p.kind == "front_matter" for p in result.problems)
+    assert result.session.meta.id == good.meta.id  # from the file name at least
+    assert [m.text for m in result.session.messages] == [m.text for m in good.messages]
+    if b"a list" not in damage(front):  # type: ignore[operator]
+        assert result.session.meta.parent_id == good.meta.parent_id  # salvaged
+
+
+def test_a_missing_format_key_is_told_from_the_frames() -> None:
+    for path in (SAMPLES / "01-plain-chat.md", SAMPLES / "format1" / "01-plain-chat.md"):
+        data = path.read_bytes()
+        without = data.replace(b"format: 2\n", b"").replace(b"format: 1\n", b"")
+        assert parse_markdown(without).session.messages == parse_markdown(data).session.messages
+
+
+def test_naive_times_and_huge_numbers_are_problems_on_that_file_only(store: Store) -> None:
+    writer = store.create(new_meta())
+    for m in exchange(1):
+        writer.append(m)
+    writer.close()
+    data = writer.path.read_bytes()
+    front, body = _front(data)
+    created = front.split(b"\ncreated: ", 1)[1].split(b"\n", 1)[0]
+    front = front.replace(created, b"2026-11-21T14:30:45")
+    front = front.replace(b"  in: 0", b"  in: " + b"9" * 31)
+    body = body.replace(b"120/45", b"120/" + b"9" * 400, 1)
+    writer.path.write_bytes(front + body)
+    other = store.create(new_meta(title="the healthy one"))
+    other.append(Message.create("user", T0, text="healthy"))
+    other.close()
+    result = parse_markdown(writer.path.read_bytes())
+    kinds = {p.kind for p in result.problems}
+    assert {"naive_time", "range", "checksum"} <= kinds
+    assert any("out of range" in p.detail for p in result.problems if p.kind == "checksum")
+    assert result.session.meta.created.tzinfo is not None and result.session.meta.tokens_in == 0
+    assert len(result.session.messages) == len(exchange(1))
+    with Index(store) as index:
+        index.sync()
+        titles = [row.title for row in index.list_sessions()]
+    assert "the healthy one" in titles and len(titles) == 2
+
+
+@st.composite
+def damaged_files(draw: st.DrawFn) -> bytes:
+    data = render_markdown(draw(sessions()))
+    for _ in range(draw(st.integers(1, 4))):
+        how = draw(st.sampled_from(["crlf", "bom", "flip", "cut", "splice", "number"]))
+        if how == "crlf":
+            data = data.replace(b"\n", b"\r\n")
+        elif how == "bom":
+            data = b"\xef\xbb\xbf" + data
+        elif how == "flip" and data:
+            at = draw(st.integers(0, len(data) - 1))
+            data = data[:at] + bytes([data[at] ^ draw(st.integers(1, 255))]) + data[at + 1 :]
+        elif how == "cut":
+            data = data[: draw(st.integers(0, len(data)))]
+        elif how == "splice":
+            junk = draw(st.sampled_from([b"queries: 1e999\n", b"created: 2026-01-01\n",
+                                         b"tokens:\n  in: -5\n", b"- x\n", b"id: ../../x\n",
+                                         b'{"usage":{"in":1e999}}', b" 1e999s 9/9 ",
+                                         b"summary_at: 99999999\n", b"format: 7\n"]))  # fmt: skip
+            at = draw(st.integers(0, len(data)))
+            data = data[:at] + junk + data[at:]
+        elif how == "number":
+            data = data.replace(b"queries: ", b"queries: 1" + b"0" * 40, 1)
+    return data
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(damaged_files())
+def test_no_damage_makes_a_reader_raise(data: bytes) -> None:
+    result = parse_markdown(data, "20261121-143045-0a1b2c3d")
+    skimmed = skim(data, "20261121-143045-0a1b2c3d")
+    assert skimmed.queries <= len(result.session.messages) + 1
+    for message in result.session.messages:
+        assert message.at.tzinfo is not None
+        assert message.usage is None or message.usage.total < 2**54
+
+
+def test_the_index_lists_every_other_session_beside_hostile_files(store: Store) -> None:
+    healthy = store.create(new_meta(title="still listed"))
+    healthy.append(Message.create("user", T0, text="hello"))
+    healthy.close()
+    hostile = [b"---\ncreated: 2026-01-01\nqueries: 1" + b"0" * 40 + b"\n---\n",
+               b"\xef\xbb\xbf---\r\nid: x\r\n---\r\n", b"---\n- a\n---\n", b"\x00" * 100,
+               b'---\nformat: 2\n---\n<!-- abcdefgh user 10:00:00 {"usage":[1e999,2]} -->\n'
+               b"x\n<!-- /abcdefgh 00000000 -->\n"]  # fmt: skip
+    for i, data in enumerate(hostile):
+        (store.project_dir / f"20261121-1000{i:02d}-0000000{i}.md").write_bytes(data)
+    with Index(store) as index:
+        index.sync()
+        rows = index.list_sessions()
+        hits = index.search("hello")
+    assert "still listed" in [r.title for r in rows] and len(rows) == len(hostile) + 1
+    assert [h.session.title for h in hits] == ["still listed"]
+
+
+# ---------------------------------------------------------------- reseal and streaming
+
+
+def run(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "chatloop.cli", *args], cwd=cwd,
+                          env={"CHATLOOP_HOME": str(home), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+@pytest.mark.parametrize("version", [2, 1])
+def test_reseal_accepts_hand_edits_and_keeps_the_original(
+    store: Store, tmp_path: Path, version: int
+) -> None:
+    writer = store.create(new_meta(format=version))
+    for m in exchange(1) + exchange(2):
+        writer.append(m)
+    writer.finalize(Message.create("summary", T0, text="**Pending:** nothing"))
+    writer.close()
+    original = writer.path.read_bytes()
+    edited = original.replace(b"Question number 1", b"Question number one (fixed by hand)")
+    edited = edited.replace(b"line one of 1", b"line one of 1, typed `" + writer.meta.id.encode())
+    writer.path.write_bytes(edited)
+    cwd = store.cwd
+    before = run("show", "1", cwd=cwd, home=store.root)
+    assert before.returncode == 0 and "checksum" in before.stderr
+    done = run("reseal", "1", cwd=cwd, home=store.root)
+    assert done.returncode == 0 and "2 frame(s)" in done.stdout, done.stdout + done.stderr
+    kept = writer.path.with_name(writer.path.name + ".orig")
+    assert kept.read_bytes() == edited and stat.S_IMODE(kept.stat().st_mode) == 0o600
+    after = run("show", "1", cwd=cwd, home=store.root)
+    assert after.returncode == 0 and after.stderr == "" and "(fixed by hand)" in after.stdout
+    result = parse_markdown(writer.path.read_bytes())
+    assert result.problems == ()
+    assert store.summary_of(writer.path).message is not None
+    again = run("reseal", "1", cwd=cwd, home=store.root)
+    assert "Nothing to reseal" in again.stdout
+
+
+def test_show_and_export_stream_every_message(store: Store, tmp_path: Path) -> None:
+    writer = store.create(new_meta(title="long one"))
+    for n in range(1, 201):
+        for m in exchange(n):
+            writer.append(m)
+    writer.finalize(Message.create("summary", T0, text="**Pending:** none"))
+    writer.close()
+    cwd, home = store.cwd, store.root
+    shown = run("show", "1", cwd=cwd, home=home)
+    assert shown.returncode == 0 and shown.stdout.count("── Query ") == 200
+    exported = run("export", "1", "--format", "json", cwd=cwd, home=home)
+    (session,) = json.loads(exported.stdout)
+    assert session["meta"]["title"] == "long one"
+    messages = parse_markdown(writer.path.read_bytes()).session.messages
+    assert len(session["messages"]) == len(messages)
+    raw = run("show", "1", "--raw", cwd=cwd, home=home)
+    assert raw.stdout.encode() == writer.path.read_bytes()
+    md = run("export", "1", cwd=cwd, home=home)
+    assert md.stdout.encode() == writer.path.read_bytes()
+
+
+def test_show_into_a_closed_pipe_is_quiet(store: Store) -> None:
+    writer = store.create(new_meta())
+    for n in range(1, 400):
+        for m in exchange(n):
+            writer.append(m)
+    writer.close()
+    env = {"CHATLOOP_HOME": str(store.root), "PATH": os.environ["PATH"]}
+    command = f"{sys.executable} -m chatloop.cli show 1 | head -3"
+    proc = subprocess.run(command, shell=True, cwd=store.cwd, env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert len(proc.stdout.splitlines()) == 3 and "Traceback" not in proc.stderr
+
+
+def test_format_1_stays_format_1_when_appended(store: Store) -> None:
+    writer = store.create(new_meta(format=1))
+    writer.append(Message.create("user", T0, text="old file"))
+    writer.close()
+    with store.open(writer.path) as again:
+        again.append(Message.create("user", T0, text="appended"))
+    result = parse_markdown(writer.path.read_bytes())
+    assert result.session.meta.format == 1 and result.problems == ()
+    assert [m.text for m in result.session.messages] == ["old file", "appended"]
+    assert replace(result.session.meta).format == 1 and isinstance(result.session, Session)
