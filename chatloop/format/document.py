@@ -37,7 +37,6 @@ from chatloop.format.front_matter import (
     MAX_COUNT,
     Head,
     check_time,
-    front_matter_end,
     is_crlf,
     read_head,
     render_front_matter,
@@ -354,40 +353,44 @@ def open_document(source: bytes | BinaryIO, name: str = "") -> Document:
     whole, the legacy ones by ``chatloop.format.legacy``. Everything else
     streams: only the head is read here.
     """
+    data: bytes | None = None
+    stream: BinaryIO | None = None
     if isinstance(source, bytes | bytearray):
-        data: bytes | None = bytes(source)
+        data = bytes(source)
         head_bytes = data[:HEAD_BYTES]
     else:
-        head_bytes = source.read(HEAD_BYTES)
-        data = None
+        stream = source
+        head_bytes = stream.read(HEAD_BYTES)
     crlf = is_crlf(head_bytes)
     unbommed = head_bytes[len(BOM) :] if head_bytes.startswith(BOM) else head_bytes
     is_legacy = not unbommed.startswith(b"---") and legacy.looks_legacy(unbommed)
-    if data is None and (crlf or is_legacy):
-        data = head_bytes + source.read()  # type: ignore[union-attr]
+    if stream is not None and (crlf or is_legacy):
+        data, stream = head_bytes + stream.read(), None
     problems: list[Problem] = []
-    if crlf:
-        assert data is not None
+    if crlf and data is not None:
         data = data.replace(b"\r\n", b"\n")
         head_bytes = data[:HEAD_BYTES]
         problems.append(Problem("crlf", 0, "CRLF line endings (converted by an editor or "
                                 "git); read as LF"))  # fmt: skip
-    if is_legacy:
-        assert data is not None
+    if is_legacy and data is not None:
         result = legacy.parse_legacy(data[len(BOM) :] if data.startswith(BOM) else data)
         doc = Document(read_head(b"", name), b"", 0, legacy_result=result, exact=not crlf)
         doc.problems = problems + list(result.problems)
         return doc
-    if data is None and head_bytes.startswith(b"---\n") and front_matter_end(head_bytes) < 0:
-        head_bytes += _read_until_close(source)  # type: ignore[arg-type]
+    if unbommed.startswith(b"---\n") and b"\n---\n" not in head_bytes:  # an oversized head
+        if stream is not None:
+            head_bytes += _read_until_close(stream)
+        elif data is not None:
+            head_bytes = data[:MAX_HEAD_BYTES]
     head = read_head(head_bytes, name)
     if head.meta.format not in FORMATS:  # no (known) format key: tell it from the frames
         head.meta = replace(head.meta, format=_sniff_format(head_bytes, head.body_start))
-    if data is not None:
+    if stream is None:
+        assert data is not None
         doc = Document(head, data, head.body_start, exact=not crlf)
     else:
-        source.seek(head.body_start)  # type: ignore[union-attr]
-        doc = Document(head, source, head.body_start)
+        stream.seek(head.body_start)
+        doc = Document(head, stream, head.body_start)
     doc.problems[:0] = problems
     return doc
 

@@ -48,9 +48,9 @@ class FrontMatterError(ValueError):
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader with YAML-1.2-core-like scalars and no aliases."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+    def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             raise FrontMatterError(
                 f"YAML aliases are not allowed (line {event.start_mark.line + 1})"
             )
@@ -70,7 +70,7 @@ _StrictLoader.add_implicit_resolver(
 
 if getattr(yaml, "__with_libyaml__", False):
 
-    class _FastStrictLoader(yaml.CSafeLoader):  # type: ignore[misc, name-defined]
+    class _FastStrictLoader(yaml.CSafeLoader):
         """libyaml's parser with the same strict scalars; used only for text without
         a ``*``, which therefore holds no alias (aliases are ``*name``)."""
 
