@@ -4,8 +4,12 @@ The files are the truth; this is a cache. Deleting ``index.db`` loses
 nothing: it is rebuilt from the files when missing, corrupt or stale (a file
 whose size or mtime differs from its row). Rows are kept per file path and
 skimmed by ``chatloop.format.skim`` (no full parse); an FTS5 table holds each
-session's searchable text as one document (``detail=none``: word queries,
-no phrases), so a search names sessions, like ``grep -l``.
+session's searchable text (``detail=none``: word queries, no phrases), so a
+search names sessions, like ``grep -l``. The text is stored in chunks of about
+a megabyte (rowid ``num << CHUNK_SHIFT | chunk``): a 200 MB transcript is
+indexed, and ranked, without ever being one string in memory (all the words
+of a query must then meet in one chunk: in practice, in one stretch of the
+conversation).
 
 Many stale files (a first run, ``reindex``) are scanned by a worker process
 (one per spare core) while this process inserts, into a fresh file written
@@ -37,10 +41,12 @@ from chatloop.store import Store
 if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
     from chatloop.format import Skim as Scanned
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 INDEX_FILE = "index.db"
 BUSY_TIMEOUT_MS = 5000
 PARALLEL_FROM = 64  # stale files from which a sync scans in worker processes
+STREAM_FROM = 16 << 20  # files this large are read here, their words inserted as they come
+CHUNK_SHIFT = 16  # an FTS row's rowid is (session num << CHUNK_SHIFT) + chunk number
 Progress = Callable[[int, int], None]
 
 _SCHEMA = """
@@ -135,17 +141,44 @@ class Index:
         gone = [p for p in known if p not in files]
         if may_rebuild and all_projects and not known and len(stale) >= PARALLEL_FROM:
             return self.rebuild(progress)
+        big = [p for p in stale if files[p].st_size >= STREAM_FROM]
+        small = [p for p in stale if files[p].st_size < STREAM_FROM]
         with self._db:
             for path in gone:
                 self._forget(path)
-            scanned_files = scan_files(stale, parallel=len(stale) >= PARALLEL_FROM)
+            scanned_files = scan_files(small, parallel=len(small) >= PARALLEL_FROM)
             for done, (path, scanned) in enumerate(scanned_files, 1):
                 st = files[path]
                 if scanned is not None:
                     self._store_row(path, scanned, st.st_size, st.st_mtime_ns, path in known)
                 if progress:
                     progress(done, len(stale))
+            for done, path in enumerate(big, len(small) + 1):
+                self._store_streaming(path, files[path], path in known)
+                if progress:
+                    progress(done, len(stale))
         return len(stale)
+
+    def _store_streaming(self, path: str, st: os.stat_result, replacing: bool) -> None:
+        """Index one large file, inserting its words chunk by chunk as they are read."""
+        from chatloop.index_scan import scan_file
+
+        if replacing:
+            self._forget(path)
+        num = int(self._db.execute("SELECT coalesce(max(num), 0) + 1 FROM sessions").fetchone()[0])
+        chunks = [0]
+
+        def insert(text: bytes) -> None:
+            rowid = (num << CHUNK_SHIFT) + chunks[0]
+            self._db.execute("INSERT INTO texts(rowid, text) VALUES (?, ?)", (rowid, text))
+            chunks[0] += 1
+
+        _, scanned = scan_file(path, insert)
+        if scanned is None:
+            self._db.execute("DELETE FROM texts WHERE rowid >= ? AND rowid < ?",
+                             _chunk_range(num))  # fmt: skip
+            return
+        self._store_row(path, scanned, st.st_size, st.st_mtime_ns, False, num)
 
     def rebuild(self, progress: Progress | None = None) -> int:
         """Re-read every session file of every project into a fresh index.
@@ -201,11 +234,19 @@ class Index:
         if not words:
             return []
         terms = " ".join('"' + word + '"' for word in words)
-        sql = "SELECT s.* FROM texts JOIN sessions s ON s.num = texts.rowid WHERE texts MATCH ?"
+        sql = (f"SELECT s.* FROM texts JOIN sessions s ON s.num = texts.rowid >> {CHUNK_SHIFT} "
+               "WHERE texts MATCH ?")  # fmt: skip
         args: list[object] = [terms]
         if not all_projects:
             sql, args = sql + " AND s.project = ?", [terms, self.store.project]
-        found = self._db.execute(sql + " ORDER BY rank LIMIT ?", [*args, limit]).fetchall()
+        found: list[sqlite3.Row] = []
+        seen: set[int] = set()
+        for raw in self._db.execute(sql + " ORDER BY rank", args):  # best chunk first
+            if raw["num"] not in seen:
+                seen.add(raw["num"])
+                found.append(raw)
+                if len(found) >= limit:
+                    break
         if not found:
             return []
         numbers = {
@@ -284,30 +325,42 @@ class Index:
         raise AssertionError("unreachable")
 
     def _forget(self, path: str) -> None:
-        doomed = "SELECT num FROM sessions WHERE path = ?"
-        self._db.execute(f"DELETE FROM texts WHERE rowid IN ({doomed})", (path,))
+        nums = self._db.execute("SELECT num FROM sessions WHERE path = ?", (path,)).fetchall()
+        for (num,) in nums:
+            self._db.execute("DELETE FROM texts WHERE rowid >= ? AND rowid < ?",
+                             _chunk_range(num))  # fmt: skip
         self._db.execute("DELETE FROM sessions WHERE path = ?", (path,))
 
     def _store_row(
-        self, path: str, scanned: Scanned, size: int, mtime_ns: int, replacing: bool
-    ) -> None:
+        self, path: str, scanned: Scanned, size: int, mtime_ns: int, replacing: bool,
+        num: int | None = None,
+    ) -> None:  # fmt: skip
+        """The session's row (numbered ``num`` when its words were already inserted by
+        ``_store_streaming``), and its words as one chunk unless they were."""
         if replacing:
             self._forget(path)
         meta = scanned.meta
         cursor = self._db.execute(
-            "INSERT INTO sessions VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
-                path, meta.id or Path(path).stem, Path(path).parent.name, meta.title, meta.agent,
-                meta.agent_ref, meta.model, meta.created.isoformat(),
+                num, path, meta.id or Path(path).stem, Path(path).parent.name, meta.title,
+                meta.agent, meta.agent_ref, meta.model, meta.created.isoformat(),
                 scanned.updated.isoformat(), meta.status, scanned.queries, meta.tokens_in,
                 meta.tokens_out, meta.restoration_tokens, meta.parent_id, meta.parent_file,
                 meta.git_branch, scanned.preview, scanned.has_summary, scanned.legacy,
                 scanned.problems, size, mtime_ns,
             ),
         )  # fmt: skip
-        self._db.execute(
-            "INSERT INTO texts(rowid, text) VALUES (?, ?)", (cursor.lastrowid, scanned.text)
-        )
+        if num is None and cursor.lastrowid is not None:
+            self._db.execute(
+                "INSERT INTO texts(rowid, text) VALUES (?, ?)",
+                (cursor.lastrowid << CHUNK_SHIFT, scanned.text),
+            )
+
+
+def _chunk_range(num: int) -> tuple[int, int]:
+    """The rowids of one session's FTS chunks: [start, end)."""
+    return num << CHUNK_SHIFT, (num + 1) << CHUNK_SHIFT
 
 
 _WORD_RE = re.compile(r"[^\W_]+")  # a word as FTS5's unicode61 sees it: "_" separates
@@ -350,7 +403,7 @@ def _prepare(db: sqlite3.Connection, bulk: bool = False) -> None:
     if bulk:
         db.execute("PRAGMA journal_mode = OFF")
         db.execute("PRAGMA synchronous = OFF")
-        db.execute("PRAGMA cache_size = -65536")
+        db.execute("PRAGMA cache_size = -16384")  # 16 MB: a 200 MB transcript stays small
     else:
         db.execute("PRAGMA journal_mode = WAL")
     db.executescript(_SCHEMA)

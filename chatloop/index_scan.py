@@ -11,7 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from chatloop.errors import ChatloopError
@@ -23,11 +23,13 @@ _SNIPPET_CHARS = 60  # of context each side of a search hit
 __all__ = ["hit_in", "scan_file", "scan_files"]
 
 
-def scan_file(path: str) -> tuple[str, Skim | None]:
-    """Skim one file; None if it vanished or cannot be read (the next sync retries)."""
+def scan_file(path: str, words: Callable[[bytes], None] | None = None) -> tuple[str, Skim | None]:
+    """Skim one file; None if it vanished or cannot be read (the next sync retries).
+    With ``words``, the searchable text is handed to it in chunks as it is read
+    (the skim's own ``text`` is then empty)."""
     try:
         with open_read(Path(path)) as handle:
-            return path, skim(handle, Path(path).stem)
+            return path, skim(handle, Path(path).stem, words)
     except (OSError, ChatloopError):
         return path, None
 
@@ -56,7 +58,10 @@ def hit_in(path: Path, word: str) -> tuple[str, str]:
             doc = open_document(handle, path.stem)
             if doc.legacy:
                 return _first_hit(doc.messages(), pattern)
+            quick = re.compile(re.escape(word.encode()), re.IGNORECASE) if word.isascii() else None
             for frame in doc.frames():
+                if quick is not None and quick.search(frame.body) is None:
+                    continue  # a cheap first look at the bytes, for ASCII words
                 if pattern.search(frame.body.decode("utf-8", "replace")) is None:
                     continue
                 try:

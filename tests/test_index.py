@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from chatloop import index as index_module
 from chatloop.errors import NotFound
 from chatloop.format import Message
 from chatloop.index import Index
 from chatloop.store import Store
-from tests.conftest import exchange, new_meta
+from tests.conftest import T0, exchange, new_meta
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
 
@@ -110,3 +111,36 @@ def test_legacy_and_samples_are_listed(store: Store) -> None:
         legacy = [r for r in rows if r.legacy]
         assert len(legacy) == 1 and legacy[0].agent == "Simple Sally" and legacy[0].queries == 2
         assert index.search("mint")[0].session.legacy
+
+
+def test_a_large_session_is_indexed_in_chunks_like_a_small_one(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatloop.format import document
+
+    writer = store.create(new_meta(title="big one"))
+    writer.append(Message.create("user", T0, text="aardvarkfirst in the first message"))
+    for n in range(1, 60):
+        writer.append(Message.create("assistant", T0, text=f"filler words number {n} " * 40))
+    writer.append(Message.create("user", T0, text="zebralast in the last message"))
+    writer.close()
+    with Index(store) as whole:
+        whole.sync()
+        expected = whole.list_sessions()
+    (store.root / "index.db").unlink()
+    monkeypatch.setattr(index_module, "STREAM_FROM", 1000)  # read it as a large file
+    monkeypatch.setattr(document, "SEARCH_CHUNK_BYTES", 2000)
+    with Index(store) as chunked:
+        chunked.sync()
+        assert chunked.list_sessions() == expected
+        chunks = chunked._db.execute("SELECT count(*) FROM texts").fetchone()[0]
+        assert chunks > 5
+        for word in ("aardvarkfirst", "zebralast", "filler"):
+            hits = chunked.search(word)
+            assert [h.session.title for h in hits] == ["big one"], word
+        with store.open(writer.path) as again:
+            again.append(Message.create("user", T0, text="one more"))
+        chunked.sync()  # the file changed: its old chunks go, new ones come
+        assert len(chunked.search("filler")) == 1
+        after = chunked._db.execute("SELECT count(*) FROM texts").fetchone()[0]
+        assert chunks <= after <= chunks + 1

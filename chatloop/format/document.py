@@ -22,7 +22,7 @@ import json
 import math
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, time
 from typing import BinaryIO
@@ -508,13 +508,26 @@ class Skim:
     text: bytes
 
 
-def skim(source: bytes | BinaryIO, name: str = "") -> Skim:
-    """What the index needs from a session file; never raises for damage."""
+SEARCH_CHUNK_BYTES = 1 << 20
+
+
+def skim(
+    source: bytes | BinaryIO, name: str = "", words: Callable[[bytes], None] | None = None
+) -> Skim:
+    """What the index needs from a session file; never raises for damage.
+
+    With ``words``, the searchable text goes to it in chunks of about
+    ``SEARCH_CHUNK_BYTES`` (whole frames, valid UTF-8) as the file is read, and
+    ``Skim.text`` is empty: memory stays flat for any size of file."""
     doc = open_document(source, name)
     if doc.legacy:
         messages = list(doc.messages())
-        return skim_of(ParseResult(Session(doc.meta, tuple(messages)), tuple(doc.problems),
-                                   0, True))  # fmt: skip
+        found = skim_of(ParseResult(Session(doc.meta, tuple(messages)), tuple(doc.problems),
+                                    0, True))  # fmt: skip
+        if words is not None and found.text:
+            words(found.text)
+            found = replace(found, text=b"")
+        return found
     meta = doc.meta
     version = meta.format
     queries = 0
@@ -522,6 +535,7 @@ def skim(source: bytes | BinaryIO, name: str = "") -> Skim:
     last_query: Frame | None = None
     last: Frame | None = None
     bodies: list[bytes] = []
+    held = 0
     bad_crc = 0
     footer_keys = (b'"secs"', b'"usage"', b'"interrupted"', b'"fallback"') if version == 1 else ()
     for frame in doc.frames():
@@ -533,7 +547,12 @@ def skim(source: bytes | BinaryIO, name: str = "") -> Skim:
         elif role == "summary":
             has_summary = True
         footer = any(k in info for k in footer_keys)
-        bodies.append(_searchable_body(role, frame.key.encode(), frame.body, footer, version))
+        piece = _searchable_body(role, frame.key.encode(), frame.body, footer, version)
+        bodies.append(piece)
+        held += len(piece) + 1
+        if words is not None and held >= SEARCH_CHUNK_BYTES:
+            words(_utf8(b"\n".join(bodies)))
+            bodies, held = [], 0
         bad_crc += not frame.crc_ok
         last = frame
     problems: list[Problem] = []
@@ -551,6 +570,10 @@ def skim(source: bytes | BinaryIO, name: str = "") -> Skim:
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
             pass
     text = _utf8(b"\n".join(bodies))
+    if words is not None:
+        if text:
+            words(text)
+        text = b""
     count = len([p for p in doc.problems if p.kind not in ("unknown_key",)]) + bad_crc
     return Skim(meta, queries, updated, _one_line(preview), has_summary, False, count, text)
 
