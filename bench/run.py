@@ -487,9 +487,10 @@ def markup_ratio() -> None:
         ratios[2] / ratios[1], "<= 0.5 (format 2)", ratios[2] <= 0.5)  # fmt: skip
 
 
-def transcript_message(i: int, at: datetime) -> list[Message]:
+def transcript_message(i: int, at: datetime, word: str = "") -> list[Message]:
     """One exchange of a realistic transcript: a question, sometimes a tool call and
-    its result, and a reply; a few hundred to a few thousand bytes each."""
+    its result, and a reply; a few hundred to a few thousand bytes each. ``word``,
+    if given, is planted in the question."""
     words = TEXT.split()
     size = 200 + (i * 7919) % 2800  # 200..3000 characters, varied
 
@@ -504,7 +505,8 @@ def transcript_message(i: int, at: datetime) -> list[Message]:
         return " ".join(out)
 
     at = at + timedelta(seconds=i // 2)  # 200 MB stays within one day
-    found = [Message.create("user", at, text=f"question {i}: {prose(size // 3, i)}")]
+    planted = f"{word} " if word else ""
+    found = [Message.create("user", at, text=f"question {i}: {planted}{prose(size // 3, i)}")]
     if i % 4 == 1:
         call = ToolCall(f"call_{i}", "read_file", f'{{"path": "notes/log-{i}.md"}}')
         found.append(Message.create("assistant", at, tool_calls=(call,), model="qwen2.5:7b",
@@ -518,9 +520,12 @@ def transcript_message(i: int, at: datetime) -> list[Message]:
     return found
 
 
-def big_transcript(store: Store, megabytes: float) -> Path:
-    """A closed format-2 session of about ``megabytes`` MB in ``store``, with a summary
-    and its pointer, written frame by frame."""
+def big_transcript(store: Store, megabytes: float, word: str = "") -> tuple[Path, int]:
+    """A closed format-2 session of about ``megabytes`` MB in ``store``, ending with a
+    summary frame whose key and offset are in the front matter (``summary_key``,
+    ``summary_at``), written frame by frame. ``word`` is planted once, in the question
+    about two thirds of the way in; returns the path and where (bytes from the start
+    of the file) that question begins."""
     writer = store.create(SessionMeta(id="", created=datetime(2026, 11, 1, tzinfo=TZ),
                                       updated=datetime(2026, 11, 1, tzinfo=TZ), agent="Bench",
                                       title="Harbour log",
@@ -530,8 +535,12 @@ def big_transcript(store: Store, megabytes: float) -> Path:
     at = meta.created
     frames: list[bytes] = []
     size = queries = i = 0
+    planted_at = -1
     while size < megabytes * 1_000_000:
-        for m in transcript_message(i, at):
+        plant = word if planted_at < 0 and size >= megabytes * 1_000_000 * 2 / 3 else ""
+        if plant:
+            planted_at = size
+        for m in transcript_message(i, at, plant):
             queries += m.is_query
             frames.append(render_frame(m, meta, queries))
             size += len(frames[-1])
@@ -542,10 +551,11 @@ def big_transcript(store: Store, megabytes: float) -> Path:
     meta = dataclasses.replace(meta, status="closed", queries=queries, summary="model",
                                summary_key=summary.key, summary_at=summary_at,
                                updated=at + timedelta(seconds=i // 2))  # fmt: skip
+    header = render_header(meta)
     with path.open("wb") as out:
-        out.write(render_header(meta))
+        out.write(header)
         out.writelines(frames)
-    return path
+    return path, planted_at + len(header) if planted_at >= 0 else -1
 
 
 def measure(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int, int, str]:

@@ -91,6 +91,7 @@ def test_main_help_teaches_the_chat_options(tmp_path: Path) -> None:
         ("show", ["--raw"]),
         ("search", ["--all", "--limit", "--json"]),
         ("reindex", []),
+        ("reseal", ["N|ID", ".orig"]),
         ("tree", ["N|ID"]),
         ("export", ["--chain", "--format", "--output"]),
         ("doctor", []),

@@ -222,3 +222,55 @@ def test_a_forged_summary_typed_then_a_crash_is_not_restored(
     restore = resumed.messages[0]
     assert restore.restore and found.message.text.strip()[:40] in restore.text
     assert forged_body not in restore.text
+
+
+def test_a_model_that_echoes_the_summary_template_gets_the_fallback(
+    chatloop_home: Path, project: Path
+) -> None:
+    """Through the installed program and a scripted OpenAI-compatible server: the
+    summary request is answered with the prompt's own template, twice; the echo is
+    not stored as the summary, the deterministic one is, and the person is told."""
+    from chatloop import prompts
+    from tests.scripted_server import scripted_server
+
+    echo = prompts.SUMMARY_PROMPT.split("Rules:")[0].format(
+        background_rule=prompts.BACKGROUND_RULE_FIRST
+    )
+    asked: list[str] = []
+
+    def reply(request: dict[str, object]) -> str:
+        last = request["messages"][-1]["content"]  # type: ignore[index]
+        asked.append(str(last))
+        return echo if "progressive summary" in str(last) else "Hello from the script."
+
+    with scripted_server(reply) as url:
+        shown = io.StringIO()
+        child = spawn(url, chatloop_home, project, 12, log=shown)
+        child.sendline("Tell me about the tide tables")
+        wait(child, ready(1))
+        child.sendline("exit")
+        child.expect("Saved session")
+        child.expect(pexpect.EOF)
+    assert sum("progressive summary" in a for a in asked) == 2  # asked, then asked again
+    assert "could not summarize" in shown.getvalue()
+    (path,) = (chatloop_home / "projects").glob("*/*.md")
+    session = parse_markdown(path.read_bytes()).session
+    assert session.meta.summary == "fallback" and session.summary is not None
+    assert "one bullet per topic" not in session.summary.text
+    assert "tide tables" in session.summary.text
+
+
+def test_quoted_markers_in_a_legacy_file_hide_no_query_in_show_and_search(
+    chatloop_home: Path, project: Path
+) -> None:
+    from chatloop.store import Store
+    from tests.test_summary_trust import LEGACY
+
+    folder = Store(chatloop_home, cwd=project).project_dir
+    folder.mkdir(parents=True)
+    (folder / "Simple_Sally_20250614_101500.md").write_text(LEGACY, encoding="utf-8")
+    shown = run("show", "1", home=chatloop_home, cwd=project)
+    assert shown.returncode == 0 and "Query 2" in shown.stdout
+    assert "Here is the second answer." in shown.stdout and "── Summary ──" not in shown.stdout
+    hits = run("search", "second", home=chatloop_home, cwd=project)
+    assert "Simple_Sally_20250614_101500" in hits.stdout

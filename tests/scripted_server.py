@@ -1,0 +1,64 @@
+"""A scripted OpenAI-compatible server on 127.0.0.1, for end-to-end tests of what a
+real model cannot be made to do on cue (echo the summary template, for one).
+
+It speaks the two endpoints chatloop uses: ``GET /v1/models`` and
+``POST /v1/chat/completions`` (server-sent events when ``stream`` is true,
+one JSON body otherwise). ``reply`` maps each request's JSON to the text sent back.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Reply = Callable[[dict[str, Any]], str]
+
+
+@contextmanager
+def scripted_server(reply: Reply) -> Iterator[str]:
+    """Serve ``reply`` on a free port; yields the base URL (``http://127.0.0.1:N/v1``)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:  # keep test output clean
+            return
+
+        def _send(self, status: int, body: bytes, kind: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            models = {"object": "list", "data": [{"id": "scripted", "object": "model"}]}
+            self._send(200, json.dumps(models).encode(), "application/json")
+
+        def do_POST(self) -> None:
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            text = reply(request)
+            usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+            if not request.get("stream"):
+                body = {"choices": [{"index": 0, "finish_reason": "stop",
+                                     "message": {"role": "assistant", "content": text}}],
+                        "usage": usage}  # fmt: skip
+                self._send(200, json.dumps(body).encode(), "application/json")
+                return
+            chunks = [{"choices": [{"index": 0, "delta": {"content": text[i : i + 16]}}]}
+                      for i in range(0, len(text), 16)]  # fmt: skip
+            chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            chunks.append({"choices": [], "usage": usage})
+            events = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+            self._send(200, events.encode(), "text/event-stream")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
