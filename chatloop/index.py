@@ -45,7 +45,7 @@ SCHEMA_VERSION = "4"
 INDEX_FILE = "index.db"
 BUSY_TIMEOUT_MS = 5000
 PARALLEL_FROM = 64  # stale files from which a sync scans in worker processes
-STREAM_FROM = 16 << 20  # files this large are read here, their words inserted as they come
+STREAM_FROM = 4 << 20  # files this large are read here, their words inserted as they come
 CHUNK_SHIFT = 16  # an FTS row's rowid is (session num << CHUNK_SHIFT) + chunk number
 Progress = Callable[[int, int], None]
 
