@@ -131,20 +131,18 @@ class _Scanner:
     def step(
         self, buf: bytes, pos: int, final: bool, base: int
     ) -> tuple[Frame | Flaw | None, int] | None:
-        # The common case first: the next frame follows after one blank line.
-        start = pos + 1 if buf.startswith(b"\n<!-- ", pos) else pos
-        match = self.open_re.match(buf, start) if buf.startswith(b"<!-- ", start) else None
-        if match is None:
-            start = self.find_open(buf, pos)
-            if start < 0:
-                if not final:
-                    return None
-                if self.orphan(buf, pos, len(buf)) >= 0:
-                    return Flaw("damaged", base + pos, _NO_START), len(buf)
-                return None, len(buf)
-            if start > pos + 1 and self.orphan(buf, pos, start) >= 0:
-                return Flaw("damaged", base + pos, _NO_START), start
-            match = self.open_re.match(buf, start)
+        """One frame, flaw or gap from ``pos`` (``iter_frames`` reads well-formed frames
+        itself, inline, and comes here for everything else); None: read more."""
+        start = self.find_open(buf, pos)
+        if start < 0:
+            if not final:
+                return None
+            if self.orphan(buf, pos, len(buf)) >= 0:
+                return Flaw("damaged", base + pos, _NO_START), len(buf)
+            return None, len(buf)
+        if start > pos + 1 and self.orphan(buf, pos, start) >= 0:
+            return Flaw("damaged", base + pos, _NO_START), start
+        match = self.open_re.match(buf, start)
         if match is None:
             if buf.find(b"\n", start) < 0:
                 if not final:
@@ -202,8 +200,31 @@ def iter_frames(
     else:
         buf, base, pos, final = b"", start, 0, False
         reader = source
+    open_match, close_prefix = scanner.open_re.match, scanner.close_prefix
+    close_format, crc32 = scanner.close_format, zlib.crc32
     while True:
-        out = scanner.step(buf, pos, final, base)
+        # The common case, inline: a whole, well-formed frame after one blank line.
+        here = pos + 1 if buf.startswith(b"\n<!-- ", pos) else pos
+        match = open_match(buf, here)
+        if match is not None:
+            key = match.group(1)
+            body_from = match.end()
+            close_at = buf.find(close_prefix + key + b" ", body_from)
+            close_end = buf.find(b"\n", close_at + 1) if close_at >= 0 else -1
+            if close_end >= 0:
+                expected = close_format % (key, crc32(memoryview(buf)[here:close_at]))
+                crc_ok = close_end - close_at - 1 == len(expected) and buf.startswith(
+                    expected, close_at + 1
+                )
+                yield Frame(
+                    base + here, base + close_end + 1, key.decode(), _ROLES[match.group(2)],
+                    match.group(3), buf[body_from:close_at], crc_ok,
+                )  # fmt: skip
+                pos = close_end + 1
+                if final and pos >= len(buf):
+                    return
+                continue
+        out = scanner.step(buf, pos, final, base)  # everything else: gaps, damage, more data
         if out is None:
             assert reader is not None
             if scanner.find_open(buf, pos) < 0:  # a gap: keep only what may be a split marker

@@ -153,7 +153,7 @@ def check_time(value: object, what: str, notes: list[tuple[str, str]]) -> dateti
         notes.append(("front_matter" if what in ("created", "updated") else "damaged",
                       f"{what} is not an ISO 8601 time"))  # fmt: skip
         return None
-    if parsed.tzinfo is None or parsed.utcoffset() is None:
+    if parsed.tzinfo is None:  # fromisoformat gives a fixed offset or none at all
         notes.append(("naive_time", f"{what} has no UTC offset; taken as UTC"))
         return parsed.replace(tzinfo=UTC)
     return parsed
