@@ -14,6 +14,20 @@ from datetime import datetime
 from chatloop.format import Message, Session, SessionMeta
 from chatloop.index import SearchHit, SessionRow
 
+# C0 controls (but tab and newline), DEL and C1 controls become visible pictures or
+# escapes; bidirectional overrides too: none of them may reach a terminal as such.
+_VISIBLE = {code: chr(0x2400 + code) for code in range(32) if chr(code) not in "\t\n"}
+_VISIBLE[0x7F] = "\u2421"
+_VISIBLE.update({code: f"\\x{code:02x}" for code in range(0x80, 0xA0)})
+_VISIBLE.update({code: f"\\u{code:04x}" for code in (*range(0x202A, 0x202F),
+                                                     *range(0x2066, 0x206A))})  # fmt: skip
+
+
+def visible(text: str) -> str:
+    """``text`` safe to print to a terminal: control characters (ESC, BEL, OSC, C1,
+    bidirectional overrides) are shown as visible symbols, never acted on."""
+    return text.translate(_VISIBLE)
+
 
 def relative_time(when: str, now: datetime) -> str:
     """'just now', '5m ago', '3h ago', '2d ago', or the date for older moments."""
@@ -52,7 +66,7 @@ def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = Fa
             f"{number}  {relative_time(row.updated, now):>9}  {row.queries:>3}q  "
             f"{row.agent[:16]:<16}  {describe(row)[:70]}{status}{where}"
         )
-    return "\n".join(lines)
+    return visible("\n".join(lines))
 
 
 def sessions_json(rows: list[SessionRow]) -> str:
@@ -66,7 +80,7 @@ def hits_text(hits: list[SearchHit]) -> str:
     for hit in hits:
         number = hit.session.number if hit.session.number is not None else "*"
         lines.append(f"{number:>3}  {hit.session.id}  {hit.role:<9}  {hit.snippet}")
-    return "\n".join(lines)
+    return visible("\n".join(lines))
 
 
 def hits_json(hits: list[SearchHit]) -> str:
@@ -81,9 +95,9 @@ def hits_json(hits: list[SearchHit]) -> str:
 def transcript_lines(meta: SessionMeta, messages: Iterable[Message]) -> Iterator[str]:
     """A session as a person reads it in a terminal, one chunk per message as the
     messages stream in: who said what, tools, summary, and what was interrupted."""
-    yield f"{meta.title or meta.agent or 'Session'}  ({meta.id}, {meta.status})"
+    yield visible(f"{meta.title or meta.agent or 'Session'}  ({meta.id}, {meta.status})")
     if meta.parent_id:
-        yield f"continues {meta.parent_id}"
+        yield visible(f"continues {meta.parent_id}")
     query = 0
     for m in messages:
         out: list[str] = []
@@ -104,7 +118,7 @@ def transcript_lines(meta: SessionMeta, messages: Iterable[Message]) -> Iterator
         elif m.role == "summary":
             out += ["", "── Summary ──", m.text]
         if out:
-            yield "\n".join(out)
+            yield visible("\n".join(out))
 
 
 def transcript_text(session: Session) -> str:
@@ -127,7 +141,7 @@ def tree_text(root: SessionRow, children: dict[str, list[SessionRow]], mark: str
                  i == len(kids) - 1, depth + 1)  # fmt: skip
 
     walk(root, "", True, 0)
-    return "\n".join(lines)
+    return visible("\n".join(lines))
 
 
 def message_dict(m: Message) -> dict[str, object]:

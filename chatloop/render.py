@@ -20,7 +20,7 @@ from rich.text import Text
 from chatloop.backends.base import Event, Finish, TextDelta, ThinkingDelta, ToolCallEvent
 from chatloop.errors import ChatloopError
 from chatloop.format import Message
-from chatloop.listing import describe, relative_time
+from chatloop.listing import describe, relative_time, visible
 
 if TYPE_CHECKING:  # sqlite3 and rich.markdown load only when used
     from chatloop.index import SessionRow
@@ -45,7 +45,7 @@ class StreamView:
                 self._live = Live(Text(""), console=self.console, refresh_per_second=12,
                                   vertical_overflow="visible")  # fmt: skip
                 self._live.start()
-            self._live.update(Text("".join(self._text)))
+            self._live.update(Text(visible("".join(self._text))))
         elif isinstance(event, ThinkingDelta):
             if not self._thinking:
                 self.console.print(Text("thinking…", style="dim italic"))
@@ -53,19 +53,21 @@ class StreamView:
         elif isinstance(event, ToolCallEvent):
             self.end_text()
             self.console.print(
-                Text(f"→ {event.name}({_short(event.arguments, 100)})", style="cyan")
+                Text(visible(f"→ {event.name}({_short(event.arguments, 100)})"), style="cyan")
             )
         elif isinstance(event, Finish):
             self.end_text()
 
     def end_text(self) -> None:
-        """Replace the live text with its markdown rendering."""
+        """Replace the live text with its markdown rendering; text with angle brackets
+        (HTML, ``<<SYS>>``) stays as written, since markdown would drop them."""
         if self._live is None:
             return
         from rich.markdown import Markdown
 
-        text = "".join(self._text)
-        self._live.update(Markdown(text) if text.strip() else Text(""))
+        text = visible("".join(self._text))
+        shown = Markdown(text) if text.strip() and "<" not in text else Text(text)
+        self._live.update(shown)
         self._live.stop()
         self._live = None
         self._text = []
@@ -74,12 +76,17 @@ class StreamView:
         for result in message.tool_results:
             style = "red" if result.is_error else "dim"
             first = result.content.strip().splitlines()[0] if result.content.strip() else "(empty)"
-            self.console.print(Text(f"← {result.name}: {_short(first, 100)}", style=style))
+            self.console.print(
+                Text(visible(f"← {result.name}: {_short(first, 100)}"), style=style)
+            )
 
-    def close(self, interrupted: bool = False) -> None:
+    def close(self, interrupted: bool = False, saved: bool = True) -> None:
+        """End the view; ``saved`` says whether any of an interrupted reply was kept."""
         self.end_text()
         if interrupted:
-            self.console.print(Text("(interrupted: the partial reply was saved)", style="yellow"))
+            said = ("(interrupted: the partial reply was saved)" if saved
+                    else "(interrupted before any reply arrived: nothing to save)")  # fmt: skip
+            self.console.print(Text(said, style="yellow"))
 
 
 def _short(text: str, limit: int) -> str:
@@ -89,13 +96,13 @@ def _short(text: str, limit: int) -> str:
 
 def error(console: Console, exc: ChatloopError) -> None:
     """An error as one red line and a dim hint."""
-    console.print(Text.assemble(("error: ", "bold red"), (exc.message, "red")))
+    console.print(Text.assemble(("error: ", "bold red"), (visible(exc.message), "red")))
     if exc.hint:
-        console.print(Text(f"hint: {exc.hint}", style="dim"))
+        console.print(Text(visible(f"hint: {exc.hint}"), style="dim"))
 
 
 def note(console: Console, text: str, style: str = "dim") -> None:
-    console.print(Text(text, style=style))
+    console.print(Text(visible(text), style=style))
 
 
 @contextmanager
@@ -134,8 +141,9 @@ def sessions_table(rows: Sequence[SessionRow], now: datetime) -> Table:
         table.add_column(column, overflow="ellipsis", no_wrap=True)
     for row in rows:
         status = "" if row.status == "closed" else f" [{row.status}]"
-        table.add_row(str(row.number or "*"), relative_time(row.updated, now), str(row.queries),
-                      row.agent, row.git_branch or "", describe(row)[:60] + status)  # fmt: skip
+        cells = (str(row.number or "*"), relative_time(row.updated, now), str(row.queries),
+                 row.agent, row.git_branch or "", describe(row)[:60] + status)  # fmt: skip
+        table.add_row(*(Text(visible(cell)) for cell in cells))
     return table
 
 
@@ -147,7 +155,8 @@ def context_table(rows: Sequence[tuple[str, int, str]], window: int | None, tota
     table.add_column("tokens", justify="right")
     table.add_column("content", overflow="ellipsis", no_wrap=True, max_width=70)
     for i, (role, tokens, content) in enumerate(rows, 1):
-        table.add_row(str(i), role, f"{tokens:,}", _short(content, 70))
+        table.add_row(*(Text(visible(cell)) for cell in (str(i), role, f"{tokens:,}",
+                                                          _short(content, 70))))  # fmt: skip
     budget = (
         f"{total:,} of {window:,} tokens ({total / window:.0%})" if window else f"{total:,} tokens"
     )

@@ -210,7 +210,8 @@ class Repl(ChainMixin, CommandsMixin):
             build_context=self.wire, record=record, clock=self.clock, on_event=view.on_event,
             max_rounds=self.settings.max_tool_rounds, options=self._reply_options(),
         )  # fmt: skip
-        view.close(result.interrupted)
+        partial = any(m.interrupted and (m.text or m.thinking) for m in result.messages)
+        view.close(result.interrupted, saved=partial)
         last = next((m.usage for m in reversed(result.messages) if m.usage), None)
         if last is not None:
             self._used = last.total

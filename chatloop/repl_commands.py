@@ -59,7 +59,8 @@ class CommandsMixin(ReplBase):
             facts.append(("chain tokens", f"{self.chain_base + self._tokens:,} "
                                           "(this session and every ancestor)"))  # fmt: skip
         width = max(len(k) for k, _ in facts)
-        self.console.print("\n".join(f"  {k:<{width}}  {v}" for k, v in facts), highlight=False)
+        text = "\n".join(f"  {k:<{width}}  {v}" for k, v in facts)
+        self.console.print(render.visible(text), highlight=False, markup=False)
 
     def cmd_context(self, arg: str) -> None:
         plan = self.plan()

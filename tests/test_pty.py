@@ -108,15 +108,18 @@ def test_chat_list_search_show(llama_server: str, chatloop_home: Path, project: 
 def test_ctrl_c_keeps_the_partial_reply(llama_server: str, chatloop_home: Path,
                                         project: Path) -> None:  # fmt: skip
     child = spawn(llama_server, chatloop_home, project, max_tokens=400)
-    for attempt in range(4):
+    for attempt in range(6):
         child.sendline(f"Once upon a time, in story {attempt}, there")
         time.sleep(1.5)
         child.sendintr()
-        if wait(child, "interrupted", "Leave chatloop") == 0:
+        outcome = wait(child, "partial reply was saved", "nothing to save", "Leave chatloop")
+        if outcome == 0:
             break
-        child.sendline("n")  # the reply had already ended: try again
+        if outcome == 2:
+            child.sendline("n")  # the reply had already ended: try again
+        wait(child, ready(attempt + 1))  # no token had arrived yet (a busy machine): again
     else:
-        pytest.fail("every reply ended before Ctrl-C could interrupt it")
+        pytest.fail("no reply was ever cut short with text in it")
     wait(child, ready(attempt + 1))
     child.sendeof()
     child.expect(pexpect.EOF)

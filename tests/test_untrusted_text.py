@@ -1,0 +1,62 @@
+"""Text from a model, a file, a tool or a person is never markup or terminal control."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from chatloop.backends.openai_compat import OpenAICompatBackend
+from chatloop.format import Message
+from chatloop.listing import visible
+from chatloop.store import Store
+from tests.conftest import T0, new_meta
+from tests.test_repl import drive, reply_body
+
+HOSTILE = ("[/INST] [bold]loud[/bold] \x1b[2J\x1b]52;c;ZXZpbA==\x07\x1b]0;pwned\x07 "
+           "\x9b31m <img src=x onerror=alert(1)> <<SYS>> \u202eevil")  # fmt: skip
+CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e")
+
+
+def test_visible_shows_every_control_character() -> None:
+    shown = visible(HOSTILE + "\ttab\nline")
+    assert not any(c in shown for c in CONTROLS)
+    assert "[/INST]" in shown and "<<SYS>>" in shown and "\ttab\nline" in shown
+    assert "\u241b" in shown  # ESC as its picture
+
+
+def test_the_repl_shows_hostile_replies_and_titles_as_text(store: Store) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=reply_body(HOSTILE))
+
+    backend = OpenAICompatBackend(
+        "http://fake/v1", "fake-model", client=httpx.Client(transport=httpx.MockTransport(handler))
+    )
+    script = f"{HOSTILE}\r/context\r/rename {HOSTILE}\r/sessions\r/info\rexit\r"
+    _, shown = drive(store, backend, script)
+    assert "[/INST]" in shown and "<<SYS>>" in shown and "<img src=x" in shown
+    assert not any(c in shown for c in CONTROLS)
+    assert "error:" not in shown
+
+
+def test_every_subcommand_prints_hostile_text_as_text(store: Store, tmp_path: Path) -> None:
+    writer = store.create(new_meta(title=HOSTILE))
+    writer.append(Message.create("user", T0, text=f"findme {HOSTILE}"))
+    writer.append(Message.create("assistant", T0, text=HOSTILE))
+    writer.finalize(Message.create("summary", T0, text=HOSTILE))
+    writer.close()
+    env = {"CHATLOOP_HOME": str(store.root), "PATH": "/usr/bin:/bin"}
+    for args in (["show", "1"], ["sessions"], ["sessions", "--all"], ["search", "findme"],
+                 ["tree", "1"]):  # fmt: skip
+        out = subprocess.run([sys.executable, "-m", "chatloop.cli", *args], cwd=store.cwd,
+                             env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert out.returncode == 0, (args, out.stderr)
+        assert not any(c in out.stdout + out.stderr for c in CONTROLS), args
+        assert "[/INST]" in out.stdout or args[0] == "sessions", args
+    command = [sys.executable, "-m", "chatloop.cli", "sessions", "--json"]
+    listed = subprocess.run(command, cwd=store.cwd, env=env, capture_output=True, text=True,
+                            timeout=60)  # fmt: skip
+    assert json.loads(listed.stdout)[0]["title"] == HOSTILE  # JSON keeps the exact text
