@@ -209,8 +209,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
             try:
                 dirs = agent_dirs(store.cwd, store.root)
                 agent_file = find_agent_file(row.agent_name, dirs, names_only=True)
-            except ChatloopError:
-                agent_file = None  # no agent of that name here: the configured one
+            except ChatloopError:  # no agent of that name here: the configured one
+                agent_file = None
+                print(f"note: session {row.id} was held with the agent "
+                      f"{row.agent or row.agent_name!r}, which is not in your agent folders; "
+                      f"continuing with {settings.agent!r} (--agent chooses another).",
+                      file=sys.stderr)  # fmt: skip
     if agent_file is None:
         agent_file = find_agent_file(settings.agent, agent_dirs(store.cwd, store.root))
     agent = load_agent(agent_file)
@@ -436,6 +440,9 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
+    for stream in (sys.stdout, sys.stderr):  # an ASCII terminal shows \u escapes, not a crash
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     args = parser.parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
@@ -453,6 +460,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # the home itself is unusable: a file, unreadable, a full disk
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        print("hint: check that the sessions directory (CHATLOOP_HOME or --sessions-dir) is a "
+              "directory you can read and write.", file=sys.stderr)  # fmt: skip
+        return 1
 
 
 if __name__ == "__main__":

@@ -73,18 +73,60 @@ def config_path(explicit: str | None, environ: Mapping[str, str]) -> Path:
     return Path(base).expanduser() / "chatloop" / "config.yaml"
 
 
+# What each number may be: (lowest, highest), both allowed. Anything else is a mistake
+# worth one clear line, not a hang (a NaN timeout) or a traceback (a negative window).
+LIMITS: dict[str, tuple[float, float]] = {
+    "context_window": (0, 10_000_000),
+    "max_tokens": (0, 1_000_000),
+    "connect_timeout": (0.1, 3600),
+    "read_timeout": (0.1, 86_400),
+    "retries": (0, 10),
+    "max_tool_rounds": (0, 100),
+    "compact_threshold": (0.1, 1.0),
+    "summary_max_tokens": (16, 100_000),
+    "summary_timeout": (1, 86_400),
+}
+
+
 def _coerce(key: str, value: Any, source: str) -> Any:
     kind = KEYS[key].type
     try:
         if kind in ("int", int):
-            return int(value)
-        if kind in ("float", float):
-            return float(value)
-        return "" if value is None else str(value)
-    except (TypeError, ValueError):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            number: float = int(value)
+        elif kind in ("float", float):
+            number = float(value)
+        else:
+            text = "" if value is None else str(value)
+            if key == "base_url" and text:
+                _check_url(text, source)
+            return text
+    except (TypeError, ValueError, OverflowError):
         raise UsageError(
-            f"{source}: {key} must be a {kind}, not {value!r}", "Fix the value and try again."
+            f"{source}: {key} must be a {'whole number' if kind in ('int', int) else 'number'}, "
+            f"not {value!r}",
+            "Fix the value and try again.",
         ) from None
+    low, high = LIMITS.get(key, (float("-inf"), float("inf")))
+    if not low <= number <= high:  # also false for NaN
+        raise UsageError(f"{source}: {key} must be between {low:g} and {high:g}, not {value!r}",
+                         "Fix the value and try again.")  # fmt: skip
+    return number
+
+
+def _check_url(text: str, source: str) -> None:
+    """A server URL chatloop can use: http(s), a host, a valid port."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        port_ok = parts.port is None or 0 < parts.port < 65536
+    except ValueError:
+        parts, port_ok = None, False
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise UsageError(f"{source}: base_url {text!r} is not a usable http(s) URL",
+                         "For example: http://127.0.0.1:8080/v1")  # fmt: skip
 
 
 def load_settings(
@@ -113,7 +155,7 @@ def load_settings(
             ) from exc
         for key, value in data.items():
             if key in KEYS:
-                values[key] = _coerce(key, value, str(path))
+                values[key] = _coerce(key, value, f"config file {path}")
             else:
                 warnings.append(f"{path}: unknown key {key!r} ignored (known: {', '.join(KEYS)})")
     elif config_file or env.get(CONFIG_ENV):

@@ -128,10 +128,12 @@ def lock_path(path: Path) -> Path:
 def is_locked(path: Path) -> bool:
     """True while a live process holds the session's writer lock."""
     try:
-        fd = os.open(lock_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(lock_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return False
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False  # a FIFO or device planted as a lock is no lock (and never blocks)
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
@@ -142,10 +144,15 @@ def is_locked(path: Path) -> bool:
 
 def take_lock(path: Path) -> int:
     lock = lock_path(path)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+        fd = os.open(lock, flags, FILE_MODE)
     except OSError as exc:
         raise io_error("lock", path, exc) from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise StoreError(f"{lock.name} is not a regular file, so the session cannot be locked",
+                         f"Remove {lock} and try again.")  # fmt: skip
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -127,20 +127,27 @@ def transcript_text(session: Session) -> str:
 
 
 def tree_text(root: SessionRow, children: dict[str, list[SessionRow]], mark: str) -> str:
-    """The lineage under ``root`` as an indented tree; ``mark`` (an id) is starred."""
-    lines: list[str] = []
+    """The lineage under ``root`` as an indented tree; ``mark`` (an id) is starred.
 
-    def walk(row: SessionRow, prefix: str, last: bool, depth: int) -> None:
+    Walked with a stack, each session once: a file whose parent link loops back
+    (hand-edited, or hostile) or a chain thousands deep cannot make it recurse
+    for ever."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    stack: list[tuple[SessionRow, str, bool, int]] = [(root, "", True, 0)]
+    while stack:
+        row, prefix, last, depth = stack.pop()
+        if row.id in seen:
+            continue
+        seen.add(row.id)
         branch = "" if depth == 0 else ("└─ " if last else "├─ ")
         star = "  ← this one" if row.id == mark and depth else ""
         lines.append(f"{prefix}{branch}{row.id}  {describe(row)[:50]}  "
                      f"({row.queries}q, {row.status}){star}")  # fmt: skip
-        kids = children.get(row.id, [])
-        for i, kid in enumerate(kids):
-            walk(kid, prefix + ("" if depth == 0 else ("   " if last else "│  ")),
-                 i == len(kids) - 1, depth + 1)  # fmt: skip
-
-    walk(root, "", True, 0)
+        kids = [kid for kid in children.get(row.id, []) if kid.id not in seen]
+        inner = prefix + ("" if depth == 0 else ("   " if last else "│  "))
+        for i, kid in reversed(list(enumerate(kids))):
+            stack.append((kid, inner, i == len(kids) - 1, depth + 1))
     return visible("\n".join(lines))
 
 

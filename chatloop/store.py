@@ -57,9 +57,11 @@ class Store:
         return self.root / PROJECTS / self.project
 
     def project_dirs(self, all_projects: bool = False) -> list[Path]:
-        """The current project's directory, or every project's."""
+        """The current project's directory, or every project's. A project directory that
+        is a symbolic link is never one (``create`` refuses to write through it, so
+        nothing is ever written where it would not be listed)."""
         if not all_projects:
-            return [self.project_dir]
+            return [] if self.project_dir.is_symlink() else [self.project_dir]
         base = self.root / PROJECTS
         if not base.is_dir():
             return []
@@ -158,6 +160,11 @@ class Store:
             cwd=meta.cwd or str(self.cwd),
             status="open",
         )
+        if self.project_dir.is_symlink():
+            raise StoreError(
+                f"{self.project_dir} is a symbolic link; chatloop does not write through links",
+                "Replace it with a real directory (move its files into one).",
+            )
         ensure_dir(self.project_dir)
         path = self.path_for(meta.id)
         lock_fd = take_lock(path)

@@ -277,3 +277,42 @@ def test_quoted_markers_in_a_legacy_file_hide_no_query_in_show_and_search(
     assert "Here is the second answer." in shown.stdout and "── Summary ──" not in shown.stdout
     hits = run("search", "second", home=chatloop_home, cwd=project)
     assert "Simple_Sally_20250614_101500" in hits.stdout
+
+
+@pytest.mark.parametrize("kind", ["format2", "format1", "legacy"])
+def test_a_session_file_never_runs_code(chatloop_home: Path, project: Path,
+                                        tmp_path: Path, kind: str) -> None:  # fmt: skip
+    """A session naming an agent file that would leave a marker when imported: after
+    ``chatloop -c`` the marker is not there, and the person is told which agent it was."""
+    from chatloop.format import Message, Session, render_markdown
+    from chatloop.store import Store
+    from tests.conftest import T0, new_meta
+    from tests.scripted_server import scripted_server
+
+    marker = tmp_path / "marker"
+    evil = tmp_path / "evil_agent.py"
+    evil.write_text(f"open({str(marker)!r}, 'w').write('ran')\nNAME = 'Evil'\n"
+                    "SYSTEM_PROMPT = 'x'\n")  # fmt: skip
+    folder = Store(chatloop_home, cwd=project).project_dir
+    folder.mkdir(parents=True)
+    if kind == "legacy":
+        body = (f"# Evil Conversation\n\n**Session ID:** Evil_20250614_101500\n\n**Date:** "
+                f"2025-06-14T10:15:00\n\n**Agent:** Evil\n\n**Agent Path:** {evil}\n\n---\n\n"
+                "## Query 1 (10:15:12)\n**You:** hi\n\n**Evil:** hello\n\n---\n")  # fmt: skip
+        (folder / "Evil_20250614_101500.md").write_text(body)
+    else:
+        fields = {"agent_path": str(evil)} if kind == "format1" else {"agent_name": str(evil)}
+        meta = new_meta(id="20261121-143045-0e0e0e0e", agent="Evil", status="closed",
+                        format=1 if kind == "format1" else 2, **fields)  # fmt: skip
+        messages = (Message.create("user", T0, text="hi"),
+                    Message.create("summary", T0, text="**Pending:** none"))  # fmt: skip
+        (folder / f"{meta.id}.md").write_bytes(render_markdown(Session(meta, messages)))
+    with scripted_server(lambda request: "Ready.") as url:
+        shown = io.StringIO()
+        child = spawn(url, chatloop_home, project, 12, "-c", "--yes",
+                      ready_text="Session Restored", log=shown)  # fmt: skip
+        wait(child, ready(0))
+        child.sendline("exit")
+        child.expect(pexpect.EOF)
+    assert not marker.exists()
+    assert "not in your agent folders" in shown.getvalue()
