@@ -29,8 +29,13 @@ class Clock:
 
 @pytest.fixture(autouse=True)
 def chatloop_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's own home; the config and data roots point into it too, so no test
+    (nor a program it starts) ever reads the developer's real settings or sessions."""
     home = tmp_path / "home"
     monkeypatch.setenv("CHATLOOP_HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    monkeypatch.delenv("CHATLOOP_CONFIG", raising=False)
     return home
 
 
