@@ -84,12 +84,17 @@ class CommandsMixin(ReplBase):
         render.note(self.console, "\n".join(lines))
 
     def cmd_rename(self, arg: str) -> None:
+        from chatloop.format.front_matter import MAX_TITLE_CHARS
+
         if not arg:
             raise ChatloopError("Give the new title", "For example: /rename Balcony garden plan")
-        self.title = arg
+        title = arg[:MAX_TITLE_CHARS]
         if self.writer is not None:
-            self.writer.update_meta(title=arg)
-        render.note(self.console, f"Title: {arg}")
+            self.writer.update_meta(title=title)  # before self.title: a refusal changes nothing
+        self.title = title
+        if len(arg) > MAX_TITLE_CHARS:
+            render.note(self.console, f"Title cut to {MAX_TITLE_CHARS} characters (of {len(arg)}).")
+        render.note(self.console, f"Title: {title}")
 
     def cmd_export(self, arg: str) -> None:
         if self.writer is None:

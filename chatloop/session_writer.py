@@ -26,9 +26,9 @@ from chatloop.format import (
     front_matter_end,
     parse_markdown,
     render_frame,
-    render_front_matter,
 )
-from chatloop.format.front_matter import BOM
+from chatloop.format.front_matter import BOM, rewrite_front_matter
+from chatloop.format.yaml_strict import MAX_FRONT_MATTER_BYTES
 from chatloop.fsio import atomic_rewrite, io_error, read_bytes, write_new_file
 
 Clock = Callable[[], datetime]
@@ -98,11 +98,16 @@ class SessionWriter:
         self._last_frame_at = before + 1  # the record starts with a blank line
 
     def update_meta(self, **changes: Any) -> SessionMeta:
-        """Atomically rewrite the front matter with ``changes`` (and a new ``updated``)."""
+        """Atomically rewrite the front matter with ``changes`` (and a new ``updated``).
+
+        Only the lines of the keys that change are rewritten: comments, unknown keys
+        and the order a person gave the keys are kept. A change that would make the
+        front matter larger than readers accept is refused (``StoreError``) and the
+        file is left as it was."""
         self._check_external_edit()
         meta = replace(self._meta, **changes, updated=self._clock())
         data = read_bytes(self.path)
-        _rewrite_front_matter(self.path, data, meta)
+        _rewrite_front_matter(self.path, data, meta, capped=True)
         self._meta = meta
         os.close(self._fd)
         self._fd = self._open_append()
@@ -249,11 +254,22 @@ def recover_locked(path: Path, clock: Clock) -> ParseResult:
     return replace(parse_markdown(data, path.stem), problems=tuple(problems))
 
 
-def _rewrite_front_matter(path: Path, data: bytes, meta: SessionMeta) -> None:
-    start = front_matter_end(data, len(BOM) if data.startswith(BOM) else 0)
+def _rewrite_front_matter(path: Path, data: bytes, meta: SessionMeta, capped: bool = False) -> None:
+    """Replace the front matter of ``data`` with ``meta``'s, editing the person's block in
+    place (``rewrite_front_matter``); the body is kept as is. ``capped``: refuse a block
+    the reader would not load (over ``MAX_FRONT_MATTER_BYTES``)."""
+    bom = len(BOM) if data.startswith(BOM) else 0
+    start = front_matter_end(data, bom)
     if start < 0:
         raise StoreError(
             f"{path.name} has no readable front matter; not rewriting it",
             "Open the file in an editor and restore the --- block at the top.",
         )
-    atomic_rewrite(path, render_front_matter(meta) + data[start:])
+    block = rewrite_front_matter(data[bom:start], meta)
+    if capped and len(block) - len(b"---\n---\n") > MAX_FRONT_MATTER_BYTES:
+        raise StoreError(
+            f"Not saved: the front matter of {path.name} would be larger than "
+            f"{MAX_FRONT_MATTER_BYTES // 1024} KiB, which chatloop cannot read back",
+            "Use a shorter value (a title, or keys added by hand to the front matter).",
+        )
+    atomic_rewrite(path, block + data[start:])

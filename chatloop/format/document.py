@@ -159,11 +159,13 @@ def _short_time(at: datetime, created: datetime) -> str:
 
 
 def _read_time(raw: str, created: datetime, notes: list[tuple[str, str]]) -> datetime | None:
+    """A format 2 time: ``HH:MM:SS`` on the session's first day, else ISO 8601."""
     if len(raw) == 8 and raw[2] == raw[5] == ":" and raw.replace(":", "").isdigit():
         try:
-            return datetime.combine(created.date(), time.fromisoformat(raw), created.tzinfo)
-        except ValueError:
-            pass
+            clock = time.fromisoformat(raw)
+        except ValueError:  # "25:61:00": not a time of day; reported below
+            return check_time(raw, "the message time", notes)
+        return datetime.combine(created.date(), clock, created.tzinfo)
     return check_time(raw, "the message time", notes)
 
 
@@ -565,10 +567,9 @@ def skim(
     updated = meta.updated
     if last is not None:
         try:
-            found = message_from(last, meta, problems).at
-            updated = max(updated, found)
+            updated = max(updated, message_from(last, meta, problems).at)
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
-            pass
+            updated = meta.updated  # an unreadable last frame: the front matter's time
     text = _utf8(b"\n".join(bodies))
     if words is not None:
         if text:

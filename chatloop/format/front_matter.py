@@ -10,14 +10,23 @@ naive date, a count out of range: each becomes a problem on that file, and
 as much as can be read is kept. When the YAML cannot be loaded, the known
 keys are salvaged line by line and the id falls back to the file's name, so
 a damaged session keeps its place in its chain.
+
+Rewriting (``rewrite_front_matter``) edits the person's block in place: only
+the lines of the keys whose values changed are replaced, and every other byte
+(comments, blank lines, key order, unknown keys) is kept. When that cannot be
+done with certainty it falls back to ``render_front_matter``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 import re
 from datetime import UTC, datetime
 from typing import Any
+
+import yaml
 
 from chatloop.format import yaml_strict
 from chatloop.format.values import FORMATS, SessionMeta, is_key
@@ -25,10 +34,11 @@ from chatloop.format.values import FORMATS, SessionMeta, is_key
 BOM = b"\xef\xbb\xbf"
 MAX_COUNT = 2**53  # counts above this are damage, not usage (and overflow SQLite)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_TITLE_CHARS = 200  # /rename cuts a title to this many characters
 
 __all__ = [
-    "BOM", "KNOWN_KEYS", "MAX_COUNT", "Head", "check_count", "check_time", "front_matter_end",
-    "read_head", "render_front_matter",
+    "BOM", "KNOWN_KEYS", "MAX_COUNT", "MAX_TITLE_CHARS", "Head", "check_count", "check_time",
+    "front_matter_end", "read_head", "render_front_matter", "rewrite_front_matter",
 ]  # fmt: skip
 
 KNOWN_KEYS = [
@@ -254,3 +264,182 @@ def _meta_to_dict(meta: SessionMeta) -> dict[str, Any]:
         if key not in data and key not in KNOWN_KEYS:
             data[key] = value
     return data
+
+
+# ---------------------------------------------------------------- rewriting in place
+
+# Characters YAML also counts as line breaks (or that a reader strips): with any of
+# them in the text, node positions and our lines could disagree, so no patching.
+_ODD_BREAKS = ("\r", "\x85", "\u2028", "\u2029", "\ufeff")
+# What may follow a single-line value on its line: spaces, then perhaps a comment.
+_TRAILING_RE = re.compile(r"(?:[ \t]+#[^\n]*)?[ \t]*")
+
+_Edit = tuple[int, int, str]  # replace text[start:end] with the string
+
+
+def rewrite_front_matter(original: bytes, new: SessionMeta) -> bytes:
+    """The front matter block (``---`` lines included) for ``new``, made by editing
+    ``original`` (a block as ``render_front_matter`` gives, or a whole file: bytes
+    after its closing ``---`` line are ignored) in place.
+
+    Only keys whose value in the file differs from ``new`` (as ``_meta_to_dict``
+    writes them, the ``tokens`` counters one by one) are rewritten, each dumped
+    as ``yaml_strict.dump`` would; a comment after a rewritten single-line value
+    stays on its line. Keys ``new`` has and the file lacks are added before the
+    closing ``---``, in the usual order. Everything else is kept byte for byte:
+    comments, blank lines, key order, unknown keys, and the lines of unchanged
+    keys even where chatloop would write them differently.
+
+    The baseline is what the file says, not what the caller last knew, so the
+    result is right even when the file was edited since. When the block cannot be
+    edited with certainty (it does not load, was salvaged, a changed value spans
+    lines, a flow mapping for ``tokens``, ...) or the edited block would not load
+    back to exactly ``new``, the result is ``render_front_matter(new)``.
+    """
+    rendered = render_front_matter(new)
+    try:
+        patched = _patch(original, new)
+    except (yaml.YAMLError, yaml_strict.FrontMatterError, ValueError, TypeError, RecursionError):
+        patched = None
+    if patched is None or patched == rendered or not _loads_as(patched, new):
+        return rendered
+    return patched
+
+
+def _patch(original: bytes, new: SessionMeta) -> bytes | None:
+    end = front_matter_end(original)
+    if end < 0:
+        return None
+    head = read_head(original[:end])
+    if any(kind == "front_matter" for kind, _ in head.problems):
+        return None  # not loaded (salvaged, over the cap, unknown format...): re-render
+    text = original[4 : end - 4].decode("utf-8")
+    if any(ch in text for ch in _ODD_BREAKS) or (text and not text.endswith("\n")):
+        return None
+    root = yaml.compose(text, Loader=yaml.SafeLoader)  # positions only; loading was strict
+    entries: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+    if root is not None:
+        if not isinstance(root, yaml.MappingNode) or root.flow_style:
+            return None
+        for key_node, value_node in root.value:
+            if (not isinstance(key_node, yaml.ScalarNode) or key_node.value in entries
+                    or not _starts_line(text, key_node.start_mark.index)):  # fmt: skip
+                return None
+            entries[key_node.value] = (key_node, value_node)
+    current = _meta_to_dict(head.meta)
+    edits: list[_Edit] = []
+    missing: dict[str, Any] = {}
+    for key, value in _meta_to_dict(new).items():
+        if key not in entries:
+            missing[key] = value
+        elif key == "tokens" and isinstance(node := entries[key][1], yaml.MappingNode):
+            if not _patch_tokens(text, node, value, current.get(key), edits):
+                return None
+        elif key not in current or not _same(current[key], value):
+            edit = _replace_value(text, entries[key], key, value)
+            if edit is None:
+                return None
+            edits.append(edit)
+    if missing:
+        edits.append((len(text), len(text), yaml_strict.dump(missing)))
+    return f"---\n{_apply(text, edits)}---\n".encode()
+
+
+def _patch_tokens(
+    text: str, node: yaml.MappingNode, target: dict[str, int], now: object, edits: list[_Edit]
+) -> bool:
+    """Edit the counters of a block ``tokens:`` mapping one by one; False if unsure."""
+    if node.flow_style or not node.value or not isinstance(now, dict):
+        return False
+    subs: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+    columns = set()
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.value in subs:
+            return False
+        start = key_node.start_mark.index
+        if text[text.rfind("\n", 0, start) + 1 : start].strip(" "):
+            return False  # something other than indentation before the key
+        columns.add(key_node.start_mark.column)
+        subs[key_node.value] = (key_node, value_node)
+    if len(columns) != 1:
+        return False
+    missing: dict[str, int] = {}
+    for sub, value in target.items():
+        if sub not in subs:
+            missing[sub] = value
+        elif sub not in now or not _same(now[sub], value):
+            edit = _replace_value(text, subs[sub], sub, value)
+            if edit is None or "\n" in edit[2]:
+                return False
+            edits.append(edit)
+    if missing:
+        last_key, last_value = node.value[-1]
+        if "\n" in text[last_key.start_mark.index : last_value.end_mark.index]:
+            return False  # the last counter spans lines: no safe place to add after it
+        at = text.find("\n", last_value.end_mark.index)
+        indent = " " * columns.pop()
+        lines = yaml_strict.dump(missing).splitlines()
+        edits.append((at, at, "".join(f"\n{indent}{line}" for line in lines)))
+    return True
+
+
+def _replace_value(
+    text: str, entry: tuple[yaml.Node, yaml.Node], key: str, value: Any
+) -> _Edit | None:
+    """The edit that writes ``key: value`` over a key and its value written on one line,
+    keeping what follows on that line (a comment); None when the value spans lines."""
+    key_node, value_node = entry
+    start, stop = key_node.start_mark.index, value_node.end_mark.index
+    if "\n" in text[start:stop]:
+        return None
+    line_end = text.find("\n", stop)
+    line_end = len(text) if line_end < 0 else line_end
+    rest = text[stop:line_end]
+    if not _TRAILING_RE.fullmatch(rest):
+        return None
+    dumped = yaml_strict.dump({key: value}).rstrip("\n")
+    if "\n" not in dumped:
+        return (start, stop, dumped)
+    if key_node.start_mark.column != 0:
+        return None
+    comment = rest.strip()  # a value now on several lines: its comment goes above it
+    return (start, line_end, f"{comment}\n{dumped}" if comment else dumped)
+
+
+def _apply(text: str, edits: list[_Edit]) -> str:
+    edits.sort(key=lambda e: (e[0], e[1]))
+    for (_, end_a, _), (start_b, _, _) in itertools.pairwise(edits):
+        if start_b < end_a:
+            raise ValueError("overlapping front matter edits")
+    for start, end, replacement in reversed(edits):
+        text = text[:start] + replacement + text[end:]
+    return text
+
+
+def _starts_line(text: str, index: int) -> bool:
+    return index == 0 or text[index - 1] == "\n"
+
+
+def _loads_as(block: bytes, meta: SessionMeta) -> bool:
+    """True when ``block`` reads back as exactly ``meta`` (types and time offsets too)."""
+    head = read_head(block)
+    if any(kind == "front_matter" for kind, _ in head.problems):
+        return False
+    return all(
+        _same(getattr(head.meta, f.name), getattr(meta, f.name))
+        for f in dataclasses.fields(SessionMeta)
+    )
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal and of the same types all the way down (``True`` is not ``1``); times
+    equal only with the same offset; mapping order does not matter."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, datetime) and isinstance(b, datetime):
+        return a.isoformat() == b.isoformat()
+    return bool(a == b)
