@@ -434,6 +434,10 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
     with Index(_store(args)) as index:
         count = index.rebuild(progress=_progress_bar(at_least=1))
+    if index.in_memory:
+        print(f"Read {count:,} session files, but {index.path} cannot be written (a read-only "
+              "home?): nothing was saved; commands read the files directly meanwhile.")  # fmt: skip
+        return 1
     print(f"Indexed {count:,} session files into {index.path}")
     return 0
 

@@ -25,16 +25,19 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
+import fcntl
 import os
 import re
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from chatloop.errors import NotFound
-from chatloop.fsio import FILE_MODE, ensure_dir, is_locked
+from chatloop.fsio import FILE_MODE, ensure_dir, is_locked, lock_path
 from chatloop.ids import validate_session_id
 from chatloop.store import Store
 
@@ -47,7 +50,13 @@ BUSY_TIMEOUT_MS = 5000
 PARALLEL_FROM = 64  # stale files from which a sync scans in worker processes
 STREAM_FROM = 4 << 20  # files this large are read here, their words inserted as they come
 CHUNK_SHIFT = 16  # an FTS row's rowid is (session num << CHUNK_SHIFT) + chunk number
+WRITE_WAIT_S = 120.0  # how long a write waits for a neighbour's (each try waits BUSY_TIMEOUT_MS)
+BUILD_WAIT_S = 600.0  # how long a build waits for a neighbour's build before building anyway
+BATCH_FILES = 256  # rows written per transaction (a neighbour waits at most one batch)
+BATCH_BYTES = 32 << 20  # or this much text, whichever comes first
+STALE_SIDE_S = 3600  # a side file this old was left by a process that died
 Progress = Callable[[int, int], None]
+T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS info(key TEXT PRIMARY KEY, value TEXT);
@@ -102,15 +111,26 @@ class SearchHit:
 
 
 class Index:
-    """The cache of one chatloop home. ``sync`` before reading; it is cheap when fresh."""
+    """The cache of one chatloop home. ``sync`` before reading; it is cheap when fresh.
+
+    Neighbours share it safely: rows are written in short transactions, a
+    rebuild is built in a side file of its own and copied into ``index.db``
+    in one transaction (readers see the old index or the new one, never a
+    missing or half-written one), "busy" is waited out, and only a file that
+    SQLite calls corrupt (or of another schema) is replaced. When the index
+    cannot be opened or written (a read-only home), or stays busy, this
+    process works from an in-memory index read from the files
+    (``in_memory``): the same rows, just not kept."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.path = store.root / INDEX_FILE
-        self._db = self._connect()
+        self.in_memory = False
+        self._db = self._open()
 
     def close(self) -> None:
-        self._db.close()
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()
 
     def __enter__(self) -> Index:
         return self
@@ -122,49 +142,74 @@ class Index:
     def sync(self, all_projects: bool = True, progress: Progress | None = None) -> int:
         """Bring rows up to date with the files; returns how many files were (re)read.
         An empty index with many files to read is built like ``rebuild`` does."""
-        return self._refresh(all_projects, progress, may_rebuild=True)
+        return self._guarded(lambda: self._refresh(all_projects, progress, may_rebuild=True))
 
     def _refresh(self, all_projects: bool, progress: Progress | None, may_rebuild: bool) -> int:
         from chatloop.index_scan import scan_files
 
-        entries = self.store.session_files(all_projects)
-        files = {e.path: e.stat(follow_symlinks=False) for e in entries}
+        if self.in_memory:
+            all_projects = True  # it starts empty: what is listed must all be read
+        files: dict[str, os.stat_result] = {}
+        for entry in self.store.session_files(all_projects):
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile: it is gone
+                files[entry.path] = entry.stat(follow_symlinks=False)
         projects = {self.store.project} if not all_projects else None
         known = {
             path: (size, mtime)
             for path, project, size, mtime in self._db.execute(
                 "SELECT path, project, size, mtime_ns FROM sessions"
-            )
+            ).fetchall()
             if projects is None or project in projects
         }
         stale = [p for p, st in files.items() if known.get(p) != (st.st_size, st.st_mtime_ns)]
         gone = [p for p in known if p not in files]
-        if may_rebuild and all_projects and not known and len(stale) >= PARALLEL_FROM:
-            return self.rebuild(progress)
+        cold = may_rebuild and all_projects and not known and not self.in_memory
+        if cold and len(stale) >= PARALLEL_FROM:
+            return self._build_cold(progress)
         big = [p for p in stale if files[p].st_size >= STREAM_FROM]
         small = [p for p in stale if files[p].st_size < STREAM_FROM]
-        with self._db:
-            for path in gone:
-                self._forget(path)
-            scanned_files = scan_files(small, parallel=len(small) >= PARALLEL_FROM)
-            for done, (path, scanned) in enumerate(scanned_files, 1):
-                st = files[path]
-                if scanned is not None:
-                    self._store_row(path, scanned, st.st_size, st.st_mtime_ns, path in known)
-                if progress:
-                    progress(done, len(stale))
-            for done, path in enumerate(big, len(small) + 1):
-                self._store_streaming(path, files[path], path in known)
-                if progress:
-                    progress(done, len(stale))
+        if gone:
+            with self._write():
+                for path in gone:
+                    self._forget(path)
+        # Rows are written in batches, each its own short transaction: a neighbour
+        # waiting to write waits for one batch, never for the whole scan. Every row
+        # replaces whatever a neighbour wrote for the same file meanwhile.
+        batch: list[tuple[str, Scanned]] = []
+        batch_bytes = 0
+        scanned_files = scan_files(small, parallel=len(small) >= PARALLEL_FROM)
+        for done, (path, scanned) in enumerate(scanned_files, 1):
+            if scanned is not None:
+                batch.append((path, scanned))
+                batch_bytes += len(scanned.text)
+                if len(batch) >= BATCH_FILES or batch_bytes >= BATCH_BYTES:
+                    self._store_batch(batch, files)
+                    batch, batch_bytes = [], 0
+            if progress:
+                progress(done, len(stale))
+        self._store_batch(batch, files)
+        for done, path in enumerate(big, len(small) + 1):
+            with self._write():
+                self._store_streaming(path, files[path])
+            if progress:
+                progress(done, len(stale))
         return len(stale)
 
-    def _store_streaming(self, path: str, st: os.stat_result, replacing: bool) -> None:
+    def _store_batch(
+        self, batch: list[tuple[str, Scanned]], files: dict[str, os.stat_result]
+    ) -> None:
+        if not batch:
+            return
+        with self._write():
+            for path, scanned in batch:
+                st = files[path]
+                self._store_row(path, scanned, st.st_size, st.st_mtime_ns)
+
+    def _store_streaming(self, path: str, st: os.stat_result) -> None:
         """Index one large file, inserting its words chunk by chunk as they are read."""
         from chatloop.index_scan import scan_file
 
-        if replacing:
-            self._forget(path)
+        self._forget(path)
         num = int(self._db.execute("SELECT coalesce(max(num), 0) + 1 FROM sessions").fetchone()[0])
         chunks = [0]
 
@@ -178,29 +223,140 @@ class Index:
             self._db.execute("DELETE FROM texts WHERE rowid >= ? AND rowid < ?",
                              _chunk_range(num))  # fmt: skip
             return
-        self._store_row(path, scanned, st.st_size, st.st_mtime_ns, False, num)
+        self._store_row(path, scanned, st.st_size, st.st_mtime_ns, num)
 
     def rebuild(self, progress: Progress | None = None) -> int:
         """Re-read every session file of every project into a fresh index.
 
-        The new index is written to a side file without a journal (it is a
-        cache: a crash leaves only the side file, removed next time) and
-        renamed over the old one when complete."""
-        self._db.close()
-        fresh = self.path.with_name(INDEX_FILE + ".new")
-        _remove_db(fresh)
-        self._db = self._connect(fresh, bulk=True)
-        try:
-            count = self._refresh(True, progress, may_rebuild=False)
-            with self._db:  # merged once here, not bit by bit during the inserts
-                self._db.execute("INSERT INTO texts(texts) VALUES ('optimize')")
-                self._db.execute("INSERT INTO texts(texts, rank) VALUES ('automerge', 4)")
-        finally:
+        The new index is written to a side file of this process's own, without
+        a journal (it is a cache: a crash leaves only the side file, removed
+        once it is clearly stale), then copied into ``index.db`` in one
+        transaction. One rebuild runs at a time; neighbours read meanwhile."""
+        return self._guarded(lambda: self._rebuild(progress))
+
+    def _rebuild(self, progress: Progress | None) -> int:
+        if self.in_memory:
             self._db.close()
-        _remove_db(self.path)
-        os.replace(fresh, self.path)
-        self._db = self._connect()
+            self._db = _memory_db()
+            return self._refresh(True, progress, may_rebuild=False)
+        with self._build_lock():
+            return self._build(progress)
+
+    def _build_cold(self, progress: Progress | None) -> int:
+        """Build an empty index, once: a neighbour that built it meanwhile saves us
+        the work (what changed since is then read like any stale file)."""
+        with self._build_lock():
+            if self._db.execute("SELECT 1 FROM sessions LIMIT 1").fetchone() is not None:
+                return self._refresh(True, progress, may_rebuild=False)
+            return self._build(progress)
+
+    def _build(self, progress: Progress | None) -> int:
+        """The rebuild proper; the caller holds the build lock (or gave up waiting)."""
+        self._remove_stale_sides()
+        main = self._db
+        side = self.path.with_name(f"{INDEX_FILE}.new-{os.getpid()}-{os.urandom(4).hex()}")
+        try:
+            self._db = _connect(side, bulk=True)
+            try:
+                count = self._refresh(True, progress, may_rebuild=False)
+                with self._write():  # merged once here, not bit by bit during the inserts
+                    self._db.execute("INSERT INTO texts(texts) VALUES ('optimize')")
+                    self._db.execute("INSERT INTO texts(texts, rank) VALUES ('automerge', 4)")
+                # One write transaction on index.db: its readers see the old rows or
+                # the new ones; nobody's open connection is left on a removed file.
+                self._db.backup(main)
+            finally:
+                self._db.close()
+        finally:
+            self._db = main
+            _remove_db(side)
         return count
+
+    def _remove_stale_sides(self) -> None:
+        """Side files of builds whose process died (a live build's is younger)."""
+        with contextlib.suppress(OSError):
+            for side in self.path.parent.glob(INDEX_FILE + ".new*"):
+                with contextlib.suppress(OSError):
+                    if time.time() - side.lstat().st_mtime > STALE_SIDE_S:
+                        side.unlink()
+
+    @contextlib.contextmanager
+    def _build_lock(self) -> Iterator[None]:
+        """One build at a time per home (``index.db.lock``, released when its holder
+        exits, however it exits). Only spares neighbours duplicate work: a build
+        that cannot take it in BUILD_WAIT_S, or cannot create it, builds anyway."""
+        try:
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(lock_path(self.path), flags, FILE_MODE)
+        except OSError:
+            yield
+            return
+        try:
+            deadline = time.monotonic() + BUILD_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+                except OSError:
+                    break
+            yield
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction, its lock taken up front (a neighbour's write is
+        waited for, up to WRITE_WAIT_S), rolled back on any error."""
+        deadline = time.monotonic() + WRITE_WAIT_S
+        while True:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as exc:
+                if _trouble(exc) != "busy" or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _guarded(self, action: Callable[[], T]) -> T:
+        """Run ``action``; if the index turns out corrupt, replace it and read the files
+        again; if it is unusable or stays busy, go on from the files in memory."""
+        refill = False
+        for attempt in range(4):
+            try:
+                if refill:
+                    self._refresh(True, None, may_rebuild=True)
+                return action()
+            except (sqlite3.Error, _IndexFileError) as exc:
+                trouble = _trouble(exc)
+                if self.in_memory or trouble is None:
+                    raise
+                self._end_transaction()
+                if trouble == "busy" and attempt < 2:
+                    time.sleep(0.1 * (attempt + 1))
+                    continue
+                self.close()
+                if trouble == "corrupt" and attempt < 2:
+                    self._db = self._open()
+                else:
+                    self._db, self.in_memory = _memory_db(), True
+                refill = True
+        raise AssertionError("unreachable")
+
+    def _end_transaction(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
 
     # -- reading
     def list_sessions(
@@ -307,22 +463,64 @@ class Index:
         return chain, children
 
     # -- internals
-    def _connect(self, path: Path | None = None, bulk: bool = False) -> sqlite3.Connection:
-        path = path or self.path
-        ensure_dir(path.parent)
-        for attempt in (1, 2):
-            _precreate(path)
-            db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)
+    def _open(self) -> sqlite3.Connection:
+        """``index.db``, ready to use; a corrupt one (or one of another schema) is
+        replaced first. In memory if it cannot be opened or written."""
+        for attempt in range(4):
             try:
-                _prepare(db, bulk)
-                return db
-            except sqlite3.DatabaseError:
-                # A cache that cannot be read is rebuilt, never repaired.
-                db.close()
-                if attempt == 2:
+                return _connect(self.path)
+            except (sqlite3.Error, _IndexFileError) as exc:
+                trouble = _trouble(exc)
+                if trouble is None:
                     raise
-                _remove_db(path)
-        raise AssertionError("unreachable")
+                if trouble == "corrupt" and attempt < 2:
+                    with contextlib.suppress(sqlite3.Error, _IndexFileError, OSError):
+                        self._replace_corrupt()
+                    continue
+                if trouble == "busy" and attempt < 3:
+                    time.sleep(0.1 * (attempt + 1))
+                    continue
+                break
+        self.in_memory = True
+        return _memory_db()
+
+    def _replace_corrupt(self) -> None:
+        """A cache that cannot be read is replaced, never repaired: emptied in one
+        transaction if SQLite can still write it, else a fresh empty file is renamed
+        over it (never removed first: a neighbour must not find it missing)."""
+        with self._build_lock():
+            try:  # a neighbour may have replaced it while we waited
+                with contextlib.closing(_connect(self.path)) as db:
+                    if db.execute("PRAGMA quick_check").fetchone()[0] == "ok":
+                        return
+            except (sqlite3.Error, _IndexFileError) as exc:
+                if _trouble(exc) != "corrupt":
+                    return
+            if self._empty_in_place():
+                return
+            fresh = self.path.with_name(f"{INDEX_FILE}.new-{os.getpid()}-{os.urandom(4).hex()}")
+            _precreate(fresh)
+            for suffix in ("-wal", "-shm"):  # they belong to the corrupt file
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{self.path}{suffix}")
+            os.replace(fresh, self.path)
+
+    def _empty_in_place(self) -> bool:
+        """Overwrite ``index.db`` with an empty index in one transaction; False when
+        SQLite cannot even write it (the caller then renames a fresh file over it)."""
+        try:
+            with (
+                contextlib.closing(_memory_db()) as empty,
+                contextlib.closing(
+                    sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000)
+                ) as target,
+            ):
+                target.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                empty.backup(target)
+            _connect(self.path).close()
+        except (sqlite3.Error, _IndexFileError):
+            return False
+        return True
 
     def _forget(self, path: str) -> None:
         nums = self._db.execute("SELECT num FROM sessions WHERE path = ?", (path,)).fetchall()
@@ -332,12 +530,13 @@ class Index:
         self._db.execute("DELETE FROM sessions WHERE path = ?", (path,))
 
     def _store_row(
-        self, path: str, scanned: Scanned, size: int, mtime_ns: int, replacing: bool,
-        num: int | None = None,
+        self, path: str, scanned: Scanned, size: int, mtime_ns: int, num: int | None = None,
     ) -> None:  # fmt: skip
         """The session's row (numbered ``num`` when its words were already inserted by
-        ``_store_streaming``), and its words as one chunk unless they were."""
-        if replacing:
+        ``_store_streaming``, which forgot the old row first), and its words as one
+        chunk unless they were. Any row for the same path goes first, even one a
+        neighbour wrote since this process looked."""
+        if num is None:
             self._forget(path)
         meta = scanned.meta
         cursor = self._db.execute(
@@ -395,9 +594,71 @@ def _row(raw: sqlite3.Row, number: int | None, live: bool) -> SessionRow:
     )  # fmt: skip
 
 
+_UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+class _IndexFileError(Exception):
+    """The index file (or its directory) may not be created: read-only, as trouble."""
+
+
+class _SchemaChanged(sqlite3.DatabaseError):
+    """The file is an index of another schema version: as good as corrupt."""
+
+
+def _trouble(exc: BaseException) -> str | None:
+    """What an error says about the index: "busy" (a neighbour holds a lock: wait),
+    "corrupt" (replace it), "unusable" (cannot open or write it: read-only, full,
+    I/O error: work in memory), or None (a bug: let it show)."""
+    if isinstance(exc, _SchemaChanged):
+        return "corrupt"
+    if isinstance(exc, _IndexFileError):
+        return "unusable"
+    if isinstance(exc, (sqlite3.ProgrammingError, sqlite3.InterfaceError)):
+        return None
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    text = str(exc).lower()
+    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in text or "busy" in text:
+        return "busy"
+    if (
+        code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+        or "malformed" in text
+        or "not a database" in text
+    ):
+        return "corrupt"
+    return "unusable"
+
+
+def _connect(path: Path, bulk: bool = False) -> sqlite3.Connection:
+    """A connection to the index file at ``path`` (created 0600 if missing), prepared."""
+    try:
+        ensure_dir(path.parent)
+        _precreate(path)
+    except OSError as exc:
+        if exc.errno in _UNWRITABLE:  # a read-only home; anything else is an error
+            raise _IndexFileError(f"cannot create {path}: {exc}") from exc
+        raise
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    try:
+        _prepare(db, bulk)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _memory_db() -> sqlite3.Connection:
+    """An empty index in memory, for a process that cannot use the file."""
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    _prepare(db)
+    return db
+
+
 def _prepare(db: sqlite3.Connection, bulk: bool = False) -> None:
     """WAL (no journal and no syncing for a ``bulk`` build), busy timeout, schema;
-    raises DatabaseError for a corrupt or foreign file."""
+    raises DatabaseError for a corrupt or foreign file (``_SchemaChanged`` for an
+    index of another version)."""
     db.row_factory = sqlite3.Row
     db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     if bulk:
@@ -410,11 +671,11 @@ def _prepare(db: sqlite3.Connection, bulk: bool = False) -> None:
     if bulk:  # segments are merged once, by the 'optimize' that ends a rebuild
         db.execute("INSERT INTO texts(texts, rank) VALUES ('automerge', 0)")
     version = db.execute("SELECT value FROM info WHERE key = 'schema'").fetchone()
-    if version is None:
-        with db:
-            db.execute("INSERT INTO info VALUES ('schema', ?)", (SCHEMA_VERSION,))
-    elif version[0] != SCHEMA_VERSION:
-        raise sqlite3.DatabaseError("schema version changed")
+    if version is None:  # a new file (a neighbour may be writing the same row)
+        db.execute("INSERT OR IGNORE INTO info VALUES ('schema', ?)", (SCHEMA_VERSION,))
+        version = db.execute("SELECT value FROM info WHERE key = 'schema'").fetchone()
+    if version is None or version[0] != SCHEMA_VERSION:
+        raise _SchemaChanged("schema version changed")
     db.execute("SELECT count(*) FROM sessions").fetchone()
 
 

@@ -91,7 +91,7 @@ SLOW_OK = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 @given(hostile_files())
 def test_every_subcommand_survives_a_hostile_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], files: list[tuple[str, bytes | str]],
+    capfdbinary: pytest.CaptureFixture[bytes], files: list[tuple[str, bytes | str]],
 ) -> None:  # fmt: skip
     base = tmp_path_factory.mktemp("hostile")
     cwd = base / "work"
@@ -106,9 +106,10 @@ def test_every_subcommand_survives_a_hostile_home(
         code = main(command)  # a traceback here fails the test
         assert code in (0, 1, 2), command
         assert time.monotonic() - started < 30, command
-        capsys.readouterr()
+        capfdbinary.readouterr()  # binary: `show --raw` prints a damaged file's bytes
     main(["sessions", "--json"])
-    assert "the healthy one" in capsys.readouterr().out
+    sys.stdout.flush()
+    assert b"the healthy one" in capfdbinary.readouterr().out
 
 
 def test_a_fifo_in_place_of_a_lock_or_a_parent_never_blocks(store: Store, tmp_path: Path) -> None:
