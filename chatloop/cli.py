@@ -160,11 +160,14 @@ def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def _store(args: argparse.Namespace, settings=None):  # type: ignore[no-untyped-def]
     """The store under the configured root; pass ``settings`` when already loaded, so the
     config file is read (and its warnings printed) once."""
+    import os
+
     from chatloop.config import chatloop_home
     from chatloop.store import Store
 
     settings = settings or _settings(args)
-    root = Path(settings.sessions_dir).expanduser() if settings.sessions_dir else chatloop_home()
+    root = (Path(os.path.abspath(Path(settings.sessions_dir).expanduser()))
+            if settings.sessions_dir else chatloop_home())  # fmt: skip
     return Store(root)
 
 

@@ -54,14 +54,16 @@ KEYS = {f.name: f for f in fields(Settings)}
 
 
 def chatloop_home(environ: Mapping[str, str] | None = None) -> Path:
-    """The root directory for sessions and the index, from the environment."""
+    """The root directory for sessions and the index, from the environment; always
+    absolute (a relative one is taken from the current directory, once), so the
+    paths the index stores mean the same from any directory."""
     env = os.environ if environ is None else environ
     explicit = env.get(HOME_ENV)
     if explicit:
-        return Path(explicit).expanduser()
+        return Path(os.path.abspath(Path(explicit).expanduser()))
     data_home = env.get("XDG_DATA_HOME")
     base = Path(data_home).expanduser() if data_home else Path.home() / ".local" / "share"
-    return base / DEFAULT_HOME_NAME
+    return Path(os.path.abspath(base / DEFAULT_HOME_NAME))
 
 
 def config_path(explicit: str | None, environ: Mapping[str, str]) -> Path:

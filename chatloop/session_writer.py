@@ -222,7 +222,8 @@ def recover_locked(path: Path, clock: Clock) -> ParseResult:
     ``torn_tail``. Legacy files are only read, never changed.
     """
     for stray in path.parent.glob(f".{path.name}.tmp-*"):
-        stray.unlink()
+        if stray.is_symlink() or stray.is_file():  # ours; a directory planted there is not
+            stray.unlink()
     data = read_bytes(path)
     result = parse_markdown(data, path.stem)
     if result.legacy:

@@ -179,3 +179,28 @@ def test_a_home_under_a_file_and_an_ascii_terminal_are_one_line(
     shown = cli("show", "1", cwd=store.cwd, home=store.root, PYTHONIOENCODING="ascii")
     assert shown.returncode == 0 and "Traceback" not in shown.stderr
     assert "\\u2713" in shown.stdout or "\\xfc" in shown.stdout
+
+
+def test_homes_with_spaces_unicode_or_a_relative_path_work(tmp_path: Path) -> None:
+    work = tmp_path / "the wörk dir"
+    work.mkdir()
+    home = tmp_path / "my chät home ☕"
+    store = Store(home, cwd=work)
+    healthy(store)
+    listed = cli("sessions", cwd=work, home=home)
+    assert listed.returncode == 0 and "the healthy one" in listed.stdout
+    relative = cli("sessions", cwd=work, home=Path("..") / home.name)  # from the work dir
+    assert relative.returncode == 0 and "the healthy one" in relative.stdout, relative.stderr
+    import sqlite3
+
+    with sqlite3.connect(home / "index.db") as db:
+        paths = [row[0] for row in db.execute("SELECT path FROM sessions")]
+    assert paths and all(Path(p).is_absolute() and ".." not in Path(p).parts for p in paths)
+
+
+def test_a_directory_planted_where_a_temp_file_goes_is_left_alone(store: Store) -> None:
+    path = healthy(store)
+    planted = path.with_name(f".{path.name}.tmp-1-abcdef")
+    planted.mkdir()
+    store.recover(path)  # no IsADirectoryError
+    assert planted.is_dir()
