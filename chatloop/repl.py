@@ -195,7 +195,13 @@ class Repl(ChainMixin, CommandsMixin):
         except ChatloopError as exc:
             render.error(self.console, exc)
             return
-        writer = self._session()
+        try:
+            writer = self._session()
+        except ChatloopError as exc:  # no session file can be made: say so, send nothing
+            render.error(self.console, exc)
+            render.note(self.console, "Not sent: chatloop sends only what it can save first.",
+                        "yellow")  # fmt: skip
+            return
         if not self._save(Message.create("user", self.clock(), text=text)):
             return
         view = render.StreamView(self.console, self.agent.name)

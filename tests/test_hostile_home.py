@@ -204,3 +204,14 @@ def test_a_directory_planted_where_a_temp_file_goes_is_left_alone(store: Store) 
     planted.mkdir()
     store.recover(path)  # no IsADirectoryError
     assert planted.is_dir()
+
+
+def test_a_chat_that_cannot_save_says_so_in_one_line(store: Store) -> None:
+    from tests.fakes import FakeBackend
+    from tests.test_repl import drive
+
+    store.project_dir.parent.mkdir(parents=True)
+    store.project_dir.write_text("not a folder")  # like a read-only or broken home
+    _, shown = drive(store, FakeBackend("A.", "B."), "hello\rexit\r")
+    assert "error: Could not lock" in shown and "hint:" in shown and "Not sent" in shown
+    assert "Traceback" not in shown
