@@ -215,3 +215,30 @@ def test_a_chat_that_cannot_save_says_so_in_one_line(store: Store) -> None:
     _, shown = drive(store, FakeBackend("A.", "B."), "hello\rexit\r")
     assert "error: Could not lock" in shown and "hint:" in shown and "Not sent" in shown
     assert "Traceback" not in shown
+
+
+def test_a_chain_two_thousand_sessions_deep(store: Store) -> None:
+    """tree, export --chain and the chain's token count walk a deep chain without
+    recursing or reading more than the front matter of each ancestor."""
+    from chatloop.format import Session
+
+    store.project_dir.mkdir(parents=True)
+    parent_id = None
+    for n in range(2000):
+        meta = new_meta(id=f"20261121-{n // 3600:02d}{n // 60 % 60:02d}{n % 60:02d}-{n:08x}",
+                        parent_id=parent_id, parent_file=f"{parent_id}.md" if parent_id else None,
+                        status="closed", tokens_in=1)  # fmt: skip
+        message = Message.create("user", T0, text=f"message {n}")
+        (store.project_dir / f"{meta.id}.md").write_bytes(
+            render_markdown(Session(meta, (message,)))
+        )
+        parent_id = meta.id
+    last = store.project_dir / f"{parent_id}.md"
+    tree = cli("tree", parent_id or "", cwd=store.cwd, home=store.root)
+    assert tree.returncode == 0 and len(tree.stdout.splitlines()) == 2000
+    exported = cli("export", parent_id or "", "--chain", cwd=store.cwd, home=store.root)
+    assert exported.returncode == 0 and exported.stdout.count("\nformat: 2\n") == 2000
+    from chatloop.format import parse_markdown
+
+    meta = parse_markdown(last.read_bytes()).session.meta
+    assert chain.chain_tokens(store, last, meta) == 1999
