@@ -53,24 +53,22 @@ class Head:
     """What comes before the first frame: the meta, where the body starts, problems.
 
     ``body_start`` is an offset into the bytes given to ``read_head`` (after a
-    BOM if there is one). ``crlf`` is True when the file was converted to CRLF
-    line endings: its readers convert it back to LF before scanning.
+    BOM if there is one). ``has_front_matter`` is False for a file that is not a
+    session at all (its body is not scanned for frames).
     """
 
-    __slots__ = ("body_start", "crlf", "has_front_matter", "meta", "problems")
+    __slots__ = ("body_start", "has_front_matter", "meta", "problems")
 
     def __init__(
         self,
         meta: SessionMeta,
         body_start: int,
         problems: list[tuple[str, str]],
-        crlf: bool,
         has_front_matter: bool,
     ) -> None:
         self.meta = meta
         self.body_start = body_start
         self.problems = problems
-        self.crlf = crlf
         self.has_front_matter = has_front_matter
 
 
@@ -93,18 +91,18 @@ def read_head(data: bytes, name: str = "") -> Head:
         problems.append(("bom", "the file starts with a byte order mark; ignored"))
     if not data.startswith(b"---\n", start):
         problems.append(("front_matter", "no front matter; file is not a session"))
-        return Head(_fallback(name), start, problems, False, False)
+        return Head(_fallback(name), start, problems, False)
     end = front_matter_end(data, start)
     if end < 0:
         problems.append(("front_matter", "front matter is not closed by ---"))
-        return Head(_fallback(name), len(data), problems, False, True)
+        return Head(_fallback(name), len(data), problems, True)
     raw_bytes = data[start + 4 : end - 4]
     try:
         raw = yaml_strict.load(raw_bytes.decode("utf-8"))
     except (yaml_strict.FrontMatterError, UnicodeDecodeError) as exc:
         problems.append(("front_matter", f"{exc}; known keys salvaged line by line"))
         raw = _salvage(raw_bytes.decode("utf-8", "replace"))
-    return Head(meta_from_dict(raw, name, problems), end, problems, False, True)
+    return Head(meta_from_dict(raw, name, problems), end, problems, True)
 
 
 def is_crlf(data: bytes) -> bool:
