@@ -135,8 +135,15 @@ def normalise(name: str) -> str:
 
 def agent_dirs(cwd: Path, home: Path) -> list[Path]:
     """Where agents are looked up by name, first match wins."""
-    bundled = Path(__file__).resolve().parent.parent / "agents"
-    return [cwd / "agents", home / "agents", bundled]
+    return [cwd / "agents", home / "agents", bundled_agents()]
+
+
+def bundled_agents() -> Path:
+    """The sample agents that ship with chatloop: ``chatloop/agents`` in an installed
+    wheel, the project's own ``agents/`` in a source checkout or editable install."""
+    here = Path(__file__).resolve().parent
+    installed = here / "agents"
+    return installed if installed.is_dir() else here.parent / "agents"
 
 
 def find_agent_file(ref: str, dirs: Iterable[Path], *, names_only: bool = False) -> Path:

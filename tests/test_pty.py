@@ -316,3 +316,34 @@ def test_a_session_file_never_runs_code(chatloop_home: Path, project: Path,
         child.expect(pexpect.EOF)
     assert not marker.exists()
     assert "not in your agent folders" in shown.getvalue()
+
+
+def test_a_wheel_in_a_fresh_venv_chats_with_the_real_server(
+    llama_server: str, chatloop_home: Path, project: Path, tmp_path: Path
+) -> None:
+    """Built as a wheel (not editable) and installed into a new virtual environment,
+    the program finds its bundled agent and holds a real chat."""
+    root = Path(__file__).resolve().parent.parent
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w",
+                    str(wheels), str(root)], check=True, timeout=600)  # fmt: skip
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    (wheel,) = wheels.glob("chatloop-*.whl")
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                    str(wheel)], check=True, timeout=900)  # fmt: skip
+    program = str(venv / "bin" / "chatloop")
+    child = pexpect.spawn(program, ["--base-url", llama_server], cwd=str(project),
+                          env=environment(chatloop_home, 12), encoding="utf-8", timeout=120,
+                          dimensions=(30, 100))  # fmt: skip
+    wait(child, READY)
+    child.sendline("Once upon a time")
+    wait(child, ready(1))
+    child.sendline("exit")
+    child.expect("Saved session")
+    child.expect(pexpect.EOF)
+    (path,) = (chatloop_home / "projects").glob("*/*.md")
+    session = parse_markdown(path.read_bytes()).session
+    assert session.meta.agent == "Simple Sally" and session.meta.agent_name == "simple_sally"
+    assert [m.role for m in session.messages][:2] == ["user", "assistant"]
+    assert session.summary is not None and session.meta.status == "closed"
