@@ -12,9 +12,14 @@ import io
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
 from chatloop import __version__
 from chatloop.errors import ChatloopError, UsageError
+
+if TYPE_CHECKING:  # the settings and backend modules load only when a command needs them
+    from chatloop.backends.base import Backend
+    from chatloop.config import Settings
 
 EXAMPLES = """\
 examples:
@@ -171,7 +176,7 @@ def _store(args: argparse.Namespace, settings=None):  # type: ignore[no-untyped-
     return Store(root)
 
 
-def _backend(settings):  # type: ignore[no-untyped-def]
+def _backend(settings: Settings) -> Backend:
     from chatloop.backends.base import Timeouts
     from chatloop.backends.detect import BackendChoice, make_backend
 
@@ -291,7 +296,7 @@ def _index(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     from chatloop import listing
-    from chatloop.store import local_now
+    from chatloop.fsio import local_now
 
     with _index(args) as index:
         rows = index.list_sessions(all_projects=args.all, limit=args.limit)
@@ -372,7 +377,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise ChatloopError(f"{args.output} already exists", "Choose another file.") from None
         except OSError as exc:
             raise ChatloopError(f"Cannot write {args.output}: {exc.strerror}", "") from exc
-        sink = os.fdopen(fd, "wb")
+        sink: BinaryIO = os.fdopen(fd, "wb")
     else:
         sink = sys.stdout.buffer
     try:

@@ -86,7 +86,7 @@ def plan(
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
     budget = Budget(
         window=window or DEFAULT_WINDOW,
-        system=estimate_prompt(system),  # type: ignore[arg-type]
+        system=estimate_prompt(system),
         tools=estimate_tokens(json.dumps(list(tools))) if tools else 0,
         reserve=reserve or DEFAULT_RESERVE,
     )

@@ -459,7 +459,7 @@ class Index:
                 children.setdefault(r.parent_id, []).append(r)
         chain = [row]
         while chain[0].parent_id in by_id and by_id[chain[0].parent_id] not in chain:
-            chain.insert(0, by_id[chain[0].parent_id])  # type: ignore[index]
+            chain.insert(0, by_id[chain[0].parent_id])
         return chain, children
 
     # -- internals

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from prompt_toolkit.application import Application
+from prompt_toolkit.formatted_text import StyleAndTextTuples
 from prompt_toolkit.input import Input
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.layout import Layout, Window
@@ -66,8 +67,9 @@ def pick(
     def _cancel(event: KeyPressEvent) -> None:
         event.app.exit()
 
-    def text() -> list[tuple[str, str]]:
-        out = [("bold", "Resume which session? (↑/↓ to move, Enter to pick, Esc to cancel)\n")]
+    def text() -> StyleAndTextTuples:
+        head = "Resume which session? (↑/↓ to move, Enter to pick, Esc to cancel)\n"
+        out: StyleAndTextTuples = [("bold", head)]
         for i, row in enumerate(choices):
             here = i == state.at
             out.append(("reverse" if here else "", ("> " if here else "  ") + line_for(row, now)))

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from prompt_toolkit.formatted_text import StyleAndTextTuples
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -118,10 +119,10 @@ def spinner(console: Console, text: str) -> Iterator[Callable[[str], None]]:
         yield lambda what: bar.update(task, description=f"{text} ({what})")
 
 
-def toolbar(parts: dict[str, Any]) -> list[tuple[str, str]]:
+def toolbar(parts: dict[str, Any]) -> StyleAndTextTuples:
     """The bottom toolbar as prompt_toolkit (style, text) fragments."""
     used, window = parts.get("used", 0), parts.get("window") or 0
-    fragments = [
+    fragments: StyleAndTextTuples = [
         ("bold", f" {parts['agent']} "),
         ("", f"· {parts['model'] or '?'} · {parts['session'] or 'new session'} · "),
         ("", f"{parts['queries']}q · {parts['tokens']:,} tok"),

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from prompt_toolkit import PromptSession
 from prompt_toolkit.completion import Completer, Completion
 from prompt_toolkit.document import Document
+from prompt_toolkit.formatted_text import StyleAndTextTuples
 from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.input import Input
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
@@ -308,15 +309,7 @@ class Repl(ChainMixin, CommandsMixin):
             usage = self._unsaved.pop(0).usage
             self._tokens += usage.total if usage else 0
 
-    def _token_line(self) -> str:
-        if self.writer is None:
-            return "0"
-        used = [m.usage for m in self.writer.messages if m.usage and m.role == "assistant"]
-        tin, tout = sum(u.input for u in used), sum(u.output for u in used)
-        mark = "~" if any(u.estimated for u in used) else ""
-        return f"{mark}{tin + tout:,} (in {tin:,}, out {tout:,})"
-
-    def _toolbar(self) -> list[tuple[str, str]]:
+    def _toolbar(self) -> StyleAndTextTuples:
         writer = self.writer
         return render.toolbar(
             {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -61,4 +61,7 @@ class ReplBase:
         raise NotImplementedError
 
     def _adopt(self, writer: SessionWriter) -> None:
+        raise NotImplementedError
+
+    def _reply_options(self) -> dict[str, Any]:
         raise NotImplementedError

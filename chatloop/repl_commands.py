@@ -15,6 +15,7 @@ from chatloop import commands, render
 from chatloop.backends.base import estimate_tokens
 from chatloop.errors import ChatloopError
 from chatloop.fsio import FILE_MODE
+from chatloop.listing import visible
 from chatloop.repl_base import ReplBase
 
 
@@ -60,7 +61,7 @@ class CommandsMixin(ReplBase):
                                           "(this session and every ancestor)"))  # fmt: skip
         width = max(len(k) for k, _ in facts)
         text = "\n".join(f"  {k:<{width}}  {v}" for k, v in facts)
-        self.console.print(render.visible(text), highlight=False, markup=False)
+        self.console.print(visible(text), highlight=False, markup=False)
 
     def cmd_context(self, arg: str) -> None:
         plan = self.plan()
@@ -129,10 +130,10 @@ class CommandsMixin(ReplBase):
         if self.writer is None:
             return "0"
         used = [m.usage for m in self.writer.messages
-                if m.usage and m.role == "assistant" and not m.restore]  # fmt: skip
-        tin = sum(u.input for u in used if u)
-        tout = sum(u.output for u in used if u)
-        mark = "~" if any(u.estimated for u in used if u) else ""
+                if m.usage is not None and m.role == "assistant" and not m.restore]  # fmt: skip
+        tin = sum(u.input for u in used)
+        tout = sum(u.output for u in used)
+        mark = "~" if any(u.estimated for u in used) else ""
         restore = sum(m.usage.total for m in self.writer.messages if m.usage and m.restore)
         extra = f", restoration {restore:,}" if restore else ""
         return f"{mark}{tin + tout:,} (in {tin:,}, out {tout:,}{extra})"

@@ -249,7 +249,8 @@ def recover_locked(path: Path, clock: Clock) -> ParseResult:
     if result.session.meta.status == "open":
         messages = list(result.session.messages)
         last = max([result.session.meta.updated, *(m.at for m in messages)])
-        meta = replace(result.session.meta, status="interrupted", updated=last, **totals(messages))
+        fields: dict[str, Any] = {"status": "interrupted", "updated": last, **totals(messages)}
+        meta = replace(result.session.meta, **fields)
         _rewrite_front_matter(path, data, meta)
         data = read_bytes(path)
     return replace(parse_markdown(data, path.stem), problems=tuple(problems))

