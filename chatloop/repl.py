@@ -127,6 +127,7 @@ class Repl(ChainMixin, CommandsMixin):
     _used: int = 0
     _tokens: int = 0
     _window: int | None = None
+    signalled: int = 0  # the signal that asked chatloop to leave, once one has
 
     def __post_init__(self) -> None:
         history = InMemoryHistory() if self.input is not None else self._file_history()
@@ -141,7 +142,7 @@ class Repl(ChainMixin, CommandsMixin):
         """Chat until the person leaves. ``resume``: a session to continue first
         (number or id; "" opens the picker). Returns the exit code."""
         self._banner()
-        previous = {sig: signal.signal(sig, _leave) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in _LEAVE_SIGNALS}
         try:
             if resume is not None:
                 try:
@@ -150,24 +151,37 @@ class Repl(ChainMixin, CommandsMixin):
                 except ChatloopError as exc:
                     render.error(self.console, exc)
                     return 1
-            while True:
+            while not self.signalled:
                 try:
                     line = self.prompt.prompt("you> ", bottom_toolbar=self._toolbar)
                 except KeyboardInterrupt:
-                    if self._confirm_leave():
+                    if self.signalled or self._confirm_leave():
                         break
                     continue
                 except EOFError:
                     break
                 if line.strip() and not self.handle(line):
                     break
-        except SystemExit:
-            render.note(self.console, "Signal received: saving and leaving.")
+        except KeyboardInterrupt:
+            if not self.signalled:
+                raise
         finally:
+            if self.signalled:
+                render.note(self.console, "Signal received: saving and leaving.")
+            self.finish()  # the handlers stay ours until the file is saved
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            self.finish()
         return 0
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        """SIGTERM or SIGHUP: cut whatever runs as Ctrl-C would (a reply in progress is
+        kept, marked interrupted), then leave with a summary built from the transcript.
+        Further signals are ignored so that nothing cuts the saving short."""
+        for sig in _LEAVE_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        if not self.signalled:
+            self.signalled = signum
+            raise KeyboardInterrupt
 
     def handle(self, line: str) -> bool:
         """Act on one submitted line; False means leave."""
@@ -222,6 +236,8 @@ class Repl(ChainMixin, CommandsMixin):
         last = next((m.usage for m in reversed(result.messages) if m.usage), None)
         if last is not None:
             self._used = last.total
+        if self.signalled:
+            return  # leaving: no compaction, no question
         if isinstance(result.error, ContextOverflow) and result.error.window:
             self._window = result.error.window  # the server told us its real window
         if isinstance(result.error, ContextOverflow) and self.settings.auto_compact != "off":
@@ -367,8 +383,7 @@ def model_label(model: str) -> str:
     return Path(model).name if "/" in model else (model or "?")
 
 
-def _leave(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+_LEAVE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def _git_branch(cwd: Path) -> str | None:

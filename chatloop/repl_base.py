@@ -40,6 +40,7 @@ class ReplBase:
     assume_yes: bool
     _used: int
     _tokens: int
+    signalled: int
 
     def plan(self, extra: list[Message] | None = None) -> Plan:
         """What the next call would send (``extra`` appended)."""

@@ -21,7 +21,10 @@ from chatloop.repl_base import ReplBase
 class ChainMixin(ReplBase):
     # -- summaries
     def summarize(self, messages: list[Message], previous: str | None) -> chain.SummaryOutcome:
-        """The summary of ``messages`` with a spinner; never raises, never hangs forever."""
+        """The summary of ``messages`` with a spinner; never raises, never hangs forever.
+        After SIGTERM or SIGHUP the one built from the transcript is used at once."""
+        if self.signalled:
+            return chain.SummaryOutcome(prompts.fallback_summary(messages, previous), True, 0)
         try:
             with render.spinner(self.console, "Generating session summary...") as progress:
                 outcome = chain.summarize(

@@ -347,3 +347,43 @@ def test_a_wheel_in_a_fresh_venv_chats_with_the_real_server(
     assert session.meta.agent == "Simple Sally" and session.meta.agent_name == "simple_sally"
     assert [m.role for m in session.messages][:2] == ["user", "assistant"]
     assert session.summary is not None and session.meta.status == "closed"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_keeps_the_partial_reply_and_leaves_no_file_open(
+    llama_server: str, chatloop_home: Path, project: Path, signum: int
+) -> None:
+    """SIGTERM or SIGHUP at random moments of a reply, a second one soon after: every
+    file is closed with a summary (the one built from the transcript), the typed
+    messages are all there, and a reply cut short with text is kept, marked."""
+    rng = random.Random(signum)
+    runs = 30 if os.environ.get("CHATLOOP_SLOW") else 6
+    typed: list[str] = []
+    for run_number in range(runs):
+        child = spawn(llama_server, chatloop_home, project, max_tokens=400)
+        text = f"signal run {run_number}: once upon a time there"
+        child.sendline(text)
+        typed.append(text)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the event: the message is on disk
+            files = list((chatloop_home / "projects").glob("*/*.md"))
+            if any(text in p.read_text() for p in files):
+                break
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.2, 1.5))  # somewhere in the reply, or after it
+        os.kill(child.pid, signum)
+        time.sleep(rng.uniform(0.0, 0.2))
+        if child.isalive():
+            os.kill(child.pid, signum)  # a second one must not cut the saving short
+        child.expect(pexpect.EOF, timeout=120)
+        child.close()
+    sessions = [parse_markdown(p.read_bytes()).session
+                for p in (chatloop_home / "projects").glob("*/*.md")]  # fmt: skip
+    assert len(sessions) == runs
+    assert [s.meta.status for s in sessions] == ["closed"] * runs  # 0 files left open
+    assert all(s.summary is not None for s in sessions)
+    said = sorted(m.text for s in sessions for m in s.messages if m.is_query)
+    assert said == sorted(typed)
+    replies = [m for s in sessions for m in s.messages if m.role == "assistant"]
+    assert all(m.text or not m.interrupted for m in replies)  # kept only with text
+    assert any(m.interrupted and m.text for m in replies)  # a cut reply was kept, marked
