@@ -86,7 +86,8 @@ def agent_names(dirs: list[Path]) -> list[str]:
 
 
 def key_bindings() -> KeyBindings:
-    """Enter sends; Esc+Enter or a trailing backslash starts a new line instead."""
+    """Enter sends; Esc+Enter or a trailing backslash starts a new line instead; Ctrl-C
+    clears a line that has text."""
     keys = KeyBindings()
 
     @keys.add("enter")
@@ -101,6 +102,16 @@ def key_bindings() -> KeyBindings:
     @keys.add("escape", "enter")
     def _newline(event: KeyPressEvent) -> None:
         event.current_buffer.insert_text("\n")
+
+    @keys.add("c-c")
+    def _interrupt(event: KeyPressEvent) -> None:
+        """As in a shell: Ctrl-C with text on the line clears the line; on an empty
+        line it interrupts (the loop then asks before leaving)."""
+        buffer = event.current_buffer
+        if buffer.text:
+            buffer.reset()
+        else:
+            event.app.exit(exception=KeyboardInterrupt())
 
     return keys
 

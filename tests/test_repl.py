@@ -186,3 +186,11 @@ def test_ctrl_c_at_an_empty_prompt_asks_before_leaving(store: Store) -> None:
     assert "Reply number 1 here" in shown and "Saved session" in shown
     session = parse_markdown(only_session(store).read_bytes()).session
     assert [m.text for m in session.messages if m.is_query] == ["still here"]
+
+
+def test_ctrl_c_with_text_on_the_line_clears_it_as_a_shell_does(store: Store) -> None:
+    requests: list[dict[str, object]] = []
+    _, shown = drive(store, fake_server(requests), "half typed thought\x03kept\rexit\r")
+    assert "Leave chatloop?" not in shown
+    session = parse_markdown(only_session(store).read_bytes()).session
+    assert [m.text for m in session.messages if m.is_query] == ["kept"]  # the cleared line is gone
