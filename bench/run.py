@@ -415,7 +415,7 @@ def sample_sessions(version: int) -> list[Session]:
 
 def content_bytes(s: Session) -> int:
     """What the messages say, in UTF-8 bytes: text, thinking, tool call
-    arguments and tool results (the definition in sample_conversations/make_format2.py)."""
+    arguments and tool results (sample_conversations/make_format2.py uses it too)."""
     n = 0
     for m in s.messages:
         n += len(m.text.encode())

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prompt_toolkit.formatted_text import StyleAndTextTuples
@@ -117,6 +118,11 @@ def spinner(console: Console, text: str) -> Iterator[Callable[[str], None]]:
                   console=console, transient=True) as bar:  # fmt: skip
         task = bar.add_task(text)
         yield lambda what: bar.update(task, description=f"{text} ({what})")
+
+
+def model_label(model: str) -> str:
+    """A model name as shown: a file path (llama.cpp servers report one) becomes its name."""
+    return Path(model).name if "/" in model else (model or "?")
 
 
 def toolbar(parts: dict[str, Any]) -> StyleAndTextTuples:

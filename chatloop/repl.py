@@ -341,7 +341,7 @@ class Repl(ChainMixin, CommandsMixin):
         return render.toolbar(
             {
                 "agent": self.agent.name,
-                "model": model_label(self.backend.model),
+                "model": render.model_label(self.backend.model),
                 "session": writer.meta.id if writer else "",
                 "queries": writer.query_count if writer else 0,
                 "tokens": self._tokens,
@@ -352,7 +352,7 @@ class Repl(ChainMixin, CommandsMixin):
         )
 
     def _banner(self) -> None:
-        model = model_label(self.backend.model)
+        model = render.model_label(self.backend.model)
         render.note(
             self.console,
             f"chatloop · {self.agent.name} · {model} ({self.backend.kind}) · "
@@ -387,11 +387,6 @@ class Repl(ChainMixin, CommandsMixin):
         path = self.store.project_dir / HISTORY_FILE
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE))
         return FileHistory(str(path))
-
-
-def model_label(model: str) -> str:
-    """A model name as shown: a file path (llama.cpp servers report one) becomes its name."""
-    return Path(model).name if "/" in model else (model or "?")
 
 
 _LEAVE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)

@@ -41,15 +41,13 @@ class CommandsMixin(ReplBase):
             render.note(self.console, "No sessions yet in this directory.")
 
     def cmd_info(self, arg: str) -> None:
-        from chatloop.repl import model_label
-
         meta = self._meta()
         window = self.window()
         facts = [
             ("session", meta.id or "(not started: send a message)"),
             ("file", str(self.writer.path) if self.writer else "-"),
             ("agent", f"{self.agent.name} ({self.agent.path})"),
-            ("model", f"{model_label(self.backend.model)} via {self.backend.kind} "
+            ("model", f"{render.model_label(self.backend.model)} via {self.backend.kind} "
                       f"{self.backend.base_url}"),
             ("context window", f"{window:,} tokens" if window else "unknown"),
             ("queries", str(self.writer.query_count if self.writer else 0)),

@@ -13,14 +13,7 @@ from pathlib import Path, PurePath
 import chatloop.format as f
 from chatloop.format.front_matter import front_matter_end
 
-def content_len(s):
-    n=0
-    for m in s.messages:
-        n+=len(m.text.encode())
-        n+=sum(len(t.text.encode()) for t in m.thinking)
-        n+=sum(len(c.arguments.encode()) for c in m.tool_calls)
-        n+=sum(len(r.content.encode()) for r in m.tool_results)
-    return n
+from bench.run import content_bytes as content_len  # one definition of "content"
 
 def to_f2(s):
     meta=s.meta

@@ -154,6 +154,20 @@ def _read_only(args: list[str], home: Path, cwd: Path) -> subprocess.CompletedPr
     return _run(args, cwd, timeout=120)
 
 
+def _reads_from_the_files(store: Store, cwd: Path, expected: object, expected_hits: object,
+                          reads: list[list[str]]) -> None:  # fmt: skip
+    """An index that cannot be written: it works in memory, the same as a writable one,
+    and every read command exits 0."""
+    with Index(store) as index:
+        assert index.sync() == 80
+        assert index.in_memory
+        assert index.list_sessions(all_projects=True) == expected
+        assert index.search("zebra3") == expected_hits
+    for args in reads:
+        done = _run(_cli(*args), cwd)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (args, done)
+
+
 def test_a_read_only_home_still_reads(store: Store, chatloop_home: Path) -> None:
     _write_sessions(store, 80)  # enough for the parallel scan of a cold build
     with Index(store) as writable:
@@ -175,28 +189,14 @@ def test_a_read_only_home_still_reads(store: Store, chatloop_home: Path) -> None
         for directory in (store.project_dir, store.project_dir.parent, chatloop_home):
             directory.chmod(0o555)
         try:
-            with Index(store) as index:
-                assert index.sync() == 80
-                assert index.in_memory
-                assert index.list_sessions(all_projects=True) == expected
-                assert index.search("zebra3") == expected_hits
-            for args in reads:
-                done = _run(_cli(*args), cwd)
-                assert done.returncode == 0 and "Traceback" not in done.stderr, (args, done)
+            _reads_from_the_files(store, cwd, expected, expected_hits, reads)
         finally:
             for directory in (chatloop_home, store.project_dir.parent, store.project_dir):
                 directory.chmod(0o700)
         return
     # root ignores permission bits: an index path that cannot be created instead ...
     (chatloop_home / "index.db").mkdir()
-    with Index(store) as index:
-        assert index.sync() == 80
-        assert index.in_memory
-        assert index.list_sessions(all_projects=True) == expected
-        assert index.search("zebra3") == expected_hits
-    for args in reads:
-        done = _run(_cli(*args), cwd)
-        assert done.returncode == 0 and "Traceback" not in done.stderr, (args, done)
+    _reads_from_the_files(store, cwd, expected, expected_hits, reads)
     (chatloop_home / "index.db").rmdir()
     # ... and, where a mount namespace can be had, a real read-only mount
     if not _can_mount_read_only(chatloop_home):

@@ -15,6 +15,7 @@ from chatloop.format import (
     parse_markdown,
     render_frame,
 )
+from chatloop.session_writer import SessionWriter
 from chatloop.store import Store
 from tests.conftest import T0, exchange, new_meta
 from tests.fakes import STRUCTURED, FakeBackend
@@ -40,6 +41,16 @@ def crashed_session(store: Store, last: Message) -> Path:
     writer.append(last)
     writer.close()
     return writer.path
+
+
+def closed_with_summary(store: Store) -> SessionWriter:
+    """A finalized session (one exchange, then its summary); the writer is closed."""
+    writer = store.create(new_meta())
+    for m in exchange(1):
+        writer.append(m)
+    writer.finalize(Message.create("summary", T0, text=STRUCTURED))
+    writer.close()
+    return writer
 
 
 def test_a_forged_summary_typed_in_a_message_is_never_trusted(store: Store) -> None:
@@ -81,11 +92,7 @@ def test_the_pointer_finds_the_summary_and_a_later_message_voids_it(store: Store
 
 
 def test_a_summary_moved_by_a_hand_edit_is_found_by_walking(store: Store) -> None:
-    writer = store.create(new_meta())
-    for m in exchange(1):
-        writer.append(m)
-    writer.finalize(Message.create("summary", T0, text=STRUCTURED))
-    writer.close()
+    writer = closed_with_summary(store)
     data = writer.path.read_bytes()
     edited = data.replace(b"Question number 1", b"Question number one, edited by hand")
     writer.path.write_bytes(edited)
@@ -152,11 +159,7 @@ def test_quoted_markers_in_a_legacy_file_hide_no_query() -> None:
 
 
 def test_a_session_of_the_samples_keeps_its_summary_through_a_resume(store: Store) -> None:
-    writer = store.create(new_meta())
-    for m in exchange(1):
-        writer.append(m)
-    writer.finalize(Message.create("summary", T0, text=STRUCTURED))
-    writer.close()
+    writer = closed_with_summary(store)
     session = Session(writer.meta, tuple(writer.messages))
     assert session.summary is not None
     parent = chain.read_parent(store, writer.path)
