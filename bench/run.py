@@ -30,8 +30,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from chatloop import chain, prompts  # noqa: E402
 from chatloop.backends.base import estimate_tokens  # noqa: E402
+from chatloop.chat import chain, prompts  # noqa: E402
 from chatloop.format import (  # noqa: E402
     Message,
     Session,
@@ -47,7 +47,7 @@ from chatloop.format import (  # noqa: E402
     render_markdown,
 )
 from chatloop.format.values import content_of  # noqa: E402
-from chatloop.store import Store  # noqa: E402
+from chatloop.store.store import Store  # noqa: E402
 
 PEERS = ("basic-agent-chat-loop", "llm")
 TZ = UTC
@@ -331,7 +331,7 @@ def streaming(runs: int) -> None:
     from rich.console import Console
 
     from chatloop.backends.openai_compat import OpenAICompatBackend
-    from chatloop.render import StreamView
+    from chatloop.ui.render import StreamView
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -583,7 +583,7 @@ def measure(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int,
 RESUME_CHILD = """
 import json, sys, time
 from pathlib import Path
-from chatloop.store import Store
+from chatloop.store.store import Store
 
 def rchar():
     try:
@@ -603,7 +603,7 @@ with open(out, "w") as f:
     json.dump({"seconds": seconds, "message": found.message is not None, "note": found.note,
                "read": after - before if before >= 0 else -1}, f)
 """
-IMPORT_CHILD = "from chatloop.store import Store"
+IMPORT_CHILD = "from chatloop.store.store import Store"
 
 
 def big_file(megabytes: float, runs: int) -> None:
@@ -693,7 +693,7 @@ def resume_child(path: Path, root: Path, cwd: Path, env: dict[str, str], mb: flo
     """Resume preparation on the big file: ``Store(root, cwd=...).summary_of(path)`` in a
     child ``python -c`` (what ``chatloop -c`` does first), its own time for the call,
     the child's wall time and peak RSS; the baseline is the same child that only
-    imports ``chatloop.store``, interleaved."""
+    imports ``chatloop.store.store``, interleaved."""
     ours: list[tuple[float, int, int, str]] = []
     base: list[tuple[float, int, int, str]] = []
     inner: list[dict[str, object]] = []

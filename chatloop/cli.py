@@ -168,7 +168,7 @@ def _store(args: argparse.Namespace, settings=None):  # type: ignore[no-untyped-
     import os
 
     from chatloop.config import chatloop_home
-    from chatloop.store import Store
+    from chatloop.store.store import Store
 
     settings = settings or _settings(args)
     root = (Path(os.path.abspath(Path(settings.sessions_dir).expanduser()))
@@ -197,8 +197,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     """Start the interactive REPL."""
     from rich.console import Console
 
-    from chatloop.agent import agent_dirs, find_agent_file, load_agent
-    from chatloop.repl import Repl
+    from chatloop.chat.agent import agent_dirs, find_agent_file, load_agent
+    from chatloop.ui.repl import Repl
 
     settings = _settings(args)
     store = _store(args, settings)
@@ -206,13 +206,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if args.full and resume is None:
         raise UsageError("--full goes with --resume or --continue", "e.g. chatloop -r 2 --full")
     agent_file = None
+    target: Path | str | None = resume  # "" picks in the REPL; a ref is found here, once
     if resume:  # find the session before anything slow; a wrong ref fails here
-        from chatloop.index import Index
+        from chatloop.store.index import Index
 
         with Index(store) as index:
             index.sync(all_projects=True)
             row = index.find(resume)
-        resume = row.id
+        target = Path(row.path)
         if args.agent is None and row.agent_name:  # the agent the session was held with
             try:
                 dirs = agent_dirs(store.cwd, store.root)
@@ -231,7 +232,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if not backend.model:  # fail fast, with the server's own words, if it is not usable
             backend.model = (backend.models() or [""])[0]
         repl = Repl(agent, backend, store, settings, Console(), assume_yes=args.yes)
-        return repl.run(resume=resume, full=args.full)
+        return repl.run(resume=target, full=args.full)
     finally:
         backend.close()
 
@@ -242,7 +243,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     from chatloop.backends.detect import CANDIDATES, detect
     from chatloop.backends.embedded import embedded_available
-    from chatloop.index import Index
+    from chatloop.store.index import Index
 
     settings = _settings(args)
     store = _store(args, settings)
@@ -270,6 +271,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         else:
             line(embedded_available(), f"no model server answered (tried {tried}); embedded "
                  f"model {'installed' if embedded_available() else 'not installed'}")  # fmt: skip
+    import os
+
+    from chatloop.config import config_path
+
+    config = config_path(args.config, os.environ)
+    line(True, f"config file {config}" if config.is_file()
+         else f"config file: none (looked for {config}); defaults apply")  # fmt: skip
     root = store.root
     if root.exists():
         mode = stat.S_IMODE(root.stat().st_mode)
@@ -287,7 +295,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _index(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from chatloop.index import Index
+    from chatloop.store.index import Index
 
     index = Index(_store(args))
     index.sync(all_projects=True, progress=_progress_bar(at_least=200))
@@ -295,8 +303,8 @@ def _index(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
-    from chatloop import listing
-    from chatloop.fsio import local_now
+    from chatloop.store.fsio import local_now
+    from chatloop.ui import listing
 
     with _index(args) as index:
         rows = index.list_sessions(all_projects=args.all, limit=args.limit)
@@ -314,9 +322,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     """Print a session, streaming: memory stays flat whatever the file's size."""
     import shutil
 
-    from chatloop import listing
     from chatloop.format import open_document
-    from chatloop.fsio import open_read
+    from chatloop.store.fsio import open_read
+    from chatloop.ui import listing
 
     with _index(args) as index:
         row = index.find(args.ref)
@@ -338,7 +346,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from chatloop import listing
+    from chatloop.ui import listing
 
     with _index(args) as index:
         hits = index.search(args.query, all_projects=args.all, limit=args.limit)
@@ -347,7 +355,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    from chatloop import listing
+    from chatloop.ui import listing
 
     with _index(args) as index:
         row = index.find(args.ref)
@@ -362,9 +370,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     import os
     import shutil
 
-    from chatloop import listing
     from chatloop.format import open_document
-    from chatloop.fsio import open_read
+    from chatloop.store.fsio import open_read
+    from chatloop.ui import listing
 
     with _index(args) as index:
         row = index.find(args.ref)
@@ -438,7 +446,7 @@ def cmd_reseal(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    from chatloop.index import Index
+    from chatloop.store.index import Index
 
     with Index(_store(args)) as index:
         count = index.rebuild(progress=_progress_bar(at_least=1))

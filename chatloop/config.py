@@ -5,10 +5,12 @@ All of chatloop's data sits under one root, ``CHATLOOP_HOME`` (default:
 at a temporary directory.
 
 Settings come from, lowest to highest precedence: the defaults below, the
-YAML config file (``--config``, ``CHATLOOP_CONFIG``, else
-``~/.config/chatloop/config.yaml``), environment variables
-(``CHATLOOP_<KEY>``, e.g. ``CHATLOOP_MODEL``), and command-line flags.
-Unknown keys in the file are reported, not fatal.
+YAML config file, environment variables (``CHATLOOP_<KEY>``, e.g.
+``CHATLOOP_MODEL``), and command-line flags. Unknown keys in the file are
+reported, not fatal. The config file is the first of: ``--config FILE``,
+``CHATLOOP_CONFIG``, ``config.yaml`` in the data root (a home that carries
+its own settings), ``$XDG_CONFIG_HOME/chatloop/config.yaml`` (default
+``~/.config/chatloop/config.yaml``). ``chatloop doctor`` says which was read.
 """
 
 from __future__ import annotations
@@ -26,27 +28,43 @@ DEFAULT_HOME_NAME = "chatloop"
 DEFAULT_PREVIEW_CHARS = 100
 HOME_ENV = "CHATLOOP_HOME"
 CONFIG_ENV = "CHATLOOP_CONFIG"
+CONFIG_NAME = "config.yaml"
+
+# Every default, stated once. Settings uses them; so does any code that runs without
+# Settings (a backend built by hand, a plan made in a test). docs/architecture.md.
+DEFAULT_AGENT = "simple_sally"
+DEFAULT_CONNECT_TIMEOUT = 5.0  # seconds to reach a server
+DEFAULT_READ_TIMEOUT = 120.0  # seconds between two pieces of a reply
+DEFAULT_RETRIES = 2  # retries of a request that failed before any reply arrived
+DEFAULT_MAX_TOOL_ROUNDS = 8  # rounds of tool calls in one turn, then a reply without tools
+DEFAULT_AUTO_COMPACT = "ask"  # ask | on | off
+DEFAULT_COMPACT_THRESHOLD = 0.8  # share of the window after which compaction is offered
+DEFAULT_SUMMARY_MAX_TOKENS = 700  # the longest summary reply (about 500 words)
+DEFAULT_SUMMARY_TIMEOUT = 120.0  # seconds per summary request (then one retry)
+DEFAULT_WINDOW = 4096  # the context window assumed when neither settings nor server say
+DEFAULT_REPLY_RESERVE = 512  # tokens kept free for the reply when no max_tokens is set
+DEFAULT_EMBEDDED_WINDOW = 2048  # the context the embedded model is loaded with
 
 
 @dataclass(frozen=True)
 class Settings:
     """Every knob, with its default. The config file uses these names as keys."""
 
-    agent: str = "simple_sally"
+    agent: str = DEFAULT_AGENT
     backend: str = "auto"  # auto | openai | ollama | embedded
     base_url: str = ""
     model: str = ""
     api_key: str = ""
     context_window: int = 0  # 0: ask the server
     max_tokens: int = 0  # 0: the agent's own setting
-    connect_timeout: float = 5.0
-    read_timeout: float = 120.0
-    retries: int = 2
-    max_tool_rounds: int = 8
-    auto_compact: str = "ask"  # ask | on | off
-    compact_threshold: float = 0.8
-    summary_max_tokens: int = 700  # longest summary reply (about 500 words)
-    summary_timeout: float = 120.0  # seconds per summary request (then one retry)
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    retries: int = DEFAULT_RETRIES
+    max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
+    auto_compact: str = DEFAULT_AUTO_COMPACT  # ask | on | off
+    compact_threshold: float = DEFAULT_COMPACT_THRESHOLD
+    summary_max_tokens: int = DEFAULT_SUMMARY_MAX_TOKENS
+    summary_timeout: float = DEFAULT_SUMMARY_TIMEOUT
     sessions_dir: str = ""
 
 
@@ -67,12 +85,16 @@ def chatloop_home(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def config_path(explicit: str | None, environ: Mapping[str, str]) -> Path:
+    """The config file to read (it may not exist): see the module's docstring."""
     if explicit:
         return Path(explicit).expanduser()
     if environ.get(CONFIG_ENV):
         return Path(environ[CONFIG_ENV]).expanduser()
+    in_home = chatloop_home(environ) / CONFIG_NAME
+    if in_home.is_file():
+        return in_home
     base = environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base).expanduser() / "chatloop" / "config.yaml"
+    return Path(base).expanduser() / "chatloop" / CONFIG_NAME
 
 
 # What each number may be: (lowest, highest), both allowed. Anything else is a mistake

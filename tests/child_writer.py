@@ -20,7 +20,7 @@ from pathlib import Path
 
 from chatloop.errors import StoreError
 from chatloop.format import Message, Usage
-from chatloop.store import Store
+from chatloop.store.store import Store
 
 
 def _store(path: Path) -> Store:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from chatloop.format import Message, SessionMeta, ToolCall, ToolResult, Usage
-from chatloop.store import Store
+from chatloop.store.store import Store
 
 TZ = timezone(timedelta(hours=1))
 T0 = datetime(2026, 11, 21, 14, 30, 45, 123456, tzinfo=TZ)

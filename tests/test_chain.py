@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from chatloop import chain, prompts
 from chatloop.backends.base import ContextOverflow, estimate_tokens
-from chatloop.config import Settings
-from chatloop.context import plan
-from chatloop.errors import BackendError
+from chatloop.chat import chain, prompts
+from chatloop.chat.context import plan
+from chatloop.config import DEFAULT_SUMMARY_MAX_TOKENS, Settings
+from chatloop.errors import BackendError, ChatloopError
 from chatloop.format import Message, Session, ToolCall, ToolResult, Usage
-from chatloop.store import Store
+from chatloop.store.store import Store
 from tests.conftest import T0, exchange, new_meta
 from tests.fakes import STRUCTURED, FakeBackend
-from tests.test_repl import drive
+from tests.hosts import chat
 
 
 def talk(n: int) -> list[Message]:
@@ -44,7 +44,7 @@ def test_summary_request_is_one_message_without_tools_and_keeps_the_structure() 
     assert 'write "Initial session."' in prompt and "do not invent anything" in prompt
     assert "User: Question number 3: what is in notes-3.txt?" in prompt
     assert 'Assistant called read_file({"path": "notes-1.txt"})' in prompt
-    assert call["options"]["max_tokens"] == chain.SUMMARY_MAX_TOKENS
+    assert call["options"]["max_tokens"] == DEFAULT_SUMMARY_MAX_TOKENS
 
 
 def test_previous_summary_is_given_to_condense() -> None:
@@ -157,68 +157,102 @@ def test_read_parent_reports_missing_damaged_and_stale_summaries(store: Store) -
     assert chain.read_parent(store, path).summary is None
 
 
-# ---------------------------------------------------------------- the REPL
+# ---------------------------------------------------------------- the chat session
+# These drive ChatSession directly with a scripted host (tests/hosts.py): the chain
+# policy lives there, so no terminal is needed to test it.
 
 
 def test_exit_writes_the_summary_between_markers_and_closes_the_file(store: Store) -> None:
-    backend = FakeBackend("First answer.", STRUCTURED)
-    _, shown = drive(store, backend, "plan the basil watering\rexit\r")
-    assert "Generating session summary..." in shown and "with its summary" in shown
-    (session,) = files(store)
-    assert session.meta.status == "closed" and session.meta.summary == "model"
-    raw = Path(store.find_file(session.meta.id)).read_text()
+    session, host = chat(store, FakeBackend("First answer.", STRUCTURED))
+    session.send("plan the basil watering")
+    closed = session.close()
+    assert "Generating session summary..." in host.work and host.said("with its summary")
+    assert closed.parent is not None and closed.unsaved == ()
+    (found,) = files(store)
+    assert found.meta.status == "closed" and found.meta.summary == "model"
+    raw = Path(store.find_file(found.meta.id)).read_text()
     assert f"<!-- SESSION_SUMMARY_START -->\n{STRUCTURED}\n<!-- SESSION_SUMMARY_END -->" in raw
 
 
 def test_compact_starts_a_linked_session_and_the_context_shrinks(store: Store) -> None:
     long = "details of the basil beds " * 80
     backend = FakeBackend("A.", "B.", STRUCTURED, "Acknowledged: basil, ready.", "C.", STRUCTURED)
-    _repl, shown = drive(store, backend, f"{long}\r{long}\r/compact\rthree\r/info\rexit\r")
+    session, host = chat(store, backend)
+    session.send(long)
+    session.send(long)
+    before_compact = session.plan().tokens
+    session.compact()
+    assert host.said("Session Restored")
+    assert session.plan().tokens < before_compact / 3  # the context really shrank
+    session.send("three")
+    totals, base = session.totals, session.chain_base
+    assert totals.queries == 1 and totals.restoration > 0 and base > 0
+    session.close()
     parent, child = files(store)
     assert parent.meta.status == child.meta.status == "closed"
     assert child.meta.parent_id == parent.meta.id
+    assert base == parent.meta.tokens_in + parent.meta.tokens_out + parent.meta.restoration_tokens
     child_path = store.find_file(child.meta.id)
     assert child.meta.parent_file == f"{parent.meta.id}.md"  # relative to its own folder
     assert store.parent_of(child_path, child.meta) == store.find_file(parent.meta.id)
     restore, ack, three, _ = child.messages[:4]
     assert restore.restore and ack.restore and ack.text.strip() == "Acknowledged: basil, ready."
     assert STRUCTURED in restore.text and three.text == "three"
-    assert child.meta.queries == 1 and child.meta.restoration_tokens > 0
+    assert child.meta.queries == 1 and child.meta.restoration_tokens == totals.restoration
     assert "## Session restored" in Path(store.find_file(child.meta.id)).read_text()
     after = backend.calls[4]["messages"]  # the call that answers "three"
     assert [m["role"] for m in after] == ["system", "user", "assistant", "user"]
     assert after[1]["content"] == restore.text
     before = backend.calls[1]["messages"]
-    assert estimate_tokens(str(after)) < estimate_tokens(str(before)) / 3  # the context shrank
-    assert "chain tokens" in shown and f"continues       {parent.meta.id}" in shown
+    assert estimate_tokens(str(after)) < estimate_tokens(str(before)) / 3
     assert sum(s.meta.queries for s in files(store)) == 3
 
 
-def test_resume_by_number_in_the_repl(store: Store) -> None:
-    drive(store, FakeBackend("A.", STRUCTURED), "first chat\rexit\r")
+def test_nothing_to_compact_is_an_error_that_changes_nothing(store: Store) -> None:
+    session, _host = chat(store, FakeBackend())
+    with pytest.raises(ChatloopError, match="Nothing to compact"):
+        session.compact()
+    assert files(store) == []
+
+
+def test_resume_by_number(store: Store) -> None:
+    first, _ = chat(store, FakeBackend("A.", STRUCTURED))
+    first.send("first chat")
+    first.close()
     backend = FakeBackend("Ready.", "B.", STRUCTURED)
-    drive(store, backend, "resume 1\rsecond chat\rexit\r")
-    first, second = files(store)
-    assert second.meta.parent_id == first.meta.id and second.messages[0].restore
+    second, host = chat(store, backend)
+    assert second.resume("1") is True
+    second.send("second chat")
+    second.close()
+    one, two = files(store)
+    assert two.meta.parent_id == one.meta.id and two.messages[0].restore
     assert STRUCTURED in backend.calls[0]["messages"][-1]["content"]
+    picker, host = chat(store, FakeBackend("Ready.", STRUCTURED))
+    host.pick_none = True
+    assert picker.resume("") is False and host.said("Nothing resumed.")
 
 
 def test_resume_full_restores_the_history_when_it_fits(store: Store) -> None:
-    drive(store, FakeBackend("Answer one.", STRUCTURED), "first chat\rexit\r")
+    first, _ = chat(store, FakeBackend("Answer one.", STRUCTURED))
+    first.send("first chat")
+    first.close()
     backend = FakeBackend("B.", STRUCTURED)
-    drive(store, backend, "second\rexit\r", run_args={"resume": "1", "full": True})[0]
+    second, _ = chat(store, backend)
+    assert second.resume("1", full=True)
+    second.send("second")
+    second.close()
     sent = backend.calls[0]["messages"]
     assert [m["content"].strip() for m in sent[1:]] == ["first chat", "Answer one.", "second"]
     _, child = files(store)
     assert child.meta.extra.get("restored") == "full" and child.meta.parent_id
     assert not any(m.restore for m in child.messages)
-    tiny = dataclasses.replace(Settings(), context_window=300)
-    big = "word " * 400
-    drive(store, FakeBackend("x", STRUCTURED), f"{big}\rexit\r",
-          settings=dataclasses.replace(tiny, context_window=4000))  # fmt: skip
-    _, shown = drive(store, FakeBackend("Ready.", "y", STRUCTURED), "exit\r", settings=tiny,
-                     run_args={"resume": "1", "full": True})  # fmt: skip
-    assert "does not fit the budget" in shown and "using its summary instead" in shown
+    big, _ = chat(store, FakeBackend("x", STRUCTURED), context_window=4000)
+    big.send("word " * 400)
+    big.close()
+    tiny, host = chat(store, FakeBackend("Ready.", "y", STRUCTURED), context_window=300)
+    assert tiny.resume("1", full=True)
+    assert host.said("does not fit the budget") and host.said("using its summary instead")
+    tiny.close()
 
 
 def test_resume_of_an_interrupted_session_writes_its_summary_first(store: Store) -> None:
@@ -226,49 +260,67 @@ def test_resume_of_an_interrupted_session_writes_its_summary_first(store: Store)
     for m in talk(2):
         writer.append(m)
     writer.close()  # never finalized: a crash
-    backend = FakeBackend(STRUCTURED, "Ready.", STRUCTURED)
-    _, shown = drive(store, backend, "exit\r", run_args={"resume": "1"})
-    assert "it has no summary" in shown and "Wrote the missing summary" in shown
+    session, host = chat(store, FakeBackend(STRUCTURED, "Ready.", STRUCTURED))
+    assert session.resume("1")
+    session.close()
+    assert host.said("it has no summary") and host.said("Wrote the missing summary")
     parent, child = files(store)
     assert parent.summary is not None and parent.meta.status == "closed"
     assert child.meta.parent_id == parent.meta.id
 
 
-def test_resume_when_the_parent_file_is_gone_starts_fresh(store: Store) -> None:
-    repl, _shown = drive(store, FakeBackend("A.", STRUCTURED), "hello\rexit\r")
-    assert repl.resume_from(store.project_dir / "20260101-000000-deadbeef.md") is False
+def test_resume_of_a_file_that_is_gone_is_an_error_and_the_chat_goes_on(store: Store) -> None:
+    session, _host = chat(store, FakeBackend("A.", "B.", STRUCTURED))
+    session.send("hello")
+    with pytest.raises(ChatloopError, match="gone or unreadable"):
+        session.resume_path(store.project_dir / "20260101-000000-deadbeef.md")
+    session.send("still here")
+    session.close()
+    (only,) = files(store)
+    assert [m.text for m in only.messages if m.is_query] == ["hello", "still here"]
 
 
 def test_resume_asks_when_the_agent_differs(store: Store) -> None:
-    drive(store, FakeBackend("A.", STRUCTURED), "hi\rexit\r")
-    _, shown = drive(store, FakeBackend(), "n\rexit\r", agent="file_fiona.py",
-                     run_args={"resume": "1"})  # fmt: skip
-    assert "continue it with File Fiona" in shown and "Not resumed." in shown
+    first, _ = chat(store, FakeBackend("A.", STRUCTURED))
+    first.send("hi")
+    first.close()
+    declined, host = chat(store, FakeBackend(), agent="file_fiona.py", answers=[False])
+    assert declined.resume("1") is False
+    assert "continue it with File Fiona?" in host.questions[0] and host.said("Not resumed.")
     assert len(files(store)) == 1
-    _repl, _ = drive(store, FakeBackend("Ready.", STRUCTURED), "exit\r", agent="file_fiona.py",
-                    run_args={"resume": "1"}, assume_yes=True)  # fmt: skip
+    agreed, host = chat(store, FakeBackend("Ready.", STRUCTURED), agent="file_fiona.py",
+                        assume_yes=True)  # fmt: skip
+    assert agreed.resume("1") and host.questions == []
+    agreed.close()
     assert len(files(store)) == 2
 
 
 def test_resume_of_an_unknown_session_names_the_closest(store: Store) -> None:
-    drive(store, FakeBackend("A.", STRUCTURED), "hi\rexit\r")
-    (session,) = files(store)
-    wrong = session.meta.id[:-1] + ("0" if session.meta.id[-1] != "0" else "1")
-    _, shown = drive(store, FakeBackend(), f"/resume {wrong}\r/resume 7\rexit\r")
-    assert f"Did you mean {session.meta.id}?" in shown
-    assert "There is no session number 7" in shown
+    first, _ = chat(store, FakeBackend("A.", STRUCTURED))
+    first.send("hi")
+    first.close()
+    (found,) = files(store)
+    wrong = found.meta.id[:-1] + ("0" if found.meta.id[-1] != "0" else "1")
+    session, _host = chat(store, FakeBackend())
+    with pytest.raises(ChatloopError) as caught:
+        session.resume(wrong)
+    assert f"Did you mean {found.meta.id}?" in caught.value.hint
+    with pytest.raises(ChatloopError, match="There is no session number 7"):
+        session.resume("7")
 
 
 def test_auto_compaction_keeps_every_message_and_links_the_chain(store: Store) -> None:
-    settings = dataclasses.replace(Settings(), context_window=900, auto_compact="on",
-                                   max_tokens=64)  # fmt: skip
     typed = [f"message {i}: " + "tell me about the garden beds and their soil " * 3
              for i in range(14)]  # fmt: skip
     backend = FakeBackend(default=lambda msgs: STRUCTURED if "progressive summary" in
                           str(msgs[-1]["content"]) else "Short reply.")  # fmt: skip
-    _, shown = drive(store, backend, "\r".join(typed) + "\rexit\r", settings=settings)
+    session, host = chat(store, backend, context_window=900, auto_compact="on", max_tokens=64)
+    for text in typed:
+        session.send(text)
+    session.close()
     chain_files = files(store)
-    assert len(chain_files) >= 2 and "error" not in shown
+    assert len(chain_files) >= 2 and not any(tone == "warn" and "error" in text
+                                             for text, tone in host.notices)  # fmt: skip
     for parent, child in itertools.pairwise(chain_files):
         assert child.meta.parent_id == parent.meta.id
     sent = [m.text for s in chain_files for m in s.messages if m.is_query]
@@ -278,41 +330,49 @@ def test_auto_compaction_keeps_every_message_and_links_the_chain(store: Store) -
 
 
 def test_ask_mode_asks_and_off_mode_only_warns(store: Store) -> None:
-    settings = dataclasses.replace(Settings(), context_window=1200, compact_threshold=0.05)
     text = "describe the soil " * 10
-    _, shown = drive(store, FakeBackend("A.", STRUCTURED), f"{text}\rn\rexit\r",
-                     settings=settings)  # fmt: skip
-    assert "Context " in shown and "full (" in shown and len(files(store)) == 1
-    _, shown = drive(
-        store,
-        FakeBackend("A.", STRUCTURED, "Ack.", STRUCTURED),
-        f"{text}\r\rexit\r",
-        settings=settings,
-    )  # Enter takes the default: yes
-    assert "Session Restored" in shown and len(files(store)) == 3
-    off = dataclasses.replace(settings, auto_compact="off")
-    _, shown = drive(store, FakeBackend("A.", STRUCTURED), f"{text}\rexit\r", settings=off)
-    assert "/compact continues in a new session" in shown and len(files(store)) == 4
+    settings = dataclasses.replace(Settings(), context_window=1200, compact_threshold=0.05)
+    declined, host = chat(store, FakeBackend("A.", STRUCTURED), settings=settings, answers=[False])
+    declined.send(text)
+    assert host.questions == ["Compact now?"] and host.said("Context ") and host.said("full (")
+    declined.close()
+    assert len(files(store)) == 1
+    agreed, host = chat(store, FakeBackend("A.", STRUCTURED, "Ack.", STRUCTURED),
+                        settings=settings)  # the default answer: yes  # fmt: skip
+    agreed.send(text)
+    agreed.close()
+    assert host.said("Session Restored") and len(files(store)) == 3
+    off, host = chat(store, FakeBackend("A.", STRUCTURED), settings=settings, auto_compact="off")
+    off.send(text)
+    off.close()
+    assert host.questions == [] and host.said("/compact continues in a new session")
+    assert len(files(store)) == 4
 
 
 def test_a_server_overflow_compacts_and_the_child_answers_the_message(store: Store) -> None:
     backend = FakeBackend("A.", ContextOverflow("too long", "", window=2048), STRUCTURED,
                           "Ack, and the answer.", STRUCTURED)  # fmt: skip
-    _, shown = drive(store, backend, "first\rsecond\rexit\r")
-    assert "compacting" in shown
+    session, host = chat(store, backend)
+    session.send("first")
+    session.send("second")
+    session.close()
+    assert host.said("compacting")
     parent, child = files(store)
     assert [m.text for m in parent.messages if m.is_query] == ["first", "second"]
+    failed = parent.messages[-2]  # the exchange that overflowed is marked in the parent
+    assert failed.role == "assistant" and failed.interrupted and failed.stop_reason == "error"
     assert "Answer it after your acknowledgment:\n\nsecond" in child.messages[0].text
     assert child.meta.queries == 0 and parent.meta.queries == 2
 
 
 def test_ctrl_c_during_the_summary_still_saves_with_the_fallback(store: Store) -> None:
-    backend = FakeBackend("A.", KeyboardInterrupt())
-    _, shown = drive(store, backend, "remember pots/basil.md\rexit\r")
-    assert "Summary cut short" in shown
-    (session,) = files(store)
-    assert session.meta.status == "closed" and session.meta.summary == "fallback"
-    assert "pots/basil.md" in (session.summary.text if session.summary else "")
+    session, host = chat(store, FakeBackend("A.", KeyboardInterrupt()))
+    session.send("remember pots/basil.md")
+    session.close()
+    assert host.said("Summary cut short")
+    (found,) = files(store)
+    assert found.meta.status == "closed" and found.meta.summary == "fallback"
+    assert "pots/basil.md" in (found.summary.text if found.summary else "")
 
 
 def test_tool_results_are_pruned_from_the_sent_copy_only() -> None:
@@ -338,11 +398,13 @@ def test_picker_moves_with_arrow_keys(store: Store, keys: str, expected: int) ->
     from prompt_toolkit.input import create_pipe_input
     from prompt_toolkit.output import DummyOutput
 
-    from chatloop.index import Index
-    from chatloop.picker import pick
+    from chatloop.store.index import Index
+    from chatloop.ui.picker import pick
 
     for text in ("older chat", "newer chat"):
-        drive(store, FakeBackend("A.", STRUCTURED), f"{text}\rexit\r")
+        session, _ = chat(store, FakeBackend("A.", STRUCTURED))
+        session.send(text)
+        session.close()
     with Index(store) as index:
         index.sync()
         rows = index.list_sessions()

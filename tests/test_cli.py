@@ -26,7 +26,7 @@ def run(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def project(tmp_path: Path, chatloop_home: Path) -> Path:
-    from chatloop.store import Store
+    from chatloop.store.store import Store
 
     cwd = tmp_path / "work"
     cwd.mkdir()

@@ -1,9 +1,9 @@
 """A long chat against the real llama_cpp.server with a 2048-token window.
 
-The base model's words are nonsense; this checks the machinery: automatic
-compaction keeps the conversation going, the files form a linked chain that
-`chatloop tree` shows, every file parses, nothing typed is lost or doubled,
-and `chatloop --resume 1` continues the chain.
+The base model's words are nonsense; this checks the machinery, driving
+``ChatSession`` directly: automatic compaction keeps the conversation going,
+the files form a linked chain that `chatloop tree` shows, every file parses,
+nothing typed is lost or doubled, and `chatloop --resume 1` continues the chain.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import pytest
 from chatloop.backends.openai_compat import OpenAICompatBackend
 from chatloop.config import Settings
 from chatloop.format import parse_markdown
-from chatloop.store import Store
+from chatloop.store.store import Store
 from tests.conftest import E2E_WINDOW
+from tests.hosts import chat
 from tests.test_pty import ready, run, spawn, wait
-from tests.test_repl import drive
 
 pytestmark = pytest.mark.e2e
 TOPICS = ("the lighthouse", "a garden of herbs", "the old bridge", "river boats", "winter bread")
@@ -45,11 +45,15 @@ def test_forty_messages_in_a_2k_window_compact_into_a_linked_chain(
                                    summary_max_tokens=48, context_window=E2E_WINDOW)  # fmt: skip
     typed = typed_lines(40)
     backend = OpenAICompatBackend(llama_server)
-    repl, shown = drive(store, backend, "\r".join(typed) + "\r/info\rexit\r", settings=settings)
-    assert repl.window() == E2E_WINDOW
-    assert "error:" not in shown, shown[-3000:]
+    session, host = chat(store, backend, settings=settings)
+    for text in typed:
+        session.send(text)  # any error would raise here
+    assert session.window() == E2E_WINDOW
+    session.close()
+    shown = "\n".join(text for text, _ in host.notices)
     assert shown.count("Session Restored:") >= 1  # compacted automatically at least once
     assert "context window is full" not in shown  # by the budget, before any overflow
+    assert host.replies and not any(cut for _, cut, _ in host.replies)  # no reply failed
 
     sessions = [parse_markdown(Path(e.path).read_bytes()) for e in store.session_files()]
     assert all(r.problems == () for r in sessions)

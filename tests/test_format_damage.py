@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chatloop.format import Message, Session, parse_markdown, render_markdown, skim
-from chatloop.index import Index
-from chatloop.store import Store
+from chatloop.store.index import Index
+from chatloop.store.store import Store
 from tests.conftest import T0, exchange, new_meta
 from tests.test_transcript import sessions
 

@@ -21,7 +21,7 @@ from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 from rich.console import Console
 
-from chatloop.agent import load_agent
+from chatloop.chat.agent import load_agent
 from chatloop.config import Settings
 from chatloop.errors import StoreError
 from chatloop.format import Message, Session, SessionMeta, parse_markdown
@@ -33,8 +33,8 @@ from chatloop.format.front_matter import (
     rewrite_front_matter,
 )
 from chatloop.format.yaml_strict import MAX_FRONT_MATTER_BYTES
-from chatloop.repl import Repl
-from chatloop.store import Store
+from chatloop.store.store import Store
+from chatloop.ui.repl import Repl
 from tests.conftest import T0, Clock, exchange, new_meta
 from tests.test_repl import AGENTS, drive, fake_server, only_session
 from tests.test_transcript import at_st, sessions, text_st
@@ -249,7 +249,7 @@ def test_a_70000_character_rename_is_cut_with_a_note(store: Store) -> None:
 
 def test_a_long_rename_before_the_first_message_is_cut_too(store: Store) -> None:
     repl, shown = drive(store, fake_server([]), f"/rename {'y' * 500}\rhello\rexit\r")
-    assert "Title cut to 200 characters" in shown and repl.title == "y" * MAX_TITLE_CHARS
+    assert "Title cut to 200 characters" in shown and repl.session.title == "y" * MAX_TITLE_CHARS
     meta = parse_markdown(only_session(store).read_bytes()).session.meta
     assert meta.title == "y" * MAX_TITLE_CHARS
 

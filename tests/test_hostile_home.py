@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatloop import chain
+from chatloop.chat import chain
 from chatloop.cli import main
 from chatloop.errors import StoreError
 from chatloop.format import Message, render_markdown
-from chatloop.store import Store
+from chatloop.store.store import Store
 from tests.conftest import T0, new_meta
 from tests.test_format_damage import damaged_files
 
@@ -213,7 +213,9 @@ def test_a_chat_that_cannot_save_says_so_in_one_line(store: Store) -> None:
     store.project_dir.parent.mkdir(parents=True)
     store.project_dir.write_text("not a folder")  # like a read-only or broken home
     _, shown = drive(store, FakeBackend("A.", "B."), "hello\rexit\r")
-    assert "error: Could not lock" in shown and "hint:" in shown and "Not sent" in shown
+    assert "error: Could not lock" in shown and "hint:" in shown
+    assert "1 message kept in memory, not yet saved" in shown  # the truth, in the hint
+    assert "[user] hello" in shown  # and at exit, on screen to copy
     assert "Traceback" not in shown
 
 

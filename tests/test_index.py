@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from chatloop import index as index_module
 from chatloop.errors import NotFound
 from chatloop.format import Message
-from chatloop.index import Index
-from chatloop.store import Store
+from chatloop.store import index as index_module
+from chatloop.store.index import Index
+from chatloop.store.store import Store
 from tests.conftest import T0, exchange, new_meta
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"

@@ -21,8 +21,8 @@ import pytest
 
 from chatloop.cli import LIST_LIMIT
 from chatloop.format import Session, render_markdown
-from chatloop.index import Index
-from chatloop.store import Store
+from chatloop.store.index import Index
+from chatloop.store.store import Store
 from tests.conftest import T0, exchange, new_meta
 
 ROUNDS_MIX = ["sessions", "search", "reindex", "sessions", "search", "reindex", "sessions"]
@@ -179,7 +179,7 @@ def test_a_read_only_home_still_reads(store: Store, chatloop_home: Path) -> None
     cwd = store.cwd
     snippet = (
         "import json, sys; from dataclasses import asdict; from pathlib import Path; "
-        "from chatloop.index import Index; from chatloop.store import Store; "
+        "from chatloop.store.index import Index; from chatloop.store.store import Store; "
         "index = Index(Store(Path(sys.argv[1]), cwd=Path(sys.argv[2]))); n = index.sync(); "
         "print(json.dumps([index.in_memory, n, [asdict(r) for r in index.list_sessions(True)], "
         "[asdict(h.session) for h in index.search('zebra3')]]))"

@@ -10,13 +10,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatloop import index
 from chatloop.format import Session, parse_markdown, render_markdown
 from chatloop.format import skim as scan
 from chatloop.format import skim_of as from_parse
 from chatloop.format import yaml_strict as frontmatter_yaml
-from chatloop.index import Index
-from chatloop.store import Store
+from chatloop.store import index
+from chatloop.store.index import Index
+from chatloop.store.store import Store
 from tests.test_transcript import sessions, text_st
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from chatloop.format import Message, Session, parse_markdown, render_markdown
-from chatloop.store import Store
+from chatloop.store.store import Store
 from tests.conftest import T0, exchange, new_meta
 
 ROOT = Path(__file__).resolve().parent.parent

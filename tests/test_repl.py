@@ -13,15 +13,15 @@ from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 from rich.console import Console
 
-from chatloop import commands
-from chatloop.agent import load_agent
 from chatloop.backends.openai_compat import OpenAICompatBackend
+from chatloop.chat.agent import load_agent
 from chatloop.config import Settings, load_settings
 from chatloop.errors import UsageError
 from chatloop.format import parse_markdown
 from chatloop.format.yaml_strict import load as yaml_load
-from chatloop.repl import Repl
-from chatloop.store import Store
+from chatloop.store.store import Store
+from chatloop.ui import commands
+from chatloop.ui.repl import Repl
 from tests.conftest import Clock
 
 AGENTS = Path(__file__).resolve().parent.parent / "agents"
@@ -88,11 +88,12 @@ def test_a_whole_conversation_with_commands(store: Store) -> None:
 
 def test_unknown_commands_and_bare_words() -> None:
     assert commands.parse("/qit") == commands.Unknown("qit", "/quit")
-    assert commands.parse("bye") == commands.Command("exit")
-    assert commands.parse("resume 3") == commands.Command("resume", "3")
+    assert commands.parse("bye") == commands.Command(commands.spec("exit"))
+    assert commands.parse("resume 3") == commands.Command(commands.spec("resume"), "3")
     assert commands.parse("resume the story please") == commands.Text("resume the story please")
     assert commands.parse("//etc/hosts is a path") == commands.Text("/etc/hosts is a path")
-    assert commands.parse("  /RENAME  New title ") == commands.Command("rename", "New title")
+    assert commands.parse("  /RENAME  New title ") == commands.Command(commands.spec("rename"),
+                                                                       "New title")
 
 
 def test_nothing_typed_means_no_file(store: Store) -> None:
@@ -137,6 +138,16 @@ def test_settings_precedence_and_unknown_keys(tmp_path: Path) -> None:
     with pytest.raises(UsageError):
         load_settings(read_yaml=yaml_load, flags={}, environ={},
                       config_file=str(tmp_path / "missing.yaml"))  # fmt: skip
+    home = tmp_path / "home-with-config"
+    home.mkdir()
+    (home / "config.yaml").write_text("model: from-home\n")  # a home that carries its settings
+    xdg = tmp_path / "xdg"
+    (xdg / "chatloop").mkdir(parents=True)
+    (xdg / "chatloop" / "config.yaml").write_text("model: from-xdg\n")
+    roots = {"CHATLOOP_HOME": str(home), "XDG_CONFIG_HOME": str(xdg)}
+    assert load_settings(read_yaml=yaml_load, environ=roots)[0].model == "from-home"
+    (home / "config.yaml").unlink()
+    assert load_settings(read_yaml=yaml_load, environ=roots)[0].model == "from-xdg"
     config.write_text("retries: many\n")
     with pytest.raises(UsageError, match="retries"):
         load_settings(read_yaml=yaml_load, flags={}, config_file=str(config), environ={})
@@ -163,7 +174,7 @@ def test_commands_and_agent_names_complete(store: Store) -> None:
     from prompt_toolkit.completion import CompleteEvent
     from prompt_toolkit.document import Document
 
-    from chatloop.repl import _Completer, agent_names
+    from chatloop.ui.repl import _Completer, agent_names
 
     names = agent_names([AGENTS])
     assert names == ["file_fiona", "simple_sally"]
@@ -194,3 +205,43 @@ def test_ctrl_c_with_text_on_the_line_clears_it_as_a_shell_does(store: Store) ->
     assert "Leave chatloop?" not in shown
     session = parse_markdown(only_session(store).read_bytes()).session
     assert [m.text for m in session.messages if m.is_query] == ["kept"]  # the cleared line is gone
+
+
+def test_a_question_never_eats_a_message(store: Store) -> None:
+    """Typed ahead while "Compact now?" waits: the line is no answer, so it counts as
+    no and is sent next; nothing typed is lost."""
+    from tests.fakes import STRUCTURED, FakeBackend
+
+    settings = Settings(context_window=1200, compact_threshold=0.05)
+    text = "describe the soil " * 10
+    _, shown = drive(store, FakeBackend("A.", "B.", STRUCTURED), f"{text}\rtyped ahead\rn\rexit\r",
+                     settings=settings)  # fmt: skip
+    assert "Compact now?" in shown and "not a yes or no" in shown
+    session = parse_markdown(only_session(store).read_bytes()).session
+    assert [m.text for m in session.messages if m.is_query] == [text, "typed ahead"]
+
+
+def test_the_leave_question_keeps_a_typed_line(store: Store) -> None:
+    requests: list[dict[str, object]] = []
+    _, shown = drive(store, fake_server(requests), "\x03was typed right after\rexit\r")
+    assert "Leave chatloop?" in shown and "Reply number 1 here" in shown
+    session = parse_markdown(only_session(store).read_bytes()).session
+    assert [m.text for m in session.messages if m.is_query] == ["was typed right after"]
+
+
+def test_a_bug_is_one_line_and_the_chat_goes_on(store: Store) -> None:
+    from tests.fakes import STRUCTURED, FakeBackend
+
+    backend = FakeBackend(RuntimeError("a bug"), "Fine again.", STRUCTURED)
+    _, shown = drive(store, backend, "first\rsecond\rexit\r")
+    assert "error: Internal error: RuntimeError: a bug" in shown and "Traceback" not in shown
+    assert "Fine again." in shown and "Saved session" in shown
+    session = parse_markdown(only_session(store).read_bytes()).session
+    assert [m.text for m in session.messages if m.is_query] == ["first", "second"]
+
+
+def test_help_and_completion_come_from_one_table(store: Store) -> None:
+    _, shown = drive(store, fake_server([]), "/help\rexit\r")
+    for spec in commands.TABLE:
+        assert f"{spec.usage:<18} {spec.help}" in shown
+        assert f"/{spec.name}" in commands.completions()

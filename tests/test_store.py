@@ -13,8 +13,8 @@ import pytest
 
 from chatloop.errors import SessionLocked, StoreError, UsageError
 from chatloop.format import Message, parse_markdown
-from chatloop.index import Index
-from chatloop.store import Store
+from chatloop.store.index import Index
+from chatloop.store.store import Store
 from tests.conftest import T0, Clock, exchange, new_meta
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from chatloop import chain, prompts
+from chatloop.chat import chain, prompts
 from chatloop.format import (
     SUMMARY_END,
     SUMMARY_START,
@@ -15,8 +15,8 @@ from chatloop.format import (
     parse_markdown,
     render_frame,
 )
-from chatloop.session_writer import SessionWriter
-from chatloop.store import Store
+from chatloop.store.store import Store
+from chatloop.store.writer import SessionWriter
 from tests.conftest import T0, exchange, new_meta
 from tests.fakes import STRUCTURED, FakeBackend
 from tests.test_chain import files

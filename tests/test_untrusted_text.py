@@ -11,8 +11,8 @@ import httpx
 
 from chatloop.backends.openai_compat import OpenAICompatBackend
 from chatloop.format import Message
-from chatloop.listing import visible
-from chatloop.store import Store
+from chatloop.store.store import Store
+from chatloop.ui.listing import visible
 from tests.conftest import T0, new_meta
 from tests.test_repl import drive, reply_body
 

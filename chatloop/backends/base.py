@@ -21,12 +21,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from chatloop.config import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT
 from chatloop.errors import BackendError
 
 ChatMessage = dict[str, Any]
-DEFAULT_CONNECT_TIMEOUT = 5.0
-DEFAULT_READ_TIMEOUT = 120.0
-DEFAULT_RETRIES = 2
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from chatloop.backends.base import Backend, Timeouts
+from chatloop.config import DEFAULT_RETRIES
 from chatloop.errors import BackendError, UsageError
 
 PROBE_TIMEOUT = 0.4
@@ -46,7 +47,7 @@ class BackendChoice:
     api_key: str | None = None
     window: int | None = None
     timeouts: Timeouts = field(default_factory=Timeouts)
-    retries: int = 2
+    retries: int = DEFAULT_RETRIES
 
 
 def probe(client: httpx.Client, candidate: Candidate) -> bool:

@@ -19,9 +19,9 @@ from typing import Any
 from chatloop.backends.base import Cancel, Cancelled, ChatMessage, Event, StreamInterrupted
 from chatloop.backends.http import overflow
 from chatloop.backends.openai_compat import ChunkDecoder
+from chatloop.config import DEFAULT_EMBEDDED_WINDOW
 from chatloop.errors import BackendError
 
-DEFAULT_EMBEDDED_WINDOW = 2048
 INSTALL_HINT = "Install it with: pip install 'chatloop[embedded]' (builds llama-cpp-python)."
 _PASSED_OPTIONS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
 

@@ -15,7 +15,6 @@ from typing import Any
 import httpx
 
 from chatloop.backends.base import (
-    DEFAULT_RETRIES,
     Cancel,
     Cancelled,
     ChatMessage,
@@ -38,6 +37,7 @@ from chatloop.backends.http import (
     request_json,
     translate,
 )
+from chatloop.config import DEFAULT_RETRIES
 from chatloop.errors import BackendError
 
 # OpenAI-style option names and their Ollama equivalents.

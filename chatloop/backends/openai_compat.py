@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 
 from chatloop.backends.base import (
-    DEFAULT_RETRIES,
     Cancel,
     Cancelled,
     ChatMessage,
@@ -42,6 +41,7 @@ from chatloop.backends.http import (
     request_json,
     translate,
 )
+from chatloop.config import DEFAULT_RETRIES
 from chatloop.errors import BackendError
 
 

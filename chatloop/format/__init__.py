@@ -1,6 +1,6 @@
 """The session file format: pure values, one frame scanner, no file I/O.
 
-``chatloop.store`` opens files and passes bytes or file objects in; every
+``chatloop.store.store`` opens files and passes bytes or file objects in; every
 reader of a session (parse, the index's skim, the summary resume trusts,
 search snippets, show, export) is built on ``chatloop.format.frames``.
 docs/format.md describes the format.
@@ -40,6 +40,7 @@ from chatloop.format.values import (
     Thinking,
     ToolCall,
     ToolResult,
+    Totals,
     Usage,
     new_key,
 )
@@ -47,7 +48,7 @@ from chatloop.format.values import (
 __all__ = [
     "FORMAT_VERSION", "KNOWN_KEYS", "ROLES", "STATUSES", "SUMMARY_END", "SUMMARY_START",
     "Document", "Flaw", "Frame", "Message", "ParseResult", "Problem", "Role", "Session",
-    "SessionMeta", "Skim", "SummaryLookup", "Thinking", "ToolCall", "ToolResult", "Usage",
+    "SessionMeta", "Skim", "SummaryLookup", "Thinking", "ToolCall", "ToolResult", "Totals", "Usage",
     "display_name", "find_summary", "front_matter_end", "iter_frames", "message_from",
     "new_key", "open_document", "parse_markdown", "render_frame", "render_front_matter",
     "render_header", "render_markdown", "reseal", "skim", "skim_of", "words_of",

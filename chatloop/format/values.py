@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import PurePath
@@ -23,7 +23,7 @@ FORMATS: tuple[int, ...] = (1, 2)
 
 __all__ = [
     "FORMATS", "FORMAT_VERSION", "ROLES", "STATUSES", "Message", "ParseResult", "Problem",
-    "Role", "Session", "SessionMeta", "Thinking", "ToolCall", "ToolResult", "Usage",
+    "Role", "Session", "SessionMeta", "Thinking", "ToolCall", "ToolResult", "Totals", "Usage",
     "content_of", "is_key", "new_key",
 ]  # fmt: skip
 
@@ -66,6 +66,52 @@ class Usage:
     @property
     def total(self) -> int:
         return self.input + self.output
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """A session's counters, the one notion of "tokens" everywhere: the front matter's
+    ``queries``/``tokens_in``/``tokens_out``/``restoration_tokens``, /info and the
+    toolbar. Conversation tokens are the usage of the assistant's replies; the
+    restoration prompt's acknowledgment is overhead, counted apart. ``last_call``
+    is the latest reply's prompt plus output: how full the window was."""
+
+    queries: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    restoration: int = 0
+    estimated: bool = False
+    last_call: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.tokens_in + self.tokens_out
+
+    def plus(self, m: Message) -> Totals:
+        """These totals with ``m`` counted."""
+        usage = m.usage
+        queries = self.queries + m.is_query
+        if usage is None:
+            return replace(self, queries=queries) if m.is_query else self
+        if m.restore:
+            return replace(self, queries=queries, restoration=self.restoration + usage.total,
+                           last_call=usage.total)  # fmt: skip
+        if m.role != "assistant":
+            return replace(self, queries=queries)
+        return Totals(queries, self.tokens_in + usage.input, self.tokens_out + usage.output,
+                      self.restoration, self.estimated or usage.estimated, usage.total)  # fmt: skip
+
+    @classmethod
+    def of(cls, messages: Iterable[Message]) -> Totals:
+        totals = cls()
+        for m in messages:
+            totals = totals.plus(m)
+        return totals
+
+    def fields(self) -> dict[str, int]:
+        """The front-matter keys these totals are written as."""
+        return {"queries": self.queries, "tokens_in": self.tokens_in,
+                "tokens_out": self.tokens_out, "restoration_tokens": self.restoration}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,8 @@ from prompt_toolkit.layout import Layout, Window
 from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.output import Output
 
-from chatloop.index import SessionRow
-from chatloop.listing import describe, relative_time
+from chatloop.store.index import SessionRow
+from chatloop.ui.listing import describe, relative_time
 
 
 def line_for(row: SessionRow, now: datetime) -> str:

@@ -2,7 +2,7 @@
 
 What is read out of a file is the format's business (``chatloop.format.skim``,
 built on the one frame scanner); this module opens the files (through
-``chatloop.fsio``), spreads many of them over a worker process, and finds
+``chatloop.store.fsio``), spreads many of them over a worker process, and finds
 where a search word occurs, frame by frame, in constant memory.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from chatloop.errors import ChatloopError
 from chatloop.format import Skim, message_from, open_document, skim, words_of
-from chatloop.fsio import open_read
+from chatloop.store.fsio import open_read
 
 _SNIPPET_CHARS = 60  # of context each side of a search hit
 

@@ -22,10 +22,10 @@ from rich.text import Text
 from chatloop.backends.base import Event, Finish, TextDelta, ThinkingDelta, ToolCallEvent
 from chatloop.errors import ChatloopError
 from chatloop.format import Message
-from chatloop.listing import describe, relative_time, visible
+from chatloop.ui.listing import describe, relative_time, visible
 
 if TYPE_CHECKING:  # sqlite3 and rich.markdown load only when used
-    from chatloop.index import SessionRow
+    from chatloop.store.index import SessionRow
 
 METER_LEVELS = ((0.9, "ansired"), (0.8, "ansiyellow"), (0.7, "ansibrightyellow"))
 
@@ -74,7 +74,7 @@ class StreamView:
         self._live = None
         self._text = []
 
-    def show_tool_results(self, message: Message) -> None:
+    def tool_results(self, message: Message) -> None:
         for result in message.tool_results:
             style = "red" if result.is_error else "dim"
             first = result.content.strip().splitlines()[0] if result.content.strip() else "(empty)"
@@ -83,11 +83,15 @@ class StreamView:
             )
 
     def close(self, interrupted: bool = False, saved: bool = True) -> None:
-        """End the view; ``saved`` says whether any of an interrupted reply was kept."""
+        """End the view; ``saved`` says whether any text of an interrupted reply was kept
+        (the interruption itself is always recorded)."""
         self.end_text()
         if interrupted:
-            said = ("(interrupted: the partial reply was saved)" if saved
-                    else "(interrupted before any reply arrived: nothing to save)")  # fmt: skip
+            said = (
+                "(interrupted: the partial reply was saved)"
+                if saved
+                else "(interrupted before any reply arrived: marked so in the file)"
+            )
             self.console.print(Text(said, style="yellow"))
 
 
@@ -139,6 +143,8 @@ def toolbar(parts: dict[str, Any]) -> StyleAndTextTuples:
         share = used / window
         style = next((s for level, s in METER_LEVELS if share >= level), "ansigreen")
         fragments += [("", " · ctx "), (style, f"{used:,}/{window:,} {share:.0%}")]
+    if parts.get("unsaved"):
+        fragments.append(("ansired bold", f" · {parts['unsaved']} not yet saved"))
     return fragments
 
 

@@ -2,7 +2,7 @@
 
 Sessions sit under ``root/projects/<project>/{id}.md``, one directory per
 working directory (``chatloop.ids.project_name``). The durability rules are
-in ``chatloop.fsio`` (primitives) and ``chatloop.session_writer`` (the open
+in ``chatloop.store.fsio`` (primitives) and ``chatloop.store.writer`` (the open
 writer); docs/durability.md explains them. Nothing here deletes a session.
 """
 
@@ -26,7 +26,7 @@ from chatloop.format import (
     render_header,
     reseal,
 )
-from chatloop.fsio import (
+from chatloop.store.fsio import (
     atomic_rewrite,
     ensure_dir,
     local_now,
@@ -35,7 +35,7 @@ from chatloop.fsio import (
     take_lock,
     write_new_file,
 )
-from chatloop.session_writer import SessionWriter, recover_locked
+from chatloop.store.writer import SessionWriter, recover_locked
 
 Clock = Callable[[], datetime]
 PROJECTS = "projects"

@@ -23,18 +23,19 @@ from chatloop.format import (
     Problem,
     Session,
     SessionMeta,
+    Totals,
     front_matter_end,
     parse_markdown,
     render_frame,
 )
 from chatloop.format.front_matter import BOM, rewrite_front_matter
 from chatloop.format.yaml_strict import MAX_FRONT_MATTER_BYTES
-from chatloop.fsio import atomic_rewrite, io_error, read_bytes, write_new_file
+from chatloop.store.fsio import atomic_rewrite, io_error, read_bytes, write_new_file
 
 Clock = Callable[[], datetime]
 _Stamp = tuple[int, int, int]
 
-__all__ = ["SessionWriter", "recover_locked", "totals"]
+__all__ = ["SessionWriter", "recover_locked"]
 
 
 class SessionWriter:
@@ -51,7 +52,7 @@ class SessionWriter:
         self._lock_fd: int | None = lock_fd
         self._meta = session.meta
         self._messages = list(session.messages)
-        self._queries = session.query_count
+        self._totals = Totals.of(session.messages)
         self._fd = self._open_append()
         self._stamp = self._stat()
         self._last_frame_at = -1
@@ -72,14 +73,19 @@ class SessionWriter:
 
     @property
     def query_count(self) -> int:
-        return self._queries
+        return self._totals.queries
+
+    @property
+    def totals(self) -> Totals:
+        """This session's counters, kept as messages are appended."""
+        return self._totals
 
     # -- writing
     def append(self, message: Message) -> None:
         """Durably append one message; on failure the file is left unchanged."""
         self._check_external_edit()
-        query = self._queries + (1 if message.is_query else 0)
-        record = render_frame(message, self._meta, query)
+        totals = self._totals.plus(message)
+        record = render_frame(message, self._meta, totals.queries)
         try:
             before = os.fstat(self._fd).st_size
         except OSError as exc:
@@ -93,7 +99,7 @@ class SessionWriter:
             self._truncate(before, exc)
             raise io_error("save a message to", self.path, exc) from exc
         self._messages.append(message)
-        self._queries = query
+        self._totals = totals
         self._stamp = self._stat()
         self._last_frame_at = before + 1  # the record starts with a blank line
 
@@ -128,7 +134,7 @@ class SessionWriter:
                 fields["summary_at"] = self._last_frame_at - self._body_start()
         last = self.session.summary
         kind = None if last is None else ("fallback" if last.fallback else "model")
-        fields.update({"status": "closed", "summary": kind, **totals(self._messages)})
+        fields.update({"status": "closed", "summary": kind, **self._totals.fields()})
         fields.update(changes)
         return self.update_meta(**fields)
 
@@ -180,7 +186,7 @@ class SessionWriter:
         if not any(p.kind == "front_matter" for p in result.problems):
             self._meta = result.session.meta
         self._messages = list(result.session.messages)
-        self._queries = result.session.query_count
+        self._totals = Totals.of(self._messages)
         self._stamp = self._stat()
 
     def _truncate(self, length: int, cause: OSError) -> None:
@@ -193,26 +199,6 @@ class SessionWriter:
                 f"nor undo the partial write ({exc.strerror})",
                 "The partial record will be set aside the next time the session is opened.",
             ) from exc
-
-
-def totals(messages: list[Message]) -> dict[str, int]:
-    """Front-matter counters: queries, tokens in/out, and restoration overhead."""
-    queries = tokens_in = tokens_out = restoration = 0
-    for m in messages:
-        queries += m.is_query
-        if m.usage is None:
-            continue
-        if m.restore:
-            restoration += m.usage.total
-        elif m.role == "assistant":
-            tokens_in += m.usage.input
-            tokens_out += m.usage.output
-    return {
-        "queries": queries,
-        "tokens_in": tokens_in,
-        "tokens_out": tokens_out,
-        "restoration_tokens": restoration,
-    }
 
 
 def recover_locked(path: Path, clock: Clock) -> ParseResult:
@@ -249,7 +235,8 @@ def recover_locked(path: Path, clock: Clock) -> ParseResult:
     if result.session.meta.status == "open":
         messages = list(result.session.messages)
         last = max([result.session.meta.updated, *(m.at for m in messages)])
-        fields: dict[str, Any] = {"status": "interrupted", "updated": last, **totals(messages)}
+        fields: dict[str, Any] = {"status": "interrupted", "updated": last,
+                                  **Totals.of(messages).fields()}  # fmt: skip
         meta = replace(result.session.meta, **fields)
         _rewrite_front_matter(path, data, meta)
         data = read_bytes(path)

@@ -9,7 +9,7 @@ The budget is the context window minus the system prompt, the tool
 definitions and a reserve for the reply. ``plan`` sends the full history when
 it fits; otherwise it replaces older tool results with a short note, in the
 *sent* copy only, oldest first; if that is still too much, the plan says it
-does not fit and the caller compacts (``chatloop.chain``). Token counts are
+does not fit and the caller compacts (``chatloop.chat.chain``). Token counts are
 estimates (about four characters a token) with a safety margin, because a
 server's own count is only known after the call.
 """
@@ -22,14 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatloop.backends.base import ChatMessage, estimate_prompt, estimate_tokens
+from chatloop.config import DEFAULT_REPLY_RESERVE, DEFAULT_WINDOW
 from chatloop.format import Message
 
-DEFAULT_WINDOW = 4096  # when neither the settings nor the server say
-DEFAULT_RESERVE = 512  # tokens kept free for the reply when no max_tokens is set
 SAFETY = 1.1  # estimates are rough: plan as if messages were 10% longer
 PRUNED = "[tool result of {chars:,} characters left out to save context; it is in the transcript]"
 
-__all__ = ["DEFAULT_WINDOW", "Budget", "Plan", "plan", "to_wire"]
+__all__ = ["Budget", "Plan", "plan", "to_wire"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +87,7 @@ def plan(
         window=window or DEFAULT_WINDOW,
         system=estimate_prompt(system),
         tools=estimate_tokens(json.dumps(list(tools))) if tools else 0,
-        reserve=reserve or DEFAULT_RESERVE,
+        reserve=reserve or DEFAULT_REPLY_RESERVE,
     )
     wire = to_wire(system_prompt, messages)
     body = wire[len(system) :]

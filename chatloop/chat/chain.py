@@ -6,7 +6,7 @@ summary frame; its child begins with a restoration prompt carrying that
 summary (and only that one: it already condenses its own parent), then the
 model's acknowledgment. Nothing is copied or deleted: every word stays in the
 file it was said in. docs/chains.md explains the design and quotes the prompts
-(``chatloop.prompts``).
+(``chatloop.chat.prompts``).
 
 ``summarize`` never raises for a model failure: after one retry it returns
 the deterministic fallback, so every session stays resumable.
@@ -26,15 +26,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from chatloop import prompts
 from chatloop.backends.base import Backend, Cancel, Cancelled, estimate_tokens
+from chatloop.chat import prompts
+from chatloop.config import DEFAULT_SUMMARY_MAX_TOKENS, DEFAULT_SUMMARY_TIMEOUT
 from chatloop.errors import BackendError, ChatloopError
 from chatloop.format import Message, SessionMeta
-from chatloop.session_writer import SessionWriter
-from chatloop.store import Store
+from chatloop.store.store import Store
+from chatloop.store.writer import SessionWriter
 
-SUMMARY_TIMEOUT = 120.0  # seconds per summary request
-SUMMARY_MAX_TOKENS = 700  # about 500 words
 TEMPLATE_TOKENS = 320  # the summary prompt without the transcript
 MAX_CHAIN = 10_000  # parent links followed at most (a loop guard)
 Progress = Callable[[str], None]
@@ -76,8 +75,8 @@ def summarize(
     *,
     previous: str | None,
     window: int | None,
-    max_tokens: int = SUMMARY_MAX_TOKENS,
-    timeout: float = SUMMARY_TIMEOUT,
+    max_tokens: int = DEFAULT_SUMMARY_MAX_TOKENS,
+    timeout: float = DEFAULT_SUMMARY_TIMEOUT,
     progress: Progress | None = None,
 ) -> SummaryOutcome:
     """The progressive summary of ``messages`` (``previous``: the parent's summary).
@@ -130,7 +129,7 @@ def summarize(
 def _ask(backend: Backend, prompt: str, options: dict[str, Any], timeout: float) -> tuple[str, int]:
     """One summary request, retried once; empty output, or output that echoes the
     prompt's template, counts as a failure."""
-    from chatloop.turn import complete
+    from chatloop.chat.turn import complete
 
     last: BackendError | None = None
     for attempt in (1, 2):
@@ -214,7 +213,7 @@ def chain_tokens(store: Store, path: Path, meta: SessionMeta, limit: int = MAX_C
     """Tokens of every ancestor of the session at ``path`` (conversation and
     restoration), from their front matter only. Missing ancestors end the walk."""
     from chatloop.format import open_document
-    from chatloop.fsio import open_read
+    from chatloop.store.fsio import open_read
 
     total, seen = 0, {meta.id}
     link = store.parent_of(path, meta)

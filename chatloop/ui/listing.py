@@ -12,7 +12,7 @@ from dataclasses import asdict
 from datetime import datetime
 
 from chatloop.format import Message, Session, SessionMeta
-from chatloop.index import SearchHit, SessionRow
+from chatloop.store.index import SearchHit, SessionRow
 
 # C0 controls (but tab and newline), DEL and C1 controls become visible pictures or
 # escapes; bidirectional overrides too: none of them may reach a terminal as such.
@@ -92,6 +92,12 @@ def hits_json(hits: list[SearchHit]) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False)
 
 
+NO_REPLY = {
+    "error": "(no reply: the request failed)",
+    "cancelled": "(no reply: interrupted before any text arrived)",
+}
+
+
 def transcript_lines(meta: SessionMeta, messages: Iterable[Message]) -> Iterator[str]:
     """A session as a person reads it in a terminal, one chunk per message as the
     messages stream in: who said what, tools, summary, and what was interrupted."""
@@ -108,8 +114,11 @@ def transcript_lines(meta: SessionMeta, messages: Iterable[Message]) -> Iterator
             out += ["", f"── {label} ({m.at:%H:%M:%S}) ──{cut}", f"You: {m.text}"]
         elif m.role == "assistant":
             out += [f"  [thinking] {t.text}" for t in m.thinking]
-            if m.text or cut:
+            if m.text or m.thinking or not m.interrupted:
                 out.append(f"{meta.agent or 'Assistant'}: {m.text}{cut}")
+            else:  # nothing arrived: say why the exchange has no reply
+                why = NO_REPLY.get(m.stop_reason or "", "(no reply: interrupted)")
+                out.append(f"{meta.agent or 'Assistant'}: {why}")
             out += [f"  → {c.name}({c.arguments})" for c in m.tool_calls]
         elif m.role == "tool":
             for r in m.tool_results:

@@ -3,7 +3,9 @@
 Every assistant message and every tool result is handed to ``record`` (the
 store's append) the moment it exists, so a crash mid-turn loses nothing that
 happened. A reply cut short by Ctrl-C, a cancel, or a server failure is
-recorded too, marked ``interrupted``, with whatever text had arrived.
+recorded too, marked ``interrupted``, with whatever text had arrived; when
+nothing arrived, its ``stop_reason`` says why (``cancelled`` or ``error``), so
+a failed exchange is visible in the file and in ``show``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from chatloop.agent import Agent
 from chatloop.backends.base import (
     Backend,
     Cancel,
@@ -27,10 +28,11 @@ from chatloop.backends.base import (
     ToolCallEvent,
     UsageEvent,
 )
+from chatloop.chat.agent import Agent
+from chatloop.config import DEFAULT_MAX_TOOL_ROUNDS
 from chatloop.errors import BackendError
-from chatloop.format import Message, Thinking, ToolCall, Usage
+from chatloop.format import Message, Thinking, ToolCall, ToolResult, Usage
 
-DEFAULT_MAX_TOOL_ROUNDS = 8
 Record = Callable[[Message], None]
 OnEvent = Callable[[Event], None]
 BuildContext = Callable[[Sequence[Message]], list[ChatMessage]]
@@ -124,17 +126,37 @@ def run_turn(
         except BackendError as exc:
             result.error = exc
         interrupted = result.interrupted or result.error is not None
-        if not interrupted or reply.text or reply.thinking:
-            message = reply.message(clock(), backend.model, time.monotonic() - started, interrupted)
-            record(message)
-            result.messages.append(message)
+        if interrupted and reply.finish is None:  # say in the file why the reply ended
+            reply.finish = "error" if result.error is not None else "cancelled"
+        message = reply.message(clock(), backend.model, time.monotonic() - started, interrupted)
+        record(message)
+        result.messages.append(message)
         if interrupted or not reply.calls:
             return result
         rounds += 1
-        results = tuple(agent.run_tool(call) for call in reply.calls)
-        tool_message = Message.create("tool", clock(), tool_results=results)
+        tool_message = Message.create("tool", clock(), tool_results=_run_tools(agent, reply.calls))
         record(tool_message)
         result.messages.append(tool_message)
+        if any(r.content == CANCELLED_TOOL for r in tool_message.tool_results):
+            result.interrupted = True
+            return result
+
+
+CANCELLED_TOOL = "cancelled by the person (Ctrl-C) before it finished"
+
+
+def _run_tools(agent: Agent, calls: Sequence[ToolCall]) -> tuple[ToolResult, ...]:
+    """The result of each call in order; Ctrl-C stops the rest, each marked cancelled,
+    so every call the model made still has a result."""
+    results: list[ToolResult] = []
+    for call in calls:
+        try:
+            results.append(agent.run_tool(call))
+        except KeyboardInterrupt:
+            break
+    for call in calls[len(results) :]:
+        results.append(ToolResult(call.id, call.name, CANCELLED_TOOL, is_error=True))
+    return tuple(results)
 
 
 def respond(

@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from chatloop.errors import NotFound
-from chatloop.fsio import FILE_MODE, ensure_dir, is_locked, lock_path
 from chatloop.ids import validate_session_id
-from chatloop.store import Store
+from chatloop.store.fsio import FILE_MODE, ensure_dir, is_locked, lock_path
+from chatloop.store.store import Store
 
 if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
     from chatloop.format import Skim as Scanned
@@ -145,7 +145,7 @@ class Index:
         return self._guarded(lambda: self._refresh(all_projects, progress, may_rebuild=True))
 
     def _refresh(self, all_projects: bool, progress: Progress | None, may_rebuild: bool) -> int:
-        from chatloop.index_scan import scan_files
+        from chatloop.store.index_scan import scan_files
 
         if self.in_memory:
             all_projects = True  # it starts empty: what is listed must all be read
@@ -207,7 +207,7 @@ class Index:
 
     def _store_streaming(self, path: str, st: os.stat_result) -> None:
         """Index one large file, inserting its words chunk by chunk as they are read."""
-        from chatloop.index_scan import scan_file
+        from chatloop.store.index_scan import scan_file
 
         self._forget(path)
         num = int(self._db.execute("SELECT coalesce(max(num), 0) + 1 FROM sessions").fetchone()[0])
@@ -384,7 +384,7 @@ class Index:
         """Sessions whose text holds every word of ``query`` (case-insensitive, whole
         words; punctuation separates words), best match first, one hit per session.
         The snippet and role come from the message where the first word occurs."""
-        from chatloop.index_scan import hit_in
+        from chatloop.store.index_scan import hit_in
 
         words = _WORD_RE.findall(query)
         if not words:

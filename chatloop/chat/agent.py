@@ -29,7 +29,6 @@ from typing import Any
 from chatloop.errors import UsageError
 from chatloop.format import ToolCall, ToolResult
 
-DEFAULT_AGENT = "simple_sally"
 MAX_TOOL_RESULT_CHARS = 20_000
 _JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean",
                                list: "array", tuple: "array", dict: "object"}  # fmt: skip
@@ -141,9 +140,9 @@ def agent_dirs(cwd: Path, home: Path) -> list[Path]:
 def bundled_agents() -> Path:
     """The sample agents that ship with chatloop: ``chatloop/agents`` in an installed
     wheel, the project's own ``agents/`` in a source checkout or editable install."""
-    here = Path(__file__).resolve().parent
-    installed = here / "agents"
-    return installed if installed.is_dir() else here.parent / "agents"
+    package = Path(__file__).resolve().parents[1]  # chatloop/
+    installed = package / "agents"
+    return installed if installed.is_dir() else package.parent / "agents"
 
 
 def find_agent_file(ref: str, dirs: Iterable[Path], *, names_only: bool = False) -> Path:

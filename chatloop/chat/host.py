@@ -1,0 +1,62 @@
+"""What a chat session asks of whoever shows it: the REPL, a test, a script.
+
+``ChatSession`` never prints and never reads the keyboard. It tells its host
+what happened (``notice``), streams replies into a ``ReplyView`` the host
+makes, runs slow work under ``working`` (a spinner, or nothing), and asks the
+person yes/no questions through ``ask``. The REPL (``chatloop.ui.repl``) is
+one host; ``tests/hosts.py`` has a scripted one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from chatloop.backends.base import Event
+from chatloop.format import Message
+
+if TYPE_CHECKING:
+    from chatloop.store.index import SessionRow
+
+Tone = Literal["info", "warn", "ok", "restored"]
+Progress = Callable[[str], None]
+
+
+class ReplyView(Protocol):
+    """One streamed reply on its way to the person."""
+
+    def on_event(self, event: Event) -> None:
+        """A piece of the reply (text, thinking, a tool call, the finish)."""
+
+    def tool_results(self, message: Message) -> None:
+        """The results of the tools the reply called, as they were saved."""
+
+    def close(self, interrupted: bool, saved: bool) -> None:
+        """The reply ended; ``interrupted``: cut short; ``saved``: some of it was kept."""
+
+
+class Host(Protocol):
+    """The session's window on the person."""
+
+    def notice(self, text: str, tone: Tone = "info") -> None:
+        """Tell the person something that happened (one or a few lines, plain text)."""
+
+    def ask(self, question: str, default: bool) -> bool:
+        """A yes/no question. An empty answer takes ``default``; anything that is not
+        an answer (a message typed ahead, Ctrl-C) counts as *no*, and the host keeps
+        what was typed for later: a question never eats a message."""
+        ...
+
+    def reply_view(self) -> ReplyView:
+        """A fresh view for one streamed reply."""
+        ...
+
+    def working(self, label: str) -> AbstractContextManager[Progress]:
+        """Slow work under way (a summary): show it; the yielded function names the
+        current step ("part 2 of 3")."""
+        ...
+
+    def pick(self, rows: list[SessionRow]) -> SessionRow | None:
+        """Let the person choose a session (None: they chose none)."""
+        ...

@@ -1,0 +1,515 @@
+"""``ChatSession``: one conversation from its first message to its last summary.
+
+It owns every decision the REPL used to make: when a session file is
+created, what is saved before a request goes out, what is sent (the budget),
+when and how a session is compacted or resumed, what a failed exchange leaves
+in the file, and the counters. The REPL and the CLI only drive it and show
+what it tells them through its ``Host`` (``chatloop.chat.host``); tests drive
+it directly with a scripted host.
+
+Promises (docs/durability.md, docs/chains.md):
+
+- The person's message is written (write + fsync) before the request goes
+  out. A message that cannot be written yet (a full disk) is *queued*: kept
+  in order, counted in ``unsaved``, written before anything else, and never
+  sent before it is on disk. ``close`` returns what could still not be saved.
+- Every reply and tool result is recorded as it happens; a reply cut short or
+  an exchange that failed leaves an assistant frame marked ``interrupted``
+  (with ``stop_reason`` ``cancelled`` or ``error`` when nothing arrived).
+- Compaction and resume close the current file with its summary and continue
+  in a new file linked to it. A message that triggered the compaction is held
+  aside and written into the new file, or stays queued when that fails.
+- Errors that end an operation are raised as ``ChatloopError`` (the UI's one
+  boundary shows them); the session stays usable after any of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from chatloop.backends.base import Backend, ContextOverflow
+from chatloop.chat import chain, prompts
+from chatloop.chat.agent import Agent, normalise
+from chatloop.chat.context import Plan, plan
+from chatloop.chat.host import Host
+from chatloop.chat.turn import TurnResult, respond, run_turn
+from chatloop.config import Settings
+from chatloop.errors import BackendError, ChatloopError, StoreError
+from chatloop.format import Message, SessionMeta, Totals
+from chatloop.format.front_matter import MAX_TITLE_CHARS
+from chatloop.store.store import Store
+from chatloop.store.writer import SessionWriter
+
+if TYPE_CHECKING:
+    from chatloop.store.index import SessionRow
+
+Clock = Callable[[], datetime]
+
+
+@dataclass(frozen=True)
+class Closed:
+    """How ``close`` ended: the finalized file (if any) and what could not be saved."""
+
+    parent: chain.Parent | None
+    unsaved: tuple[Message, ...] = ()
+
+
+@dataclass
+class ChatSession:
+    """One chat with one agent. Not thread-safe; one per REPL."""
+
+    agent: Agent
+    backend: Backend
+    store: Store
+    settings: Settings
+    host: Host
+    clock: Clock = field(default=lambda: datetime.now().astimezone())
+    title: str = ""
+    assume_yes: bool = False  # --yes: accept the questions a resume may ask
+    leaving: bool = False  # set when a signal asked chatloop to leave: no model calls now
+    writer: SessionWriter | None = None
+    previous: str | None = None  # the parent's summary, when this session continues one
+    prefix: list[Message] = field(default_factory=list)  # --full: the parent's history
+    chain_base: int = 0  # tokens of every ancestor
+    _queue: list[Message] = field(default_factory=list)
+    _window: int | None = None
+
+    # ------------------------------------------------------------------ state
+    @property
+    def unsaved(self) -> int:
+        """Messages in hand that are not on disk yet."""
+        return len(self._queue)
+
+    @property
+    def totals(self) -> Totals:
+        """This session's counters (``Totals`` of the file, plus what is queued)."""
+        base = self.writer.totals if self.writer else Totals()
+        for m in self._queue:
+            base = base.plus(m)
+        return base
+
+    @property
+    def messages(self) -> list[Message]:
+        """This session's messages: those on disk, then those queued."""
+        return [*(self.writer.messages if self.writer else []), *self._queue]
+
+    def meta(self) -> SessionMeta:
+        """The current front matter, or what a new session's would be."""
+        if self.writer is not None:
+            return self.writer.meta
+        now = self.clock()
+        return SessionMeta(
+            id="", created=now, updated=now, title=self.title, agent=self.agent.name,
+            agent_name=Path(self.agent.path).stem, model=self.backend.model,
+            backend_url=self.backend.base_url, git_branch=git_branch(self.store.cwd),
+        )  # fmt: skip
+
+    def window(self) -> int | None:
+        """The context window: the settings', else the server's, else unknown (None)."""
+        if self._window is None:
+            try:
+                self._window = self.settings.context_window or self.backend.context_window() or 0
+            except ChatloopError:
+                self._window = 0
+        return self._window or None
+
+    def reply_options(self) -> dict[str, Any]:
+        """Options for a reply: ``max_tokens`` from the settings, else the agent's."""
+        limit = self.settings.max_tokens or int(self.agent.options.get("max_tokens") or 0)
+        return {"max_tokens": limit} if limit else {}
+
+    def plan(self, extra: Sequence[Message] = ()) -> Plan:
+        """What the next call would send: the --full prefix, this session, ``extra``."""
+        return self._plan([*self.messages, *extra])
+
+    def _plan(self, messages: Sequence[Message]) -> Plan:
+        return plan(self.agent.system_prompt, [*self.prefix, *messages], window=self.window(),
+                    tools=self.agent.tool_specs() if self.agent.tools else None,
+                    reserve=self.reply_options().get("max_tokens"))  # fmt: skip
+
+    # ------------------------------------------------------------------ saving
+    def _ensure_file(self) -> SessionWriter:
+        if self.writer is None:
+            self._adopt(self.store.create(self.meta()))
+        assert self.writer is not None
+        return self.writer
+
+    def _adopt(self, writer: SessionWriter) -> None:
+        self.writer = writer
+
+    def flush(self) -> None:
+        """Write every queued message, in order. Raises StoreError (the rest stay queued)."""
+        if not self._queue:
+            return
+        writer = self._ensure_file()
+        while self._queue:
+            writer.append(self._queue[0])
+            self._queue.pop(0)
+
+    def _queued_error(self, exc: StoreError) -> StoreError:
+        """``exc`` with a hint that tells the truth about the queue."""
+        n = len(self._queue)
+        held = f"{n} message{'s' if n != 1 else ''} kept in memory, not yet saved"
+        return StoreError(exc.message, f"{held}: chatloop writes them before anything else "
+                          "and sends nothing until they are saved.")  # fmt: skip
+
+    # ------------------------------------------------------------------ a turn
+    def send(self, text: str) -> TurnResult:
+        """One exchange: make room if needed, save ``text``, stream the reply, run tools;
+        then compact if the window is past the threshold.
+
+        Raises ChatloopError when the message cannot go out (too long, no room,
+        not saved: then it stays queued and is written and sent first next time)
+        or when the server failed (after the failure is recorded in the file)."""
+        draft = Message.create("user", self.clock(), text=text)
+        room = self.plan([draft])
+        if not room.fits:
+            self._check_room(room)
+        self._queue.append(draft)  # in hand: from here on it is on disk or visibly queued
+        try:
+            if not room.fits:
+                self.host.notice("The context window is full: compacting before sending.",
+                                 "warn")  # fmt: skip
+                self.compact()
+            self.flush()
+        except StoreError as exc:
+            raise self._queued_error(exc) from exc
+        return self._answer(text)
+
+    def _check_room(self, room: Plan) -> None:
+        if not any(m.is_query for m in self.messages):
+            raise ChatloopError(
+                f"This message alone (about {room.messages_tokens:,} tokens) does not fit the "
+                f"context window ({room.budget.available:,} tokens for messages)",
+                "Shorten it (Up recalls it), or use a model with a larger window.",
+            )
+        if self.settings.auto_compact == "off":
+            raise ChatloopError(
+                "The conversation no longer fits the context window; the message was not sent",
+                "/compact continues in a new session from a summary; then send it again "
+                "(Up recalls it).",
+            )
+
+    def _answer(self, text: str) -> TurnResult:
+        view = self.host.reply_view()
+        failures: list[StoreError] = []
+
+        def record(message: Message) -> None:
+            self._queue.append(message)
+            try:
+                self.flush()
+            except StoreError as exc:
+                failures.append(exc)
+            if message.role == "tool":
+                view.tool_results(message)
+
+        result = run_turn(
+            self.agent, self.backend, self.messages, build_context=self.wire, record=record,
+            clock=self.clock, on_event=view.on_event, max_rounds=self.settings.max_tool_rounds,
+            options=self.reply_options(),
+        )  # fmt: skip
+        kept = any(m.interrupted and (m.text or m.thinking) for m in result.messages)
+        view.close(result.interrupted, saved=kept)
+        if failures:
+            raise self._queued_error(failures[-1])
+        if self.leaving:
+            return result
+        error = result.error
+        if isinstance(error, ContextOverflow) and error.window:
+            self._window = error.window  # the server told us its real window
+        if isinstance(error, ContextOverflow) and self.settings.auto_compact != "off":
+            self.host.notice("The server says the context window is full: compacting; the new "
+                             "session answers your message.", "warn")  # fmt: skip
+            self.compact(unanswered=text)
+        elif error is not None:
+            raise error
+        else:
+            self._after_turn()
+        return result
+
+    def wire(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
+        """The call for ``messages`` (the turn's view of this session) within the budget."""
+        return self._plan(messages).wire
+
+    def _after_turn(self) -> None:
+        """Past the threshold: warn, then compact (on), ask (ask) or only hint (off)."""
+        window = self.window()
+        if not window or self.writer is None:
+            return
+        now = self.plan()
+        used = max(now.tokens, self.totals.last_call)
+        share = used / window
+        if share < self.settings.compact_threshold:
+            return
+        self.host.notice(f"Context {share:.0%} full ({used:,} of {window:,} tokens).", "warn")
+        mode = self.settings.auto_compact
+        if mode == "off":
+            self.host.notice("/compact continues in a new session from a summary.")
+        elif mode == "on" or self.host.ask("Compact now?", True):
+            self.compact()
+
+    # ------------------------------------------------------------------ summaries
+    def summarize(self, messages: list[Message], previous: str | None) -> chain.SummaryOutcome:
+        """The summary of ``messages``; never raises for the model, never hangs forever.
+        Cut short (Ctrl-C), or while leaving on a signal, the one built from the
+        transcript is used."""
+        if self.leaving:
+            return chain.SummaryOutcome(prompts.fallback_summary(messages, previous), True, 0)
+        try:
+            with self.host.working("Generating session summary...") as progress:
+                outcome = chain.summarize(
+                    self.backend, messages, previous=previous, window=self.window(),
+                    max_tokens=self.settings.summary_max_tokens,
+                    timeout=self.settings.summary_timeout, progress=progress,
+                )  # fmt: skip
+        except KeyboardInterrupt:
+            self.host.notice("Summary cut short: using one built from the transcript.", "warn")
+            return chain.SummaryOutcome(prompts.fallback_summary(messages, previous), True, 0)
+        if outcome.fallback and outcome.error:
+            self.host.notice(f"The model could not summarize ({outcome.error}); wrote a summary "
+                             "built from the transcript.", "warn")  # fmt: skip
+        return outcome
+
+    def close(self) -> Closed:
+        """Save what is queued, summarize and finalize the current session (if any),
+        and let go of it.
+
+        Never raises for the store: a file that cannot be finalized stays
+        ``open`` and is recovered at the next start; what could not be saved
+        is returned (and stays queued) so the UI can show it."""
+        try:
+            self.flush()
+        except StoreError as exc:
+            self.host.notice(f"Could not save: {exc.message}", "warn")
+        writer = self.writer
+        if writer is None:
+            return Closed(None, tuple(self._queue))
+        try:
+            return Closed(self._finalize(writer), tuple(self._queue))
+        except StoreError as exc:
+            self.host.notice(f"Could not finalize {writer.path.name}: {exc.message}. It stays "
+                             "open and is recovered at the next start.", "warn")  # fmt: skip
+            return Closed(None, tuple(self._queue))
+        finally:
+            self._release()
+
+    def _finalize(self, writer: SessionWriter) -> chain.Parent:
+        """Summarize and finalize ``writer``'s session; it stays ours. Raises StoreError."""
+        outcome = self.summarize(writer.messages, self.previous)
+        meta = writer.finalize(outcome.message(self.clock()))
+        kind = "fallback summary" if outcome.fallback else "summary"
+        self.host.notice(
+            f"Saved session {meta.id} with its {kind}: {meta.queries} queries, "
+            f"{meta.tokens_in + meta.tokens_out:,} tokens → {writer.path}", "ok",
+        )  # fmt: skip
+        return chain.closed_parent(writer)
+
+    def _release(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.writer = None
+        self.prefix = []
+        self.previous = None
+        self.chain_base = 0
+
+    # ------------------------------------------------------------------ compact
+    def compact(self, unanswered: str | None = None) -> None:
+        """Close this session with its summary and continue in a linked child.
+
+        Queued messages (never sent: nothing is sent while unsaved) belong to
+        the child: they are written there, or stay queued. ``unanswered``: a
+        message already in this session that the child must answer. Raises
+        ChatloopError when there is nothing to compact, StoreError when the
+        summary cannot be written (the session then simply goes on) or the
+        child cannot be made (the parent is closed; the next message starts a
+        fresh session). Nothing typed is lost either way."""
+        if not any(m.is_query for m in self.messages):
+            raise ChatloopError("Nothing to compact yet", "Send a message first.")
+        if self.writer is None or not self.writer.query_count:
+            self.flush()  # every query is still queued: they make the parent
+        writer = self._ensure_file()
+        held, self._queue = self._queue, []
+        try:
+            template = self.meta()
+            try:
+                parent = self._finalize(writer)
+            except StoreError as exc:
+                raise StoreError(f"Could not compact: {exc.message}",
+                                 "The session goes on as it was.") from exc  # fmt: skip
+            self._release()
+            if parent.summary is None:  # finalize always writes one; a guard, not a path
+                raise StoreError("Could not compact: the summary is missing", "")
+            self.begin_child(parent, parent.summary, template, unanswered)
+        finally:
+            self._queue[0:0] = held
+
+    def begin_child(self, parent: chain.Parent, summary: str, template: SessionMeta | None = None,
+                    unanswered: str | None = None) -> None:  # fmt: skip
+        """Create the child of ``parent``, send the restoration prompt, record the
+        acknowledgment (skipped on Ctrl-C or a server failure: the summary is in place)."""
+        base = template or self.meta()
+        writer = chain.start_child(self.store, base, parent, summary, self.clock, unanswered)
+        self._adopt(writer)
+        self.previous = summary
+        self.chain_base = chain.chain_tokens(self.store, writer.path, writer.meta)
+        self.host.notice(f"Session Restored: {writer.meta.id} continues {parent.meta.id} "
+                         f"({parent.meta.queries} queries).", "restored")  # fmt: skip
+        if not self.leaving:
+            self._acknowledge()
+
+    def _acknowledge(self) -> None:
+        writer = self.writer
+        assert writer is not None
+        view = self.host.reply_view()
+        try:
+            reply = respond(self.backend, self.plan().wire, clock=self.clock,
+                            on_event=view.on_event, options=self.reply_options())  # fmt: skip
+        except KeyboardInterrupt:
+            view.close(False, False)
+            self.host.notice("Acknowledgment skipped; the summary is in place.")
+            return
+        except BackendError as exc:
+            view.close(False, False)
+            self.host.notice(f"No acknowledgment ({exc.message}); the summary is in place.",
+                             "warn")  # fmt: skip
+            return
+        view.close(False, False)
+        self._queue.append(replace(reply, restore=True))
+        try:
+            self.flush()
+        except StoreError as exc:
+            raise self._queued_error(exc) from exc
+
+    # ------------------------------------------------------------------ resume
+    def find(self, ref: str) -> SessionRow | None:
+        """The session ``ref`` names (number or id; "": the person picks one, None if
+        they pick none). Raises ChatloopError with the closest match when unknown."""
+        from chatloop.store.index import Index
+
+        with Index(self.store) as index:
+            index.sync(all_projects=True)
+            if not ref:
+                return self.host.pick(index.list_sessions(limit=50))
+            return index.find(ref)
+
+    def resume(self, ref: str, full: bool = False) -> bool:
+        """Continue session ``ref`` (see ``find``). False if nothing was resumed."""
+        row = self.find(ref)
+        if row is None:
+            self.host.notice("Nothing resumed.")
+            return False
+        return self.resume_path(Path(row.path), full)
+
+    def resume_path(self, path: Path, full: bool = False) -> bool:
+        """Close this session and continue the one at ``path`` in a new linked file,
+        from its summary (written first if missing) or, with ``full``, from its whole
+        history when that fits. False if nothing was resumed."""
+        if self.writer is not None and path == self.writer.path:
+            raise ChatloopError("That is the session you are in", "/compact continues it anew.")
+        try:
+            parent = chain.read_parent(self.store, path)
+        except (ChatloopError, OSError):
+            raise ChatloopError(f"The session file {path} is gone or unreadable",
+                                "`chatloop reindex` refreshes the list.") from None  # fmt: skip
+        if not self._agent_matches(parent.meta):
+            self.host.notice("Not resumed.")
+            return False
+        if parent.note:
+            self.host.notice(f"Session {parent.meta.id}: {parent.note}.", "warn")
+        history = self._full_history(parent) if full else None
+        if parent.summary is None and history is None:
+            parent = self._summarize_parent(parent)
+        template = self.meta()
+        self.close()
+        if history is not None:
+            self._start_full(parent, history, template)
+        else:
+            assert parent.summary is not None
+            self.begin_child(parent, parent.summary, template)
+        return True
+
+    def _agent_matches(self, meta: SessionMeta) -> bool:
+        """True when the session was held with this agent (by name), or the person
+        agrees to go on with this one."""
+        recorded = meta.agent_ref
+        mine = normalise(Path(self.agent.path).stem)
+        if not recorded or normalise(recorded) == mine or meta.agent == self.agent.name:
+            return True
+        if self.assume_yes:
+            return True
+        return self.host.ask(f"Session {meta.id} was with {meta.agent or recorded}; continue it "
+                             f"with {self.agent.name}?", False)  # fmt: skip
+
+    def _summarize_parent(self, parent: chain.Parent) -> chain.Parent:
+        """A parent without a usable summary gets one now, written into its file when it can."""
+        found = self.store.read(parent.path)
+        writer = None
+        if not found.legacy:  # legacy files are read, never written
+            try:
+                writer = self.store.open(parent.path)
+            except ChatloopError:  # open in another chatloop: summarize without writing
+                writer = None
+        messages = writer.messages if writer else list(found.session.messages)
+        outcome = self.summarize(messages, chain.previous_summary(messages))
+        if writer is None:
+            return replace(parent, summary=outcome.text)
+        try:
+            writer.finalize(outcome.message(self.clock()))
+            self.host.notice(f"Wrote the missing summary into {parent.path.name}.")
+            return chain.closed_parent(writer)
+        finally:
+            writer.close()
+
+    def _full_history(self, parent: chain.Parent) -> list[Message] | None:
+        session = self.store.read(parent.path).session
+        history = [m for m in session.messages if m.role != "summary"]
+        fit = self._plan(history)
+        if fit.fits:
+            return history
+        self.host.notice(
+            f"The full history of {parent.meta.id} (about {fit.messages_tokens:,} tokens) does "
+            f"not fit the budget ({fit.budget.available:,}); using its summary instead.", "warn",
+        )  # fmt: skip
+        return None
+
+    def _start_full(self, parent: chain.Parent, history: list[Message],
+                    template: SessionMeta) -> None:  # fmt: skip
+        meta = chain.child_meta(template, parent, self.clock(), self.store.project_dir)
+        self._adopt(self.store.create(replace(meta, extra={**meta.extra, "restored": "full"})))
+        assert self.writer is not None
+        self.prefix = history
+        self.previous = parent.summary
+        self.chain_base = chain.chain_tokens(self.store, self.writer.path, self.writer.meta)
+        self.host.notice(f"Session Restored: {self.writer.meta.id} continues {parent.meta.id} "
+                         f"with its full history ({len(history)} messages).",
+                         "restored")  # fmt: skip
+
+    # ------------------------------------------------------------------ small edits
+    def rename(self, title: str) -> str:
+        """Give the session a title (cut to the longest a title may be); returns it."""
+        if not title:
+            raise ChatloopError("Give the new title", "For example: /rename Balcony garden plan")
+        title = title[:MAX_TITLE_CHARS]
+        if self.writer is not None:
+            self.writer.update_meta(title=title)  # before self.title: a refusal changes nothing
+        self.title = title
+        return title
+
+    def last_reply(self) -> str | None:
+        """The text of the latest reply (for /copy)."""
+        return next((m.text for m in reversed(self.messages) if m.role == "assistant" and m.text),
+                    None)  # fmt: skip
+
+
+def git_branch(cwd: Path) -> str | None:
+    """The current branch from .git/HEAD (no subprocess), or None."""
+    for folder in (cwd, *cwd.parents):
+        head = folder / ".git" / "HEAD"
+        if head.is_file():
+            text = head.read_text(encoding="utf-8", errors="replace").strip()
+            return text.removeprefix("ref: refs/heads/") if text.startswith("ref:") else None
+    return None

@@ -1,0 +1,262 @@
+"""The REPL's command table: each command's name, usage, help and handler in one row.
+
+``/help`` and the prompt's completion are built from ``TABLE``, so a command
+cannot exist without its help line. Commands start with ``/``. A few bare
+words also work when they are the whole line, because people type them that
+way: ``exit``, ``quit``, ``bye``, ``sessions``, ``compact``, ``resume N``. An
+unknown ``/x`` is never sent to the model: it becomes ``Unknown`` with the
+closest command as a suggestion.
+
+Handlers only ask the ``ChatSession`` and show the answer; they raise
+``ChatloopError`` for the REPL's one error boundary to show.
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from rich.console import Console
+
+from chatloop.backends.base import estimate_tokens
+from chatloop.chat.session import ChatSession
+from chatloop.errors import ChatloopError
+from chatloop.format.front_matter import MAX_TITLE_CHARS
+from chatloop.store.fsio import FILE_MODE
+from chatloop.ui import render
+from chatloop.ui.listing import visible
+
+
+class Shell(Protocol):
+    """What a handler may use: the session, the screen, the clock, and leaving."""
+
+    session: ChatSession
+    console: Console
+
+    def now(self) -> datetime: ...
+
+    def leave(self) -> None: ...
+
+
+Handler = Callable[[Shell, str], None]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One command: how it is typed, what ``/help`` says, and what runs."""
+
+    name: str
+    usage: str
+    help: str
+    run: Handler
+    aliases: tuple[str, ...] = ()
+
+
+# ------------------------------------------------------------------ handlers
+
+
+def _help(shell: Shell, arg: str) -> None:
+    lines = [f"  {spec.usage:<18} {spec.help}" for spec in TABLE]
+    lines += [
+        "",
+        "  Enter sends · Esc+Enter or a trailing \\ adds a line · Up recalls earlier lines",
+        "  Ctrl-C stops a reply or clears the line · Ctrl-D leaves · // sends a literal /",
+    ]
+    shell.console.print("\n".join(lines), highlight=False, markup=False)
+
+
+def _exit(shell: Shell, arg: str) -> None:
+    shell.leave()
+
+
+def _compact(shell: Shell, arg: str) -> None:
+    shell.session.compact()
+
+
+def _resume(shell: Shell, arg: str) -> None:
+    shell.session.resume(arg)
+
+
+def _sessions(shell: Shell, arg: str) -> None:
+    from chatloop.store.index import Index
+
+    with Index(shell.session.store) as index:
+        index.sync(all_projects=False)
+        rows = index.list_sessions(limit=20)
+    if rows:
+        shell.console.print(render.sessions_table(rows, shell.now()))
+    else:
+        render.note(shell.console, "No sessions yet in this directory.")
+
+
+def _info(shell: Shell, arg: str) -> None:
+    session = shell.session
+    meta, totals, window = session.meta(), session.totals, session.window()
+    backend, agent = session.backend, session.agent
+    mark = "~" if totals.estimated else ""
+    restore = f", restoration {totals.restoration:,}" if totals.restoration else ""
+    facts = [
+        ("session", meta.id or "(not started: send a message)"),
+        ("file", str(session.writer.path) if session.writer else "-"),
+        ("agent", f"{agent.name} ({agent.path})"),
+        ("model", f"{render.model_label(backend.model)} via {backend.kind} {backend.base_url}"),
+        ("context window", f"{window:,} tokens" if window else "unknown"),
+        ("queries", str(totals.queries)),
+        ("tokens", f"{mark}{totals.tokens:,} (in {totals.tokens_in:,}, out "
+                   f"{totals.tokens_out:,}{restore})"),
+    ]  # fmt: skip
+    if session.unsaved:
+        facts.append(("not yet saved", f"{session.unsaved} message(s), written before the next"))
+    if meta.parent_id:
+        facts.append(("continues", f"{meta.parent_id} ({meta.parent_file})"))
+        chain = session.chain_base + totals.tokens + totals.restoration
+        facts.append(("chain tokens", f"{chain:,} (this session and every ancestor)"))
+    width = max(len(k) for k, _ in facts)
+    text = "\n".join(f"  {k:<{width}}  {v}" for k, v in facts)
+    shell.console.print(visible(text), highlight=False, markup=False)
+
+
+def _context(shell: Shell, arg: str) -> None:
+    plan = shell.session.plan()
+    rows = [
+        (str(m["role"]), estimate_tokens(str(m.get("content") or "")) + 4,
+         str(m.get("content") or m.get("tool_calls") or ""))
+        for m in plan.wire
+    ]  # fmt: skip
+    shell.console.print(render.context_table(rows, plan.budget.window, plan.tokens))
+    b = plan.budget
+    lines = [
+        f"budget: window {b.window:,} − system {b.system:,} − tools {b.tools:,} − "
+        f"reply reserve {b.reserve:,} = {b.available:,} for messages "
+        f"({plan.messages_tokens:,} used)"
+    ]
+    if plan.pruned:
+        lines.append(f"{plan.pruned} older tool results are left out of the call "
+                     "(they stay in the transcript)")  # fmt: skip
+    if not plan.fits:
+        lines.append("the history no longer fits: the next message compacts first")
+    render.note(shell.console, "\n".join(lines))
+
+
+def _rename(shell: Shell, arg: str) -> None:
+    title = shell.session.rename(arg)
+    if len(arg) > MAX_TITLE_CHARS:
+        render.note(shell.console, f"Title cut to {MAX_TITLE_CHARS} characters (of {len(arg)}).")
+    render.note(shell.console, f"Title: {title}")
+
+
+def _export(shell: Shell, arg: str) -> None:
+    writer = shell.session.writer
+    if writer is None:
+        raise ChatloopError("Nothing to export yet", "Send a message first.")
+    target = Path(arg or f"{writer.meta.id}.md").expanduser()
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        raise ChatloopError(f"{target} already exists", "Choose another file name.") from None
+    except OSError as exc:
+        raise ChatloopError(f"Cannot write {target}: {exc.strerror}", "") from exc
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(writer.path.read_bytes())
+    render.note(shell.console, f"Exported to {target}")
+
+
+def _copy(shell: Shell, arg: str) -> None:
+    reply = shell.session.last_reply()
+    if reply is None:
+        raise ChatloopError("No reply to copy yet", "")
+    payload = base64.b64encode(reply.encode()).decode()
+    shell.console.file.write(f"\x1b]52;c;{payload}\x07")  # our own sequence; the text is base64
+    render.note(shell.console, "Copied the last reply (through your terminal's clipboard).")
+
+
+def _clear(shell: Shell, arg: str) -> None:
+    shell.console.clear()
+
+
+TABLE: tuple[Spec, ...] = (
+    Spec("help", "/help", "show the commands and keys", _help),
+    Spec("exit", "/exit", "save, summarize and leave (also /quit, exit, quit, bye, Ctrl-D)",
+         _exit, ("quit",)),
+    Spec("compact", "/compact", "summarize, then continue in a new linked session", _compact),
+    Spec("resume", "/resume [N|ID]", "continue a past session from its summary", _resume),
+    Spec("sessions", "/sessions", "list this project's sessions (1 = most recent)", _sessions),
+    Spec("info", "/info", "this session: id, file, agent, model, tokens", _info),
+    Spec("context", "/context", "exactly what the next call would send, with token counts",
+         _context),
+    Spec("rename", "/rename TITLE", "give this session a title", _rename),
+    Spec("export", "/export [FILE]", "write this session as markdown (default: ./<id>.md)",
+         _export),
+    Spec("copy", "/copy", "copy the last reply to the clipboard (terminal OSC 52)", _copy),
+    Spec("clear", "/clear", "clear the screen (the session is kept)", _clear),
+)  # fmt: skip
+_BY_NAME = {name: spec for spec in TABLE for name in (spec.name, *spec.aliases)}
+_BARE = {"exit": "exit", "quit": "exit", "bye": "exit", "sessions": "sessions",
+         "compact": "compact"}  # fmt: skip
+_BARE_RESUME = re.compile(r"^resume(?:\s+(\S+))?$", re.IGNORECASE)
+
+
+# ------------------------------------------------------------------ parsing
+
+
+@dataclass(frozen=True)
+class Command:
+    spec: Spec
+    arg: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True)
+class Unknown:
+    typed: str
+    suggestion: str | None
+
+
+@dataclass(frozen=True)
+class Text:
+    """A message for the model."""
+
+    text: str
+
+
+Parsed = Command | Unknown | Text
+
+
+def spec(name: str) -> Spec:
+    """The row of command ``name`` (or one of its aliases)."""
+    return _BY_NAME[name]
+
+
+def parse(line: str) -> Parsed:
+    """Classify one submitted line (which may span several lines)."""
+    stripped = line.strip()
+    if stripped.startswith("/") and not stripped.startswith("//"):
+        word, _, arg = stripped[1:].partition(" ")
+        found = _BY_NAME.get(word.lower())
+        if found is None:
+            close = difflib.get_close_matches(word.lower(), list(_BY_NAME), n=1, cutoff=0.5)
+            return Unknown(word, f"/{close[0]}" if close else None)
+        return Command(found, arg.strip())
+    lowered = stripped.lower()
+    if lowered in _BARE:
+        return Command(_BY_NAME[_BARE[lowered]])
+    match = _BARE_RESUME.match(stripped)
+    if match and (match.group(1) is None or re.fullmatch(r"\d+|\d{8}-\d{6}-[0-9a-f]{8}",
+                                                          match.group(1))):  # fmt: skip
+        return Command(_BY_NAME["resume"], match.group(1) or "")
+    return Text(line[1:] if stripped.startswith("//") else line)
+
+
+def completions() -> list[str]:
+    """Words the prompt offers to complete: every command and alias."""
+    return [f"/{name}" for name in _BY_NAME]

@@ -1,0 +1,92 @@
+"""A scripted ``Host`` for driving ``ChatSession`` without a terminal.
+
+It records every notice, question and streamed event, answers questions
+from a script (then with the question's default), and picks the first
+session offered (or none, if told so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from chatloop.backends.base import Event, TextDelta
+from chatloop.chat.agent import load_agent
+from chatloop.chat.host import Tone
+from chatloop.chat.session import ChatSession
+from chatloop.config import Settings
+from chatloop.format import Message
+from chatloop.store.store import Store
+from tests.conftest import Clock
+
+if TYPE_CHECKING:
+    from chatloop.store.index import SessionRow
+
+AGENTS = Path(__file__).resolve().parent.parent / "agents"
+
+
+@dataclass
+class View:
+    host: ScriptedHost
+    text: list[str] = field(default_factory=list)
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            self.text.append(event.text)
+
+    def tool_results(self, message: Message) -> None:
+        self.host.tool_results.append(message)
+
+    def close(self, interrupted: bool, saved: bool) -> None:
+        self.host.replies.append(("".join(self.text), interrupted, saved))
+
+
+@dataclass
+class ScriptedHost:
+    answers: list[bool] = field(default_factory=list)
+    pick_none: bool = False
+    notices: list[tuple[str, Tone]] = field(default_factory=list)
+    questions: list[str] = field(default_factory=list)
+    replies: list[tuple[str, bool, bool]] = field(default_factory=list)
+    tool_results: list[Message] = field(default_factory=list)
+    work: list[str] = field(default_factory=list)
+
+    def notice(self, text: str, tone: Tone = "info") -> None:
+        self.notices.append((text, tone))
+
+    def ask(self, question: str, default: bool) -> bool:
+        self.questions.append(question)
+        return self.answers.pop(0) if self.answers else default
+
+    def reply_view(self) -> View:
+        return View(self)
+
+    @contextmanager
+    def working(self, label: str) -> Iterator[Callable[[str], None]]:
+        self.work.append(label)
+        yield lambda step: self.work.append(f"{label} ({step})")
+
+    def pick(self, rows: list[SessionRow]) -> SessionRow | None:
+        return None if self.pick_none or not rows else rows[0]
+
+    def said(self, words: str) -> bool:
+        """True if any notice contains ``words``."""
+        return any(words in text for text, _ in self.notices)
+
+
+def chat(
+    store: Store, backend: Any, *, agent: str = "simple_sally.py",
+    settings: Settings | None = None, answers: list[bool] | None = None,
+    assume_yes: bool = False, **changes: Any,
+) -> tuple[ChatSession, ScriptedHost]:  # fmt: skip
+    """A ChatSession over ``store`` and ``backend`` with a scripted host; ``changes``
+    are Settings fields (``context_window=900``)."""
+    host = ScriptedHost(answers=list(answers or []))
+    settings = dataclasses.replace(settings or Settings(), **changes)
+    session = ChatSession(load_agent(AGENTS / agent), backend, store, settings, host,
+                          clock=Clock(), assume_yes=assume_yes)  # fmt: skip
+    return session, host

@@ -1,0 +1,161 @@
+"""ChatSession on its own: the message in hand, failed exchanges, totals, a full disk.
+
+These drive the conversation library with a scripted host (tests/hosts.py)
+and the scripted backend; the disk-full cases use a real, size-limited tmpfs.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chatloop.errors import BackendError, StoreError
+from chatloop.format import Message, Session, Totals, parse_markdown
+from chatloop.store.store import Store
+from chatloop.ui.listing import transcript_text
+from tests.conftest import Clock
+from tests.fakes import STRUCTURED, FakeBackend
+from tests.hosts import chat
+
+
+def files(store: Store) -> list[Session]:
+    found = [parse_markdown(Path(e.path).read_bytes()).session for e in store.session_files()]
+    return sorted(found, key=lambda s: (s.meta.created, s.meta.id))
+
+
+def queries(store: Store) -> list[str]:
+    return [m.text for s in files(store) for m in s.messages if m.is_query]
+
+
+def test_a_failed_exchange_is_marked_in_the_file_and_the_chat_goes_on(store: Store) -> None:
+    backend = FakeBackend(BackendError("Cannot reach the server", "Start it."), "Back again.",
+                          STRUCTURED)  # fmt: skip
+    session, host = chat(store, backend)
+    with pytest.raises(BackendError, match="Cannot reach"):
+        session.send("are you there?")
+    assert host.replies == [("", False, False)]  # the error itself is what the screen shows
+    session.send("and now?")
+    session.close()
+    (found,) = files(store)
+    user, mark, user2, reply, _summary = found.messages
+    assert (user.text, mark.role, mark.text, mark.interrupted, mark.stop_reason) == (
+        "are you there?", "assistant", "", True, "error")  # fmt: skip
+    assert user2.text == "and now?" and reply.text.strip() == "Back again."
+    assert "(no reply: the request failed)" in transcript_text(found)  # what `show` prints
+
+
+def test_ctrl_c_before_any_text_is_marked_cancelled(store: Store) -> None:
+    session, host = chat(store, FakeBackend(KeyboardInterrupt(), STRUCTURED))
+    result = session.send("a long question")
+    assert result.interrupted and host.replies == [("", True, False)]
+    session.close()
+    (found,) = files(store)
+    assert found.messages[1].stop_reason == "cancelled" and found.messages[1].interrupted
+    assert "(no reply: interrupted before any text arrived)" in transcript_text(found)
+
+
+def test_totals_are_one_notion_from_the_file_to_the_toolbar(store: Store) -> None:
+    backend = FakeBackend("One.", "Two.", STRUCTURED, "Ack.", "Three.", STRUCTURED)
+    session, _host = chat(store, backend)
+    session.send("first")
+    session.send("second")
+    before = session.totals
+    assert before == Totals.of(session.messages) and before.queries == 2 and before.tokens > 0
+    session.compact()
+    session.send("third")
+    child_totals = session.totals
+    session.close()
+    parent, child = files(store)
+    assert (parent.meta.queries, parent.meta.tokens_in, parent.meta.tokens_out) == (
+        2, before.tokens_in, before.tokens_out)  # fmt: skip
+    assert child_totals.fields() == {
+        "queries": child.meta.queries, "tokens_in": child.meta.tokens_in,
+        "tokens_out": child.meta.tokens_out, "restoration_tokens": child.meta.restoration_tokens,
+    }  # fmt: skip
+    assert child_totals.restoration > 0 and child_totals.queries == 1
+
+
+# ---------------------------------------------------------------- a full disk
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 2 MiB tmpfs (needs mount rights: root, as on the CI machine)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)],
+                          capture_output=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        if os.environ.get("CHATLOOP_REQUIRE_E2E"):
+            pytest.fail(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Fill ``disk`` to the last byte; returns the filler file (delete it to free space)."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as out:
+        for size in (1 << 16, 4096, 1):  # big blocks, then down to the last byte
+            try:
+                while True:
+                    out.write(b"\0" * size)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+    return filler
+
+
+def test_disk_full_during_automatic_compaction_loses_no_message(small_disk: Path) -> None:
+    store = Store(small_disk / "home", cwd=small_disk / "project")
+    (small_disk / "project").mkdir()
+    typed = [f"message {i}: " + "the soil of the garden beds and their drainage " * 4
+             for i in range(30)]  # fmt: skip
+    backend = FakeBackend(default=lambda msgs: STRUCTURED if "progressive summary" in
+                          str(msgs[-1]["content"]) else "Short reply.")  # fmt: skip
+    session, host = chat(store, backend, context_window=700, auto_compact="on", max_tokens=32,
+                         compact_threshold=1.0)  # compaction only when a message does not fit
+    session.clock = Clock()
+    sent = 0
+    while session.plan([Message.create("user", session.clock(), text=typed[sent])]).fits:
+        session.send(typed[sent])
+        sent += 1
+    assert sent >= 2
+    filler = fill(small_disk)
+    # the next message does not fit: compaction runs, and cannot write the summary
+    for text in typed[sent : sent + 2]:
+        with pytest.raises(StoreError) as caught:
+            session.send(text)
+        assert caught.value.message.startswith("Could not compact")
+        assert "kept in memory, not yet saved" in caught.value.hint
+    assert session.unsaved == 2 and session.writer is not None  # the session goes on
+    os.unlink(filler)
+    session.send(typed[sent + 2])  # space again: compact, then the queued messages, then this
+    session.close()
+    assert session.unsaved == 0
+    assert queries(store) == typed[: sent + 3]  # every typed message, once, in order
+    chain = files(store)
+    assert len(chain) >= 2 and all(s.meta.status == "closed" for s in chain)
+    assert chain[1].meta.parent_id == chain[0].meta.id
+    assert host.said("Session Restored")
+
+
+def test_a_full_disk_at_exit_hands_back_what_it_could_not_save(small_disk: Path) -> None:
+    store = Store(small_disk / "home", cwd=small_disk / "project")
+    (small_disk / "project").mkdir()
+    session, host = chat(store, FakeBackend("Fine.", STRUCTURED))
+    session.send("saved before the disk filled")
+    fill(small_disk)
+    with pytest.raises(StoreError):
+        session.send("typed when the disk was full " * 400)  # more than a page: must allocate
+    closed = session.close()
+    assert [m.text for m in closed.unsaved] == ["typed when the disk was full " * 400]
+    assert host.said("Could not")
+    assert queries(store) == ["saved before the disk filled"]  # the file is still whole
