@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -149,3 +150,36 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 2 MiB tmpfs, to fill with ``fill`` (mounting needs root, as on the CI
+    machine; elsewhere the test is skipped, or fails when CHATLOOP_REQUIRE_E2E is set)."""
+    import subprocess
+
+    where = tmp_path / "disk"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs",
+                           str(where)], capture_output=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        if os.environ.get("CHATLOOP_REQUIRE_E2E"):
+            pytest.fail(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Fill ``disk`` to the last byte; returns the filler file (delete it to free space)."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as out:
+        for size in (1 << 16, 4096, 1):  # big blocks, then down to the last byte
+            try:
+                while True:
+                    out.write(b"\0" * size)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+    return filler

@@ -6,10 +6,7 @@ and the scripted backend; the disk-full cases use a real, size-limited tmpfs.
 
 from __future__ import annotations
 
-import errno
 import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +15,7 @@ from chatloop.errors import BackendError, StoreError
 from chatloop.format import Message, Session, Totals, parse_markdown
 from chatloop.store.store import Store
 from chatloop.ui.listing import transcript_text
-from tests.conftest import Clock
+from tests.conftest import Clock, fill
 from tests.fakes import STRUCTURED, FakeBackend
 from tests.hosts import chat
 
@@ -81,36 +78,6 @@ def test_totals_are_one_notion_from_the_file_to_the_toolbar(store: Store) -> Non
 
 
 # ---------------------------------------------------------------- a full disk
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A real 2 MiB tmpfs (needs mount rights: root, as on the CI machine)."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)],
-                          capture_output=True, check=False)  # fmt: skip
-    if done.returncode != 0:
-        if os.environ.get("CHATLOOP_REQUIRE_E2E"):
-            pytest.fail(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
-        pytest.skip("mounting a tmpfs needs root")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def fill(disk: Path) -> Path:
-    """Fill ``disk`` to the last byte; returns the filler file (delete it to free space)."""
-    filler = disk / "filler"
-    with open(filler, "wb", buffering=0) as out:
-        for size in (1 << 16, 4096, 1):  # big blocks, then down to the last byte
-            try:
-                while True:
-                    out.write(b"\0" * size)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC
-    return filler
 
 
 def test_disk_full_during_automatic_compaction_loses_no_message(small_disk: Path) -> None:

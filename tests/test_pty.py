@@ -59,10 +59,12 @@ def wait(child: pexpect.spawn, *patterns: str) -> int:
 
 def spawn(url: str, home: Path, cwd: Path, max_tokens: int = 12, *args: str,
           summary_tokens: int = 48, ready_text: str = READY,
-          log: io.StringIO | None = None) -> pexpect.spawn:  # fmt: skip
+          log: io.StringIO | None = None, **settings: str) -> pexpect.spawn:  # fmt: skip
+    """The installed program in a pty; ``settings`` become CHATLOOP_<KEY> variables."""
+    env = environment(home, max_tokens, summary_tokens)
+    env.update({f"CHATLOOP_{key.upper()}": value for key, value in settings.items()})
     child = pexpect.spawn(
-        chatloop_bin(), ["--base-url", url, *args], cwd=str(cwd),
-        env=environment(home, max_tokens, summary_tokens),
+        chatloop_bin(), ["--base-url", url, *args], cwd=str(cwd), env=env,
         encoding="utf-8", timeout=90, dimensions=(30, 100),
     )  # fmt: skip
     child.logfile_read = log  # everything the program showed, when asked for
@@ -387,3 +389,69 @@ def test_a_signal_keeps_the_partial_reply_and_leaves_no_file_open(
     replies = [m for s in sessions for m in s.messages if m.role == "assistant"]
     assert all(m.text or not m.interrupted for m in replies)  # kept only with text
     assert any(m.interrupted and m.text for m in replies)  # a cut reply was kept, marked
+
+
+def test_disk_full_during_automatic_compaction_in_the_installed_program(
+    llama_server: str, small_disk: Path, project: Path
+) -> None:
+    """The home on a 2 MiB tmpfs, filled while the chat runs: the compaction a long
+    message needs cannot write its summary, twice; the messages wait in memory, the
+    screen says so, and once space is back they are all written. 0 messages lost,
+    0 tracebacks, 0 files left open."""
+    from tests.conftest import fill
+
+    home = small_disk / "home"
+    log = io.StringIO()
+    # sizes: the second message fits the window alone but not after the first one
+    child = spawn(llama_server, home, project, 12, log=log, context_window="1000",
+                  auto_compact="on")  # fmt: skip
+    typed = ["first " + "a note about the harbour lights and the keeper's log " * 26,
+             "long " + "the tide came in over the stones and the boats waited " * 44,
+             "A second short note, typed while the disk was full.",
+             "A third note, after space came back."]  # fmt: skip
+    child.sendline(typed[0])
+    wait(child, ready(1))
+    filler = fill(small_disk)
+    for n, text in enumerate(typed[1:3], start=2):
+        child.sendline(text)
+        wait(child, "Could not compact")
+        wait(child, "not yet saved")  # the hint, then the toolbar
+        wait(child, ready(n))
+    filler.unlink()
+    child.sendline(typed[3])
+    wait(child, "Session Restored")
+    child.sendline("exit")
+    child.expect("Saved session")
+    child.expect(pexpect.EOF)
+    child.close()
+    shown = log.getvalue()
+    assert child.exitstatus == 0 and "Traceback" not in shown, shown[-3000:]
+    sessions = sorted((parse_markdown(p.read_bytes()).session for p in home.rglob("*.md")),
+                      key=lambda s: s.meta.created)  # fmt: skip
+    assert [m.text for s in sessions for m in s.messages if m.is_query] == typed
+    assert len(sessions) >= 2 and all(s.meta.status == "closed" for s in sessions)
+
+
+def test_hostile_text_then_every_view_in_the_installed_program(
+    llama_server: str, chatloop_home: Path, project: Path
+) -> None:
+    """Llama-style tags, rich markup and HTML typed as a message, then the views that
+    once crashed on them (rich's MarkupError): no traceback, the text shown as typed.
+    Terminal sequences in replies and titles: tests/test_untrusted_text.py."""
+    log = io.StringIO()
+    child = spawn(llama_server, chatloop_home, project, log=log)
+    child.sendline("[/INST] [bold]x[/bold] [/] <<SYS>> <img src=x onerror=alert(1)> end")
+    wait(child, ready(1))
+    for command, shows in (("/context", "next call:"), ("/sessions", "title or last question"),
+                           ("/info", "context window")):  # fmt: skip
+        child.sendline(command)
+        wait(child, shows)
+        wait(child, ready(1))
+    child.sendline("exit")
+    child.expect("Saved session")
+    child.expect(pexpect.EOF)
+    child.close()
+    shown = log.getvalue()
+    assert child.exitstatus == 0 and "Traceback" not in shown and "MarkupError" not in shown
+    assert "[/INST]" in shown and "<<SYS>>" in shown
+

@@ -209,45 +209,27 @@ def test_write_failure_leaves_old_bytes_and_session_usable(store: Store) -> None
         assert result.session.messages[-1].text == "after the disk was freed"
 
 
-def _mount_tmpfs(where: Path, size: str) -> bool:
-    where.mkdir()
-    try:
-        proc = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
-            capture_output=True,
-            timeout=20,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
-
-
-def test_full_disk_on_a_real_tmpfs(tmp_path: Path) -> None:
-    mount = tmp_path / "tiny"
-    if not _mount_tmpfs(mount, "256k"):
-        pytest.skip("cannot mount a tmpfs here (needs root); RLIMIT_FSIZE test covers ENOSPC")
-    try:
-        store = Store(mount / "home", cwd=tmp_path, clock=Clock())
-        writer = store.create(new_meta())
-        writer.append(Message.create("user", T0, text="first message"))
-        filler = mount / "filler"
-        failures = 0
-        for k in range(0, 6000, 257):
-            free = os.statvfs(mount).f_bavail * os.statvfs(mount).f_frsize
-            with open(filler, "ab") as handle:
-                handle.write(b"\0" * max(0, free - k))
-            before = writer.path.read_bytes()
-            try:
-                writer.append(Message.create("user", T0, text="m" * 3000))
-            except StoreError as exc:
-                failures += 1
-                assert "disk space" in exc.hint
-                assert writer.path.read_bytes() == before
-            filler.unlink()
-        assert failures > 0
-        writer.append(Message.create("user", T0, text="after"))
-        writer.close()
-        result = parse_markdown(writer.path.read_bytes())
-        assert result.problems == () and result.session.messages[-1].text == "after"
-    finally:
-        subprocess.run(["umount", str(mount)], timeout=20, check=False)
+def test_full_disk_on_a_real_tmpfs(tmp_path: Path, small_disk: Path) -> None:
+    mount = small_disk
+    store = Store(mount / "home", cwd=tmp_path, clock=Clock())
+    writer = store.create(new_meta())
+    writer.append(Message.create("user", T0, text="first message"))
+    filler = mount / "filler"
+    failures = 0
+    for k in range(0, 6000, 257):
+        free = os.statvfs(mount).f_bavail * os.statvfs(mount).f_frsize
+        with open(filler, "ab") as handle:
+            handle.write(b"\0" * max(0, free - k))
+        before = writer.path.read_bytes()
+        try:
+            writer.append(Message.create("user", T0, text="m" * 3000))
+        except StoreError as exc:
+            failures += 1
+            assert "disk space" in exc.hint
+            assert writer.path.read_bytes() == before
+        filler.unlink()
+    assert failures > 0
+    writer.append(Message.create("user", T0, text="after"))
+    writer.close()
+    result = parse_markdown(writer.path.read_bytes())
+    assert result.problems == () and result.session.messages[-1].text == "after"

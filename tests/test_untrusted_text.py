@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import httpx
 from chatloop.backends.openai_compat import OpenAICompatBackend
 from chatloop.format import Message
 from chatloop.store.store import Store
+from chatloop.ui import commands
 from chatloop.ui.listing import visible
 from tests.conftest import T0, new_meta
 from tests.test_repl import drive, reply_body
@@ -35,10 +37,17 @@ def test_the_repl_shows_hostile_replies_and_titles_as_text(store: Store) -> None
     backend = OpenAICompatBackend(
         "http://fake/v1", "fake-model", client=httpx.Client(transport=httpx.MockTransport(handler))
     )
-    script = f"{HOSTILE}\r/context\r/rename {HOSTILE}\r/sessions\r/info\rexit\r"
+    arguments = {"rename": HOSTILE, "export": str(store.cwd / "exported.md")}
+    skipped = {"exit", "resume", "clear", "copy"}  # leaving; another session; our own sequences
+    every = [f"/{spec.name} {arguments.get(spec.name, '')}".rstrip()
+             for spec in commands.TABLE if spec.name not in skipped]  # fmt: skip
+    script = "\r".join([HOSTILE, *every, HOSTILE, "/copy", "exit"]) + "\r"
     _, shown = drive(store, backend, script)
     assert "[/INST]" in shown and "<<SYS>>" in shown and "<img src=x" in shown
-    assert not any(c in shown for c in CONTROLS)
+    assert "Session Restored" in shown and "Exported to" in shown  # /compact and /export ran
+    ours = re.compile(r"\x1b\]52;c;[A-Za-z0-9+/=]*\x07")  # /copy's own OSC 52, base64 only
+    assert len(ours.findall(shown)) == 1
+    assert not any(c in ours.sub("", shown) for c in CONTROLS)
     assert "error:" not in shown
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
@@ -56,6 +56,15 @@ EMBEDDED_NOTE = (
 TONES: dict[Tone, str] = {"info": "dim", "warn": "yellow", "ok": "green", "restored": "cyan"}
 YES, NO = ("y", "yes"), ("n", "no")
 _LEAVE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class _History(FileHistory):
+    """The prompt's history file. A line it cannot store (a full disk, a read-only
+    home) is only not remembered: the chat goes on."""
+
+    def store_string(self, string: str) -> None:
+        with suppress(OSError):
+            super().store_string(string)
 
 
 class _Completer(Completer):
@@ -324,8 +333,8 @@ class Repl:
             render.note(self.console, EMBEDDED_NOTE, "yellow")
 
     @staticmethod
-    def _file_history(store: Store) -> FileHistory:
+    def _file_history(store: Store) -> _History:
         ensure_dir(store.project_dir)
         path = store.project_dir / HISTORY_FILE
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE))
-        return FileHistory(str(path))
+        return _History(str(path))
