@@ -114,7 +114,7 @@ def test_ctrl_c_keeps_the_partial_reply(llama_server: str, chatloop_home: Path,
         child.sendline(f"Once upon a time, in story {attempt}, there")
         time.sleep(1.5)
         child.sendintr()
-        outcome = wait(child, "partial reply was saved", "nothing to save", "Leave chatloop")
+        outcome = wait(child, "partial reply was saved", "marked so in the file", "Leave chatloop")
         if outcome == 0:
             break
         if outcome == 2:

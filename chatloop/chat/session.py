@@ -126,8 +126,10 @@ class ChatSession:
         """What the next call would send: the --full prefix, this session, ``extra``."""
         return self._plan([*self.messages, *extra])
 
-    def _plan(self, messages: Sequence[Message]) -> Plan:
-        return plan(self.agent.system_prompt, [*self.prefix, *messages], window=self.window(),
+    def _plan(self, messages: Sequence[Message], history: bool = True) -> Plan:
+        """The call for ``messages``, after the --full prefix unless ``history`` is False."""
+        before = self.prefix if history else []
+        return plan(self.agent.system_prompt, [*before, *messages], window=self.window(),
                     tools=self.agent.tool_specs() if self.agent.tools else None,
                     reserve=self.reply_options().get("max_tokens"))  # fmt: skip
 
@@ -168,7 +170,7 @@ class ChatSession:
         draft = Message.create("user", self.clock(), text=text)
         room = self.plan([draft])
         if not room.fits:
-            self._check_room(room)
+            self._check_room(self._plan([draft], history=False))
         self._queue.append(draft)  # in hand: from here on it is on disk or visibly queued
         try:
             if not room.fits:
@@ -178,13 +180,18 @@ class ChatSession:
             self.flush()
         except StoreError as exc:
             raise self._queued_error(exc) from exc
+        except ChatloopError:
+            self._queue.remove(draft)  # refused before anything changed: not kept, not sent
+            raise
         return self._answer(text)
 
-    def _check_room(self, room: Plan) -> None:
-        if not any(m.is_query for m in self.messages):
+    def _check_room(self, alone: Plan) -> None:
+        """Raise when the message cannot be sent: it does not fit even alone, or the
+        history does not fit and compaction is off."""
+        if not alone.fits:
             raise ChatloopError(
-                f"This message alone (about {room.messages_tokens:,} tokens) does not fit the "
-                f"context window ({room.budget.available:,} tokens for messages)",
+                f"This message alone (about {alone.messages_tokens:,} tokens) does not fit the "
+                f"context window ({alone.budget.available:,} tokens for messages)",
                 "Shorten it (Up recalls it), or use a model with a larger window.",
             )
         if self.settings.auto_compact == "off":
@@ -327,7 +334,7 @@ class ChatSession:
         summary cannot be written (the session then simply goes on) or the
         child cannot be made (the parent is closed; the next message starts a
         fresh session). Nothing typed is lost either way."""
-        if not any(m.is_query for m in self.messages):
+        if not any(m.is_query for m in [*self.prefix, *self.messages]):
             raise ChatloopError("Nothing to compact yet", "Send a message first.")
         if self.writer is None or not self.writer.query_count:
             self.flush()  # every query is still queued: they make the parent
