@@ -451,9 +451,11 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     with Index(_store(args)) as index:
         count = index.rebuild(progress=_progress_bar(at_least=1))
     if index.in_memory:
-        print(f"Read {count:,} session files, but {index.path} cannot be written (a read-only "
-              "home?): nothing was saved; commands read the files directly meanwhile.")  # fmt: skip
-        return 1
+        raise ChatloopError(
+            f"Read {count:,} session files, but cannot write the index {index.path}",
+            "Check that you may write it (its permissions, a read-only mount); meanwhile every "
+            "command reads the session files directly.",
+        )
     print(f"Indexed {count:,} session files into {index.path}")
     return 0
 

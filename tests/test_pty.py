@@ -455,3 +455,44 @@ def test_hostile_text_then_every_view_in_the_installed_program(
     assert child.exitstatus == 0 and "Traceback" not in shown and "MarkupError" not in shown
     assert "[/INST]" in shown and "<<SYS>>" in shown
 
+
+
+@pytest.mark.parametrize("paste", ["bracketed", "lines"])
+def test_a_large_paste_cut_by_ctrl_c_then_leaving(paste: str, chatloop_home: Path,
+                                                  project: Path) -> None:  # fmt: skip
+    """200 KB pasted at once (bracketed, or 300 lines that each send), Ctrl-C while it is
+    still being taken in, then leaving: one clean exit, no traceback, no event-loop
+    error, the file closed with its summary."""
+    from tests.fakes import STRUCTURED
+    from tests.scripted_server import scripted_server
+
+    def reply(request: dict[str, object]) -> str:
+        last = str(request["messages"][-1]["content"])  # type: ignore[index]
+        return STRUCTURED if "progressive summary" in last else "ok " * 40
+
+    if paste == "bracketed":
+        body = "\x1b[200~" + "word " * 40_000 + "\x1b[201~\r"
+    else:
+        body = "".join(f"line {i} of the pasted text\r" for i in range(300))
+    with scripted_server(reply) as url:
+        shown = io.StringIO()
+        child = spawn(url, chatloop_home, project, 12, log=shown, context_window="400000",
+                      auto_compact="off")  # fmt: skip
+        for start in range(0, len(body), 4096):
+            child.send(body[start : start + 4096])
+        child.sendintr()
+        child.sendeof()
+        child.sendeof()
+        index = wait(child, "Leave chatloop?", "Saved session")
+        if index == 0:
+            child.sendline("y")
+            wait(child, "Saved session")
+        child.expect(pexpect.EOF, timeout=180)
+        child.close()
+    out = shown.getvalue()
+    assert child.exitstatus == 0, out[-2000:]
+    for bad in ("Traceback", "Unhandled", "event loop", "Exception"):
+        assert bad not in out, out[out.find(bad) - 500 :][:1500]
+    (path,) = (chatloop_home / "projects").glob("*/*.md")
+    session = parse_markdown(path.read_bytes()).session
+    assert session.meta.status == "closed" and session.summary is not None
