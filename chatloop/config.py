@@ -40,6 +40,13 @@ DEFAULT_MAX_TOOL_ROUNDS = 8  # rounds of tool calls in one turn, then a reply wi
 DEFAULT_AUTO_COMPACT = "ask"  # ask | on | off
 DEFAULT_COMPACT_THRESHOLD = 0.8  # share of the window after which compaction is offered
 DEFAULT_SUMMARY_MAX_TOKENS = 700  # the longest summary reply (about 500 words)
+# Shares of the context window, so that the defaults work from 2K to 128K tokens
+# (docs/chains.md, "The budget"): a reply, a summary and an acknowledgment take at most
+# window // these, within the floors and the caps above or the agent's own.
+REPLY_SHARE = 24  # 2,048 → 85 tokens; 16K and up → the agent's cap (Simple Sally: 512)
+SUMMARY_SHARE = 8  # 2,048 → 256 tokens; 5,600 and up → DEFAULT_SUMMARY_MAX_TOKENS
+ACK_SHARE = 32  # 2,048 → 64 tokens
+REPLY_FLOOR, SUMMARY_FLOOR, ACK_FLOOR = 64, 96, 48
 DEFAULT_SUMMARY_TIMEOUT = 120.0  # seconds per summary request (then one retry)
 DEFAULT_WINDOW = 4096  # the context window assumed when neither settings nor server say
 DEFAULT_REPLY_RESERVE = 512  # tokens kept free for the reply when no max_tokens is set
@@ -56,14 +63,14 @@ class Settings:
     model: str = ""
     api_key: str = ""
     context_window: int = 0  # 0: ask the server
-    max_tokens: int = 0  # 0: the agent's own setting
+    max_tokens: int = 0  # 0: the agent's own cap, scaled down for small windows
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     read_timeout: float = DEFAULT_READ_TIMEOUT
     retries: int = DEFAULT_RETRIES
     max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
     auto_compact: str = DEFAULT_AUTO_COMPACT  # ask | on | off
     compact_threshold: float = DEFAULT_COMPACT_THRESHOLD
-    summary_max_tokens: int = DEFAULT_SUMMARY_MAX_TOKENS
+    summary_max_tokens: int = 0  # 0: a share of the window, at most DEFAULT_SUMMARY_MAX_TOKENS
     summary_timeout: float = DEFAULT_SUMMARY_TIMEOUT
     sessions_dir: str = ""
 
@@ -107,7 +114,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "retries": (0, 10),
     "max_tool_rounds": (0, 100),
     "compact_threshold": (0.1, 1.0),
-    "summary_max_tokens": (16, 100_000),
+    "summary_max_tokens": (0, 100_000),
     "summary_timeout": (1, 86_400),
 }
 

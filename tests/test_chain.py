@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chatloop.backends.base import ContextOverflow, estimate_tokens
+from chatloop.backends.base import ContextOverflow, estimate_prompt, estimate_tokens
 from chatloop.chat import chain, prompts
 from chatloop.chat.context import plan
 from chatloop.config import DEFAULT_SUMMARY_MAX_TOKENS, Settings
@@ -412,3 +412,47 @@ def test_picker_moves_with_arrow_keys(store: Store, keys: str, expected: int) ->
         pipe.send_text(keys)
         chosen = pick(rows, T0, input=pipe, output=DummyOutput())
     assert chosen == rows[expected]
+
+
+class BudgetedModel:
+    """A scripted model that always uses its whole ``max_tokens`` (as a base model does):
+    replies of exactly that many estimated tokens, summaries in the proper shape."""
+
+    def __call__(self, messages: list[dict[str, object]], limit: int) -> str:
+        last = str(messages[-1]["content"])
+        if "progressive summary" in last:
+            pad = "\n".join(f"- settled point {i} about the beds" for i in range(limit))
+            return prompts.cap_words(f"{STRUCTURED}\n{pad}", limit * 3 // 4)
+        return "word " * (limit * 4 // 5)  # 5 characters: 1.25 estimated tokens a word
+
+
+def test_a_2k_window_at_default_settings_compacts_every_eight_messages_or_more(
+    store: Store,
+) -> None:
+    """The targets of issue 14 at default settings (only the window is given, as the
+    server would): restoration prompt + acknowledgment within 25% of the window, at
+    least 8 messages of about 40 words between compactions, no request whose prompt
+    plus its max_tokens passes the window."""
+    window = 2048
+    model = BudgetedModel()
+    backend = FakeBackend(default=lambda m: "")
+    backend.default = lambda msgs: model(list(msgs), backend.calls[-1]["options"]["max_tokens"])
+    session, host = chat(store, backend, context_window=window)
+    typed = [f"note {i}: " + "the basil beds need water every other morning " * 5
+             for i in range(40)]  # fmt: skip
+    assert all(35 <= len(text.split()) <= 45 for text in typed)
+    for text in typed:
+        session.send(text)
+    session.close()
+    chain_files = files(store)
+    assert len(chain_files) >= 3 and host.questions  # it asked (auto_compact: ask), Enter: yes
+    for parent, child in itertools.pairwise(chain_files):
+        assert parent.meta.queries >= 8, [s.meta.queries for s in chain_files]
+        restore, ack = child.messages[:2]
+        assert restore.restore and ack.restore
+        overhead = estimate_tokens(restore.text) + estimate_tokens(ack.text) + 8
+        assert overhead <= window // 4, overhead
+    for call in backend.calls:
+        sent = estimate_prompt(call["messages"]) + call["options"]["max_tokens"]
+        assert sent <= window, sent
+    assert [m.text for s in chain_files for m in s.messages if m.is_query] == typed

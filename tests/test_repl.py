@@ -15,6 +15,7 @@ from rich.console import Console
 
 from chatloop.backends.openai_compat import OpenAICompatBackend
 from chatloop.chat.agent import load_agent
+from chatloop.chat.context import reply_cap
 from chatloop.config import Settings, load_settings
 from chatloop.errors import UsageError
 from chatloop.format import parse_markdown
@@ -79,7 +80,8 @@ def test_a_whole_conversation_with_commands(store: Store) -> None:
     assert session.meta.queries == 2 and session.meta.tokens_in == 40
     second = requests[1]["messages"]
     assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]  # type: ignore[index]
-    assert all(r["max_tokens"] == 512 for r in requests[:2])  # the agent's own OPTIONS
+    # the agent's own cap (512), scaled to the window assumed when the server names none
+    assert all(r["max_tokens"] == reply_cap(None, 0, 512) == 4096 // 24 for r in requests[:2])
     (summary_request,) = requests[2:]  # on exit: one summary request, no tools, no history
     assert "tools" not in summary_request and len(summary_request["messages"]) == 1  # type: ignore[arg-type]
     assert "progressive summary" in summary_request["messages"][0]["content"]  # type: ignore[index]

@@ -28,13 +28,12 @@ from typing import Any
 
 from chatloop.backends.base import Backend, Cancel, Cancelled, estimate_tokens
 from chatloop.chat import prompts
-from chatloop.config import DEFAULT_SUMMARY_MAX_TOKENS, DEFAULT_SUMMARY_TIMEOUT
+from chatloop.config import DEFAULT_SUMMARY_MAX_TOKENS, DEFAULT_SUMMARY_TIMEOUT, DEFAULT_WINDOW
 from chatloop.errors import BackendError, ChatloopError
 from chatloop.format import Message, SessionMeta
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
-TEMPLATE_TOKENS = 320  # the summary prompt without the transcript
 MAX_CHAIN = 10_000  # parent links followed at most (a loop guard)
 Progress = Callable[[str], None]
 
@@ -92,9 +91,12 @@ def summarize(
         if previous:
             return SummaryOutcome(previous, False, 0)
         return SummaryOutcome(prompts.fallback_summary(messages, None), True, 0)
-    reserve = min(max_tokens, max(64, (window or 4096) // 3))
-    room = (window or 4096) - reserve - TEMPLATE_TOKENS - estimate_tokens(previous or "")
-    room = max(200, int(room * 0.85))
+    size = window or DEFAULT_WINDOW
+    reserve = min(max_tokens, max(64, size // 3))
+    if previous and estimate_tokens(previous) > reserve:  # never let it crowd out the text
+        previous = prompts.cap_words(previous, reserve * 3 // 4)
+    template = estimate_tokens(prompts.summary_prompt("", previous))
+    room = max(200, int((size - reserve - template) * 0.85))
     lines = prompts.transcript_lines(messages)
     calls = 0
     options = {"max_tokens": reserve, "temperature": 0.2}

@@ -22,13 +22,48 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatloop.backends.base import ChatMessage, estimate_prompt, estimate_tokens
-from chatloop.config import DEFAULT_REPLY_RESERVE, DEFAULT_WINDOW
+from chatloop.config import (
+    ACK_FLOOR,
+    ACK_SHARE,
+    DEFAULT_REPLY_RESERVE,
+    DEFAULT_SUMMARY_MAX_TOKENS,
+    DEFAULT_WINDOW,
+    REPLY_FLOOR,
+    REPLY_SHARE,
+    SUMMARY_FLOOR,
+    SUMMARY_SHARE,
+)
 from chatloop.format import Message
 
 SAFETY = 1.1  # estimates are rough: plan as if messages were 10% longer
 PRUNED = "[tool result of {chars:,} characters left out to save context; it is in the transcript]"
 
-__all__ = ["Budget", "Plan", "plan", "to_wire"]
+__all__ = ["Budget", "Plan", "ack_cap", "plan", "reply_cap", "summary_cap", "to_wire"]
+
+
+def reply_cap(window: int | None, setting: int = 0, agent: int = 0) -> int:
+    """The most tokens one reply may take: ``setting`` (max_tokens) when the person set
+    it; else the agent's cap, but at most a 1/REPLY_SHARE of the window (never below
+    REPLY_FLOOR), so that a small window holds several exchanges."""
+    if setting:
+        return setting
+    share = max(REPLY_FLOOR, (window or DEFAULT_WINDOW) // REPLY_SHARE)
+    return min(agent, share) if agent else share
+
+
+def summary_cap(window: int | None, setting: int = 0) -> int:
+    """The most tokens a summary may take: ``setting`` (summary_max_tokens) when set;
+    else a 1/SUMMARY_SHARE of the window, between SUMMARY_FLOOR and the default cap."""
+    if setting:
+        return setting
+    share = (window or DEFAULT_WINDOW) // SUMMARY_SHARE
+    return max(SUMMARY_FLOOR, min(DEFAULT_SUMMARY_MAX_TOKENS, share))
+
+
+def ack_cap(window: int | None, reply: int) -> int:
+    """The most tokens the acknowledgment of a restoration prompt may take: short, a
+    1/ACK_SHARE of the window (never below ACK_FLOOR), and never more than a reply."""
+    return min(reply, max(ACK_FLOOR, (window or DEFAULT_WINDOW) // ACK_SHARE))
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from chatloop.backends.base import Backend, ContextOverflow
 from chatloop.chat import chain, prompts
 from chatloop.chat.agent import Agent, normalise
-from chatloop.chat.context import Plan, plan
+from chatloop.chat.context import Plan, ack_cap, plan, reply_cap, summary_cap
 from chatloop.chat.host import Host
 from chatloop.chat.turn import TurnResult, respond, run_turn
 from chatloop.config import Settings
@@ -118,9 +118,10 @@ class ChatSession:
         return self._window or None
 
     def reply_options(self) -> dict[str, Any]:
-        """Options for a reply: ``max_tokens`` from the settings, else the agent's."""
-        limit = self.settings.max_tokens or int(self.agent.options.get("max_tokens") or 0)
-        return {"max_tokens": limit} if limit else {}
+        """Options for a reply: its ``max_tokens`` (``context.reply_cap``: the setting,
+        else the agent's, scaled down to the window)."""
+        agent = int(self.agent.options.get("max_tokens") or 0)
+        return {"max_tokens": reply_cap(self.window(), self.settings.max_tokens, agent)}
 
     def plan(self, extra: Sequence[Message] = ()) -> Plan:
         """What the next call would send: the --full prefix, this session, ``extra``."""
@@ -270,7 +271,7 @@ class ChatSession:
             with self.host.working("Generating session summary...") as progress:
                 outcome = chain.summarize(
                     self.backend, messages, previous=previous, window=self.window(),
-                    max_tokens=self.settings.summary_max_tokens,
+                    max_tokens=summary_cap(self.window(), self.settings.summary_max_tokens),
                     timeout=self.settings.summary_timeout, progress=progress,
                 )  # fmt: skip
         except KeyboardInterrupt:
@@ -359,6 +360,8 @@ class ChatSession:
         """Create the child of ``parent``, send the restoration prompt, record the
         acknowledgment (skipped on Ctrl-C or a server failure: the summary is in place)."""
         base = template or self.meta()
+        words = summary_cap(self.window(), self.settings.summary_max_tokens) * 3 // 4
+        summary = prompts.cap_words(summary, words)  # the restoration prompt stays in budget
         writer = chain.start_child(self.store, base, parent, summary, self.clock, unanswered)
         self._adopt(writer)
         self.previous = summary
@@ -373,8 +376,10 @@ class ChatSession:
         assert writer is not None
         view = self.host.reply_view()
         try:
+            cap = ack_cap(self.window(), self.reply_options()["max_tokens"])
             reply = respond(self.backend, self.plan().wire, clock=self.clock,
-                            on_event=view.on_event, options=self.reply_options())  # fmt: skip
+                            on_event=view.on_event,
+                            options={**self.agent.options, "max_tokens": cap})  # fmt: skip
         except KeyboardInterrupt:
             view.close(False, False)
             self.host.notice("Acknowledgment skipped; the summary is in place.")
