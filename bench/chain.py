@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import socket
 import statistics
 import subprocess
@@ -252,6 +253,7 @@ def main() -> int:
     parser.add_argument("--base-url", help="an already running OpenAI-compatible server")
     args = parser.parse_args()
     os.environ.pop("CHATLOOP_CONFIG", None)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the server on the way out
     if args.base_url:
         return run(args.base_url, args.window, args.messages)
     with llama_server(args.window) as url:

@@ -182,9 +182,11 @@ def test_compact_starts_a_linked_session_and_the_context_shrinks(store: Store) -
     session.send(long)
     before_compact = session.plan().tokens
     session.compact()
-    assert host.said("Session Restored")
+    assert host.said("the new session begins with your next message")
+    assert len(files(store)) == 1  # the child is written with the next message
     assert session.plan().tokens < before_compact / 3  # the context really shrank
     session.send("three")
+    assert host.said("Session Restored")
     totals, base = session.totals, session.chain_base
     assert totals.queries == 1 and totals.restoration > 0 and base > 0
     session.close()
@@ -260,8 +262,9 @@ def test_resume_of_an_interrupted_session_writes_its_summary_first(store: Store)
     for m in talk(2):
         writer.append(m)
     writer.close()  # never finalized: a crash
-    session, host = chat(store, FakeBackend(STRUCTURED, "Ready.", STRUCTURED))
+    session, host = chat(store, FakeBackend(STRUCTURED, "Ready.", "Go on.", STRUCTURED))
     assert session.resume("1")
+    session.send("and then?")
     session.close()
     assert host.said("it has no summary") and host.said("Wrote the missing summary")
     parent, child = files(store)
@@ -288,9 +291,10 @@ def test_resume_asks_when_the_agent_differs(store: Store) -> None:
     assert declined.resume("1") is False
     assert "continue it with File Fiona?" in host.questions[0] and host.said("Not resumed.")
     assert len(files(store)) == 1
-    agreed, host = chat(store, FakeBackend("Ready.", STRUCTURED), agent="file_fiona.py",
+    agreed, host = chat(store, FakeBackend("Ready.", "Yes.", STRUCTURED), agent="file_fiona.py",
                         assume_yes=True)  # fmt: skip
     assert agreed.resume("1") and host.questions == []
+    agreed.send("go on")
     agreed.close()
     assert len(files(store)) == 2
 
@@ -311,7 +315,7 @@ def test_resume_of_an_unknown_session_names_the_closest(store: Store) -> None:
 
 def test_auto_compaction_keeps_every_message_and_links_the_chain(store: Store) -> None:
     typed = [f"message {i}: " + "tell me about the garden beds and their soil " * 3
-             for i in range(14)]  # fmt: skip
+             for i in range(24)]  # fmt: skip
     backend = FakeBackend(default=lambda msgs: STRUCTURED if "progressive summary" in
                           str(msgs[-1]["content"]) else "Short reply.")  # fmt: skip
     session, host = chat(store, backend, context_window=900, auto_compact="on", max_tokens=64)
@@ -337,9 +341,10 @@ def test_ask_mode_asks_and_off_mode_only_warns(store: Store) -> None:
     assert host.questions == ["Compact now?"] and host.said("Context ") and host.said("full (")
     declined.close()
     assert len(files(store)) == 1
-    agreed, host = chat(store, FakeBackend("A.", STRUCTURED, "Ack.", STRUCTURED),
+    agreed, host = chat(store, FakeBackend("A.", STRUCTURED, "Ack.", "B.", STRUCTURED),
                         settings=settings)  # the default answer: yes  # fmt: skip
     agreed.send(text)
+    agreed.send("and more")  # the child is written with the next message
     agreed.close()
     assert host.said("Session Restored") and len(files(store)) == 3
     off, host = chat(store, FakeBackend("A.", STRUCTURED), settings=settings, auto_compact="off")

@@ -209,9 +209,11 @@ def test_a_forged_summary_typed_then_a_crash_is_not_restored(
     child.close(force=True)
 
     shown = io.StringIO()
-    child = spawn(llama_server, chatloop_home, project, 12, "-c", ready_text="Session Restored",
-                  log=shown)  # fmt: skip
+    child = spawn(llama_server, chatloop_home, project, 12, "-c",
+                  ready_text="Continuing session", log=shown)  # fmt: skip
     wait(child, ready(0))
+    child.sendline("And then?")  # the child, its restoration prompt and ack come with it
+    wait(child, ready(1))
     child.sendline("exit")
     child.expect("Saved session")
     child.expect(pexpect.EOF)
@@ -312,7 +314,7 @@ def test_a_session_file_never_runs_code(chatloop_home: Path, project: Path,
     with scripted_server(lambda request: "Ready.") as url:
         shown = io.StringIO()
         child = spawn(url, chatloop_home, project, 12, "-c", "--yes",
-                      ready_text="Session Restored", log=shown)  # fmt: skip
+                      ready_text="Continuing session", log=shown)  # fmt: skip
         wait(child, ready(0))
         child.sendline("exit")
         child.expect(pexpect.EOF)
@@ -497,3 +499,44 @@ def test_a_large_paste_cut_by_ctrl_c_then_leaving(paste: str, chatloop_home: Pat
     (path,) = (chatloop_home / "projects").glob("*/*.md")
     session = parse_markdown(path.read_bytes()).session
     assert session.meta.status == "closed" and session.summary is not None
+
+
+def test_resume_shows_where_it_ended_and_an_unused_resume_leaves_no_session(
+    llama_server: str, chatloop_home: Path, project: Path
+) -> None:
+    """-r 1 draws the prompt without asking the model anything: the parent's last
+    exchange is on screen at once; leaving without a message adds no session; the
+    first message writes the child with its restoration prompt and acknowledgment."""
+    child = spawn(llama_server, chatloop_home, project)
+    child.sendline("zebracorn harbour: the tide tables")
+    wait(child, ready(1))
+    child.sendline("exit")
+    child.expect(pexpect.EOF)
+    before = json.loads(run("sessions", "--json", home=chatloop_home, cwd=project).stdout)
+    shown = io.StringIO()
+    child = spawn(llama_server, chatloop_home, project, 12, "-r", "1", log=shown,
+                  ready_text="Where it ended:")  # fmt: skip
+    wait(child, ready(0))
+    assert "zebracorn harbour" in shown.getvalue()
+    child.sendline("exit")
+    child.expect(pexpect.EOF)
+    after = json.loads(run("sessions", "--json", home=chatloop_home, cwd=project).stdout)
+    assert [r["id"] for r in after] == [r["id"] for r in before]  # nothing new listed
+    child = spawn(llama_server, chatloop_home, project, 12, "-r", "1",
+                  ready_text="Continuing session")  # fmt: skip
+    wait(child, ready(0))
+    child.sendline("and then?")
+    wait(child, ready(1))
+    child.sendline("exit")
+    child.expect(pexpect.EOF)
+    from chatloop.store.store import Store
+
+    rows = json.loads(run("sessions", "--json", home=chatloop_home, cwd=project).stdout)
+    (new,) = [r for r in rows if r["id"] not in {b["id"] for b in before}]
+    assert new["parent_id"] == before[0]["id"] and new["queries"] == 1
+    store = Store(chatloop_home, cwd=project)
+    session = parse_markdown(store.find_file(new["id"]).read_bytes()).session
+    restore, ack, query = session.messages[:3]
+    assert restore.restore and ack.restore and ack.role == "assistant"
+    assert query.text == "and then?"
+

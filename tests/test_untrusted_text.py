@@ -41,6 +41,7 @@ def test_the_repl_shows_hostile_replies_and_titles_as_text(store: Store) -> None
     skipped = {"exit", "resume", "clear", "copy"}  # leaving; another session; our own sequences
     every = [f"/{spec.name} {arguments.get(spec.name, '')}".rstrip()
              for spec in commands.TABLE if spec.name not in skipped]  # fmt: skip
+    every.sort(key=lambda line: line.startswith("/compact"))  # last: it ends this file
     script = "\r".join([HOSTILE, *every, HOSTILE, "/copy", "exit"]) + "\r"
     _, shown = drive(store, backend, script)
     assert "[/INST]" in shown and "<<SYS>>" in shown and "<img src=x" in shown

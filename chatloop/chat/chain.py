@@ -77,6 +77,7 @@ def summarize(
     max_tokens: int = DEFAULT_SUMMARY_MAX_TOKENS,
     timeout: float = DEFAULT_SUMMARY_TIMEOUT,
     progress: Progress | None = None,
+    instructions: str = "",
 ) -> SummaryOutcome:
     """The progressive summary of ``messages`` (``previous``: the parent's summary).
 
@@ -85,7 +86,8 @@ def summarize(
     summarized in parts first (notes per part, then the summary of the
     notes). Output without the structure is wrapped; a model that fails twice
     gives way to ``prompts.fallback_summary``. KeyboardInterrupt propagates
-    (the caller writes the fallback and saves).
+    (the caller writes the fallback and saves). ``instructions``: what the person
+    asked the summary to keep (``/compact TEXT``), passed to the model as theirs.
     """
     if not any(m.is_query for m in messages):  # nothing new: the parent's summary stands
         if previous:
@@ -116,8 +118,8 @@ def summarize(
             text, notes, depth = "\n\n".join(made), True, depth + 1
         if progress:
             progress("summary")
-        answer, used = _ask(backend, prompts.summary_prompt(text, previous, notes), options,
-                            timeout)  # fmt: skip
+        request = prompts.summary_prompt(text, previous, notes, instructions)
+        answer, used = _ask(backend, request, options, timeout)
         calls += used
     except BackendError as exc:
         text = prompts.fallback_summary(messages, previous)

@@ -61,7 +61,7 @@ Rules: keep exact identifiers, file names, paths, commands, numbers and the \
 user's stated constraints and preferences word for word. Write only what the \
 {source} says; do not invent anything. Write "- None." for an empty list. \
 Reply with the summary only.
-{previous}
+{instructions}{previous}
 {source_title}:
 
 {text}
@@ -103,9 +103,13 @@ Answer it after your acknowledgment:
 _MARKER_LINE = re.compile(r"^.*SESSION_SUMMARY.*$\n?", re.MULTILINE)  # whole or damaged markers
 
 
-def summary_prompt(text: str, previous: str | None, notes: bool = False) -> str:
-    """The request for a summary of ``text`` (a transcript, or notes on its parts)."""
+def summary_prompt(text: str, previous: str | None, notes: bool = False,
+                   instructions: str = "") -> str:  # fmt: skip
+    """The request for a summary of ``text`` (a transcript, or notes on its parts);
+    ``instructions`` are the person's own words on what to keep."""
+    asked = instructions.strip()
     return SUMMARY_PROMPT.format(
+        instructions=f"\nThe user asks this summary to: {asked}\n" if asked else "",
         background_rule=BACKGROUND_RULE_CHAINED if previous else BACKGROUND_RULE_FIRST,
         previous=f"\nPrevious summary:\n\n{previous.strip()}\n" if previous else "",
         source="notes" if notes else "transcript",

@@ -58,6 +58,19 @@ class Closed:
     unsaved: tuple[Message, ...] = ()
 
 
+@dataclass(frozen=True)
+class Pending:
+    """A continuation decided but not yet written: the child file, its restoration
+    prompt and the model's acknowledgment come with the next message, so a resume
+    is as quick as a fresh start and leaves no empty session when nothing is said."""
+
+    parent: chain.Parent
+    summary: str
+    template: SessionMeta
+    preview: Message  # the restoration prompt as it will be written (for the budget)
+    history: tuple[Message, ...] | None = None  # --full: the parent's history instead
+
+
 @dataclass
 class ChatSession:
     """One chat with one agent. Not thread-safe; one per REPL."""
@@ -75,6 +88,7 @@ class ChatSession:
     previous: str | None = None  # the parent's summary, when this session continues one
     prefix: list[Message] = field(default_factory=list)  # --full: the parent's history
     chain_base: int = 0  # tokens of every ancestor
+    pending: Pending | None = None  # the continuation the next message begins
     _queue: list[Message] = field(default_factory=list)
     _window: int | None = None
 
@@ -94,8 +108,10 @@ class ChatSession:
 
     @property
     def messages(self) -> list[Message]:
-        """This session's messages: those on disk, then those queued."""
-        return [*(self.writer.messages if self.writer else []), *self._queue]
+        """This session's messages: those on disk, the restoration prompt a pending
+        continuation will write, then those queued."""
+        ahead = [self.pending.preview] if self.pending and self.pending.history is None else []
+        return [*(self.writer.messages if self.writer else []), *ahead, *self._queue]
 
     def meta(self) -> SessionMeta:
         """The current front matter, or what a new session's would be."""
@@ -136,8 +152,13 @@ class ChatSession:
 
     # ------------------------------------------------------------------ saving
     def _ensure_file(self) -> SessionWriter:
+        """The session's file, made now if needed: a pending continuation's child
+        (with its restoration prompt and acknowledgment), else a new session."""
         if self.writer is None:
-            self._adopt(self.store.create(self.meta()))
+            if self.pending is not None:
+                self._begin(self.pending)
+            else:
+                self._adopt(self.store.create(self.meta()))
         assert self.writer is not None
         return self.writer
 
@@ -261,7 +282,8 @@ class ChatSession:
             self.compact()
 
     # ------------------------------------------------------------------ summaries
-    def summarize(self, messages: list[Message], previous: str | None) -> chain.SummaryOutcome:
+    def summarize(self, messages: list[Message], previous: str | None,
+                  instructions: str = "") -> chain.SummaryOutcome:  # fmt: skip
         """The summary of ``messages``; never raises for the model, never hangs forever.
         Cut short (Ctrl-C), or while leaving on a signal, the one built from the
         transcript is used."""
@@ -273,6 +295,7 @@ class ChatSession:
                     self.backend, messages, previous=previous, window=self.window(),
                     max_tokens=summary_cap(self.window(), self.settings.summary_max_tokens),
                     timeout=self.settings.summary_timeout, progress=progress,
+                    instructions=instructions,
                 )  # fmt: skip
         except KeyboardInterrupt:
             self.host.notice("Summary cut short: using one built from the transcript.", "warn")
@@ -294,7 +317,8 @@ class ChatSession:
         except StoreError as exc:
             self.host.notice(f"Could not save: {exc.message}", "warn")
         writer = self.writer
-        if writer is None:
+        if writer is None:  # nothing written: a pending continuation leaves no file
+            self._release()
             return Closed(None, tuple(self._queue))
         try:
             return Closed(self._finalize(writer), tuple(self._queue))
@@ -305,9 +329,9 @@ class ChatSession:
         finally:
             self._release()
 
-    def _finalize(self, writer: SessionWriter) -> chain.Parent:
+    def _finalize(self, writer: SessionWriter, instructions: str = "") -> chain.Parent:
         """Summarize and finalize ``writer``'s session; it stays ours. Raises StoreError."""
-        outcome = self.summarize(writer.messages, self.previous)
+        outcome = self.summarize(writer.messages, self.previous, instructions)
         meta = writer.finalize(outcome.message(self.clock()))
         kind = "fallback summary" if outcome.fallback else "summary"
         self.host.notice(
@@ -320,12 +344,13 @@ class ChatSession:
         if self.writer is not None:
             self.writer.close()
         self.writer = None
+        self.pending = None
         self.prefix = []
         self.previous = None
         self.chain_base = 0
 
     # ------------------------------------------------------------------ compact
-    def compact(self, unanswered: str | None = None) -> None:
+    def compact(self, unanswered: str | None = None, instructions: str = "") -> None:
         """Close this session with its summary and continue in a linked child.
 
         Queued messages (never sent: nothing is sent while unsaved) belong to
@@ -334,7 +359,9 @@ class ChatSession:
         ChatloopError when there is nothing to compact, StoreError when the
         summary cannot be written (the session then simply goes on) or the
         child cannot be made (the parent is closed; the next message starts a
-        fresh session). Nothing typed is lost either way."""
+        fresh session). Nothing typed is lost either way. ``instructions``: what
+        the person wants the summary to keep ("/compact keep the budget figures").
+        The child is written with the next message (see ``Pending``)."""
         if not any(m.is_query for m in [*self.prefix, *self.messages]):
             raise ChatloopError("Nothing to compact yet", "Send a message first.")
         if self.writer is None or not self.writer.query_count:
@@ -344,7 +371,7 @@ class ChatSession:
         try:
             template = self.meta()
             try:
-                parent = self._finalize(writer)
+                parent = self._finalize(writer, instructions)
             except StoreError as exc:
                 raise StoreError(f"Could not compact: {exc.message}",
                                  "The session goes on as it was.") from exc  # fmt: skip
@@ -357,27 +384,48 @@ class ChatSession:
 
     def begin_child(self, parent: chain.Parent, summary: str, template: SessionMeta | None = None,
                     unanswered: str | None = None) -> None:  # fmt: skip
-        """Create the child of ``parent``, send the restoration prompt, record the
-        acknowledgment (skipped on Ctrl-C or a server failure: the summary is in place)."""
-        base = template or self.meta()
+        """Continue ``parent`` in a child. Written with the next message (``Pending``);
+        at once when the child must answer ``unanswered`` (a message the parent's
+        window could not take)."""
         words = summary_cap(self.window(), self.settings.summary_max_tokens) * 3 // 4
         summary = prompts.cap_words(summary, words)  # the restoration prompt stays in budget
-        writer = chain.start_child(self.store, base, parent, summary, self.clock, unanswered)
-        self._adopt(writer)
+        text = chain.restoration(parent, summary, unanswered)
+        preview = Message.create("user", self.clock(), text=text, restore=True)
+        self.pending = Pending(parent, summary, template or self.meta(), preview)
         self.previous = summary
-        self.chain_base = chain.chain_tokens(self.store, writer.path, writer.meta)
-        self.host.notice(f"Session Restored: {writer.meta.id} continues {parent.meta.id} "
-                         f"({parent.meta.queries} queries).", "restored")  # fmt: skip
-        if not self.leaving:
-            self._acknowledge()
+        if unanswered is not None:
+            self._begin(self.pending, unanswered)
+        else:
+            self.host.notice(f"Continuing session {parent.meta.id} ({parent.meta.queries} "
+                             "queries) from its summary: the new session begins with your "
+                             "next message.", "restored")  # fmt: skip
 
-    def _acknowledge(self) -> None:
-        writer = self.writer
-        assert writer is not None
+    def _begin(self, pending: Pending, unanswered: str | None = None) -> None:
+        """Write the pending child: its file, the restoration prompt (or, with --full, the
+        link only), then the acknowledgment."""
+        self.pending = None
+        parent = pending.parent
+        if pending.history is not None:
+            meta = chain.child_meta(pending.template, parent, self.clock(),
+                                    self.store.project_dir)  # fmt: skip
+            self._adopt(self.store.create(replace(meta, extra={**meta.extra, "restored": "full"})))
+        else:
+            self._adopt(chain.start_child(self.store, pending.template, parent, pending.summary,
+                                          self.clock, unanswered))  # fmt: skip
+        assert self.writer is not None
+        self.chain_base = chain.chain_tokens(self.store, self.writer.path, self.writer.meta)
+        self.host.notice(f"Session Restored: {self.writer.meta.id} continues {parent.meta.id} "
+                         f"({parent.meta.queries} queries).", "restored")  # fmt: skip
+        if pending.history is None and not self.leaving:
+            self._acknowledge(self.writer)
+
+    def _acknowledge(self, writer: SessionWriter) -> None:
+        """Stream the model's short acknowledgment of the restoration prompt and write it
+        (Ctrl-C or a server failure skip it: the summary is in place)."""
         view = self.host.reply_view()
         try:
             cap = ack_cap(self.window(), self.reply_options()["max_tokens"])
-            reply = respond(self.backend, self.plan().wire, clock=self.clock,
+            reply = respond(self.backend, self._plan(writer.messages).wire, clock=self.clock,
                             on_event=view.on_event,
                             options={**self.agent.options, "max_tokens": cap})  # fmt: skip
         except KeyboardInterrupt:
@@ -390,11 +438,12 @@ class ChatSession:
                              "warn")  # fmt: skip
             return
         view.close(False, False)
-        self._queue.append(replace(reply, restore=True))
+        ack = replace(reply, restore=True)
         try:
-            self.flush()
-        except StoreError as exc:
-            raise self._queued_error(exc) from exc
+            writer.append(ack)
+        except StoreError:
+            self._queue.insert(0, ack)  # written before anything else, as every message
+            raise
 
     # ------------------------------------------------------------------ resume
     def find(self, ref: str) -> SessionRow | None:
@@ -437,12 +486,23 @@ class ChatSession:
             parent = self._summarize_parent(parent)
         template = self.meta()
         self.close()
+        self._show_last_exchange(parent)
         if history is not None:
-            self._start_full(parent, history, template)
+            self._continue_full(parent, history, template)
         else:
             assert parent.summary is not None
             self.begin_child(parent, parent.summary, template)
         return True
+
+    def _show_last_exchange(self, parent: chain.Parent) -> None:
+        try:
+            last = self.store.last_exchange(parent.path)
+        except (ChatloopError, OSError):
+            return
+        if last:
+            lines = [f"{'You' if m.role == 'user' else parent.meta.agent or 'Agent'}: "
+                     f"{_short(m.text)}" for m in last if m.text]  # fmt: skip
+            self.host.notice("Where it ended:\n" + "\n".join(lines))
 
     def _agent_matches(self, meta: SessionMeta) -> bool:
         """True when the session was held with this agent (by name), or the person
@@ -488,17 +548,17 @@ class ChatSession:
         )  # fmt: skip
         return None
 
-    def _start_full(self, parent: chain.Parent, history: list[Message],
-                    template: SessionMeta) -> None:  # fmt: skip
-        meta = chain.child_meta(template, parent, self.clock(), self.store.project_dir)
-        self._adopt(self.store.create(replace(meta, extra={**meta.extra, "restored": "full"})))
-        assert self.writer is not None
+    def _continue_full(self, parent: chain.Parent, history: list[Message],
+                       template: SessionMeta) -> None:  # fmt: skip
+        """Continue ``parent`` with its whole history sent before this session's messages;
+        the child file is written with the next message."""
         self.prefix = history
         self.previous = parent.summary
-        self.chain_base = chain.chain_tokens(self.store, self.writer.path, self.writer.meta)
-        self.host.notice(f"Session Restored: {self.writer.meta.id} continues {parent.meta.id} "
-                         f"with its full history ({len(history)} messages).",
-                         "restored")  # fmt: skip
+        preview = Message.create("user", self.clock(), text="", restore=True)
+        self.pending = Pending(parent, parent.summary or "", template, preview, tuple(history))
+        self.host.notice(f"Continuing session {parent.meta.id} with its full history "
+                         f"({len(history)} messages): the new session begins with your next "
+                         "message.", "restored")  # fmt: skip
 
     # ------------------------------------------------------------------ small edits
     def rename(self, title: str) -> str:
@@ -525,3 +585,9 @@ def git_branch(cwd: Path) -> str | None:
             text = head.read_text(encoding="utf-8", errors="replace").strip()
             return text.removeprefix("ref: refs/heads/") if text.startswith("ref:") else None
     return None
+
+
+def _short(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+

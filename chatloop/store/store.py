@@ -17,11 +17,13 @@ from pathlib import Path
 from chatloop import ids
 from chatloop.errors import ChatloopError, NotFound, StoreError
 from chatloop.format import (
+    Message,
     ParseResult,
     Session,
     SessionMeta,
     SummaryLookup,
     find_summary,
+    open_document,
     parse_markdown,
     render_header,
     reseal,
@@ -38,6 +40,7 @@ from chatloop.store.fsio import (
 from chatloop.store.writer import SessionWriter, recover_locked
 
 Clock = Callable[[], datetime]
+LAST_EXCHANGE_BYTES = 8 << 20  # the last exchange is shown on resume for files up to 8 MiB
 PROJECTS = "projects"
 
 __all__ = ["PROJECTS", "Store"]
@@ -130,6 +133,21 @@ class Store:
         format 2 file, streams the frames of any other."""
         with open_read(path) as handle:
             return find_summary(handle, path.stem)
+
+    def last_exchange(self, path: Path, limit: int = LAST_EXCHANGE_BYTES) -> list[Message]:
+        """The last message the person typed in the session at ``path`` and what
+        followed it (streamed; [] for a file larger than ``limit`` bytes, which would
+        take too long to walk just to show it)."""
+        with open_read(path) as handle:
+            if os.fstat(handle.fileno()).st_size > limit:
+                return []
+            last: list[Message] = []
+            for message in open_document(handle, path.stem).messages():
+                if message.is_query:
+                    last = [message]
+                elif last and message.role != "summary":
+                    last.append(message)
+            return last
 
     def parent_of(self, path: Path, meta: SessionMeta) -> Path | None:
         """The file a session continues: its ``parent_file`` (relative to its own

@@ -77,7 +77,7 @@ def _exit(shell: Shell, arg: str) -> None:
 
 
 def _compact(shell: Shell, arg: str) -> None:
-    shell.session.compact()
+    shell.session.compact(instructions=arg)
 
 
 def _resume(shell: Shell, arg: str) -> None:
@@ -185,7 +185,8 @@ TABLE: tuple[Spec, ...] = (
     Spec("help", "/help", "show the commands and keys", _help),
     Spec("exit", "/exit", "save, summarize and leave (also /quit, exit, quit, bye, Ctrl-D)",
          _exit, ("quit",)),
-    Spec("compact", "/compact", "summarize, then continue in a new linked session", _compact),
+    Spec("compact", "/compact [TEXT]", "summarize (TEXT: what to keep), then continue in a new "
+         "linked session", _compact),
     Spec("resume", "/resume [N|ID]", "continue a past session from its summary", _resume),
     Spec("sessions", "/sessions", "list this project's sessions (1 = most recent)", _sessions),
     Spec("info", "/info", "this session: id, file, agent, model, tokens", _info),
