@@ -95,8 +95,9 @@ def summarize(
         return SummaryOutcome(prompts.fallback_summary(messages, None), True, 0)
     size = window or DEFAULT_WINDOW
     reserve = min(max_tokens, max(64, size // 3))
+    words = summary_words(reserve)  # every summary made here fits its budget
     if previous and estimate_tokens(previous) > reserve:  # never let it crowd out the text
-        previous = prompts.cap_words(previous, reserve * 3 // 4)
+        previous = prompts.fit(previous, words)
     template = estimate_tokens(prompts.summary_prompt("", previous))
     room = max(200, int((size - reserve - template) * 0.85))
     lines = prompts.transcript_lines(messages)
@@ -123,11 +124,18 @@ def summarize(
         calls += used
     except BackendError as exc:
         text = prompts.fallback_summary(messages, previous)
-        return SummaryOutcome(text, True, calls, exc.message)
+        return SummaryOutcome(prompts.fit(text, words), True, calls, exc.message)
     answer = prompts.clean(answer)
     if prompts.shape(answer):
-        return SummaryOutcome(prompts.cap_words(answer), False, calls)
-    return SummaryOutcome(prompts.wrap(answer, previous, messages), False, calls)
+        return SummaryOutcome(prompts.fit(answer, words), False, calls)
+    return SummaryOutcome(prompts.fit(prompts.wrap(answer, previous, messages), words), False,
+                          calls)  # fmt: skip
+
+
+def summary_words(tokens: int) -> int:
+    """How many words a summary of ``tokens`` tokens holds (about 3 words in 4 tokens),
+    never more than the prompt's 500."""
+    return min(prompts.MAX_WORDS, max(24, tokens * 3 // 4))
 
 
 def _ask(backend: Backend, prompt: str, options: dict[str, Any], timeout: float) -> tuple[str, int]:

@@ -215,6 +215,30 @@ def cap_words(text: str, limit: int = MAX_WORDS) -> str:
     return "\n".join(out).strip()
 
 
+def fit(summary: str, words: int) -> str:
+    """``summary`` within ``words`` words, its structure kept: the last bullet of the
+    longest section goes first, again and again, so every section keeps its heading
+    and its first points (a plain cut would drop Decisions Made and Pending)."""
+    lines = summary.strip().splitlines()
+
+    def count(rows: Sequence[str]) -> int:
+        return sum(len(row.split()) for row in rows)
+
+    while count(lines) > words:
+        sections: list[list[int]] = []
+        for i, line in enumerate(lines):
+            if any(line.startswith(h) for h in HEADINGS) or not sections:
+                sections.append([])
+            elif line.strip():
+                sections[-1].append(i)
+        droppable = [s for s in sections if len(s) > 1]
+        if not droppable:
+            return cap_words("\n".join(lines), words)
+        longest = max(droppable, key=lambda s: count([lines[i] for i in s]))
+        del lines[longest[-1]]
+    return "\n".join(lines)
+
+
 def condense(summary: str | None, words: int = 45) -> str:
     """The Background Context line of a child: its parent's summary in a sentence or two."""
     if not summary or not summary.strip():

@@ -124,6 +124,10 @@ class ChatSession:
             backend_url=self.backend.base_url, git_branch=git_branch(self.store.cwd),
         )  # fmt: skip
 
+    def _summary_words(self) -> int:
+        """The words a summary may have here (``context.summary_cap``, in words)."""
+        return chain.summary_words(summary_cap(self.window(), self.settings.summary_max_tokens))
+
     def window(self) -> int | None:
         """The context window: the settings', else the server's, else unknown (None)."""
         if self._window is None:
@@ -288,7 +292,8 @@ class ChatSession:
         Cut short (Ctrl-C), or while leaving on a signal, the one built from the
         transcript is used."""
         if self.leaving:
-            return chain.SummaryOutcome(prompts.fallback_summary(messages, previous), True, 0)
+            text = prompts.fit(prompts.fallback_summary(messages, previous), self._summary_words())
+            return chain.SummaryOutcome(text, True, 0)
         try:
             with self.host.working("Generating session summary...") as progress:
                 outcome = chain.summarize(
@@ -299,7 +304,8 @@ class ChatSession:
                 )  # fmt: skip
         except KeyboardInterrupt:
             self.host.notice("Summary cut short: using one built from the transcript.", "warn")
-            return chain.SummaryOutcome(prompts.fallback_summary(messages, previous), True, 0)
+            text = prompts.fit(prompts.fallback_summary(messages, previous), self._summary_words())
+            return chain.SummaryOutcome(text, True, 0)
         if outcome.fallback and outcome.error:
             self.host.notice(f"The model could not summarize ({outcome.error}); wrote a summary "
                              "built from the transcript.", "warn")  # fmt: skip
@@ -318,6 +324,9 @@ class ChatSession:
             self.host.notice(f"Could not save: {exc.message}", "warn")
         writer = self.writer
         if writer is None:  # nothing written: a pending continuation leaves no file
+            if self.pending is not None:
+                self.host.notice(f"Nothing new to save; session {self.pending.parent.meta.id} "
+                                 "is closed with its summary, ready to resume.", "ok")  # fmt: skip
             self._release()
             return Closed(None, tuple(self._queue))
         try:
@@ -387,8 +396,7 @@ class ChatSession:
         """Continue ``parent`` in a child. Written with the next message (``Pending``);
         at once when the child must answer ``unanswered`` (a message the parent's
         window could not take)."""
-        words = summary_cap(self.window(), self.settings.summary_max_tokens) * 3 // 4
-        summary = prompts.cap_words(summary, words)  # the restoration prompt stays in budget
+        summary = prompts.fit(summary, self._summary_words())  # the restoration stays in budget
         text = chain.restoration(parent, summary, unanswered)
         preview = Message.create("user", self.clock(), text=text, restore=True)
         self.pending = Pending(parent, summary, template or self.meta(), preview)
@@ -501,7 +509,8 @@ class ChatSession:
             return
         if last:
             lines = [f"{'You' if m.role == 'user' else parent.meta.agent or 'Agent'}: "
-                     f"{_short(m.text)}" for m in last if m.text]  # fmt: skip
+                     f"{_short(m.text) or '(an empty reply)'}"
+                     for m in last if m.role != "tool"]  # fmt: skip
             self.host.notice("Where it ended:\n" + "\n".join(lines))
 
     def _agent_matches(self, meta: SessionMeta) -> bool:

@@ -312,7 +312,8 @@ class Repl:
             {
                 "agent": session.agent.name,
                 "model": render.model_label(session.backend.model),
-                "session": writer.meta.id if writer else "",
+                "session": writer.meta.id if writer else (
+                    f"continues {session.pending.parent.meta.id}" if session.pending else ""),
                 "queries": totals.queries,
                 "tokens": tokens,
                 "chain_tokens": session.chain_base + tokens if session.chain_base else 0,
