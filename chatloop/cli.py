@@ -195,8 +195,6 @@ def _backend(settings: Settings) -> Backend:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     """Start the interactive REPL."""
-    from rich.console import Console
-
     from chatloop.chat.agent import agent_dirs, find_agent_file, load_agent
     from chatloop.ui.repl import Repl
 
@@ -231,7 +229,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     try:
         if not backend.model:  # fail fast, with the server's own words, if it is not usable
             backend.model = (backend.models() or [""])[0]
-        repl = Repl(agent, backend, store, settings, Console(), assume_yes=args.yes)
+        repl = Repl(agent, backend, store, settings, assume_yes=args.yes)
         return repl.run(resume=target, full=args.full)
     finally:
         backend.close()

@@ -540,3 +540,30 @@ def test_resume_shows_where_it_ended_and_an_unused_resume_leaves_no_session(
     assert restore.restore and ack.restore and ack.role == "assistant"
     assert query.text == "and then?"
 
+
+
+def test_a_line_typed_while_a_question_waits_is_sent_not_eaten(
+    llama_server: str, chatloop_home: Path, project: Path
+) -> None:
+    """`Compact now? [Y/n]` waits while a message is typed: that line is no answer, so
+    the question counts as no and the line is sent next, as a message."""
+    shown = io.StringIO()
+    child = spawn(llama_server, chatloop_home, project, 12, log=shown, context_window="500",
+                  compact_threshold="0.1")  # past 10% of 500 tokens after one exchange
+    child.sendline("The lighthouse keeper wrote in his log that")
+    wait(child, "Compact now?")
+    child.sendline("a message typed before noticing the question")
+    wait(child, "not a yes or no")
+    wait(child, "Compact now?")  # asked again after the reply to the typed line
+    child.sendline("n")
+    wait(child, ready(2))
+    child.sendline("exit")
+    child.expect("Saved session")
+    child.expect(pexpect.EOF)
+    (path,) = (chatloop_home / "projects").glob("*/*.md")
+    session = parse_markdown(path.read_bytes()).session
+    assert [m.text for m in session.messages if m.is_query] == [
+        "The lighthouse keeper wrote in his log that",
+        "a message typed before noticing the question",
+    ]
+    assert "Traceback" not in shown.getvalue()

@@ -133,10 +133,11 @@ class Repl:
 
     def __init__(
         self, agent: Agent, backend: Backend, store: Store, settings: Settings,
-        console: Console, *, input: Input | None = None, output: Output | None = None,
+        console: Console | None = None, *, input: Input | None = None,
+        output: Output | None = None,
         clock: Callable[[], datetime] | None = None, assume_yes: bool = False,
     ) -> None:  # fmt: skip
-        self.console = console
+        self.console = console or Console()  # the terminal, unless a test passes one
         self.input, self.output = input, output
         self.session = ChatSession(agent, backend, store, settings, host=self,
                                    assume_yes=assume_yes)  # fmt: skip
