@@ -126,3 +126,28 @@ def test_a_full_disk_at_exit_hands_back_what_it_could_not_save(small_disk: Path)
     assert [m.text for m in closed.unsaved] == ["typed when the disk was full " * 400]
     assert host.said("Could not")
     assert queries(store) == ["saved before the disk filled"]  # the file is still whole
+
+
+def test_a_continuation_that_cannot_be_written_waits_for_the_next_try(small_disk: Path) -> None:
+    """After /compact the child is written with the next message; on a full disk that
+    fails, the message stays queued and the continuation pending; with space again,
+    the child is made (restoration, acknowledgment) and the message goes in it."""
+    store = Store(small_disk / "home", cwd=small_disk / "project")
+    (small_disk / "project").mkdir()
+    backend = FakeBackend("One.", STRUCTURED, "Ack.", "Two.", STRUCTURED)
+    session, _host = chat(store, backend)
+    session.send("before the compaction")
+    session.compact()
+    parent_id = session.pending.parent.meta.id if session.pending else ""
+    filler = fill(small_disk)
+    with pytest.raises(StoreError):
+        session.send("typed on a full disk")
+    assert session.pending is not None and session.unsaved == 1
+    os.unlink(filler)
+    session.send("typed with space again")
+    session.close()
+    parent, child = files(store)
+    assert parent.meta.id == parent_id and child.meta.parent_id == parent_id
+    assert [m.text for m in child.messages if m.is_query] == [
+        "typed on a full disk", "typed with space again"]  # fmt: skip
+    assert child.messages[0].restore and child.messages[1].restore

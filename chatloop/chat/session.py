@@ -366,9 +366,9 @@ class ChatSession:
         the child: they are written there, or stay queued. ``unanswered``: a
         message already in this session that the child must answer. Raises
         ChatloopError when there is nothing to compact, StoreError when the
-        summary cannot be written (the session then simply goes on) or the
-        child cannot be made (the parent is closed; the next message starts a
-        fresh session). Nothing typed is lost either way. ``instructions``: what
+        summary cannot be written (the session then simply goes on). The child
+        is made with the next message; if that fails, the continuation waits
+        for the next try. Nothing typed is lost either way. ``instructions``: what
         the person wants the summary to keep ("/compact keep the budget figures").
         The child is written with the next message (see ``Pending``)."""
         if not any(m.is_query for m in [*self.prefix, *self.messages]):
@@ -410,8 +410,8 @@ class ChatSession:
 
     def _begin(self, pending: Pending, unanswered: str | None = None) -> None:
         """Write the pending child: its file, the restoration prompt (or, with --full, the
-        link only), then the acknowledgment."""
-        self.pending = None
+        link only), then the acknowledgment. If the file cannot be made, the
+        continuation stays pending (and the message in hand queued) for the next try."""
         parent = pending.parent
         if pending.history is not None:
             meta = chain.child_meta(pending.template, parent, self.clock(),
@@ -421,6 +421,7 @@ class ChatSession:
             self._adopt(chain.start_child(self.store, pending.template, parent, pending.summary,
                                           self.clock, unanswered))  # fmt: skip
         assert self.writer is not None
+        self.pending = None
         self.chain_base = chain.chain_tokens(self.store, self.writer.path, self.writer.meta)
         self.host.notice(f"Session Restored: {self.writer.meta.id} continues {parent.meta.id} "
                          f"({parent.meta.queries} queries).", "restored")  # fmt: skip

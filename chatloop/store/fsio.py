@@ -162,6 +162,9 @@ def take_lock(path: Path) -> int:
             f"Session {path.stem} is open in another chatloop (pid {holder})",
             "Leave that chatloop first, or start a new session with --new.",
         ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:  # who holds it, for the message another chatloop shows; on a full disk, nobody
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass
     return fd
