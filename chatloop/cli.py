@@ -259,6 +259,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             line(
                 True, f"server {settings.base_url}: {len(models)} model(s): {', '.join(models[:5])}"
             )
+            status, text = _window_status(backend, settings)
+            print(f"{status:<4}  {text}")
         except ChatloopError as exc:
             line(False, f"server {settings.base_url}: {exc.message}")
     else:
@@ -290,6 +292,21 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except (ChatloopError, OSError) as exc:
         line(False, f"index: {exc}")
     return 1 if problems else 0
+
+
+def _window_status(backend: Backend, settings: Settings) -> tuple[str, str]:
+    """Where the context window comes from ("ok"), or what to do when nobody says
+    ("warn": chatloop works, but plans with a guess)."""
+    from chatloop.config import DEFAULT_WINDOW
+
+    if settings.context_window:
+        return "ok", f"context window {settings.context_window:,} tokens (your context_window)"
+    told = backend.context_window()
+    if told:
+        return "ok", f"context window {told:,} tokens (from the server)"
+    return "warn", (f"the server does not say its context window, so chatloop assumes "
+                    f"{DEFAULT_WINDOW:,}: set context_window to what the server was started "
+                    "with (for llama-cpp-python, its --n_ctx; e.g. CHATLOOP_CONTEXT_WINDOW=2048)")
 
 
 def _index(args: argparse.Namespace):  # type: ignore[no-untyped-def]

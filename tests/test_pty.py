@@ -567,3 +567,19 @@ def test_a_line_typed_while_a_question_waits_is_sent_not_eaten(
         "a message typed before noticing the question",
     ]
     assert "Traceback" not in shown.getvalue()
+
+
+def test_doctor_says_how_to_set_a_window_the_server_does_not_report(
+    llama_server: str, chatloop_home: Path, project: Path
+) -> None:
+    """llama-cpp-python's server does not report its n_ctx: doctor says so, and how to
+    set it, as a warning (chatloop works, with a guess); set, it is reported as set."""
+    out = run("--base-url", llama_server, "doctor", home=chatloop_home, cwd=project)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "warn  the server does not say its context window" in out.stdout
+    assert "CHATLOOP_CONTEXT_WINDOW=2048" in out.stdout
+    env_run = subprocess.run([chatloop_bin(), "--base-url", llama_server, "doctor"], cwd=project,
+                             env={**environment(chatloop_home, 12),
+                                  "CHATLOOP_CONTEXT_WINDOW": "2048"},
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert "ok    context window 2,048 tokens (your context_window)" in env_run.stdout
