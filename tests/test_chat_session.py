@@ -7,11 +7,12 @@ and the scripted backend; the disk-full cases use a real, size-limited tmpfs.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from chatloop.errors import BackendError, StoreError
+from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, Session, Totals, parse_markdown
 from chatloop.store.store import Store
 from chatloop.ui.listing import transcript_text
@@ -151,3 +152,35 @@ def test_a_continuation_that_cannot_be_written_waits_for_the_next_try(small_disk
     assert [m.text for m in child.messages if m.is_query] == [
         "typed on a full disk", "typed with space again"]  # fmt: skip
     assert child.messages[0].restore and child.messages[1].restore
+
+
+def test_pinned_facts_survive_six_compactions_word_for_word(store: Store) -> None:
+    """A model whose summaries lose everything (the fallback-prone demo model does):
+    pinned facts are in every restoration prompt of the chain, and in every file's
+    front matter, exactly as typed; /unpin drops one from the next prompt on."""
+    def model(msgs: Sequence[dict[str, object]]) -> str:
+        summary = "progressive summary" in str(msgs[-1]["content"])
+        return "**Topics Discussed:** nothing kept" if summary else "Ok."
+
+    backend = FakeBackend(default=model)
+    session, _host = chat(store, backend)
+    session.pin("FACT-001: the budget is 3,000 EUR, not 30,000")
+    session.send("start")
+    session.pin("FACT-002: pots are 25 cm deep")
+    for round_number in range(6):
+        session.compact()
+        session.send(f"message after compaction {round_number}")
+    session.unpin(1)
+    session.compact()
+    session.send("last")
+    session.close()
+    chain = files(store)
+    assert len(chain) == 8
+    for child in chain[1:7]:
+        restore = child.messages[0].text
+        assert "FACT-001: the budget is 3,000 EUR, not 30,000" in restore
+        assert "FACT-002: pots are 25 cm deep" in restore
+    assert "FACT-001" not in chain[7].messages[0].text and "FACT-002" in chain[7].messages[0].text
+    assert chain[7].meta.pins == ("FACT-002: pots are 25 cm deep",)
+    with pytest.raises(ChatloopError, match="no pinned fact 9"):
+        session.unpin(9)

@@ -246,8 +246,10 @@ def chain_tokens(store: Store, path: Path, meta: SessionMeta, limit: int = MAX_C
 # ------------------------------------------------------------------ starting a child
 
 
-def restoration(parent: Parent, summary: str, unanswered: str | None = None) -> str:
-    """The restoration prompt that opens a child of ``parent``."""
+def restoration(parent: Parent, summary: str, unanswered: str | None = None,
+                pins: Sequence[str] = ()) -> str:  # fmt: skip
+    """The restoration prompt that opens a child of ``parent`` (with the facts the
+    person pinned in the chain, word for word)."""
     return prompts.restoration_prompt(
         session_id=parent.meta.id,
         date=parent.meta.created.strftime("%Y-%m-%d %H:%M"),
@@ -256,6 +258,7 @@ def restoration(parent: Parent, summary: str, unanswered: str | None = None) -> 
         summary=summary,
         grandparent=parent.meta.parent_id,
         unanswered=unanswered,
+        pins=pins,
     )
 
 
@@ -276,7 +279,7 @@ def start_child(
     meta = child_meta(template, parent, clock(), store.project_dir)
     writer = store.create(meta)
     try:
-        text = restoration(parent, summary, unanswered)
+        text = restoration(parent, summary, unanswered, template.pins)
         writer.append(Message.create("user", clock(), text=text, restore=True))
     except ChatloopError:
         writer.close()
@@ -293,7 +296,7 @@ def child_meta(template: SessionMeta, parent: Parent, now: datetime, folder: Pat
         agent=template.agent, agent_name=template.agent_name, model=template.model,
         backend_url=template.backend_url, git_branch=template.git_branch,
         parent_id=parent.meta.id, parent_file=os.path.relpath(parent.path, folder),
-        extra=dict(template.extra),
+        extra=dict(template.extra), pins=template.pins,
     )  # fmt: skip
 
 

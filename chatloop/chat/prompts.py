@@ -88,9 +88,15 @@ We are continuing an earlier conversation: session {id} of {date}, \
 Summary of that session:
 
 {summary}
-{unanswered}
+{pins}{unanswered}
 Acknowledge briefly (2-6 sentences or bullets): the main topics, the key \
 decisions, and that you are ready to continue.\
+"""
+
+PINS = """
+Facts the user pinned (keep them word for word):
+
+{facts}
 """
 
 UNANSWERED = """
@@ -131,6 +137,7 @@ def restoration_prompt(
     summary: str,
     grandparent: str | None = None,
     unanswered: str | None = None,
+    pins: Sequence[str] = (),
 ) -> str:
     """The first message of a continued session: who the parent was and its summary."""
     return RESTORE_PROMPT.format(
@@ -141,6 +148,7 @@ def restoration_prompt(
         grandparent=f"; it continued session {grandparent}" if grandparent else "",
         summary=summary.strip(),
         unanswered=UNANSWERED.format(text=unanswered.strip()) if unanswered else "",
+        pins=PINS.format(facts="\n".join(f"- {p}" for p in pins)) if pins else "",
     )
 
 

@@ -40,7 +40,7 @@ from chatloop.chat.turn import TurnResult, respond, run_turn
 from chatloop.config import Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta, Totals
-from chatloop.format.front_matter import MAX_TITLE_CHARS
+from chatloop.format.front_matter import MAX_PIN_CHARS, MAX_PINS, MAX_TITLE_CHARS
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
@@ -89,6 +89,7 @@ class ChatSession:
     prefix: list[Message] = field(default_factory=list)  # --full: the parent's history
     chain_base: int = 0  # tokens of every ancestor
     pending: Pending | None = None  # the continuation the next message begins
+    pins: tuple[str, ...] = ()  # facts pinned in this chain: in every restoration prompt
     _queue: list[Message] = field(default_factory=list)
     _window: int | None = None
 
@@ -122,6 +123,7 @@ class ChatSession:
             id="", created=now, updated=now, title=self.title, agent=self.agent.name,
             agent_name=Path(self.agent.path).stem, model=self.backend.model,
             backend_url=self.backend.base_url, git_branch=git_branch(self.store.cwd),
+            pins=self.pins,
         )  # fmt: skip
 
     def _summary_words(self) -> int:
@@ -354,6 +356,7 @@ class ChatSession:
             self.writer.close()
         self.writer = None
         self.pending = None
+        self.pins = ()
         self.prefix = []
         self.previous = None
         self.chain_base = 0
@@ -397,9 +400,11 @@ class ChatSession:
         at once when the child must answer ``unanswered`` (a message the parent's
         window could not take)."""
         summary = prompts.fit(summary, self._summary_words())  # the restoration stays in budget
-        text = chain.restoration(parent, summary, unanswered)
+        self.pins = _merged(parent.meta.pins, self.pins)
+        base = replace(template or self.meta(), pins=self.pins)
+        text = chain.restoration(parent, summary, unanswered, self.pins)
         preview = Message.create("user", self.clock(), text=text, restore=True)
-        self.pending = Pending(parent, summary, template or self.meta(), preview)
+        self.pending = Pending(parent, summary, base, preview)
         self.previous = summary
         if unanswered is not None:
             self._begin(self.pending, unanswered)
@@ -564,8 +569,10 @@ class ChatSession:
         the child file is written with the next message."""
         self.prefix = history
         self.previous = parent.summary
+        self.pins = _merged(parent.meta.pins, self.pins)
         preview = Message.create("user", self.clock(), text="", restore=True)
-        self.pending = Pending(parent, parent.summary or "", template, preview, tuple(history))
+        self.pending = Pending(parent, parent.summary or "", replace(template, pins=self.pins),
+                               preview, tuple(history))  # fmt: skip
         self.host.notice(f"Continuing session {parent.meta.id} with its full history "
                          f"({len(history)} messages): the new session begins with your next "
                          "message.", "restored")  # fmt: skip
@@ -580,6 +587,34 @@ class ChatSession:
             self.writer.update_meta(title=title)  # before self.title: a refusal changes nothing
         self.title = title
         return title
+
+    def pin(self, fact: str) -> tuple[str, ...]:
+        """Pin ``fact``: it is stored in the session's front matter and carried, word
+        for word, in the restoration prompt of every later session of the chain."""
+        fact = " ".join(fact.split())
+        if not fact:
+            raise ChatloopError("Give the fact to pin", "For example: /pin The budget is 3,000 EUR")
+        if len(fact) > MAX_PIN_CHARS:
+            raise ChatloopError(
+                f"A pinned fact may have {MAX_PIN_CHARS} characters at most (this one has "
+                f"{len(fact)})", "Pin the essential part.",
+            )
+        if len(self.pins) >= MAX_PINS:
+            raise ChatloopError(f"{MAX_PINS} facts are pinned already", "/unpin N frees one.")
+        return self._set_pins((*self.pins, fact))
+
+    def unpin(self, number: int) -> tuple[str, ...]:
+        """Remove pinned fact ``number`` (1 = the first, as /pins lists them)."""
+        if not 1 <= number <= len(self.pins):
+            raise ChatloopError(f"There is no pinned fact {number}",
+                                "/pins lists them with their numbers.")  # fmt: skip
+        return self._set_pins(self.pins[: number - 1] + self.pins[number:])
+
+    def _set_pins(self, pins: tuple[str, ...]) -> tuple[str, ...]:
+        if self.writer is not None:
+            self.writer.update_meta(pins=pins)  # first: a refusal changes nothing
+        self.pins = pins
+        return pins
 
     def last_reply(self) -> str | None:
         """The text of the latest reply (for /copy)."""
@@ -600,4 +635,9 @@ def git_branch(cwd: Path) -> str | None:
 def _short(text: str, limit: int = 300) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _merged(first: Sequence[str], second: Sequence[str]) -> tuple[str, ...]:
+    """The facts of both, in order, each once."""
+    return tuple(dict.fromkeys([*first, *second]))
 

@@ -44,8 +44,9 @@ __all__ = [
 KNOWN_KEYS = [
     "format", "id", "title", "agent", "agent_name", "agent_path", "model", "backend_url",
     "created", "updated", "cwd", "git_branch", "parent_id", "parent_file", "status", "queries",
-    "tokens", "summary", "summary_key", "summary_at",
+    "tokens", "summary", "summary_key", "summary_at", "pins",
 ]  # fmt: skip
+MAX_PINS, MAX_PIN_CHARS = 50, 500  # pinned facts: how many, and how long each
 _ID_RE = re.compile(r"\d{8}-\d{6}-[0-9a-f]{8}")
 
 
@@ -198,6 +199,10 @@ def meta_from_dict(raw: dict[str, Any], name: str, problems: list[tuple[str, str
         summary_key = None
     if not isinstance(summary_at, int) or isinstance(summary_at, bool) or summary_at < 0:
         summary_at = None
+    pins = raw.get("pins")
+    if pins is not None and not (isinstance(pins, list) and all(isinstance(p, str) for p in pins)):
+        problems.append(("front_matter", "pins is not a list of texts; ignored"))
+        pins = None
     return SessionMeta(
         id=session_id,
         created=created,
@@ -222,6 +227,7 @@ def meta_from_dict(raw: dict[str, Any], name: str, problems: list[tuple[str, str
         agent_name=text("agent_name"),
         summary_key=summary_key if summary_at is not None else None,
         summary_at=summary_at if summary_key is not None else None,
+        pins=tuple(p[:MAX_PIN_CHARS] for p in (pins or [])[:MAX_PINS]),
     )
 
 
@@ -258,6 +264,8 @@ def _meta_to_dict(meta: SessionMeta) -> dict[str, Any]:
     if meta.format >= 2 and meta.summary_key is not None:
         data["summary_key"] = meta.summary_key
         data["summary_at"] = meta.summary_at
+    if meta.pins:
+        data["pins"] = list(meta.pins)
     for key, value in meta.extra.items():
         if key not in data and key not in KNOWN_KEYS:
             data[key] = value

@@ -190,6 +190,7 @@ class SessionMeta:
     agent_name: str = ""
     summary_key: str | None = None
     summary_at: int | None = None
+    pins: tuple[str, ...] = ()  # facts the person pinned: carried into every later session
 
     @property
     def agent_ref(self) -> str:

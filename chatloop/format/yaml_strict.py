@@ -90,7 +90,14 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
+def _represent_list(dumper: yaml.SafeDumper, value: list[Any]) -> yaml.Node:
+    """Lists on one line (``pins: [a, 'b: c']``), so a changed list rewrites one line
+    of the front matter and the comments around it stay."""
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=True)
+
+
 _ExactDumper.add_representer(str, _represent_str)
+_ExactDumper.add_representer(list, _represent_list)
 _HANDLER = YAMLHandler()
 
 

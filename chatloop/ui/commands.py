@@ -177,6 +177,28 @@ def _copy(shell: Shell, arg: str) -> None:
     render.note(shell.console, "Copied the last reply (through your terminal's clipboard).")
 
 
+def _pin(shell: Shell, arg: str) -> None:
+    pins = shell.session.pin(arg)
+    render.note(shell.console, f"Pinned ({len(pins)}): carried word for word into every later "
+                "session of this chain.")  # fmt: skip
+
+
+def _pins(shell: Shell, arg: str) -> None:
+    pins = shell.session.pins
+    if not pins:
+        render.note(shell.console, "Nothing pinned. /pin TEXT keeps a fact across compactions.")
+        return
+    shell.console.print("\n".join(visible(f"  {i}. {p}") for i, p in enumerate(pins, 1)),
+                        highlight=False, markup=False)  # fmt: skip
+
+
+def _unpin(shell: Shell, arg: str) -> None:
+    if not arg.strip().isdigit():
+        raise ChatloopError("Give the number of the fact to unpin", "/pins lists them.")
+    shell.session.unpin(int(arg))
+    render.note(shell.console, f"Unpinned fact {int(arg)}.")
+
+
 def _clear(shell: Shell, arg: str) -> None:
     shell.console.clear()
 
@@ -193,6 +215,9 @@ TABLE: tuple[Spec, ...] = (
     Spec("context", "/context", "exactly what the next call would send, with token counts",
          _context),
     Spec("rename", "/rename TITLE", "give this session a title", _rename),
+    Spec("pin", "/pin TEXT", "keep a fact word for word in every later session", _pin),
+    Spec("pins", "/pins", "list the pinned facts", _pins),
+    Spec("unpin", "/unpin N", "unpin fact N", _unpin),
     Spec("export", "/export [FILE]", "write this session as markdown (default: ./<id>.md)",
          _export),
     Spec("copy", "/copy", "copy the last reply to the clipboard (terminal OSC 52)", _copy),
