@@ -77,7 +77,9 @@ def test_one_retry_then_the_deterministic_fallback() -> None:
     text = outcome.text
     assert "Goal (first request): Question number 1: what is in notes-1.txt?" in text
     assert "Tools used: read_file" in text and "notes-3.txt" in text
-    assert "**Background Context:** Earlier: Watering schedule for basil in pots/basil.md." in text
+    assert ("**Background Context:** Settled: Water every 2 days, 250 ml each. Earlier: "
+            "Watering schedule for basil in pots/basil.md. Open then: Check drainage.") in text
+    assert "- Water every 2 days, 250 ml each" in text  # carried, word for word
     assert len(text.split()) < prompts.MAX_WORDS
 
 

@@ -247,18 +247,27 @@ def fit(summary: str, words: int) -> str:
     return "\n".join(lines)
 
 
-def condense(summary: str | None, words: int = 45) -> str:
-    """The Background Context line of a child: its parent's summary in a sentence or two."""
+def condense(summary: str | None, words: int = 90) -> str:
+    """The Background Context of a child: its parent's whole summary in a few sentences,
+    what was settled first, then the topics, what was open, and the parent's own
+    background last (so the oldest is what a tight cap cuts)."""
     if not summary or not summary.strip():
         return INITIAL
-    topics = _section(summary, "**Topics Discussed:**")
-    decisions = _section(summary, "**Decisions Made:**")
-    if topics or decisions:
-        text = "Earlier: " + "; ".join(topics[:4]) + "."
-        if decisions:
-            text += " Settled: " + "; ".join(decisions[:2]) + "."
-    else:
-        text = "Earlier: " + " ".join(clean(summary).split())
+    topics = _section(summary, HEADINGS[2])
+    decisions = _section(summary, HEADINGS[3])
+    pending = _section(summary, HEADINGS[4])
+    line = next((row for row in summary.splitlines() if row.startswith(HEADINGS[0])), "")
+    background = line.removeprefix(HEADINGS[0]).strip()
+    parts = []
+    if decisions:
+        parts.append("Settled: " + "; ".join(decisions[:6]) + ".")
+    if topics:
+        parts.append("Earlier: " + "; ".join(topics[:4]) + ".")
+    if pending:
+        parts.append("Open then: " + "; ".join(pending[:2]) + ".")
+    if background and background != INITIAL:
+        parts.append(background)
+    text = " ".join(parts) or "Earlier: " + " ".join(clean(summary).split())
     return cap_words(text, words)
 
 
@@ -268,7 +277,7 @@ def wrap(text: str, previous: str | None, messages: Sequence[Message]) -> str:
     return assemble(
         condense(previous),
         topics=parts["topics"],
-        decisions=[NONE[2:]],
+        decisions=_carried(previous) or [NONE[2:]],
         pending=parts["pending"],
         narrative=cap_words(clean(text), 250),
     )
@@ -281,7 +290,7 @@ def fallback_summary(messages: Sequence[Message], previous: str | None) -> str:
     return assemble(
         condense(previous),
         topics=parts["topics"],
-        decisions=parts["decisions"] or [NONE[2:]],
+        decisions=[*_carried(previous), *parts["decisions"]] or [NONE[2:]],
         pending=parts["pending"],
         narrative="(Built from the transcript without the model.)",
     )
@@ -349,6 +358,12 @@ def _files(messages: Sequence[Message]) -> list[str]:
                 if not re.fullmatch(r"[\d.]+", name) and not name.startswith("e.g"):
                     seen.setdefault(name, None)
     return list(seen)
+
+
+def _carried(previous: str | None) -> list[str]:
+    """What the parent's summary settled: carried into a summary chatloop builds itself,
+    word for word (it appears in the parent's summary, so nothing is invented)."""
+    return _section(previous, HEADINGS[3])[:6] if previous else []
 
 
 def _section(summary: str, heading: str) -> list[str]:
