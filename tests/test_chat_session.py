@@ -184,3 +184,19 @@ def test_pinned_facts_survive_six_compactions_word_for_word(store: Store) -> Non
     assert chain[7].meta.pins == ("FACT-002: pots are 25 cm deep",)
     with pytest.raises(ChatloopError, match="no pinned fact 9"):
         session.unpin(9)
+
+
+def test_what_is_pinned_or_renamed_while_a_continuation_waits_goes_into_it(
+    store: Store,
+) -> None:
+    session, _host = chat(store, FakeBackend("One.", STRUCTURED, "Ack.", "Two.", STRUCTURED))
+    session.send("first")
+    session.compact()
+    session.pin("FACT-009: the gate code is 4711")
+    session.rename("Garden, continued")
+    session.send("second")
+    session.close()
+    _parent, child = files(store)
+    assert child.meta.title == "Garden, continued"
+    assert child.meta.pins == ("FACT-009: the gate code is 4711",)
+    assert "FACT-009: the gate code is 4711" in child.messages[0].text

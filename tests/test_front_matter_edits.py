@@ -248,8 +248,8 @@ def test_a_70000_character_rename_is_cut_with_a_note(store: Store) -> None:
 
 
 def test_a_long_rename_before_the_first_message_is_cut_too(store: Store) -> None:
-    repl, shown = drive(store, fake_server([]), f"/rename {'y' * 500}\rhello\rexit\r")
-    assert "Title cut to 200 characters" in shown and repl.session.title == "y" * MAX_TITLE_CHARS
+    _repl, shown = drive(store, fake_server([]), f"/rename {'y' * 500}\rhello\rexit\r")
+    assert "Title cut to 200 characters" in shown
     meta = parse_markdown(only_session(store).read_bytes()).session.meta
     assert meta.title == "y" * MAX_TITLE_CHARS
 

@@ -17,8 +17,9 @@ Promises (docs/durability.md, docs/chains.md):
   an exchange that failed leaves an assistant frame marked ``interrupted``
   (with ``stop_reason`` ``cancelled`` or ``error`` when nothing arrived).
 - Compaction and resume close the current file with its summary and continue
-  in a new file linked to it. A message that triggered the compaction is held
-  aside and written into the new file, or stays queued when that fails.
+  in a new file linked to it, written with the next message (``Pending``): a
+  continuation left unused leaves no file. Messages queued at compaction
+  belong to the new file, or stay queued when it cannot be written.
 - Errors that end an operation are raised as ``ChatloopError`` (the UI's one
   boundary shows them); the session stays usable after any of them.
 """
@@ -357,6 +358,7 @@ class ChatSession:
         self.writer = None
         self.pending = None
         self.pins = ()
+        self.title = ""
         self.prefix = []
         self.previous = None
         self.chain_base = 0
@@ -418,12 +420,14 @@ class ChatSession:
         link only), then the acknowledgment. If the file cannot be made, the
         continuation stays pending (and the message in hand queued) for the next try."""
         parent = pending.parent
+        # what was pinned or renamed while the continuation waited goes in too
+        template = replace(pending.template, pins=self.pins,
+                           title=self.title or pending.template.title)  # fmt: skip
         if pending.history is not None:
-            meta = chain.child_meta(pending.template, parent, self.clock(),
-                                    self.store.project_dir)  # fmt: skip
+            meta = chain.child_meta(template, parent, self.clock(), self.store.project_dir)
             self._adopt(self.store.create(replace(meta, extra={**meta.extra, "restored": "full"})))
         else:
-            self._adopt(chain.start_child(self.store, pending.template, parent, pending.summary,
+            self._adopt(chain.start_child(self.store, template, parent, pending.summary,
                                           self.clock, unanswered))  # fmt: skip
         assert self.writer is not None
         self.pending = None
@@ -498,7 +502,7 @@ class ChatSession:
         history = self._full_history(parent) if full else None
         if parent.summary is None and history is None:
             parent = self._summarize_parent(parent)
-        template = self.meta()
+        template = replace(self.meta(), title="")  # the child takes the parent's title
         self.close()
         self._show_last_exchange(parent)
         if history is not None:
