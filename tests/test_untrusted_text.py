@@ -37,7 +37,8 @@ def test_the_repl_shows_hostile_replies_and_titles_as_text(store: Store) -> None
     backend = OpenAICompatBackend(
         "http://fake/v1", "fake-model", client=httpx.Client(transport=httpx.MockTransport(handler))
     )
-    arguments = {"rename": HOSTILE, "export": str(store.cwd / "exported.md")}
+    arguments = {"rename": HOSTILE, "export": str(store.cwd / "exported.md"), "pin": HOSTILE,
+                 "unpin": "1"}
     skipped = {"exit", "resume", "clear", "copy"}  # leaving; another session; our own sequences
     every = [f"/{spec.name} {arguments.get(spec.name, '')}".rstrip()
              for spec in commands.TABLE if spec.name not in skipped]  # fmt: skip
