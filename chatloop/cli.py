@@ -39,9 +39,11 @@ examples:
   chatloop reindex              rebuild the session index from the files
   chatloop doctor               check the server, the sessions directory and the index
 
-In the chat, /help lists the commands. Sessions are markdown files under
-$CHATLOOP_HOME; settings come from ~/.config/chatloop/config.yaml (or
-CHATLOOP_CONFIG), then CHATLOOP_* variables, then these flags.
+In the chat, /help lists the commands (/compact, /resume, /pin, ...). Sessions
+are markdown files under $CHATLOOP_HOME; settings come from the config file
+(--config, CHATLOOP_CONFIG, $CHATLOOP_HOME/config.yaml, else
+~/.config/chatloop/config.yaml), then CHATLOOP_* variables, then these flags.
+`chatloop doctor` says which config file it read and where the window comes from.
 """
 
 
