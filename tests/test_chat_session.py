@@ -200,3 +200,60 @@ def test_what_is_pinned_or_renamed_while_a_continuation_waits_goes_into_it(
     assert child.meta.title == "Garden, continued"
     assert child.meta.pins == ("FACT-009: the gate code is 4711",)
     assert "FACT-009: the gate code is 4711" in child.messages[0].text
+
+
+def test_unsaved_messages_never_move_into_another_conversation(small_disk: Path) -> None:
+    store = Store(small_disk / "home", cwd=small_disk / "project")
+    (small_disk / "project").mkdir()
+    other, _ = chat(store, FakeBackend("B.", STRUCTURED))
+    other.send("the other conversation")
+    other.close()
+    session, _host = chat(store, FakeBackend("A.", STRUCTURED, "Ack.", "B2.", STRUCTURED))
+    session.send("first of this one")
+    filler = fill(small_disk)
+    with pytest.raises(StoreError):
+        session.send("my tax id is 12-345 " * 300)  # more than a page: must allocate
+    with pytest.raises(ChatloopError, match="Not resumed: 1 message"):
+        session.resume(other_id(store))
+    os.unlink(filler)
+    assert session.resume(other_id(store))  # space again: saved here first, then resumed
+    session.send("now in the other chain")
+    session.close()
+    mine = next(s for s in files(store) if any(m.text == "first of this one" for m in s.messages))
+    assert any(m.text.startswith("my tax id") for m in mine.messages)
+    child = next(s for s in files(store) if s.meta.parent_id == other_id(store))
+    assert not any("tax id" in m.text for m in child.messages)
+
+
+def other_id(store: Store) -> str:
+    return next(s.meta.id for s in files(store)
+                if any(m.text == "the other conversation" for m in s.messages))  # fmt: skip
+
+
+def test_a_full_history_that_stops_fitting_continues_from_the_summary(store: Store) -> None:
+    """--full, then a message that does not fit with the whole history: chatloop
+    continues from the parent's summary, and the message is answered in that child."""
+    first, _ = chat(store, FakeBackend("Answer one.", STRUCTURED), context_window=1200)
+    first.send("first chat " + "about the soil of the beds " * 20)
+    first.close()
+    backend = FakeBackend("Ack.", "The answer.", STRUCTURED)
+    session, host = chat(store, backend, context_window=1200)
+    assert session.resume("1", full=True)
+    # fits the window alone (about 900 tokens), not after the whole history
+    session.send("and now a long question " + "with many words " * 225)
+    session.close()
+    assert host.said("continuing from the summary")
+    parent, child = files(store)
+    restore, ack, question, reply = child.messages[:4]
+    assert restore.restore and ack.restore and question.text.startswith("and now a long")
+    assert reply.text.strip() == "The answer." and child.meta.parent_id == parent.meta.id
+
+
+def test_fit_keeps_every_heading_when_one_paragraph_is_too_long() -> None:
+    from chatloop.chat import prompts
+
+    long = prompts.assemble("Initial session.", topics=["basil"], decisions=["water daily"],
+                            pending=["drainage"], narrative="word " * 240)  # fmt: skip
+    fitted = prompts.fit(long, 100)
+    assert prompts.shape(fitted) and len(fitted.split()) <= 100
+    assert "- water daily" in fitted and "- drainage" in fitted

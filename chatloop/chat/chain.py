@@ -282,7 +282,7 @@ def start_child(
         text = restoration(parent, summary, unanswered, template.pins)
         writer.append(Message.create("user", clock(), text=text, restore=True))
     except ChatloopError:
-        writer.close()
+        store.discard(writer)  # a child that never began leaves no file behind
         raise
     return writer
 

@@ -240,10 +240,17 @@ def fit(summary: str, words: int) -> str:
             elif line.strip():
                 sections[-1].append(i)
         droppable = [s for s in sections if len(s) > 1]
-        if not droppable:
-            return cap_words("\n".join(lines), words)
-        longest = max(droppable, key=lambda s: count([lines[i] for i in s]))
-        del lines[longest[-1]]
+        if droppable:
+            longest = max(droppable, key=lambda s: count([lines[i] for i in s]))
+            del lines[longest[-1]]
+            continue
+        # one line per section is left: shorten the longest line instead (a paragraph)
+        at = max(range(len(lines)), key=lambda i: len(lines[i].split()))
+        row = lines[at].split()
+        keep = max(4, len(row) - (count(lines) - words) - 1)
+        if keep >= len(row):
+            return cap_words("\n".join(lines), words)  # nothing left to shorten
+        lines[at] = " ".join(row[:keep]) + " …"
     return "\n".join(lines)
 
 

@@ -70,6 +70,7 @@ class Pending:
     template: SessionMeta
     preview: Message  # the restoration prompt as it will be written (for the budget)
     history: tuple[Message, ...] | None = None  # --full: the parent's history instead
+    unanswered: str | None = None  # a message the child must answer (after an overflow)
 
 
 @dataclass
@@ -173,13 +174,19 @@ class ChatSession:
         self.writer = writer
 
     def flush(self) -> None:
-        """Write every queued message, in order. Raises StoreError (the rest stay queued)."""
+        """Write every queued message, in order. Raises StoreError (the rest stay queued).
+        A message is taken off the queue once the writer has it, even if Ctrl-C or a
+        signal lands between the two, so nothing is written twice."""
         if not self._queue:
             return
         writer = self._ensure_file()
         while self._queue:
-            writer.append(self._queue[0])
-            self._queue.pop(0)
+            message = self._queue[0]
+            try:
+                writer.append(message)
+            finally:
+                if writer.last_message is message:
+                    self._queue.pop(0)
 
     def _queued_error(self, exc: StoreError) -> StoreError:
         """``exc`` with a hint that tells the truth about the queue."""
@@ -378,10 +385,24 @@ class ChatSession:
         The child is written with the next message (see ``Pending``)."""
         if not any(m.is_query for m in [*self.prefix, *self.messages]):
             raise ChatloopError("Nothing to compact yet", "Send a message first.")
-        if self.writer is None or not self.writer.query_count:
-            self.flush()  # every query is still queued: they make the parent
+        pending = self.pending
+        if self.writer is None and pending is not None:  # the continuation is not written yet
+            if pending.history is None:
+                raise ChatloopError(
+                    f"This message and the restoration of session {pending.parent.meta.id} do "
+                    "not fit the context window together; nothing was sent",
+                    "Shorten it (Up recalls it), or use a model with a larger window.",
+                )
+            # --full, and the history no longer fits with the message: use the summary
+            self.prefix = []
+            self.host.notice("The full history no longer fits: continuing from the summary.",
+                             "warn")  # fmt: skip
+            self.begin_child(pending.parent, pending.summary, pending.template)
+            return
+        if self.writer is None:
+            self.flush()  # a new session whose file could not be made yet: they make it
         writer = self._ensure_file()
-        held, self._queue = self._queue, []
+        held, self._queue = self._queue, []  # never sent: they belong to the child
         try:
             template = self.meta()
             try:
@@ -406,16 +427,16 @@ class ChatSession:
         base = replace(template or self.meta(), pins=self.pins)
         text = chain.restoration(parent, summary, unanswered, self.pins)
         preview = Message.create("user", self.clock(), text=text, restore=True)
-        self.pending = Pending(parent, summary, base, preview)
+        self.pending = Pending(parent, summary, base, preview, unanswered=unanswered)
         self.previous = summary
         if unanswered is not None:
-            self._begin(self.pending, unanswered)
+            self._begin(self.pending)
         else:
             self.host.notice(f"Continuing session {parent.meta.id} ({parent.meta.queries} "
                              "queries) from its summary: the new session begins with your "
                              "next message.", "restored")  # fmt: skip
 
-    def _begin(self, pending: Pending, unanswered: str | None = None) -> None:
+    def _begin(self, pending: Pending) -> None:
         """Write the pending child: its file, the restoration prompt (or, with --full, the
         link only), then the acknowledgment. If the file cannot be made, the
         continuation stays pending (and the message in hand queued) for the next try."""
@@ -428,21 +449,23 @@ class ChatSession:
             self._adopt(self.store.create(replace(meta, extra={**meta.extra, "restored": "full"})))
         else:
             self._adopt(chain.start_child(self.store, template, parent, pending.summary,
-                                          self.clock, unanswered))  # fmt: skip
+                                          self.clock, pending.unanswered))  # fmt: skip
         assert self.writer is not None
         self.pending = None
         self.chain_base = chain.chain_tokens(self.store, self.writer.path, self.writer.meta)
         self.host.notice(f"Session Restored: {self.writer.meta.id} continues {parent.meta.id} "
                          f"({parent.meta.queries} queries).", "restored")  # fmt: skip
         if pending.history is None and not self.leaving:
-            self._acknowledge(self.writer)
+            self._acknowledge(self.writer, answers=pending.unanswered is not None)
 
-    def _acknowledge(self, writer: SessionWriter) -> None:
+    def _acknowledge(self, writer: SessionWriter, answers: bool = False) -> None:
         """Stream the model's short acknowledgment of the restoration prompt and write it
-        (Ctrl-C or a server failure skip it: the summary is in place)."""
+        (Ctrl-C or a server failure skip it: the summary is in place). ``answers``: it
+        also answers a message, so it may be as long as a reply."""
         view = self.host.reply_view()
         try:
-            cap = ack_cap(self.window(), self.reply_options()["max_tokens"])
+            reply_limit = self.reply_options()["max_tokens"]
+            cap = reply_limit if answers else ack_cap(self.window(), reply_limit)
             reply = respond(self.backend, self._plan(writer.messages).wire, clock=self.clock,
                             on_event=view.on_event,
                             options={**self.agent.options, "max_tokens": cap})  # fmt: skip
@@ -489,6 +512,15 @@ class ChatSession:
         history when that fits. False if nothing was resumed."""
         if self.writer is not None and path == self.writer.path:
             raise ChatloopError("That is the session you are in", "/compact continues it anew.")
+        if self._queue:  # they belong to this conversation: saved here first, or no resume
+            try:
+                self.flush()
+            except StoreError as exc:
+                raise ChatloopError(
+                    f"Not resumed: {len(self._queue)} message(s) of this session are not saved "
+                    f"yet ({exc.message})",
+                    "Free some space and send again; leaving shows them to copy.",
+                ) from exc
         try:
             parent = chain.read_parent(self.store, path)
         except (ChatloopError, OSError):
@@ -500,7 +532,7 @@ class ChatSession:
         if parent.note:
             self.host.notice(f"Session {parent.meta.id}: {parent.note}.", "warn")
         history = self._full_history(parent) if full else None
-        if parent.summary is None and history is None:
+        if parent.summary is None:  # with --full too: a later compaction condenses it
             parent = self._summarize_parent(parent)
         template = replace(self.meta(), title="")  # the child takes the parent's title
         self.close()
@@ -615,8 +647,14 @@ class ChatSession:
         return self._set_pins(self.pins[: number - 1] + self.pins[number:])
 
     def _set_pins(self, pins: tuple[str, ...]) -> tuple[str, ...]:
+        """Write ``pins`` into the current file's front matter first (a refusal changes
+        nothing); while a continuation waits, into the file it continues, the end of
+        the chain, so leaving before the next message keeps them too."""
         if self.writer is not None:
-            self.writer.update_meta(pins=pins)  # first: a refusal changes nothing
+            self.writer.update_meta(pins=pins)
+        elif self.pending is not None:
+            with self.store.open(self.pending.parent.path) as parent:
+                parent.update_meta(pins=pins)
         self.pins = pins
         return pins
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -32,6 +33,7 @@ from chatloop.store.fsio import (
     atomic_rewrite,
     ensure_dir,
     local_now,
+    lock_path,
     open_read,
     read_bytes,
     take_lock,
@@ -133,6 +135,18 @@ class Store:
         format 2 file, streams the frames of any other."""
         with open_read(path) as handle:
             return find_summary(handle, path.stem)
+
+    def discard(self, writer: SessionWriter) -> None:
+        """Close ``writer``; if its session holds no message (it was just created and
+        its first write failed), remove the file and its lock, so a session that never
+        began leaves nothing behind. A session with messages is only closed."""
+        empty = writer.last_message is None
+        path = writer.path
+        writer.close()
+        if empty:
+            for leftover in (path, lock_path(path)):
+                with suppress(OSError):
+                    leftover.unlink()
 
     def last_exchange(self, path: Path, limit: int = LAST_EXCHANGE_BYTES) -> list[Message]:
         """The last message the person typed in the session at ``path`` and what

@@ -72,6 +72,11 @@ class SessionWriter:
         return list(self._messages)
 
     @property
+    def last_message(self) -> Message | None:
+        """The message written last (no copy of the list)."""
+        return self._messages[-1] if self._messages else None
+
+    @property
     def query_count(self) -> int:
         return self._totals.queries
 
@@ -90,6 +95,7 @@ class SessionWriter:
             before = os.fstat(self._fd).st_size
         except OSError as exc:
             raise io_error("save a message to", self.path, exc) from exc
+        written = 0
         try:
             written = os.write(self._fd, record)
             if written != len(record):
@@ -98,6 +104,14 @@ class SessionWriter:
         except OSError as exc:
             self._truncate(before, exc)
             raise io_error("save a message to", self.path, exc) from exc
+        except BaseException:  # Ctrl-C or a signal after the write: the frame is in the file
+            if written == len(record):
+                self._commit(message, totals, before)
+            raise
+        self._commit(message, totals, before)
+
+    def _commit(self, message: Message, totals: Totals, before: int) -> None:
+        """Count ``message`` as written (its frame starts at offset ``before``)."""
         self._messages.append(message)
         self._totals = totals
         self._stamp = self._stat()
