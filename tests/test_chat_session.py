@@ -257,3 +257,21 @@ def test_fit_keeps_every_heading_when_one_paragraph_is_too_long() -> None:
     fitted = prompts.fit(long, 100)
     assert prompts.shape(fitted) and len(fitted.split()) <= 100
     assert "- water daily" in fitted and "- drainage" in fitted
+
+
+def test_fit_always_ends_within_its_budget() -> None:
+    """Every budget, from absurdly small to roomy, on summaries of every shape."""
+    import random
+
+    from chatloop.chat import prompts
+
+    rng = random.Random(7)
+    for _ in range(300):
+        rows = [rng.choice(["- short", "- a longer bullet with several words in it",
+                            "word " * rng.randint(1, 120), "", "plain line"])
+                for _ in range(rng.randint(0, 12))]  # fmt: skip
+        text = prompts.assemble("Initial session.", topics=["basil"], decisions=["d"],
+                                pending=["p"], narrative="\n".join(rows))  # fmt: skip
+        budget = rng.randint(1, 300)
+        fitted = prompts.fit(text, budget)
+        assert len(fitted.split()) <= max(budget, 0) + 1

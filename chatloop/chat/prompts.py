@@ -248,9 +248,9 @@ def fit(summary: str, words: int) -> str:
         at = max(range(len(lines)), key=lambda i: len(lines[i].split()))
         row = lines[at].split()
         keep = max(4, len(row) - (count(lines) - words) - 1)
-        if keep >= len(row):
-            return cap_words("\n".join(lines), words)  # nothing left to shorten
-        lines[at] = " ".join(row[:keep]) + " …"
+        if keep + 1 >= len(row):  # shortening gains nothing: a tiny budget, cut the end
+            return cap_words("\n".join(lines), words)
+        lines[at] = " ".join(row[:keep]) + " …"  # strictly shorter: the loop ends
     return "\n".join(lines)
 
 
