@@ -34,6 +34,7 @@ from chatloop.format import Message, SessionMeta
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
+SUMMARY_MIN_WORDS = 60  # the smallest summary chatloop fits a summary into
 MAX_CHAIN = 10_000  # parent links followed at most (a loop guard)
 Progress = Callable[[str], None]
 
@@ -134,8 +135,9 @@ def summarize(
 
 def summary_words(tokens: int) -> int:
     """How many words a summary of ``tokens`` tokens holds (about 3 words in 4 tokens),
-    never more than the prompt's 500."""
-    return min(prompts.MAX_WORDS, max(24, tokens * 3 // 4))
+    never more than the prompt's 500 and never under SUMMARY_MIN_WORDS (the headings
+    alone take a dozen; below that a summary keeps nothing worth resuming from)."""
+    return min(prompts.MAX_WORDS, max(SUMMARY_MIN_WORDS, tokens * 3 // 4))
 
 
 def _ask(backend: Backend, prompt: str, options: dict[str, Any], timeout: float) -> tuple[str, int]:
