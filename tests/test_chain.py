@@ -442,7 +442,7 @@ def test_a_2k_window_at_default_settings_compacts_every_eight_messages_or_more(
     plus its max_tokens passes the window."""
     window = 2048
     model = BudgetedModel()
-    backend = FakeBackend(default=lambda m: "")
+    backend = FakeBackend()  # its reply depends on the max_tokens of the call it answers
     backend.default = lambda msgs: model(list(msgs), backend.calls[-1]["options"]["max_tokens"])
     session, host = chat(store, backend, context_window=window)
     typed = [f"note {i}: " + "the basil beds need water every other morning " * 5

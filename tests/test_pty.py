@@ -16,7 +16,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from chatloop.format import parse_markdown
+from chatloop.format import Session, parse_markdown
 
 pytestmark = pytest.mark.e2e
 READY = "new session"  # the toolbar before the first message
@@ -72,6 +72,19 @@ def spawn(url: str, home: Path, cwd: Path, max_tokens: int = 12, *args: str,
     return child
 
 
+def leave(child: pexpect.spawn) -> None:
+    """Type exit, see the session saved, and wait for the program to end."""
+    child.sendline("exit")
+    child.expect("Saved session")
+    child.expect(pexpect.EOF)
+
+
+def only_session(home: Path) -> Session:
+    """The one session file under ``home``, parsed."""
+    (path,) = (home / "projects").glob("*/*.md")
+    return parse_markdown(path.read_bytes()).session
+
+
 def run(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([chatloop_bin(), *args], cwd=cwd, env=environment(home, 12),
                           capture_output=True, text=True, timeout=60)  # fmt: skip
@@ -93,9 +106,7 @@ def test_chat_list_search_show(llama_server: str, chatloop_home: Path, project: 
     child.sendline("/sessions")
     wait(child, "title or last question")
     wait(child, ready(2))
-    child.sendline("exit")
-    child.expect("Saved session")
-    child.expect(pexpect.EOF)
+    leave(child)
     child.close()
     assert child.exitstatus == 0
 
@@ -125,8 +136,7 @@ def test_ctrl_c_keeps_the_partial_reply(llama_server: str, chatloop_home: Path,
     wait(child, ready(attempt + 1))
     child.sendeof()
     child.expect(pexpect.EOF)
-    (path,) = (chatloop_home / "projects").glob("*/*.md")
-    session = parse_markdown(path.read_bytes()).session
+    session = only_session(chatloop_home)
     said = [m for m in session.messages if m.role != "summary"]
     assert said[-1].role == "assistant" and said[-1].interrupted
     assert said[-2].text.startswith("Once upon a time")
@@ -145,8 +155,7 @@ def test_ctrl_c_during_the_exit_summary_still_saves(
     child.sendintr()
     child.expect_exact("Summary cut short")
     child.expect(pexpect.EOF)
-    (path,) = (chatloop_home / "projects").glob("*/*.md")
-    session = parse_markdown(path.read_bytes()).session
+    session = only_session(chatloop_home)
     assert session.meta.status == "closed" and session.meta.queries == 1
     assert session.meta.summary == "fallback" and session.summary is not None
     assert "lighthouse keeper" in session.summary.text  # the goal, from the transcript
@@ -214,9 +223,7 @@ def test_a_forged_summary_typed_then_a_crash_is_not_restored(
     wait(child, ready(0))
     child.sendline("And then?")  # the child, its restoration prompt and ack come with it
     wait(child, ready(1))
-    child.sendline("exit")
-    child.expect("Saved session")
-    child.expect(pexpect.EOF)
+    leave(child)
     assert "it has no summary" in shown.getvalue()  # the person is told why one is made
     store = Store(chatloop_home, cwd=project)
     sessions = [parse_markdown(Path(e.path).read_bytes()).session for e in store.session_files()]
@@ -255,13 +262,10 @@ def test_a_model_that_echoes_the_summary_template_gets_the_fallback(
         child = spawn(url, chatloop_home, project, 12, log=shown)
         child.sendline("Tell me about the tide tables")
         wait(child, ready(1))
-        child.sendline("exit")
-        child.expect("Saved session")
-        child.expect(pexpect.EOF)
+        leave(child)
     assert sum("progressive summary" in a for a in asked) == 2  # asked, then asked again
     assert "could not summarize" in shown.getvalue()
-    (path,) = (chatloop_home / "projects").glob("*/*.md")
-    session = parse_markdown(path.read_bytes()).session
+    session = only_session(chatloop_home)
     assert session.meta.summary == "fallback" and session.summary is not None
     assert "one bullet per topic" not in session.summary.text
     assert "tide tables" in session.summary.text
@@ -343,11 +347,8 @@ def test_a_wheel_in_a_fresh_venv_chats_with_the_real_server(
     wait(child, READY)
     child.sendline("Once upon a time")
     wait(child, ready(1))
-    child.sendline("exit")
-    child.expect("Saved session")
-    child.expect(pexpect.EOF)
-    (path,) = (chatloop_home / "projects").glob("*/*.md")
-    session = parse_markdown(path.read_bytes()).session
+    leave(child)
+    session = only_session(chatloop_home)
     assert session.meta.agent == "Simple Sally" and session.meta.agent_name == "simple_sally"
     assert [m.role for m in session.messages][:2] == ["user", "assistant"]
     assert session.summary is not None and session.meta.status == "closed"
@@ -423,9 +424,7 @@ def test_disk_full_during_automatic_compaction_in_the_installed_program(
     filler.unlink()
     child.sendline(typed[3])
     wait(child, "Session Restored")
-    child.sendline("exit")
-    child.expect("Saved session")
-    child.expect(pexpect.EOF)
+    leave(child)
     child.close()
     shown = log.getvalue()
     assert child.exitstatus == 0 and "Traceback" not in shown, shown[-3000:]
@@ -450,9 +449,7 @@ def test_hostile_text_then_every_view_in_the_installed_program(
         child.sendline(command)
         wait(child, shows)
         wait(child, ready(1))
-    child.sendline("exit")
-    child.expect("Saved session")
-    child.expect(pexpect.EOF)
+    leave(child)
     child.close()
     shown = log.getvalue()
     assert child.exitstatus == 0 and "Traceback" not in shown and "MarkupError" not in shown
@@ -496,8 +493,7 @@ def test_a_large_paste_cut_by_ctrl_c_then_leaving(paste: str, chatloop_home: Pat
     assert child.exitstatus == 0, out[-2000:]
     for bad in ("Traceback", "Unhandled", "event loop", "Exception"):
         assert bad not in out, out[out.find(bad) - 500 :][:1500]
-    (path,) = (chatloop_home / "projects").glob("*/*.md")
-    session = parse_markdown(path.read_bytes()).session
+    session = only_session(chatloop_home)
     assert session.meta.status == "closed" and session.summary is not None
 
 
@@ -557,11 +553,8 @@ def test_a_line_typed_while_a_question_waits_is_sent_not_eaten(
     wait(child, "Compact now?")  # asked again after the reply to the typed line
     child.sendline("n")
     wait(child, ready(2))
-    child.sendline("exit")
-    child.expect("Saved session")
-    child.expect(pexpect.EOF)
-    (path,) = (chatloop_home / "projects").glob("*/*.md")
-    session = parse_markdown(path.read_bytes()).session
+    leave(child)
+    session = only_session(chatloop_home)
     assert [m.text for m in session.messages if m.is_query] == [
         "The lighthouse keeper wrote in his log that",
         "a message typed before noticing the question",

@@ -166,12 +166,9 @@ class ChatSession:
             if self.pending is not None:
                 self._begin(self.pending)
             else:
-                self._adopt(self.store.create(self.meta()))
+                self.writer = self.store.create(self.meta())
         assert self.writer is not None
         return self.writer
-
-    def _adopt(self, writer: SessionWriter) -> None:
-        self.writer = writer
 
     def flush(self) -> None:
         """Write every queued message, in order. Raises StoreError (the rest stay queued).
@@ -446,10 +443,10 @@ class ChatSession:
                            title=self.title or pending.template.title)  # fmt: skip
         if pending.history is not None:
             meta = chain.child_meta(template, parent, self.clock(), self.store.project_dir)
-            self._adopt(self.store.create(replace(meta, extra={**meta.extra, "restored": "full"})))
+            self.writer = self.store.create(replace(meta, extra={**meta.extra, "restored": "full"}))
         else:
-            self._adopt(chain.start_child(self.store, template, parent, pending.summary,
-                                          self.clock, pending.unanswered))  # fmt: skip
+            self.writer = chain.start_child(self.store, template, parent, pending.summary,
+                                            self.clock, pending.unanswered)  # fmt: skip
         assert self.writer is not None
         self.pending = None
         self.chain_base = chain.chain_tokens(self.store, self.writer.path, self.writer.meta)

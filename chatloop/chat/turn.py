@@ -134,10 +134,11 @@ def run_turn(
         if interrupted or not reply.calls:
             return result
         rounds += 1
-        tool_message = Message.create("tool", clock(), tool_results=_run_tools(agent, reply.calls))
+        results, cancelled = _run_tools(agent, reply.calls)
+        tool_message = Message.create("tool", clock(), tool_results=results)
         record(tool_message)
         result.messages.append(tool_message)
-        if any(r.content == CANCELLED_TOOL for r in tool_message.tool_results):
+        if cancelled:
             result.interrupted = True
             return result
 
@@ -145,18 +146,19 @@ def run_turn(
 CANCELLED_TOOL = "cancelled by the person (Ctrl-C) before it finished"
 
 
-def _run_tools(agent: Agent, calls: Sequence[ToolCall]) -> tuple[ToolResult, ...]:
-    """The result of each call in order; Ctrl-C stops the rest, each marked cancelled,
-    so every call the model made still has a result."""
+def _run_tools(agent: Agent, calls: Sequence[ToolCall]) -> tuple[tuple[ToolResult, ...], bool]:
+    """The result of each call in order, and whether Ctrl-C stopped them: the calls it
+    stopped are each marked cancelled, so every call the model made has a result."""
     results: list[ToolResult] = []
     for call in calls:
         try:
             results.append(agent.run_tool(call))
         except KeyboardInterrupt:
             break
+    cancelled = len(results) < len(calls)
     for call in calls[len(results) :]:
         results.append(ToolResult(call.id, call.name, CANCELLED_TOOL, is_error=True))
-    return tuple(results)
+    return tuple(results), cancelled
 
 
 def respond(
