@@ -67,6 +67,12 @@ class FakeBackend:
     def context_window(self) -> int | None:
         return self.window
 
+    def count_tokens(self, text: str) -> int | None:
+        return None
+
+    def chat_overhead(self) -> tuple[int, int] | None:
+        return None
+
     def close(self) -> None:
         pass
 

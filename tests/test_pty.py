@@ -406,11 +406,12 @@ def test_disk_full_during_automatic_compaction_in_the_installed_program(
 
     home = small_disk / "home"
     log = io.StringIO()
-    # sizes: the second message fits the window alone but not after the first one
+    # sizes (Gemma tokens: about 362 and 662): the second message fits the window alone
+    # but not after the first one
     child = spawn(llama_server, home, project, 12, log=log, context_window="1000",
                   auto_compact="on")  # fmt: skip
-    typed = ["first " + "a note about the harbour lights and the keeper's log " * 26,
-             "long " + "the tide came in over the stones and the boats waited " * 44,
+    typed = ["first " + "a note about the harbour lights and the keeper's log " * 30,
+             "long " + "the tide came in over the stones and the boats waited " * 60,
              "A second short note, typed while the disk was full.",
              "A third note, after space came back."]  # fmt: skip
     child.sendline(typed[0])

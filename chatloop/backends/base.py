@@ -115,6 +115,16 @@ class Backend(Protocol):
 
     def context_window(self) -> int | None: ...
 
+    def count_tokens(self, text: str) -> int | None:
+        """``text``'s length in the model's own tokens (no special tokens added), or None
+        when the server has no tokenizer to ask. Callers cache: one request per call."""
+        ...
+
+    def chat_overhead(self) -> tuple[int, int] | None:
+        """What the server's chat template adds to a prompt, in tokens: (per message, once
+        per prompt), measured with the server's own counts; None when it cannot say."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -100,6 +100,12 @@ class EmbeddedBackend:
     def context_window(self) -> int | None:
         return int(self._llm.n_ctx())
 
+    def count_tokens(self, text: str) -> int | None:
+        return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    def chat_overhead(self) -> tuple[int, int] | None:
+        return None  # the chat handler's template is not exposed; callers estimate it
+
 
 @contextlib.contextmanager
 def _quiet_stderr() -> Iterator[None]:

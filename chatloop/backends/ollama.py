@@ -189,6 +189,14 @@ class OllamaBackend:
                 return value
         return None
 
+    def count_tokens(self, text: str) -> int | None:
+        """Ollama has no tokenizer endpoint: None (its replies report prompt_eval_count,
+        which corrects the estimate)."""
+        return None
+
+    def chat_overhead(self) -> tuple[int, int] | None:
+        return None
+
     def _first_model(self) -> str:
         names = self.models()
         if not names:

@@ -127,6 +127,9 @@ class OpenAICompatBackend:
         self.retries = retries
         self._window = window
         self.model = model
+        self._tokenizer: str | None = None  # "" when the server has none; else its URL
+        self._count_base = 0  # tokens the tokenizer adds to every text (a BOS)
+        self._overhead: tuple[int, ...] | None = None  # () when it cannot be measured
 
     def close(self) -> None:
         self.client.close()
@@ -214,6 +217,74 @@ class OpenAICompatBackend:
                 self._window = window
                 return window
         return None
+
+    def count_tokens(self, text: str) -> int | None:
+        """The server's own count: llama.cpp and vLLM ``POST /tokenize``, llama-cpp-python
+        ``POST /extras/tokenize/count``. The first call finds which one answers (none:
+        every later call returns None at once)."""
+        if self._tokenizer is None:
+            self._tokenizer = self._find_tokenizer()
+        if not self._tokenizer:
+            return None
+        count = self._count(self._tokenizer, text)
+        return None if count is None else max(0, count - self._count_base)
+
+    def chat_overhead(self) -> tuple[int, int] | None:
+        """Measured once, when the server has a tokenizer: two one-token requests (one
+        message, then three) give the template's tokens per message and per prompt."""
+        if self._overhead is None:
+            self._overhead = self._measure_overhead() or ()
+        return (self._overhead[0], self._overhead[1]) if self._overhead else None
+
+    def _measure_overhead(self) -> tuple[int, int] | None:
+        turns = [("user", "Hello there."), ("assistant", "Hi."), ("user", "How are you?")]
+        counts = [self.count_tokens(text) for _, text in turns]
+        if any(c is None for c in counts):
+            return None
+        sizes = []
+        for n in (1, 3):
+            body = {"model": self.model or self._first_model(), "max_tokens": 1,
+                    "messages": [{"role": r, "content": t} for r, t in turns[:n]]}
+            try:
+                response = self.client.post(f"{self.base_url}/chat/completions", json=body)
+                usage = response.json().get("usage") if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError, AttributeError):
+                return None
+            if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
+                return None
+            sizes.append(int(usage["prompt_tokens"]))
+        one, three = sizes
+        per = (three - one - (counts[1] or 0) - (counts[2] or 0)) // 2
+        fixed = one - (counts[0] or 0) - per
+        if not (0 <= per <= 64 and 0 <= fixed <= 256):
+            return None
+        return per, fixed
+
+    def _find_tokenizer(self) -> str:
+        root = self.base_url.removesuffix("/v1")
+        for url in (f"{root}/tokenize", f"{root}/extras/tokenize/count"):
+            empty = self._count(url, "")
+            if empty is not None and (self._count(url, "a b") or 0) > empty:
+                self._count_base = empty  # llama-cpp-python counts the BOS it adds
+                return url
+        return ""
+
+    def _count(self, url: str, text: str) -> int | None:
+        body = {"content": text, "input": text, "prompt": text, "add_special": False,
+                "add_special_tokens": False}  # fmt: skip
+        if self.model:
+            body["model"] = self.model
+        try:
+            response = self.client.post(url, json=body, timeout=self.timeouts.connect + 5)
+            data = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        if isinstance(data.get("count"), int):
+            return int(data["count"])
+        tokens = data.get("tokens")
+        return len(tokens) if isinstance(tokens, list) else None
 
     def _first_model(self) -> str:
         names = self.models()

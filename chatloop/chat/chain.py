@@ -79,6 +79,7 @@ def summarize(
     timeout: float = DEFAULT_SUMMARY_TIMEOUT,
     progress: Progress | None = None,
     instructions: str = "",
+    count: Callable[[str], int] = estimate_tokens,
 ) -> SummaryOutcome:
     """The progressive summary of ``messages`` (``previous``: the parent's summary).
 
@@ -89,6 +90,7 @@ def summarize(
     gives way to ``prompts.fallback_summary``. KeyboardInterrupt propagates
     (the caller writes the fallback and saves). ``instructions``: what the person
     asked the summary to keep (``/compact TEXT``), passed to the model as theirs.
+    ``count``: a text's tokens (``TokenCount.text``; default: the estimate).
     """
     if not any(m.is_query for m in messages):  # nothing new: the parent's summary stands
         if previous:
@@ -97,9 +99,9 @@ def summarize(
     size = window or DEFAULT_WINDOW
     reserve = min(max_tokens, max(64, size // 3))
     words = summary_words(reserve)  # every summary made here fits its budget
-    if previous and estimate_tokens(previous) > reserve:  # never let it crowd out the text
+    if previous and count(previous) > reserve:  # never let it crowd out the text
         previous = prompts.fit(previous, words)
-    template = estimate_tokens(prompts.summary_prompt("", previous))
+    template = count(prompts.summary_prompt("", previous))
     room = max(200, int((size - reserve - template) * 0.85))
     lines = prompts.transcript_lines(messages)
     calls = 0
@@ -107,8 +109,9 @@ def summarize(
     try:
         text, notes = "\n".join(lines), False
         depth = 0
-        while estimate_tokens(text) > room and depth < 3:
-            pieces = _split(text.splitlines(), room)
+        while (size := count(text)) > room and depth < 3:
+            per_token = max(1.0, len(text) / max(1, size))  # characters a token, here
+            pieces = _split(text.splitlines(), int(room * per_token))
             made: list[str] = []
             for i, piece in enumerate(pieces, 1):
                 if progress:
@@ -169,9 +172,8 @@ def _ask(backend: Backend, prompt: str, options: dict[str, Any], timeout: float)
     raise last
 
 
-def _split(lines: list[str], room: int) -> list[str]:
-    """Lines grouped into pieces of at most ``room`` estimated tokens (long lines cut)."""
-    limit = room * 4
+def _split(lines: list[str], limit: int) -> list[str]:
+    """Lines grouped into pieces of at most ``limit`` characters (long lines cut)."""
     pieces: list[str] = []
     current: list[str] = []
     size = 0

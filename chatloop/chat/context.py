@@ -9,9 +9,10 @@ The budget is the context window minus the system prompt, the tool
 definitions and a reserve for the reply. ``plan`` sends the full history when
 it fits; otherwise it replaces older tool results with a short note, in the
 *sent* copy only, oldest first; if that is still too much, the plan says it
-does not fit and the caller compacts (``chatloop.chat.chain``). Token counts are
-estimates (about four characters a token) with a safety margin, because a
-server's own count is only known after the call.
+does not fit and the caller compacts (``chatloop.chat.chain``). Token counts
+come from ``chatloop.chat.tokens``: the server's tokenizer when it has one
+(planned with a 2% margin for the template), else estimates corrected by
+reported usage (planned with a 10% margin).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chatloop.backends.base import ChatMessage, estimate_prompt, estimate_tokens
+from chatloop.backends.base import ChatMessage
+from chatloop.chat.tokens import TokenCount
 from chatloop.config import (
     ACK_FLOOR,
     ACK_SHARE,
@@ -36,6 +38,7 @@ from chatloop.config import (
 from chatloop.format import Message
 
 SAFETY = 1.1  # estimates are rough: plan as if messages were 10% longer
+EXACT_SAFETY = 1.02  # the server's own counts: only the template's share may be off
 PRUNED = "[tool result of {chars:,} characters left out to save context; it is in the transcript]"
 
 __all__ = ["Budget", "Plan", "ack_cap", "plan", "reply_cap", "summary_cap", "to_wire"]
@@ -86,8 +89,13 @@ class Plan:
 
     wire: list[ChatMessage]
     budget: Budget
-    messages_tokens: int  # estimate for the messages after the system prompt
+    messages_tokens: int  # the messages after the system prompt
     pruned: int  # tool results left out of the sent copy
+    exact: bool = False  # counted by the server's tokenizer (else estimated)
+
+    @property
+    def margin(self) -> float:
+        return EXACT_SAFETY if self.exact else SAFETY
 
     @property
     def tokens(self) -> int:
@@ -96,7 +104,7 @@ class Plan:
 
     @property
     def fits(self) -> bool:
-        return self.messages_tokens * SAFETY <= self.budget.available
+        return self.messages_tokens * self.margin <= self.budget.available
 
     @property
     def share(self) -> float:
@@ -111,36 +119,41 @@ def plan(
     window: int | None,
     tools: Sequence[dict[str, Any]] | None = None,
     reserve: int | None = None,
+    count: TokenCount | None = None,
 ) -> Plan:
     """The next call's messages: full history if it fits, else with old tool results pruned.
 
     Tool results after the last message the person typed are never pruned
-    (the model is working with them right now).
+    (the model is working with them right now). ``count``: how tokens are counted
+    (default: estimates).
     """
+    count = count or TokenCount()
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
     budget = Budget(
         window=window or DEFAULT_WINDOW,
-        system=estimate_prompt(system),
-        tools=estimate_tokens(json.dumps(list(tools))) if tools else 0,
+        system=count.messages(system) + count.overhead()[1],
+        tools=count.text(json.dumps(list(tools))) if tools else 0,
         reserve=reserve or DEFAULT_REPLY_RESERVE,
     )
     wire = to_wire(system_prompt, messages)
     body = wire[len(system) :]
-    used = estimate_prompt(body)
+    used = count.messages(body)
+    margin = EXACT_SAFETY if count.exact else SAFETY
     pruned = 0
-    if used * SAFETY > budget.available:
+    if used * margin > budget.available:
         last_query = max((i for i, m in enumerate(body) if m["role"] == "user"), default=0)
         for i, item in enumerate(body[:last_query]):
             content = str(item.get("content") or "")
             if item["role"] != "tool" or content.startswith("[tool result of"):
                 continue
             note = PRUNED.format(chars=len(content))
-            used -= estimate_tokens(content) - estimate_tokens(note)
+            used -= count.text(content) - count.text(note)
             body[i] = {**item, "content": note}
             pruned += 1
-            if used * SAFETY <= budget.available:
+            if used * margin <= budget.available:
                 break
-    return Plan(wire=[*system, *body], budget=budget, messages_tokens=used, pruned=pruned)
+    return Plan(wire=[*system, *body], budget=budget, messages_tokens=used, pruned=pruned,
+                exact=count.exact)  # fmt: skip
 
 
 def to_wire(system_prompt: str, messages: Iterable[Message]) -> list[ChatMessage]:

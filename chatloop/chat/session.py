@@ -37,6 +37,7 @@ from chatloop.chat import chain, prompts
 from chatloop.chat.agent import Agent, normalise
 from chatloop.chat.context import Plan, ack_cap, plan, reply_cap, summary_cap
 from chatloop.chat.host import Host
+from chatloop.chat.tokens import TokenCount
 from chatloop.chat.turn import TurnResult, respond, run_turn
 from chatloop.config import Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
@@ -94,6 +95,8 @@ class ChatSession:
     pins: tuple[str, ...] = ()  # facts pinned in this chain: in every restoration prompt
     _queue: list[Message] = field(default_factory=list)
     _window: int | None = None
+    _tokens: TokenCount | None = None
+    _sent: list[dict[str, Any]] = field(default_factory=list)  # the last call's messages
 
     # ------------------------------------------------------------------ state
     @property
@@ -141,6 +144,18 @@ class ChatSession:
                 self._window = 0
         return self._window or None
 
+    @property
+    def tokens(self) -> TokenCount:
+        """How this backend's tokens are counted (``chatloop.chat.tokens``)."""
+        if self._tokens is None:
+            self._tokens = TokenCount(self.backend.count_tokens, self.backend.chat_overhead)
+        return self._tokens
+
+    def _learn(self, message: Message) -> None:
+        """A reply's reported prompt size corrects the counts of what follows."""
+        if message.usage is not None and not message.usage.estimated and self._sent:
+            self.tokens.learn(self._sent, message.usage.input)
+
     def reply_options(self) -> dict[str, Any]:
         """Options for a reply: its ``max_tokens`` (``context.reply_cap``: the setting,
         else the agent's, scaled down to the window)."""
@@ -156,7 +171,8 @@ class ChatSession:
         before = self.prefix if history else []
         return plan(self.agent.system_prompt, [*before, *messages], window=self.window(),
                     tools=self.agent.tool_specs() if self.agent.tools else None,
-                    reserve=self.reply_options().get("max_tokens"))  # fmt: skip
+                    reserve=self.reply_options().get("max_tokens"),
+                    count=self.tokens)  # fmt: skip
 
     # ------------------------------------------------------------------ saving
     def _ensure_file(self) -> SessionWriter:
@@ -239,6 +255,7 @@ class ChatSession:
         failures: list[StoreError] = []
 
         def record(message: Message) -> None:
+            self._learn(message)
             self._queue.append(message)
             try:
                 self.flush()
@@ -273,7 +290,8 @@ class ChatSession:
 
     def wire(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
         """The call for ``messages`` (the turn's view of this session) within the budget."""
-        return self._plan(messages).wire
+        self._sent = self._plan(messages).wire
+        return self._sent
 
     def _after_turn(self) -> None:
         """Past the threshold: warn, then compact (on), ask (ask) or only hint (off)."""
@@ -307,7 +325,7 @@ class ChatSession:
                     self.backend, messages, previous=previous, window=self.window(),
                     max_tokens=summary_cap(self.window(), self.settings.summary_max_tokens),
                     timeout=self.settings.summary_timeout, progress=progress,
-                    instructions=instructions,
+                    instructions=instructions, count=self.tokens.text,
                 )  # fmt: skip
         except KeyboardInterrupt:
             self.host.notice("Summary cut short: using one built from the transcript.", "warn")
@@ -463,9 +481,10 @@ class ChatSession:
         try:
             reply_limit = self.reply_options()["max_tokens"]
             cap = reply_limit if answers else ack_cap(self.window(), reply_limit)
-            reply = respond(self.backend, self._plan(writer.messages).wire, clock=self.clock,
+            reply = respond(self.backend, self.wire(writer.messages), clock=self.clock,
                             on_event=view.on_event,
                             options={**self.agent.options, "max_tokens": cap})  # fmt: skip
+            self._learn(reply)
         except KeyboardInterrupt:
             view.close(False, False)
             self.host.notice("Acknowledgment skipped; the summary is in place.")

@@ -25,7 +25,6 @@ from typing import Protocol
 
 from rich.console import Console
 
-from chatloop.backends.base import estimate_tokens
 from chatloop.chat.session import ChatSession
 from chatloop.errors import ChatloopError
 from chatloop.format.front_matter import MAX_TITLE_CHARS
@@ -124,18 +123,21 @@ def _info(shell: Shell, arg: str) -> None:
 
 
 def _context(shell: Shell, arg: str) -> None:
-    plan = shell.session.plan()
+    session = shell.session
+    plan, count = session.plan(), session.tokens
     rows = [
-        (str(m["role"]), estimate_tokens(str(m.get("content") or "")) + 4,
-         str(m.get("content") or m.get("tool_calls") or ""))
+        (str(m["role"]), count.message(m), str(m.get("content") or m.get("tool_calls") or ""))
         for m in plan.wire
-    ]  # fmt: skip
-    shell.console.print(render.context_table(rows, plan.budget.window, plan.tokens))
+    ]
+    mark = "" if plan.exact else "~"
+    shell.console.print(render.context_table(rows, plan.budget.window, plan.tokens, mark))
     b = plan.budget
+    how = ("counted by the server's tokenizer" if plan.exact else
+           "~ estimated: about 4 characters a token, corrected by reported usage")  # fmt: skip
     lines = [
-        f"budget: window {b.window:,} − system {b.system:,} − tools {b.tools:,} − "
+        f"budget: window {b.window:,} − system {mark}{b.system:,} − tools {mark}{b.tools:,} − "
         f"reply reserve {b.reserve:,} = {b.available:,} for messages "
-        f"({plan.messages_tokens:,} used)"
+        f"({mark}{plan.messages_tokens:,} used); tokens {how}"
     ]
     if plan.pruned:
         lines.append(f"{plan.pruned} older tool results are left out of the call "

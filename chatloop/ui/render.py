@@ -160,18 +160,21 @@ def sessions_table(rows: Sequence[SessionRow], now: datetime) -> Table:
     return table
 
 
-def context_table(rows: Sequence[tuple[str, int, str]], window: int | None, total: int) -> Table:
-    """The /context view: each message that would be sent, its tokens, and the budget."""
+def context_table(rows: Sequence[tuple[str, int, str]], window: int | None, total: int,
+                  mark: str = "") -> Table:  # fmt: skip
+    """The /context view: each message that would be sent, its tokens (``mark``: "~"
+    when they are estimates), and the budget."""
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
     table.add_column("#", justify="right")
     table.add_column("role")
     table.add_column("tokens", justify="right")
     table.add_column("content", overflow="ellipsis", no_wrap=True, max_width=70)
     for i, (role, tokens, content) in enumerate(rows, 1):
-        table.add_row(*(Text(visible(cell)) for cell in (str(i), role, f"{tokens:,}",
+        table.add_row(*(Text(visible(cell)) for cell in (str(i), role, f"{mark}{tokens:,}",
                                                           _short(content, 70))))  # fmt: skip
     budget = (
-        f"{total:,} of {window:,} tokens ({total / window:.0%})" if window else f"{total:,} tokens"
-    )
+        f"{mark}{total:,} of {window:,} tokens ({total / window:.0%})" if window
+        else f"{mark}{total:,} tokens"
+    )  # fmt: skip
     table.caption = f"next call: {len(rows)} messages, {budget}"
     return table

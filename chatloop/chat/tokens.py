@@ -1,0 +1,107 @@
+"""How many tokens a prompt costs the model in use.
+
+``TokenCount`` counts with the server's own tokenizer when it has one
+(``Backend.count_tokens``: llama.cpp, vLLM, llama-cpp-python, the embedded
+model) and the chat template's overhead the server measured
+(``Backend.chat_overhead``); such counts are ``exact``. Otherwise it
+estimates (about four characters a token, ``estimate_tokens``), and the
+estimate is corrected by each reply's reported usage: the ratio of what the
+server counted to what was estimated scales later estimates. An estimate is
+shown marked ``~``.
+
+Every distinct text is counted once and remembered (a bounded cache), so a
+conversation asks the server only about the messages that are new. A server
+that stops answering turns counting into estimating; nothing here raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from chatloop.backends.base import ChatMessage, estimate_tokens
+
+PER_MESSAGE = 6  # template tokens around one message, until the server says (role, markers)
+PER_PROMPT = 8  # template tokens once per prompt (BOS, the reply's opening marker)
+CACHE_SIZE = 4096  # distinct texts remembered
+SCALE_RANGE = (0.5, 3.0)  # how far reported usage may move the estimate
+
+Counter = Callable[[str], "int | None"]
+Overhead = Callable[[], "tuple[int, int] | None"]
+
+__all__ = ["TokenCount"]
+
+
+class TokenCount:
+    """Token counts for one backend. ``exact`` while the server's tokenizer answers."""
+
+    def __init__(self, count: Counter | None = None, overhead: Overhead | None = None) -> None:
+        self._count = count
+        self._overhead_source = overhead
+        self._overhead: tuple[int, int] | None = None
+        self._cache: dict[str, int] = {}
+        self.exact = count is not None  # until the server fails to answer
+        self.scale = 1.0  # reported / estimated, learned from replies (estimates only)
+
+    @property
+    def mark(self) -> str:
+        """``~`` in front of a figure that is an estimate, else nothing."""
+        return "" if self.exact else "~"
+
+    def text(self, text: str) -> int:
+        """``text``'s tokens (no template)."""
+        if not text:
+            return 0
+        if self.exact and self._count is not None:
+            known = self._cache.get(text)
+            if known is not None:
+                return known
+            counted = self._count(text)
+            if counted is not None:
+                if len(self._cache) >= CACHE_SIZE:
+                    self._cache.clear()
+                self._cache[text] = counted
+                return counted
+            self.exact = False  # the tokenizer went away: estimate from now on
+        return max(1, round(estimate_tokens(text) * self.scale))
+
+    def overhead(self) -> tuple[int, int]:
+        """The template's tokens (per message, per prompt): measured, else a safe guess."""
+        if self._overhead is None:
+            measured = self._overhead_source() if self.exact and self._overhead_source else None
+            self._overhead = measured or (PER_MESSAGE, PER_PROMPT)
+        return self._overhead
+
+    def message(self, message: ChatMessage) -> int:
+        """One chat message's tokens, with its share of the template."""
+        total = self.overhead()[0] + self.text(str(message.get("content") or ""))
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            total += self.text(str(function.get("name", ""))) + self.text(
+                str(function.get("arguments", "")))  # fmt: skip
+        return total
+
+    def messages(self, messages: Sequence[ChatMessage]) -> int:
+        """``messages``' tokens, without the once-per-prompt overhead."""
+        return sum(self.message(m) for m in messages)
+
+    def prompt(self, messages: Sequence[ChatMessage]) -> int:
+        """A whole prompt's tokens, as the server will count them."""
+        return self.messages(messages) + self.overhead()[1] if messages else 0
+
+    def learn(self, messages: Sequence[ChatMessage], reported: int) -> None:
+        """The server counted ``reported`` tokens for ``messages``: correct what follows.
+        Exact counts learn the template's overhead per message; estimates their scale."""
+        if not messages or reported <= 0:
+            return
+        per, fixed = self.overhead()
+        if self.exact:
+            content = self.messages(messages) - per * len(messages)
+            learned = (reported - fixed - content) / len(messages)
+            if 0 <= learned <= 64:
+                self._overhead = (round(learned), fixed)
+            return
+        raw = sum(estimate_tokens(str(m.get("content") or "")) for m in messages)
+        if raw > 0:
+            low, high = SCALE_RANGE
+            measured = (reported - fixed - per * len(messages)) / raw
+            self.scale = min(high, max(low, (self.scale + measured) / 2))
