@@ -39,6 +39,9 @@ def scripted_server(reply: Reply) -> Iterator[str]:
 
         def do_POST(self) -> None:
             request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if not self.path.endswith("/chat/completions"):  # no tokenizer, as on many servers
+                self._send(404, b'{"detail": "Not Found"}', "application/json")
+                return
             text = reply(request)
             usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
             if not request.get("stream"):

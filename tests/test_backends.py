@@ -63,7 +63,15 @@ def finish(reason: str = "stop") -> dict[str, object]:
 
 
 def openai(handler: Handler, **kwargs: object) -> OpenAICompatBackend:
-    client = httpx.Client(transport=httpx.MockTransport(handler))
+    """A backend whose chat requests ``handler`` answers; the scripted server has no
+    tokenizer (/tokenize and /extras/tokenize/count are 404, as on many servers)."""
+
+    def route(request: httpx.Request) -> httpx.Response:
+        if "tokenize" in request.url.path:
+            return httpx.Response(404, json={"detail": "Not Found"})
+        return handler(request)
+
+    client = httpx.Client(transport=httpx.MockTransport(route))
     return OpenAICompatBackend("http://test/v1", "m", client=client, **kwargs)  # type: ignore[arg-type]
 
 

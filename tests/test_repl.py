@@ -38,6 +38,8 @@ def reply_body(text: str) -> bytes:
 
 def fake_server(requests: list[dict[str, object]]) -> OpenAICompatBackend:
     def handler(request: httpx.Request) -> httpx.Response:
+        if "tokenize" in request.url.path:  # no tokenizer here
+            return httpx.Response(404)
         requests.append(json.loads(request.content))
         return httpx.Response(200, content=reply_body(f"Reply number {len(requests)} here"))
 

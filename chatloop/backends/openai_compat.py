@@ -44,6 +44,8 @@ from chatloop.backends.http import (
 from chatloop.config import DEFAULT_RETRIES
 from chatloop.errors import BackendError
 
+COUNT_CACHE = 4096  # distinct texts whose token counts are remembered
+
 
 class ChunkDecoder:
     """Turns OpenAI-style streaming chunks into events (shared with the embedded backend)."""
@@ -89,15 +91,23 @@ class ChunkDecoder:
         elif arguments:
             entry["arguments"] += str(arguments)
 
-    def finish(self, messages: Sequence[ChatMessage]) -> Iterator[Event]:
-        """The closing events: tool calls, usage (estimated if the server sent none), finish."""
+    @property
+    def text(self) -> str:
+        """The reply's text so far."""
+        return "".join(self._text)
+
+    def finish(
+        self, messages: Sequence[ChatMessage], counted: UsageEvent | None = None
+    ) -> Iterator[Event]:
+        """The closing events: tool calls, usage, finish. Usage is the server's; else
+        ``counted`` (by its tokenizer); else estimated and marked so."""
         for index in sorted(self._calls):
             call = self._calls[index]
             yield ToolCallEvent(
                 call["id"] or f"call_{index}", call["name"], call["arguments"] or "{}"
             )
-        yield self.usage or UsageEvent(
-            estimate_prompt(messages), estimate_tokens("".join(self._text)), estimated=True
+        yield self.usage or counted or UsageEvent(
+            estimate_prompt(messages), estimate_tokens(self.text), estimated=True
         )
         reason = self.finish_reason or ("tool_calls" if self._calls else "stop")
         yield Finish(reason)
@@ -130,6 +140,7 @@ class OpenAICompatBackend:
         self._tokenizer: str | None = None  # "" when the server has none; else its URL
         self._count_base = 0  # tokens the tokenizer adds to every text (a BOS)
         self._overhead: tuple[int, ...] | None = None  # () when it cannot be measured
+        self._counts: dict[str, int] = {}  # texts counted already
 
     def close(self) -> None:
         self.client.close()
@@ -180,7 +191,29 @@ class OpenAICompatBackend:
                 f"The reply from {self.base_url} ended before the model finished",
                 "The partial reply was kept; send again to retry.",
             )
-        yield from decoder.finish(messages)
+        counted = None if decoder.usage else self._counted_usage(messages, decoder.text)
+        yield from decoder.finish(messages, counted)
+
+    def _counted_usage(self, messages: Sequence[ChatMessage], text: str) -> UsageEvent | None:
+        """Usage counted with the server's tokenizer, for servers that do not report it
+        in a stream (llama-cpp-python): each text and the template's measured overhead."""
+        overhead = self.chat_overhead()
+        if overhead is None:
+            return None
+        per, fixed = overhead
+        prompt = fixed
+        for m in messages:
+            parts = [str(m.get("content") or "")]
+            parts += [str((c.get("function") or {}).get("arguments", ""))
+                      for c in m.get("tool_calls") or ()]  # fmt: skip
+            for part in parts:
+                counted = self.count_tokens(part) if part else 0
+                if counted is None:
+                    return None
+                prompt += counted
+            prompt += per
+        output = self.count_tokens(text) if text else 0
+        return None if output is None else UsageEvent(prompt, output)
 
     def _diagnose_empty_stream(self, body: dict[str, Any]) -> None:
         """Some servers (llama-cpp-python) answer 200 and close the stream when the prompt
@@ -226,8 +259,16 @@ class OpenAICompatBackend:
             self._tokenizer = self._find_tokenizer()
         if not self._tokenizer:
             return None
+        known = self._counts.get(text)
+        if known is not None:
+            return known
         count = self._count(self._tokenizer, text)
-        return None if count is None else max(0, count - self._count_base)
+        if count is None:
+            return None
+        if len(self._counts) >= COUNT_CACHE:
+            self._counts.clear()
+        self._counts[text] = count = max(0, count - self._count_base)
+        return count
 
     def chat_overhead(self) -> tuple[int, int] | None:
         """Measured once, when the server has a tokenizer: two one-token requests (one
