@@ -275,3 +275,54 @@ def test_fit_always_ends_within_its_budget() -> None:
         budget = rng.randint(1, 300)
         fitted = prompts.fit(text, budget)
         assert len(fitted.split()) <= max(budget, 0) + 1
+
+
+def test_facts_a_summarizer_keeps_in_decisions_survive_six_compactions(store: Store) -> None:
+    """A scripted model that writes proper summaries and lists every fact it was shown
+    (typed, or in the previous summary) under Decisions Made: every fact typed in the
+    chain is in the last restoration prompt, word for word, at default settings on a
+    2,048-token window."""
+    import re
+
+    def model(msgs: Sequence[dict[str, object]]) -> str:
+        prompt = str(msgs[-1]["content"])
+        if "progressive summary" not in prompt:
+            return "Noted."
+        facts = sorted(set(re.findall(r"FACT-\d{3}: [a-z ]+ is \d+", prompt)))
+        decisions = "\n".join(f"- {fact}" for fact in facts) or "- None."
+        return ("**Background Context:** A chat about the harbour.\n\n"
+                "**Current Session Summary:**\n\n**Topics Discussed:**\n- The harbour\n\n"
+                f"**Decisions Made:**\n{decisions}\n\n**Pending:**\n- None.")  # fmt: skip
+
+    session, _host = chat(store, FakeBackend(default=model, window=2048))
+    typed = [f"FACT-{n:03d}: the tide gauge reading is {n * 37}" for n in range(1, 8)]
+    for fact in typed[:6]:
+        session.send(f"Please remember this. {fact}")
+        session.compact()
+    session.send(typed[6])
+    session.close()
+    chain = files(store)
+    assert len(chain) == 7
+    last_restoration = chain[-1].messages[0].text
+    assert chain[-1].messages[0].restore
+    for fact in typed[:6]:
+        assert fact in last_restoration, (fact, last_restoration)
+
+
+def test_a_wrapped_summary_keeps_no_name_the_transcript_never_had(store: Store) -> None:
+    """The demo model writes unstructured text with invented identifiers: the wrapped
+    summary keeps its sentences that name only what was typed, and none of the rest."""
+    def model(msgs: Sequence[dict[str, object]]) -> str:
+        if "progressive summary" in str(msgs[-1]["content"]):
+            return ("The keeper logged FACT-001 at the pier. FACT-042 was set to 9,999 "
+                    "by the council. The boats waited for the light.")  # fmt: skip
+        return "Noted."
+
+    session, _host = chat(store, FakeBackend(default=model, window=2048))
+    session.send("FACT-001: the pier light is green")
+    session.close()
+    (only,) = files(store)
+    summary = only.summary.text if only.summary else ""
+    assert "The keeper logged FACT-001 at the pier." in summary
+    assert "The boats waited for the light." in summary
+    assert "FACT-042" not in summary and "9,999" not in summary

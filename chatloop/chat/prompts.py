@@ -279,15 +279,44 @@ def condense(summary: str | None, words: int = 90) -> str:
 
 
 def wrap(text: str, previous: str | None, messages: Sequence[Message]) -> str:
-    """A summary with the required structure around model output that lacks it."""
+    """A summary with the required structure around model output that lacks it. The
+    model's text is kept only where it is ``grounded`` in the transcript or ``previous``."""
     parts = _fallback_parts(messages)
+    source = "\n".join([previous or "", *(m.text for m in messages),
+                        *(r.content for m in messages for r in m.tool_results)])  # fmt: skip
     return assemble(
         condense(previous),
         topics=parts["topics"],
         decisions=_carried(previous) or [NONE[2:]],
         pending=parts["pending"],
-        narrative=cap_words(clean(text), 250),
+        narrative=grounded(cap_words(clean(text), 250), source),
     )
+
+
+_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
+_IDENTIFIER_RE = re.compile(r"[^\s,;:!?()\[\]{}<>\"'`*]+")
+
+
+def grounded(text: str, source: str) -> str:
+    """``text`` without the sentences that name something ``source`` never mentions.
+
+    A name is a word with a digit, a slash or an underscore in it, or a capital
+    after its first letter (``FACT-007``, ``12,500``, ``src/app.py``, ``EUR``,
+    ``McIntosh``); it must occur in ``source`` (ignoring case). A small model
+    invents such things in a summary; prose around them is harmless, a wrong
+    number or path carried into every later session is not."""
+    known = source.lower()
+    kept: list[str] = []
+    for sentence in _SENTENCE_RE.split(text):
+        names = [w.strip(".-") for w in _IDENTIFIER_RE.findall(sentence)]
+        if all(w.lower() in known for w in names if w and _is_name(w)):
+            kept.append(sentence)
+    return " ".join(s for s in kept if s.strip())
+
+
+def _is_name(word: str) -> bool:
+    return (any(c.isdigit() or c in "/_" for c in word)
+            or any(c.isupper() for c in word[1:]))  # fmt: skip
 
 
 def fallback_summary(messages: Sequence[Message], previous: str | None) -> str:
