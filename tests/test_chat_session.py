@@ -326,3 +326,21 @@ def test_a_wrapped_summary_keeps_no_name_the_transcript_never_had(store: Store) 
     assert "The keeper logged FACT-001 at the pier." in summary
     assert "The boats waited for the light." in summary
     assert "FACT-042" not in summary and "9,999" not in summary
+
+
+def test_ctrl_c_during_the_compaction_a_message_needs_keeps_the_message(store: Store) -> None:
+    """The window is full when a message is sent: compaction starts, the person presses
+    Ctrl-C while the model summarizes. The summary built from the transcript is used,
+    and the message in hand is saved in the child and answered there."""
+    backend = FakeBackend("First answer.", KeyboardInterrupt(), "Ack.", "Second answer.")
+    session, host = chat(store, backend, context_window=700, auto_compact="on", max_tokens=32,
+                         compact_threshold=0.99)  # fmt: skip
+    in_hand = "the message in hand: " + "the tide came in over the stones " * 40
+    session.send("first " + "harbour lights and the keeper's log " * 30)
+    session.send(in_hand)  # fits alone, not after the first
+    session.close()
+    assert host.said("compacting before sending") and host.said("Summary cut short")
+    parent, child = files(store)
+    assert parent.meta.summary == "fallback" and parent.meta.status == "closed"
+    assert [m.text for m in child.messages if m.is_query] == [in_hand]
+    assert any(m.role == "assistant" and m.text.strip() == "Second answer." for m in child.messages)
