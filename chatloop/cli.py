@@ -366,8 +366,16 @@ def cmd_search(args: argparse.Namespace) -> int:
     from chatloop.ui import listing
 
     with _index(args) as index:
-        hits = index.search(args.query, all_projects=args.all, limit=args.limit)
-    print(listing.hits_json(hits) if args.json else listing.hits_text(hits))
+        hits = index.iter_search(args.query, all_projects=args.all, limit=args.limit)
+        if args.json:
+            print(listing.hits_json(list(hits)))
+            return 0
+        shown = 0
+        for hit in hits:  # each as soon as it is found
+            print(listing.hit_line(hit), flush=True)
+            shown += 1
+    if not shown:
+        print(listing.hits_text([]))
     return 0
 
 

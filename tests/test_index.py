@@ -133,14 +133,91 @@ def test_a_large_session_is_indexed_in_chunks_like_a_small_one(
     with Index(store) as chunked:
         chunked.sync()
         assert chunked.list_sessions() == expected
-        chunks = chunked._db.execute("SELECT count(*) FROM texts").fetchone()[0]
+        chunks = chunked._db.execute("SELECT count(*) FROM chunks").fetchone()[0]
         assert chunks > 5
         for word in ("aardvarkfirst", "zebralast", "filler"):
             hits = chunked.search(word)
             assert [h.session.title for h in hits] == ["big one"], word
         with store.open(writer.path) as again:
             again.append(Message.create("user", T0, text="one more"))
-        chunked.sync()  # the file changed: its old chunks go, new ones come
+        chunked.sync()  # the file changed: its old chunks are unlisted, new ones come
         assert len(chunked.search("filler")) == 1
-        after = chunked._db.execute("SELECT count(*) FROM texts").fetchone()[0]
+        after = chunked._db.execute("SELECT count(*) FROM chunks").fetchone()[0]
         assert chunks <= after <= chunks + 1
+        dead = chunked._db.execute("SELECT value FROM info WHERE key = 'dead'").fetchone()[0]
+        assert int(dead) > 0  # counted, for the rebuild that clears them
+
+
+def test_a_word_edited_out_of_a_file_is_no_longer_found(store: Store) -> None:
+    """The index keeps no text (contentless FTS): a file read again is indexed anew and
+    its old words, still in the FTS table, are never listed."""
+    with store.create(new_meta(title="edited")) as writer:
+        writer.append(Message.create("user", T0, text="the kumquat tree by the gate"))
+        writer.finalize()
+    with Index(store) as index:
+        index.sync()
+        assert [h.session.title for h in index.search("kumquat")] == ["edited"]
+        text = writer.path.read_text(encoding="utf-8").replace("kumquat", "fig")
+        writer.path.write_text(text, encoding="utf-8")
+        os.utime(writer.path, ns=(1, 1))
+        index.sync()
+        assert index.search("kumquat") == []
+        assert [h.session.title for h in index.search("fig")] == ["edited"]
+
+
+def test_unlisted_chunks_that_outweigh_the_listed_ones_rebuild_the_index(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(index_module, "DEAD_REBUILD", 1)
+    writer = store.create(new_meta(title="growing"))
+    rebuilds: list[int] = []
+    real_build = Index._build
+
+    def build(self: Index, progress: object) -> int:
+        rebuilds.append(1)
+        return real_build(self, progress)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Index, "_build", build)
+    with Index(store) as index:
+        for n in range(6):  # the file changes each time: read again, old chunks unlisted
+            writer.append(Message.create("user", T0, text=f"message {n} about quinces"))
+            index.sync()
+        found = index._db.execute("SELECT value FROM info WHERE key = 'dead'").fetchone()
+        dead = int(found[0]) if found else 0
+        live = index._db.execute("SELECT sum(size) FROM chunks").fetchone()[0]
+        assert rebuilds and dead <= live  # rebuilt when the unlisted outweighed the listed
+        assert [h.session.title for h in index.search("quinces")] == ["growing"]
+    writer.close()
+
+
+HOSTILE_WORDS = ["<!--", "-->", "chatloop:frame", "---", "summary:", "[bold]", "\x1b[2J",
+                 "```", "**You:**", "SESSION_SUMMARY_START", "\u202e", "{\"role\":1}"]  # fmt: skip
+
+
+def test_search_finds_the_sessions_grep_finds(store: Store) -> None:
+    """A generated corpus with hostile text around the words: for each word, the
+    sessions search names are the files ``grep -rilw`` names (words that appear in no
+    markup, so grep sees content only; `_` joins words for grep, not for FTS5, so the
+    corpus never glues a word to one)."""
+    import random
+    import subprocess
+
+    rng = random.Random(7)
+    vocabulary = ["apricot", "bramble", "cinder", "damson", "elder", "fennel", "gorse",
+                  "hazel", "iris", "juniper", "kelp", "larch"]  # fmt: skip
+    for n in range(60):
+        with store.create(new_meta(title=f"corpus {n}")) as writer:
+            for _ in range(rng.randint(1, 4)):
+                said = [rng.choice(vocabulary) if rng.random() < 0.08 else rng.choice(
+                    HOSTILE_WORDS + ["plain", "words", "here"]) for _ in range(rng.randint(3, 30))]
+                writer.append(Message.create(rng.choice(["user", "assistant"]), T0,
+                                             text=" ".join(said)))  # fmt: skip
+            writer.finalize()
+    with Index(store) as index:
+        index.sync()
+        for word in vocabulary:
+            ours = {h.session.path for h in index.search(word, limit=1000)}
+            grep = subprocess.run(["grep", "-rilw", "--include=*.md", word, str(store.root)],
+                                  capture_output=True, text=True).stdout.split()  # fmt: skip
+            assert ours == set(grep), word
+            assert ours or word in ("kelp",), word  # most words are somewhere

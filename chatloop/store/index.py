@@ -3,13 +3,21 @@
 The files are the truth; this is a cache. Deleting ``index.db`` loses
 nothing: it is rebuilt from the files when missing, corrupt or stale (a file
 whose size or mtime differs from its row). Rows are kept per file path and
-skimmed by ``chatloop.format.skim`` (no full parse); an FTS5 table holds each
-session's searchable text (``detail=none``: word queries, no phrases), so a
-search names sessions, like ``grep -l``. The text is stored in chunks of about
-a megabyte (rowid ``num << CHUNK_SHIFT | chunk``): a 200 MB transcript is
-indexed, and ranked, without ever being one string in memory (all the words
-of a query must then meet in one chunk: in practice, in one stretch of the
-conversation).
+skimmed by ``chatloop.format.skim`` (no full parse). A *contentless* FTS5
+table (``content=''``, ``detail=full``) indexes each session's searchable text
+without storing a copy of it (the files hold it), so ``index.db`` stays a
+fraction of the sessions' size and ranking (bm25) reads only the index. A
+search names sessions, like ``grep -l``; the snippet is read from the file.
+The text goes in as chunks of about a megabyte, each an FTS row listed in
+``chunks`` with its session: a 200 MB transcript is indexed, and ranked,
+without ever being one string in memory (all the words of a query must then
+meet in one chunk: in practice, in one stretch of the conversation).
+
+A contentless table cannot delete a row without its original text (SQLite
+before 3.43), so a session read again gets new chunks and its old ones are
+only unlisted: search joins through ``chunks``, so they are never found. Their
+bytes are counted (``info.dead``); when the dead outweigh the live (and pass
+DEAD_REBUILD bytes), the next sync rebuilds the index.
 
 Many stale files (a first run, ``reindex``) are scanned by a worker process
 (one per spare core) while this process inserts, into a fresh file written
@@ -44,12 +52,12 @@ from chatloop.store.store import Store
 if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
     from chatloop.format import Skim as Scanned
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 INDEX_FILE = "index.db"
 BUSY_TIMEOUT_MS = 5000
 PARALLEL_FROM = 64  # stale files from which a sync scans in worker processes
 STREAM_FROM = 4 << 20  # files this large are read here, their words inserted as they come
-CHUNK_SHIFT = 16  # an FTS row's rowid is (session num << CHUNK_SHIFT) + chunk number
+DEAD_REBUILD = 32 << 20  # unlisted chunk bytes from which a sync may rebuild the index
 WRITE_WAIT_S = 120.0  # how long a write waits for a neighbour's (each try waits BUSY_TIMEOUT_MS)
 BUILD_WAIT_S = 600.0  # how long a build waits for a neighbour's build before building anyway
 BATCH_FILES = 256  # rows written per transaction (a neighbour waits at most one batch)
@@ -68,7 +76,11 @@ CREATE TABLE IF NOT EXISTS sessions(
     legacy INTEGER, problems INTEGER, size INTEGER, mtime_ns INTEGER);
 CREATE INDEX IF NOT EXISTS sessions_by_project ON sessions(project, updated);
 CREATE INDEX IF NOT EXISTS sessions_by_id ON sessions(id);
-CREATE VIRTUAL TABLE IF NOT EXISTS texts USING fts5(text, detail=none, tokenize='unicode61');
+CREATE TABLE IF NOT EXISTS chunks(
+    id INTEGER PRIMARY KEY AUTOINCREMENT, num INTEGER NOT NULL, size INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS chunks_by_num ON chunks(num);
+CREATE VIRTUAL TABLE IF NOT EXISTS texts USING fts5(
+    text, content='', detail=full, tokenize='unicode61');
 """
 _ORDER = " ORDER BY updated DESC, id DESC"
 
@@ -141,8 +153,19 @@ class Index:
     # -- freshness
     def sync(self, all_projects: bool = True, progress: Progress | None = None) -> int:
         """Bring rows up to date with the files; returns how many files were (re)read.
-        An empty index with many files to read is built like ``rebuild`` does."""
-        return self._guarded(lambda: self._refresh(all_projects, progress, may_rebuild=True))
+        An empty index with many files to read is built like ``rebuild`` does, and so
+        is one whose unlisted chunks outweigh the listed ones (see module doc)."""
+        count = self._guarded(lambda: self._refresh(all_projects, progress, may_rebuild=True))
+        if not self.in_memory and self._bloated():
+            self.rebuild(progress)
+        return count
+
+    def _bloated(self) -> bool:
+        dead = self._db.execute("SELECT value FROM info WHERE key = 'dead'").fetchone()
+        if dead is None or int(dead[0]) < DEAD_REBUILD:
+            return False
+        live = self._db.execute("SELECT coalesce(sum(size), 0) FROM chunks").fetchone()[0]
+        return int(dead[0]) > int(live)
 
     def _refresh(self, all_projects: bool, progress: Progress | None, may_rebuild: bool) -> int:
         from chatloop.store.index_scan import scan_files
@@ -211,17 +234,13 @@ class Index:
 
         self._forget(path)
         num = int(self._db.execute("SELECT coalesce(max(num), 0) + 1 FROM sessions").fetchone()[0])
-        chunks = [0]
 
         def insert(text: bytes) -> None:
-            rowid = (num << CHUNK_SHIFT) + chunks[0]
-            self._db.execute("INSERT INTO texts(rowid, text) VALUES (?, ?)", (rowid, text))
-            chunks[0] += 1
+            self._insert_text(num, text)
 
         _, scanned = scan_file(path, insert)
         if scanned is None:
-            self._db.execute("DELETE FROM texts WHERE rowid >= ? AND rowid < ?",
-                             _chunk_range(num))  # fmt: skip
+            self._unlist(num)
             return
         self._store_row(path, scanned, st.st_size, st.st_mtime_ns, num)
 
@@ -381,42 +400,52 @@ class Index:
         return int(self._db.execute(sql, (self.store.project,)).fetchone()[0])
 
     def search(self, query: str, all_projects: bool = False, limit: int = 50) -> list[SearchHit]:
+        """``iter_search`` as a list."""
+        return list(self.iter_search(query, all_projects, limit))
+
+    def iter_search(
+        self, query: str, all_projects: bool = False, limit: int = 50
+    ) -> Iterator[SearchHit]:
         """Sessions whose text holds every word of ``query`` (case-insensitive, whole
-        words; punctuation separates words), best match first, one hit per session.
+        words; punctuation separates words), best match first (bm25 over the index
+        alone), one hit per session, each yielded as soon as its snippet is read.
         The snippet and role come from the message where the first word occurs."""
         from chatloop.store.index_scan import hit_in
 
         words = _WORD_RE.findall(query)
         if not words:
-            return []
+            return
         terms = " ".join('"' + word + '"' for word in words)
-        sql = (f"SELECT s.* FROM texts JOIN sessions s ON s.num = texts.rowid >> {CHUNK_SHIFT} "
-               "WHERE texts MATCH ?")  # fmt: skip
-        args: list[object] = [terms]
-        if not all_projects:
-            sql, args = sql + " AND s.project = ?", [terms, self.store.project]
-        found: list[sqlite3.Row] = []
+        sql = ("SELECT c.num FROM texts JOIN chunks c ON c.id = texts.rowid "
+               "WHERE texts MATCH ? ORDER BY rank")  # fmt: skip
+        found: list[int] = []
         seen: set[int] = set()
-        for raw in self._db.execute(sql + " ORDER BY rank", args):  # best chunk first
-            if raw["num"] not in seen:
-                seen.add(raw["num"])
-                found.append(raw)
-                if len(found) >= limit:
-                    break
+        project = None if all_projects else self.store.project
+        rows: dict[int, sqlite3.Row] = {}
+        for (num,) in self._db.execute(sql, (terms,)):  # best chunk first
+            if num in seen:
+                continue
+            seen.add(num)
+            raw = self._db.execute("SELECT * FROM sessions WHERE num = ?", (num,)).fetchone()
+            if raw is None or (project is not None and raw["project"] != project):
+                continue
+            found.append(num)
+            rows[num] = raw
+            if len(found) >= limit:
+                break
         if not found:
-            return []
+            return
         numbers = {
             raw["path"]: (number, live)
             for raw, number, live in _numbered(
                 self._db.execute("SELECT path, project, status FROM sessions" + _ORDER)
             )
         }
-        hits = []
-        for raw in found:
+        for num in found:
+            raw = rows[num]
             number, live = numbers.get(raw["path"], (None, False))
             role, snippet = hit_in(Path(raw["path"]), words[0])
-            hits.append(SearchHit(_row(raw, number, live), role, snippet))
-        return hits
+            yield SearchHit(_row(raw, number, live), role, snippet)
 
     def find(self, ref: str, all_projects: bool = False) -> SessionRow:
         """The session a person means by ``ref``: a number (1 = most recent in this
@@ -525,9 +554,24 @@ class Index:
     def _forget(self, path: str) -> None:
         nums = self._db.execute("SELECT num FROM sessions WHERE path = ?", (path,)).fetchall()
         for (num,) in nums:
-            self._db.execute("DELETE FROM texts WHERE rowid >= ? AND rowid < ?",
-                             _chunk_range(num))  # fmt: skip
+            self._unlist(num)
         self._db.execute("DELETE FROM sessions WHERE path = ?", (path,))
+
+    def _unlist(self, num: int) -> None:
+        """Session ``num``'s chunks leave the listing; their bytes count as dead."""
+        dead = self._db.execute("SELECT coalesce(sum(size), 0) FROM chunks WHERE num = ?",
+                                (num,)).fetchone()[0]  # fmt: skip
+        if dead:
+            self._db.execute(
+                "INSERT INTO info VALUES ('dead', ?) ON CONFLICT(key) DO UPDATE "
+                "SET value = CAST(value AS INTEGER) + excluded.value", (dead,),
+            )  # fmt: skip
+            self._db.execute("DELETE FROM chunks WHERE num = ?", (num,))
+
+    def _insert_text(self, num: int, text: bytes) -> None:
+        """One chunk of session ``num``'s words: listed in ``chunks``, indexed in ``texts``."""
+        cursor = self._db.execute("INSERT INTO chunks(num, size) VALUES (?, ?)", (num, len(text)))
+        self._db.execute("INSERT INTO texts(rowid, text) VALUES (?, ?)", (cursor.lastrowid, text))
 
     def _store_row(
         self, path: str, scanned: Scanned, size: int, mtime_ns: int, num: int | None = None,
@@ -551,15 +595,7 @@ class Index:
             ),
         )  # fmt: skip
         if num is None and cursor.lastrowid is not None:
-            self._db.execute(
-                "INSERT INTO texts(rowid, text) VALUES (?, ?)",
-                (cursor.lastrowid << CHUNK_SHIFT, scanned.text),
-            )
-
-
-def _chunk_range(num: int) -> tuple[int, int]:
-    """The rowids of one session's FTS chunks: [start, end)."""
-    return num << CHUNK_SHIFT, (num + 1) << CHUNK_SHIFT
+            self._insert_text(cursor.lastrowid, scanned.text)
 
 
 _WORD_RE = re.compile(r"[^\W_]+")  # a word as FTS5's unicode61 sees it: "_" separates

@@ -76,11 +76,13 @@ def sessions_json(rows: list[SessionRow]) -> str:
 def hits_text(hits: list[SearchHit]) -> str:
     if not hits:
         return "No matches."
-    lines = []
-    for hit in hits:
-        number = hit.session.number if hit.session.number is not None else "*"
-        lines.append(f"{number:>3}  {hit.session.id}  {hit.role:<9}  {hit.snippet}")
-    return visible("\n".join(lines))
+    return "\n".join(hit_line(hit) for hit in hits)
+
+
+def hit_line(hit: SearchHit) -> str:
+    """One search hit as a line: number (``*`` when live), id, role, snippet."""
+    number = hit.session.number if hit.session.number is not None else "*"
+    return visible(f"{number:>3}  {hit.session.id}  {hit.role:<9}  {hit.snippet}")
 
 
 def hits_json(hits: list[SearchHit]) -> str:
