@@ -25,7 +25,7 @@ from pathlib import Path
 import pexpect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llama import llama_server  # noqa: E402
+from llama import llama_server
 
 CHATLOOP = shutil.which("chatloop") or "chatloop"
 

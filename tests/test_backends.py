@@ -367,3 +367,23 @@ def test_unknown_backend_is_a_usage_error() -> None:
 
     with pytest.raises(UsageError, match="Unknown backend"):
         make_backend(BackendChoice(kind="gpt5"))
+
+
+def test_https_clients_verify_and_plain_http_ones_load_no_certificates() -> None:
+    """A plain http:// server speaks no TLS, so its client skips loading the CA bundle
+    (tens of milliseconds at start-up); an https:// client verifies certificates."""
+    import ssl
+
+    from chatloop.backends.base import Timeouts
+    from chatloop.backends.http import new_client
+
+    def context(url: str) -> ssl.SSLContext:
+        client = new_client(Timeouts(), url)
+        found = client._transport._pool._ssl_context  # type: ignore[attr-defined]
+        client.close()
+        assert isinstance(found, ssl.SSLContext)
+        return found
+
+    secure = context("https://models.example/v1")
+    assert secure.verify_mode == ssl.CERT_REQUIRED and secure.check_hostname
+    assert context("http://127.0.0.1:8080/v1").cert_store_stats()["x509_ca"] == 0

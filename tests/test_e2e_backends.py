@@ -5,6 +5,8 @@ never the wording."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from chatloop.backends.base import (
@@ -87,3 +89,40 @@ def test_embedded_model_round_trip() -> None:
             list(backend.stream([{"role": "user", "content": "word " * 2000}], options=OPTIONS))
     finally:
         backend.close()
+
+
+def client_ports(server_port: int) -> set[int]:
+    """Local ports of the established TCP connections to ``server_port`` on this machine
+    (from /proc/net/tcp: what the kernel sees, not what httpx says)."""
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text(encoding="ascii").splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, remote, state = fields[1], fields[2], fields[3]
+            if state == "01" and int(remote.rsplit(":", 1)[1], 16) == server_port:
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+def test_ten_turns_use_one_connection(llama_server: str) -> None:
+    """The stream is read to its end after ``[DONE]``, so httpx keeps the connection for
+    the next turn: ten turns against the keep-alive server, one TCP connection."""
+    from urllib.parse import urlsplit
+
+    port = urlsplit(llama_server).port
+    assert port is not None
+    others = client_ports(port)  # connections other tests' clients still keep open
+    backend = OpenAICompatBackend(llama_server)
+    backend.models()  # name the model first (its own request, on the same connection)
+    seen: set[int] = set()
+    for turn in range(10):
+        events = list(backend.stream([{"role": "user", "content": f"Count to {turn}:"}],
+                                     options={"max_tokens": 4}))  # fmt: skip
+        assert isinstance(events[-1], Finish)
+        seen |= client_ports(port) - others
+    backend.close()
+    assert len(seen) == 1, seen

@@ -208,8 +208,9 @@ def test_search_finds_the_sessions_grep_finds(store: Store) -> None:
     for n in range(60):
         with store.create(new_meta(title=f"corpus {n}")) as writer:
             for _ in range(rng.randint(1, 4)):
-                said = [rng.choice(vocabulary) if rng.random() < 0.08 else rng.choice(
-                    HOSTILE_WORDS + ["plain", "words", "here"]) for _ in range(rng.randint(3, 30))]
+                others = [*HOSTILE_WORDS, "plain", "words", "here"]
+                said = [rng.choice(vocabulary) if rng.random() < 0.08 else rng.choice(others)
+                        for _ in range(rng.randint(3, 30))]  # fmt: skip
                 writer.append(Message.create(rng.choice(["user", "assistant"]), T0,
                                              text=" ".join(said)))  # fmt: skip
             writer.finalize()

@@ -30,6 +30,7 @@ from chatloop.backends.base import (
     estimate_tokens,
 )
 from chatloop.backends.http import (
+    finish_body,
     is_overflow,
     new_client,
     open_stream,
@@ -85,7 +86,7 @@ class OllamaBackend:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeouts = timeouts or Timeouts()
-        self.client = client or new_client(self.timeouts)
+        self.client = client or new_client(self.timeouts, self.base_url)
         self.retries = retries
         self.model = model
         self._window = window
@@ -123,7 +124,8 @@ class OllamaBackend:
             timeouts=self.timeouts, retries=self.retries, cancel=cancel,
         ) as response:  # fmt: skip
             try:
-                for line in response.iter_lines():
+                lines = response.iter_lines()
+                for line in lines:
                     if cancel is not None and cancel.is_set:
                         raise Cancelled("Cancelled", "")
                     if not line.strip():
@@ -150,6 +152,7 @@ class OllamaBackend:
                         ))  # fmt: skip
                     if chunk.get("done"):
                         final = chunk
+                        finish_body(lines)  # the connection then serves the next turn
                         break
             except httpx.HTTPError as exc:
                 raise translate(exc, self.base_url, self.timeouts) from exc

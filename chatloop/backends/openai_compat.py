@@ -32,6 +32,7 @@ from chatloop.backends.base import (
 )
 from chatloop.backends.http import (
     error_for_status,
+    finish_body,
     is_overflow,
     iter_sse,
     load_chunk,
@@ -131,7 +132,7 @@ class OpenAICompatBackend:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeouts = timeouts or Timeouts()
-        self.client = client or new_client(self.timeouts)
+        self.client = client or new_client(self.timeouts, self.base_url)
         if api_key:
             self.client.headers["authorization"] = f"Bearer {api_key}"
         self.retries = retries
@@ -170,11 +171,13 @@ class OpenAICompatBackend:
             timeouts=self.timeouts, retries=self.retries, cancel=cancel,
         ) as response:  # fmt: skip
             try:
-                for payload in iter_sse(response.iter_lines()):
+                lines = response.iter_lines()
+                for payload in iter_sse(lines):
                     if cancel is not None and cancel.is_set:
                         raise Cancelled("Cancelled", "")
                     if payload.strip() == "[DONE]":
                         done = True
+                        finish_body(lines)  # the connection then serves the next turn
                         break
                     chunk = load_chunk(payload, self.base_url)
                     if "error" in chunk:

@@ -8,7 +8,6 @@ where a search word occurs, frame by frame, in constant memory.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -41,6 +40,8 @@ def scan_files(paths: list[str], parallel: bool) -> Iterator[tuple[str, Skim | N
     if not parallel or workers < 1:
         yield from map(scan_file, paths)
         return
+    import multiprocessing  # 10 ms: only when there are workers to start
+
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
     with context.Pool(workers) as pool:

@@ -1,0 +1,162 @@
+"""Search and index at scale: `chatloop search` against `rg -il` and `grep -ril`.
+
+Writes N sessions (default 10,000, about 100 KB each) whose messages are drawn
+from a Zipf-like vocabulary of 20,000 made-up words plus English filler, with
+one common word (in about 80% of sessions) and one rare word (in 1%). Then:
+
+- `chatloop reindex`: wall time, and CPU time of the process (user + system,
+  its workers included), index.db as a share of the sessions' size;
+- for each word, runs interleaved C R G C R G (chatloop search with default
+  output, `rg -il`, `grep -ril`, whole processes, page cache warm), medians and
+  the ratio chatloop ÷ rg taken pair by pair (below 1: chatloop is faster);
+- the same sessions as `rg -ilw` (whole words, as chatloop searches).
+
+    python bench/search.py                    # 10,000 sessions, 5 rounds
+    python bench/search.py --sessions 500 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from chatloop.format import Message, Session, SessionMeta, Usage, render_markdown
+from chatloop.store.store import Store
+
+COMMON, RARE = "harbourmaster", "zebracornqq"
+FILLER = [
+    "the", "and", "of", "to", "a", "in", "is", "that", "it", "for", "on", "with", "as", "was",
+    "at", "by", "this", "be", "from", "or", "have", "not", "are", "but", "an", "they", "which",
+    "one", "you", "were", "all", "we", "can", "her", "has", "there", "been", "if", "more",
+    "when", "will", "would", "who", "so", "no",
+]
+
+
+def vocabulary(rng: random.Random) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return ["".join(rng.choice(letters) for _ in range(rng.randint(4, 10))) for _ in range(20000)]
+
+
+def texts(rng: random.Random, words: list[str], count: int) -> list[str]:
+    """``count`` message texts of 80-400 words: filler and Zipf-weighted vocabulary."""
+    weights = [1 / (rank + 1) for rank in range(len(words))]
+    out = []
+    for _ in range(count):
+        n = rng.randint(80, 400)
+        picked = rng.choices(words, weights, k=n)
+        out.append(" ".join(w if rng.random() < 0.6 else rng.choice(FILLER) for w in picked))
+    return out
+
+
+def prose(rng: random.Random, count: int) -> list[str]:
+    """``count`` message texts of real English: runs of sentences from this project's
+    documentation (docs/, README.md), for the index size of natural text."""
+    root = Path(__file__).resolve().parent.parent
+    sentences = [s.strip() for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+                 for s in p.read_text(encoding="utf-8").replace("\n", " ").split(". ")
+                 if len(s.split()) > 3]  # fmt: skip
+    out = []
+    for _ in range(count):
+        start = rng.randrange(len(sentences))
+        out.append(". ".join(sentences[start : start + rng.randint(3, 15)]))
+    return out
+
+
+def write_sessions(folder: Path, count: int, rng: random.Random, natural: bool = False) -> int:
+    pool = prose(rng, 400) if natural else texts(rng, vocabulary(rng), 400)
+    folder.mkdir(parents=True)
+    total = 0
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    for i in range(count):
+        at = start + timedelta(minutes=i)
+        messages = []
+        for q in range(rng.randint(20, 45)):
+            user = rng.choice(pool)[:600]
+            if q == 3 and rng.random() < 0.8:
+                user = f"{user} {COMMON}"
+            if q == 5 and i % 100 == 0:
+                user = f"{user} {RARE}"
+            messages.append(Message.create("user", at, text=user))
+            messages.append(Message.create("assistant", at, text=rng.choice(pool),
+                                           usage=Usage(300, 120), duration=1.0))  # fmt: skip
+        meta = SessionMeta(id=f"{at:%Y%m%d-%H%M%S}-{i:08x}", created=at, updated=at,
+                           agent="Bench", status="closed", queries=len(messages) // 2)  # fmt: skip
+        data = render_markdown(Session(meta, tuple(messages)))
+        (folder / f"{meta.id}.md").write_bytes(data)
+        total += len(data)
+    return total
+
+
+def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds of the child (and its children), and stdout."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True).stdout
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=10000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--text", choices=("zipf", "prose"), default="zipf",
+                        help="made-up Zipf vocabulary (default), or sentences of docs/")
+    args = parser.parse_args()
+    chatloop = shutil.which("chatloop")
+    rg = shutil.which("rg")
+    if chatloop is None or rg is None:
+        print("needs chatloop and rg (ripgrep) on PATH", file=sys.stderr)
+        return 2
+    rng = random.Random(11)
+    with tempfile.TemporaryDirectory() as tmp:
+        home, cwd = Path(tmp) / "home", Path(tmp) / "proj"
+        cwd.mkdir()
+        env = {**os.environ, "CHATLOOP_HOME": str(home), "CHATLOOP_CONFIG": ""}
+        folder = Store(home, cwd=cwd).project_dir
+        started = time.perf_counter()
+        size = write_sessions(folder, args.sessions, rng, natural=args.text == "prose")
+        print(f"{args.sessions:,} sessions ({args.text}), {size / 1e6:,.0f} MB, written in "
+              f"{time.perf_counter() - started:.0f} s; load average {os.getloadavg()[0]:.2f}")
+        wall, cpu, _ = timed([chatloop, "reindex"], cwd, env)
+        db = (home / "index.db").stat().st_size
+        print(f"reindex: {wall:.2f} s wall, {cpu:.2f} s CPU (target <= 6 s CPU); index.db "
+              f"{db / 1e6:,.1f} MB = {db / size:.1%} of the sessions (target <= 15%)")
+        for word in (COMMON, RARE):
+            cmds = {"chatloop": [chatloop, "search", word], "rg": [rg, "-il", word, str(folder)],
+                    "grep": ["grep", "-ril", word, str(folder)]}  # fmt: skip
+            for cmd in cmds.values():  # warm up
+                timed(cmd, cwd, env)
+            times: dict[str, list[float]] = {name: [] for name in cmds}
+            for _ in range(args.rounds):
+                for name, cmd in cmds.items():
+                    times[name].append(timed(cmd, cwd, env)[0])
+            ratios = [c / r for c, r in zip(times["chatloop"], times["rg"], strict=True)]
+            found = timed([chatloop, "search", word, "--json", "--limit", "100000"], cwd, env)[2]
+            ours = {hit["id"] for hit in json.loads(found)}
+            theirs = {Path(p).stem for p in timed([rg, "-ilw", word, str(folder)], cwd,
+                                                  env)[2].split()}  # fmt: skip
+            median = {name: statistics.median(t) * 1000 for name, t in times.items()}
+            ratio = statistics.median(ratios)
+            print(f"search {word!r} ({len(theirs):,} sessions): chatloop {median['chatloop']:.0f} "
+                  f"ms, rg -il {median['rg']:.0f} ms, grep -ril {median['grep']:.0f} ms; "
+                  f"chatloop ÷ rg {ratio:.2f}x (target < 1: {'met' if ratio < 1 else 'MISSED'}); "
+                  f"same sessions as rg -ilw: {'yes' if ours == theirs else 'NO'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
