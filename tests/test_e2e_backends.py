@@ -82,6 +82,7 @@ def test_embedded_model_round_trip() -> None:
     backend = EmbeddedBackend(model_path(), window=512)
     try:
         assert backend.context_window() == 512
+        assert backend._loaded is None  # loaded by the first call that needs it, not before
         events = list(backend.stream([{"role": "user", "content": PROMPTS[1]}], options=OPTIONS))
         assert isinstance(events[-1], Finish)
         assert any(isinstance(e, UsageEvent) and e.input > 0 for e in events)

@@ -50,23 +50,39 @@ class EmbeddedBackend:
     kind = "embedded"
 
     def __init__(self, model_path: str | None = None, *, window: int | None = None) -> None:
-        try:
-            from llama_cpp import Llama
-        except ImportError as exc:
-            raise BackendError("llama-cpp-python is not installed", INSTALL_HINT) from exc
+        """Finds the model; loading it (about 2 s) waits for the first call that needs it,
+        so the prompt is drawn first."""
+        import importlib.util
+
+        if importlib.util.find_spec("llama_cpp") is None:  # fail at once, not at the first call
+            raise BackendError("llama-cpp-python is not installed", INSTALL_HINT)
         path = model_path or default_model_path()
         self.base_url = f"embedded:{path}"
         self.model = Path(path).stem
-        try:
-            with _quiet_stderr():  # llama.cpp logs to stderr even with verbose=False
-                self._llm = Llama(
-                    model_path=path, n_ctx=window or DEFAULT_EMBEDDED_WINDOW, verbose=False
-                )
-        except (ValueError, OSError, RuntimeError) as exc:
-            raise BackendError(f"Could not load the model {path}: {exc}", INSTALL_HINT) from exc
+        self._path = path
+        self._window = window or DEFAULT_EMBEDDED_WINDOW
+        self._loaded: Any = None
+
+    @property
+    def _llm(self) -> Any:
+        """llama-cpp-python's ``Llama``, loaded on first use."""
+        if self._loaded is None:
+            try:
+                from llama_cpp import Llama
+            except ImportError as exc:
+                raise BackendError("llama-cpp-python is not installed", INSTALL_HINT) from exc
+            try:
+                with _quiet_stderr():  # llama.cpp logs to stderr even with verbose=False
+                    self._loaded = Llama(model_path=self._path, n_ctx=self._window,
+                                         verbose=False)  # fmt: skip
+            except (ValueError, OSError, RuntimeError) as exc:
+                raise BackendError(f"Could not load the model {self._path}: {exc}",
+                                   INSTALL_HINT) from exc  # fmt: skip
+        return self._loaded
 
     def close(self) -> None:
-        self._llm.close()
+        if self._loaded is not None:
+            self._loaded.close()
 
     def stream(
         self,
@@ -80,8 +96,7 @@ class EmbeddedBackend:
         plain = [_plain(m) for m in messages]
         decoder = ChunkDecoder()
         try:
-            # llama-cpp-python's own types are narrower than the plain dicts it accepts
-            chunks: Any = self._llm.create_chat_completion(messages=plain, stream=True,  # type: ignore[arg-type]
+            chunks: Any = self._llm.create_chat_completion(messages=plain, stream=True,
                                                            **kwargs)  # fmt: skip
             for chunk in chunks:
                 if cancel is not None and cancel.is_set:
@@ -98,7 +113,7 @@ class EmbeddedBackend:
         return [self.model]
 
     def context_window(self) -> int | None:
-        return int(self._llm.n_ctx())
+        return self._window  # what the model is (or will be) loaded with
 
     def count_tokens(self, text: str) -> int | None:
         return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))

@@ -281,6 +281,7 @@ class Index:
                 with self._write():  # merged once here, not bit by bit during the inserts
                     self._db.execute("INSERT INTO texts(texts) VALUES ('optimize')")
                     self._db.execute("INSERT INTO texts(texts, rank) VALUES ('automerge', 4)")
+                self._db.execute("VACUUM")  # the merged-away segments' pages: half the file
                 # One write transaction on index.db: its readers see the old rows or
                 # the new ones; nobody's open connection is left on a removed file.
                 self._db.backup(main)

@@ -51,7 +51,8 @@ if TYPE_CHECKING:
 HISTORY_FILE = "input_history"
 EMBEDDED_NOTE = (
     "Using the embedded Gemma 3 270M demo model: a tiny base model whose replies are often "
-    "nonsense. For real work start Ollama or LM Studio, or pass --base-url URL --model NAME."
+    "nonsense (it loads with your first message, about 2 s). For real work start Ollama or "
+    "LM Studio, or pass --base-url URL --model NAME."
 )
 TONES: dict[Tone, str] = {"info": "dim", "warn": "yellow", "ok": "green", "restored": "cyan"}
 YES, NO = ("y", "yes"), ("n", "no")
