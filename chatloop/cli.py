@@ -30,9 +30,12 @@ examples:
   chatloop -c                   continue the most recent session from its summary
   chatloop --resume             pick a past session to continue (arrow keys)
   chatloop --resume 3 --full    continue session 3 with its whole history, if it fits
+  chatloop "why is the sky blue?"   ask once: the reply on stdout, the session saved
+  git diff | chatloop "review this"  piped text is sent too (after the question)
+  chatloop -c "and in winter?"  a follow-up to the most recent session, once
   chatloop sessions             list this project's sessions, 1 = most recent
   chatloop show 1               print the most recent session
-  chatloop search "error budget"  find a word in every message
+  chatloop search error budget  find sessions holding every word
   chatloop tree 1               show the compact/resume lineage of a session
   chatloop export 1 --chain -o chain.md   write a session and its ancestors
   chatloop reseal 2             accept your hand edits to session 2 (new checksums)
@@ -92,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept the questions a resume may ask (e.g. a different agent)",
     )  # fmt: skip
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    shared = _shared_options()
+    add = sub.add_parser
+
+    def sub_parser(name: str, **kwargs: object) -> argparse.ArgumentParser:
+        return add(name, parents=[shared], **kwargs)  # type: ignore[arg-type]
+
+    sub.add_parser = sub_parser  # type: ignore[method-assign]
 
     p = sub.add_parser("sessions", help="list sessions, most recent first")
     p.add_argument("--all", action="store_true", help="every project, not only this directory")
@@ -106,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_show)
 
     p = sub.add_parser("search", help="full-text search over every message")
-    p.add_argument("query", help="words to look for")
+    p.add_argument("query", nargs="+", help="words to look for (no quotes needed)")
     p.add_argument("--all", action="store_true", help="search every project")
     p.add_argument("--limit", type=_positive, default=50, metavar="N", help="at most N hits")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -140,6 +150,65 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_doctor)
     parser.set_defaults(run=cmd_chat)
     return parser
+
+
+def _shared_options() -> argparse.ArgumentParser:
+    """The top-level options every subcommand also accepts after its name
+    (``chatloop doctor --base-url URL``); given there, they win."""
+    shared = argparse.ArgumentParser(add_help=False)
+    group = shared.add_argument_group("options shared with the chat")
+    quiet = argparse.SUPPRESS  # absent: the value given before the subcommand stands
+    group.add_argument("--sessions-dir", metavar="DIR", default=quiet,
+                       help="root directory of sessions (env CHATLOOP_HOME)")  # fmt: skip
+    group.add_argument("--config", metavar="FILE", default=quiet, help="YAML config file")
+    group.add_argument("--base-url", metavar="URL", default=quiet, help="server URL")
+    group.add_argument("--model", metavar="M", default=quiet, help="model name on the server")
+    group.add_argument("--backend", choices=("auto", "openai", "ollama", "embedded"),
+                       default=quiet, help="which kind of server")  # fmt: skip
+    group.add_argument("--agent", metavar="NAME|PATH", default=quiet, help="agent name or file")
+    return shared
+
+
+def split_prompt(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], str]:
+    """``argv`` without the words of a one-shot question, and the question ("" when the
+    first word that is not an option names a subcommand, or there is none)."""
+    takes: dict[str, object] = {}
+    commands: set[str] = set()
+    for action in parser._actions:
+        for option in action.option_strings:
+            takes[option] = action.nargs
+        if isinstance(action, argparse._SubParsersAction):
+            commands.update(action.choices)
+    kept: list[str] = []
+    words: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--" and not words:
+            words += argv[i + 1 :]
+            break
+        if token.startswith("-") and token != "-":
+            kept.append(token)
+            nargs = takes.get(token.split("=", 1)[0])
+            wants = "=" not in token and nargs not in (0, "?") and token in takes
+            optional = "=" not in token and nargs == "?"
+            if i + 1 < len(argv) and (wants or (optional and _is_ref(argv[i + 1]))):
+                kept.append(argv[i + 1])
+                i += 1
+        elif not words and token in commands:
+            return argv, ""
+        else:
+            words.append(token)
+        i += 1
+    return kept, " ".join(words)
+
+
+def _is_ref(text: str) -> bool:
+    """A word that names a session (a number, a handle or an id) rather than starts a
+    question."""
+    from chatloop.ids import is_file_stem, is_handle
+
+    return text.isdigit() or is_handle(text) or (is_file_stem(text) and text[:8].isdigit())
 
 
 def _positive(text: str) -> int:
@@ -227,14 +296,53 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if agent_file is None:
         agent_file = find_agent_file(settings.agent, agent_dirs(store.cwd, store.root))
     agent = load_agent(agent_file)
+    question = _question(args)
     backend = _backend(settings)
     try:
         if not backend.model:  # fail fast, with the server's own words, if it is not usable
             backend.model = (backend.models() or [""])[0]
+        if question is not None:
+            return _ask_once(agent, backend, store, settings, question, target, args.full)
         repl = Repl(agent, backend, store, settings, assume_yes=args.yes)
         return repl.run(resume=target, full=args.full)
     finally:
         backend.close()
+
+
+def _question(args: argparse.Namespace) -> str | None:
+    """The one-shot question: the words on the command line, then what is piped in
+    (``git diff | chatloop "review this"``); None for the interactive chat."""
+    piped = ""
+    if not sys.stdin.isatty():
+        try:
+            piped = sys.stdin.read()
+        except (OSError, ValueError):
+            piped = ""
+        if not piped.strip() and not args.question:
+            raise UsageError(
+                "Nothing to send: the piped input is empty",
+                'Pipe some text in, or ask on the command line: chatloop "…"',
+            )
+    if not args.question and not piped.strip():
+        return None
+    if args.resume == "":
+        raise UsageError(
+            "A one-shot question cannot pick a session from a list",
+            'Name it: chatloop -r 3 "…", or continue the last: chatloop -c "…"',
+        )
+    return "\n\n".join(part for part in (args.question, piped.strip()) if part)
+
+
+def _ask_once(agent, backend, store, settings, question: str,  # type: ignore[no-untyped-def]
+              target: Path | str | None, full: bool) -> int:  # fmt: skip
+    """Answer ``question`` once (after resuming ``target``, if given), without a REPL."""
+    from chatloop.chat.session import ChatSession
+    from chatloop.ui.oneshot import PlainHost, ask_once
+
+    session = ChatSession(agent, backend, store, settings, PlainHost(), assume_yes=True)
+    if isinstance(target, Path) and not session.resume_path(target, full):
+        return 1
+    return ask_once(session, question)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -366,7 +474,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from chatloop.ui import listing
 
     with _index(args) as index:
-        hits = index.iter_search(args.query, all_projects=args.all, limit=args.limit)
+        hits = index.iter_search(" ".join(args.query), all_projects=args.all, limit=args.limit)
         if args.json:
             print(listing.hits_json(list(hits)))
             return 0
@@ -491,7 +599,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    argv, question = split_prompt(parser, argv)
     args = parser.parse_args(argv)
+    args.question = question
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from chatloop.errors import UsageError
 
 ID_RE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{8}$")
 LEGACY_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+HANDLE_RE = re.compile(r"^[0-9a-f]{4,8}$")
+MIN_HANDLE = 4
 
 
 def new_session_id(now: datetime) -> str:
@@ -52,3 +55,30 @@ def project_name(cwd: Path) -> str:
     base = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(resolved).name).strip(".-")[:40] or "root"
     digest = hashlib.sha256(resolved.encode("utf-8", "surrogateescape")).hexdigest()[:8]
     return f"{base}-{digest}"
+
+
+def handles(session_ids: Iterable[str]) -> dict[str, str]:
+    """A short, stable handle for each generated id, as git abbreviates commits: the
+    shortest prefix of its random part (at least MIN_HANDLE characters) that no other
+    id's random part starts with, lengthened until it holds a letter, so it cannot be
+    read as a session number (unless all eight are digits). Legacy ids get none."""
+    generated = [i for i in session_ids if ID_RE.match(i)]
+    tails = sorted({i[-8:] for i in generated})
+    out: dict[str, str] = {}
+    for n, tail in enumerate(tails):
+        shared = 0
+        for other in (tails[n - 1] if n else "", tails[n + 1] if n + 1 < len(tails) else ""):
+            common = 0
+            while common < len(other) and other[common] == tail[common]:
+                common += 1
+            shared = max(shared, common)
+        size = max(MIN_HANDLE, shared + 1)
+        while size < len(tail) and tail[:size].isdigit():
+            size += 1
+        out[tail] = tail[:size]
+    return {i: out[i[-8:]] for i in generated}
+
+
+def is_handle(text: str) -> bool:
+    """True for text shaped like a handle (4 to 8 lowercase hex digits)."""
+    return bool(HANDLE_RE.match(text))

@@ -62,7 +62,7 @@ class ScriptedHost:
         self.questions.append(question)
         return self.answers.pop(0) if self.answers else default
 
-    def reply_view(self) -> View:
+    def reply_view(self, acknowledgment: bool = False) -> View:
         return View(self)
 
     @contextmanager

@@ -48,8 +48,9 @@ class Host(Protocol):
         what was typed for later: a question never eats a message."""
         ...
 
-    def reply_view(self) -> ReplyView:
-        """A fresh view for one streamed reply."""
+    def reply_view(self, acknowledgment: bool = False) -> ReplyView:
+        """A fresh view for one streamed reply (``acknowledgment``: the model's answer
+        to a restoration prompt, not to the person)."""
         ...
 
     def working(self, label: str) -> AbstractContextManager[Progress]:

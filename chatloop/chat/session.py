@@ -477,7 +477,7 @@ class ChatSession:
         """Stream the model's short acknowledgment of the restoration prompt and write it
         (Ctrl-C or a server failure skip it: the summary is in place). ``answers``: it
         also answers a message, so it may be as long as a reply."""
-        view = self.host.reply_view()
+        view = self.host.reply_view(acknowledgment=not answers)
         try:
             reply_limit = self.reply_options()["max_tokens"]
             cap = reply_limit if answers else ack_cap(self.window(), reply_limit)

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from chatloop.errors import NotFound
-from chatloop.ids import validate_session_id
+from chatloop.ids import is_handle, validate_session_id
 from chatloop.store.fsio import FILE_MODE, ensure_dir, is_locked, lock_path
 from chatloop.store.store import Store
 
@@ -111,6 +111,7 @@ class SessionRow:
     has_summary: bool
     legacy: bool
     problems: int
+    handle: str = ""  # the short handle of the id (``chatloop.ids.handles``); "" for legacy
 
 
 @dataclass(frozen=True)
@@ -387,11 +388,19 @@ class Index:
         if not all_projects:
             sql, args = sql + " WHERE project = ?", [self.store.project]
         rows: list[SessionRow] = []
+        short = self.handles()
         for raw, number, live in _numbered(self._db.execute(sql + _ORDER, args)):
-            rows.append(_row(raw, number, live))
+            rows.append(_row(raw, number, live, short.get(raw["id"], "")))
             if limit is not None and len(rows) >= limit:
                 break
         return rows
+
+    def handles(self) -> dict[str, str]:
+        """Every session's short handle, unique across all projects (so a handle works
+        from any directory)."""
+        from chatloop.ids import handles
+
+        return handles(raw[0] for raw in self._db.execute("SELECT id FROM sessions"))
 
     def count(self, all_projects: bool = False) -> int:
         """How many sessions the index holds (in this project unless ``all_projects``)."""
@@ -442,25 +451,37 @@ class Index:
                 self._db.execute("SELECT path, project, status FROM sessions" + _ORDER)
             )
         }
+        short = self.handles()
         for num in found:
             raw = rows[num]
             number, live = numbers.get(raw["path"], (None, False))
             role, snippet = hit_in(Path(raw["path"]), words[0])
-            yield SearchHit(_row(raw, number, live), role, snippet)
+            yield SearchHit(_row(raw, number, live, short.get(raw["id"], "")), role, snippet)
 
     def find(self, ref: str, all_projects: bool = False) -> SessionRow:
         """The session a person means by ``ref``: a number (1 = most recent in this
-        project) or an id (any project). Raises NotFound naming the closest ones."""
+        project), a handle (any project) or an id (any project, or its start). Raises
+        NotFound naming the closest ones."""
         rows = self.list_sessions(all_projects=True)
         ref = ref.strip()
+        by_handle = [r for r in rows if r.handle and r.id[-8:].startswith(ref)]
         if ref.isdigit():
             numbered = [r for r in rows if r.project == self.store.project and r.number]
             if 1 <= int(ref) <= len(numbered):
                 return numbered[int(ref) - 1]
+            if is_handle(ref) and len(by_handle) == 1:  # a handle that is all digits
+                return by_handle[0]
             raise NotFound(
                 f"There is no session number {ref} in this project ({len(numbered)} sessions)",
                 "`chatloop sessions` lists them with their numbers.",
             )
+        if is_handle(ref):
+            if len(by_handle) == 1:
+                return by_handle[0]
+            if len(by_handle) > 1:
+                names = ", ".join(f"{r.handle} ({r.id})" for r in by_handle[:5])
+                raise NotFound(f"{ref!r} is the start of several handles: {names}",
+                               "Type more of it.")  # fmt: skip
         validate_session_id(ref)
         exact = [r for r in rows if r.id == ref]
         if not exact and len(ref) >= 4:
@@ -615,7 +636,7 @@ def _numbered(
         yield raw, number, live
 
 
-def _row(raw: sqlite3.Row, number: int | None, live: bool) -> SessionRow:
+def _row(raw: sqlite3.Row, number: int | None, live: bool, handle: str = "") -> SessionRow:
     status = raw["status"]
     if status == "open" and not live:
         status = "interrupted"
@@ -627,7 +648,7 @@ def _row(raw: sqlite3.Row, number: int | None, live: bool) -> SessionRow:
         restoration_tokens=raw["restoration_tokens"], parent_id=raw["parent_id"],
         parent_file=raw["parent_file"], git_branch=raw["git_branch"], preview=raw["preview"] or "",
         has_summary=bool(raw["has_summary"]), legacy=bool(raw["legacy"]),
-        problems=raw["problems"],
+        problems=raw["problems"], handle=handle,
     )  # fmt: skip
 
 

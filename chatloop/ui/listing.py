@@ -54,7 +54,7 @@ def describe(row: SessionRow) -> str:
 
 
 def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = False) -> str:
-    """One line per session: number, age, queries, agent, status, title."""
+    """One line per session: number, handle, age, queries, agent, status, title."""
     if not rows:
         return "No sessions yet. Start one with `chatloop`."
     lines = []
@@ -63,8 +63,8 @@ def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = Fa
         status = "" if row.status == "closed" else f" [{row.status}]"
         where = f"  ({row.project})" if show_project else ""
         lines.append(
-            f"{number}  {relative_time(row.updated, now):>9}  {row.queries:>3}q  "
-            f"{row.agent[:16]:<16}  {describe(row)[:70]}{status}{where}"
+            f"{number}  {row.handle or '-':<6}  {relative_time(row.updated, now):>9}  "
+            f"{row.queries:>3}q  {row.agent[:16]:<16}  {describe(row)[:70]}{status}{where}"
         )
     return visible("\n".join(lines))
 
@@ -80,14 +80,16 @@ def hits_text(hits: list[SearchHit]) -> str:
 
 
 def hit_line(hit: SearchHit) -> str:
-    """One search hit as a line: number (``*`` when live), id, role, snippet."""
+    """One search hit as a line: number (``*`` when live), handle (else id), role, snippet."""
     number = hit.session.number if hit.session.number is not None else "*"
-    return visible(f"{number:>3}  {hit.session.id}  {hit.role:<9}  {hit.snippet}")
+    name = hit.session.handle or hit.session.id
+    return visible(f"{number:>3}  {name:<6}  {hit.role:<9}  {hit.snippet}")
 
 
 def hits_json(hits: list[SearchHit]) -> str:
     data = [
-        {"number": h.session.number, "id": h.session.id, "path": h.session.path,
+        {"number": h.session.number, "handle": h.session.handle, "id": h.session.id,
+         "path": h.session.path,
          "role": h.role, "snippet": h.snippet}
         for h in hits
     ]  # fmt: skip

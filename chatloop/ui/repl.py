@@ -288,7 +288,7 @@ class Repl:
                     "next.", "yellow")  # fmt: skip
         return False
 
-    def reply_view(self) -> ReplyView:
+    def reply_view(self, acknowledgment: bool = False) -> ReplyView:
         return render.StreamView(self.console, self.session.agent.name)
 
     def working(self, label: str) -> AbstractContextManager[Progress]:

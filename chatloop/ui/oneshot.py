@@ -1,0 +1,94 @@
+"""One question, one answer, no REPL: ``chatloop "question"``, ``echo text | chatloop``,
+``chatloop -c "follow-up"``.
+
+The reply goes to stdout as it streams (plain text; control characters are
+made visible when stdout is a terminal, passed through untouched to a pipe),
+everything else (notices, where the session was saved) to stderr, so
+``chatloop "…" > answer.txt`` holds the answer alone. The session is saved
+like any other (written before the request, closed with its summary), so
+``chatloop -c "…"`` continues it. No question is ever asked: a one-shot run
+takes each question's default answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, TextIO
+
+from chatloop.backends.base import Event, TextDelta, ToolCallEvent
+from chatloop.chat.host import Progress, Tone
+from chatloop.format import Message
+from chatloop.ui.listing import visible
+
+if TYPE_CHECKING:
+    from chatloop.chat.session import ChatSession
+    from chatloop.store.index import SessionRow
+
+
+class PrintedReply:
+    """A reply streamed as plain text to ``out``."""
+
+    def __init__(self, out: TextIO, terminal: bool) -> None:
+        self.out = out
+        self.terminal = terminal
+        self.ended_line = True
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            text = visible(event.text) if self.terminal else event.text
+            self.out.write(text)
+            self.out.flush()
+            self.ended_line = text.endswith("\n")
+        elif isinstance(event, ToolCallEvent):
+            print(f"[tool {event.name}]", file=sys.stderr)
+
+    def tool_results(self, message: Message) -> None:
+        return
+
+    def close(self, interrupted: bool, saved: bool) -> None:
+        if not self.ended_line:
+            self.out.write("\n")
+            self.ended_line = True
+        self.out.flush()
+
+
+class PlainHost:
+    """A host with no keyboard: notices on stderr, each question's default answer."""
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+        self.terminal = self.out.isatty()
+
+    def notice(self, text: str, tone: Tone = "info") -> None:
+        print(visible(text), file=sys.stderr)
+
+    def ask(self, question: str, default: bool) -> bool:
+        return default
+
+    def reply_view(self, acknowledgment: bool = False) -> PrintedReply:
+        """The answer on stdout; an acknowledgment of a restoration prompt on stderr."""
+        if acknowledgment:
+            return PrintedReply(sys.stderr, sys.stderr.isatty())
+        return PrintedReply(self.out, self.terminal)
+
+    @contextlib.contextmanager
+    def working(self, label: str) -> Iterator[Progress]:
+        print(visible(label), file=sys.stderr)
+        yield lambda step: None
+
+    def pick(self, rows: list[SessionRow]) -> SessionRow | None:
+        return None
+
+
+def ask_once(session: ChatSession, text: str) -> int:
+    """Send ``text``, print the reply, close the session with its summary; the exit
+    code (1 when the server failed: the exchange is marked in the file)."""
+    try:
+        session.send(text)
+    finally:
+        closed = session.close()
+        for message in closed.unsaved:
+            print(f"not saved [{message.role}]: {message.text}", file=sys.stderr)
+    return 0

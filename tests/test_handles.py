@@ -1,0 +1,60 @@
+"""Short handles: the shortest unique prefix of an id's random part (4 or more, with a
+letter in it), shown by every listing and taken by every command that takes N|ID."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+from pathlib import Path
+
+from chatloop.format import Message
+from chatloop.ids import MIN_HANDLE, handles
+from chatloop.store.store import Store
+from tests.conftest import T0, new_meta
+from tests.test_pty import chatloop_bin, environment
+
+
+def test_handles_are_short_unique_prefixes_that_cannot_be_read_as_numbers() -> None:
+    rng = random.Random(5)
+    ids = [f"20261121-1200{n % 60:02d}-{rng.getrandbits(32):08x}" for n in range(3000)]
+    ids += ["20261121-120000-abcd0001", "20261121-120001-abcd0002", "20261121-120002-12345678",
+            "agent_20250101_120000"]  # fmt: skip
+    found = handles(ids)
+    assert "agent_20250101_120000" not in found  # legacy ids have none
+    tails = {i: i[-8:] for i in found}
+    for session_id, handle in found.items():
+        assert tails[session_id].startswith(handle) and len(handle) >= MIN_HANDLE
+        others = [t for i, t in tails.items() if i != session_id]
+        assert not any(t.startswith(handle) for t in others), handle  # unique
+        assert not handle.isdigit() or handle == tails[session_id]  # a letter, if it can
+    assert found["20261121-120000-abcd0001"] == "abcd0001"  # they share seven characters
+    assert found["20261121-120002-12345678"] == "12345678"
+    assert handles(["20261121-120000-5fe0aaaa"]) == {"20261121-120000-5fe0aaaa": "5fe0"}
+
+
+def test_every_command_takes_a_handle_from_any_directory(
+    store: Store, chatloop_home: Path, tmp_path: Path
+) -> None:
+    with store.create(new_meta(title="Garden plan")) as writer:
+        writer.append(Message.create("user", T0, text="Where do the kumquats go?"))
+        writer.finalize()
+    env = environment(chatloop_home, 12)
+    listed = subprocess.run([chatloop_bin(), "sessions", "--json"], cwd=store.cwd, env=env,
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    (row,) = json.loads(listed)
+    handle = row["handle"]
+    assert len(handle) >= MIN_HANDLE and row["id"][-8:].startswith(handle)
+    text = subprocess.run([chatloop_bin(), "sessions"], cwd=store.cwd, env=env,
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert handle in text
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for args in (["show", handle], ["tree", handle], ["export", handle], ["search", "kumquats"]):
+        done = subprocess.run([chatloop_bin(), *args, *(["--all"] if args[0] == "search" else [])],
+                              cwd=elsewhere, env=env, capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 0, (args, done.stderr)
+        assert "Garden plan" in done.stdout or "kumquats" in done.stdout, args
+    done = subprocess.run([chatloop_bin(), "show", "ffff0"], cwd=elsewhere, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr

@@ -1,0 +1,85 @@
+"""One-shot and piped use of the installed program against the real server:
+``chatloop "question"``, ``echo text | chatloop -c "follow-up"``, and the options
+people type after a subcommand. The base model's words are nonsense: these check
+where the reply goes and what is saved, never the wording."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from chatloop.format import Session, parse_markdown
+from tests.test_pty import chatloop_bin, environment, project  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.e2e
+
+
+def once(
+    url: str, home: Path, cwd: Path, *args: str, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([chatloop_bin(), "--base-url", url, *args], cwd=cwd, input=stdin,
+                          env=environment(home, 12), capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+
+
+def sessions(home: Path) -> list[Session]:
+    found = [parse_markdown(p.read_bytes()).session for p in home.rglob("*.md")]
+    return sorted(found, key=lambda s: s.meta.created)
+
+
+def answer(session: Session) -> str:
+    """The text of the last reply that is not an acknowledgment."""
+    return [m for m in session.messages if m.role == "assistant" and not m.restore][-1].text
+
+
+def test_a_question_on_the_command_line_is_answered_once_and_saved(
+    llama_server: str, chatloop_home: Path, project: Path  # noqa: F811
+) -> None:
+    done = once(llama_server, chatloop_home, project, "The capital of France is")
+    assert done.returncode == 0, done.stderr
+    (session,) = sessions(chatloop_home)
+    assert [m.text for m in session.messages if m.is_query] == ["The capital of France is"]
+    assert session.meta.status == "closed" and session.summary is not None
+    assert done.stdout.rstrip("\n") == answer(session).rstrip("\n")  # the reply alone
+    assert "Saved session" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_piped_text_continues_the_last_session_and_only_the_answer_is_printed(
+    llama_server: str, chatloop_home: Path, project: Path  # noqa: F811
+) -> None:
+    first = once(llama_server, chatloop_home, project, "Once upon a time")
+    assert first.returncode == 0, first.stderr
+    follow = once(llama_server, chatloop_home, project, "-c", "Go on:",
+                  stdin="the keeper lit the lamp\n")  # fmt: skip
+    assert follow.returncode == 0, follow.stderr
+    parent, child = sessions(chatloop_home)
+    assert child.meta.parent_id == parent.meta.id
+    assert [m.text for m in child.messages if m.is_query] == ["Go on:\n\nthe keeper lit the lamp"]
+    assert child.messages[0].restore  # the restoration prompt, written with the question
+    assert follow.stdout.rstrip("\n") == answer(child).rstrip("\n")  # not the acknowledgment
+
+
+def test_an_empty_pipe_is_a_clear_usage_error(
+    llama_server: str, chatloop_home: Path, project: Path  # noqa: F811
+) -> None:
+    done = once(llama_server, chatloop_home, project, stdin="")
+    assert done.returncode == 2 and "Nothing to send" in done.stderr
+    assert "Traceback" not in done.stderr and sessions(chatloop_home) == []
+
+
+def test_options_after_a_subcommand_and_unquoted_search_words(
+    chatloop_home: Path, project: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    other = tmp_path / "elsewhere"
+    env = environment(chatloop_home, 12)
+    for args in (["sessions", "--sessions-dir", str(other)],
+                 ["search", "forty", "cm", "deep", "--sessions-dir", str(other)],
+                 ["doctor", "--sessions-dir", str(other), "--base-url", "http://127.0.0.1:9/v1"]):
+        done = subprocess.run([chatloop_bin(), *args], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert "unrecognized arguments" not in done.stderr and "Traceback" not in done.stderr
+        assert done.returncode in (0, 1), (args, done.stderr)
+    assert (other / "index.db").exists()  # the option given after the subcommand was used
+    assert "127.0.0.1:9" in done.stdout  # doctor checked the server named after it
