@@ -37,17 +37,22 @@ class StreamView:
         self.console = console
         self.agent = agent
         self._text: list[str] = []
+        self._shown = Text("")
         self._thinking = 0
         self._live: Live | None = None
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, TextDelta):
             self._text.append(event.text)
+            piece = visible(event.text)
             if self._live is None:
-                self._live = Live(Text(""), console=self.console, refresh_per_second=12,
+                self._shown = Text(piece)
+                self._live = Live(self._shown, console=self.console, refresh_per_second=12,
                                   vertical_overflow="visible")  # fmt: skip
-                self._live.start()
-            self._live.update(Text(visible("".join(self._text))))
+                self._live.start(refresh=True)  # the first words now, not at the next tick
+            else:
+                with self._live._lock:  # the refresh thread draws the same Text
+                    self._shown.append(piece)  # O(1) a token, whatever the reply's length
         elif isinstance(event, ThinkingDelta):
             if not self._thinking:
                 self.console.print(Text("thinking…", style="dim italic"))
