@@ -222,3 +222,25 @@ def test_search_finds_the_sessions_grep_finds(store: Store) -> None:
                                   capture_output=True, text=True).stdout.split()  # fmt: skip
             assert ours == set(grep), word
             assert ours or word in ("kelp",), word  # most words are somewhere
+
+
+def test_hits_in_copies_are_labelled_and_come_after_the_message_itself(store: Store) -> None:
+    """A word typed in one session is copied into its summary and into the next
+    session's restoration prompt: search names the session where it was typed first,
+    as the person's message, then the continuation, labelled "restored"."""
+    from tests.fakes import FakeBackend
+    from tests.hosts import chat
+
+    summary = ("**Background Context:** Initial session.\n\n**Current Session Summary:**\n\n"
+               "**Topics Discussed:**\n- The kumquat tree\n\n**Decisions Made:**\n- None.\n\n"
+               "**Pending:**\n- None.")  # fmt: skip
+    session, _ = chat(store, FakeBackend("Noted.", summary, "Ack.", "Fine."))
+    session.send("Plant the kumquat tree by the gate")
+    session.compact()
+    session.send("And the fig?")
+    session.close()
+    with Index(store) as index:
+        index.sync()
+        hits = index.search("kumquat")
+    assert [h.role for h in hits] == ["user", "restored"]
+    assert hits[0].session.parent_id is None and hits[1].session.parent_id == hits[0].session.id

@@ -418,9 +418,11 @@ class Index:
     ) -> Iterator[SearchHit]:
         """Sessions whose text holds every word of ``query`` (case-insensitive, whole
         words; punctuation separates words), best match first (bm25 over the index
-        alone), one hit per session, each yielded as soon as its snippet is read.
-        The snippet and role come from the message where the first word occurs."""
-        from chatloop.store.index_scan import hit_in
+        alone), one hit per session, each yielded as soon as its snippet is read;
+        sessions that hold the first word only in copies (summaries, restoration
+        prompts) come after the others. The snippet and role come from the message
+        where the first word occurs ("summary" or "restored" for a copy)."""
+        from chatloop.store.index_scan import hit_in, is_copy_label
 
         words = _WORD_RE.findall(query)
         if not words:
@@ -452,11 +454,17 @@ class Index:
             )
         }
         short = self.handles()
+        copies: list[SearchHit] = []  # sessions that hold the words only in copies: last
         for num in found:
             raw = rows[num]
             number, live = numbers.get(raw["path"], (None, False))
             role, snippet = hit_in(Path(raw["path"]), words[0])
-            yield SearchHit(_row(raw, number, live, short.get(raw["id"], "")), role, snippet)
+            hit = SearchHit(_row(raw, number, live, short.get(raw["id"], "")), role, snippet)
+            if is_copy_label(role):
+                copies.append(hit)
+            else:
+                yield hit
+        yield from copies
 
     def find(self, ref: str, all_projects: bool = False) -> SessionRow:
         """The session a person means by ``ref``: a number (1 = most recent in this

@@ -19,7 +19,7 @@ from chatloop.store.fsio import open_read
 
 _SNIPPET_CHARS = 60  # of context each side of a search hit
 
-__all__ = ["hit_in", "scan_file", "scan_files"]
+__all__ = ["hit_in", "is_copy_label", "scan_file", "scan_files"]
 
 
 def scan_file(path: str, words: Callable[[bytes], None] | None = None) -> tuple[str, Skim | None]:
@@ -48,17 +48,23 @@ def scan_files(paths: list[str], parallel: bool) -> Iterator[tuple[str, Skim | N
         yield from pool.imap(scan_file, paths, chunksize=16)
 
 
+COPY_LABELS = {"restore": "restored", "summary": "summary"}  # hits in a copy, so labelled
+
+
 def hit_in(path: Path, word: str) -> tuple[str, str]:
     """The role of the message where ``word`` first occurs as a whole word, and a
     one-line snippet of that message around it, the word in [brackets]; ("", "") if
-    the file no longer holds it. Reads frame by frame: only the frame that holds
-    the word becomes a message."""
+    the file no longer holds it. A message the person or the model wrote wins over a
+    copy of one (a summary, a restoration prompt, its acknowledgment): a hit only in
+    copies is labelled "summary" or "restored". Reads frame by frame: only a frame
+    that holds the word becomes a message, and reading stops at the first original."""
     pattern = re.compile(r"(?<![^\W_])" + re.escape(word) + r"(?![^\W_])", re.IGNORECASE)
+    copy: tuple[str, str] = ("", "")
     try:
         with open_read(path) as handle:
             doc = open_document(handle, path.stem)
             if doc.legacy:
-                return _first_hit(doc.messages(), pattern)
+                return _best_hit(doc.messages(), pattern)
             quick = re.compile(re.escape(word.encode()), re.IGNORECASE) if word.isascii() else None
             for frame in doc.frames():
                 if quick is not None and quick.search(frame.body) is None:
@@ -70,11 +76,37 @@ def hit_in(path: Path, word: str) -> tuple[str, str]:
                 except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
                     continue
                 found = _first_hit(iter([message]), pattern)
-                if found[0]:
+                if not found[0]:
+                    continue
+                if not _is_copy(message):
                     return found
+                copy = copy if copy[0] else found
     except (OSError, ChatloopError):
-        return "", ""
-    return "", ""
+        return copy
+    return copy
+
+
+def is_copy_label(role: str) -> bool:
+    """True for the label of a hit found only in copies (summaries, restorations)."""
+    return role in COPY_LABELS.values()
+
+
+def _is_copy(message: object) -> bool:
+    from chatloop.format import Message
+
+    assert isinstance(message, Message)
+    return message.role == "summary" or message.restore
+
+
+def _best_hit(messages: Iterator[object], pattern: re.Pattern[str]) -> tuple[str, str]:
+    """The first hit in an original message, else the first in a copy."""
+    copy: tuple[str, str] = ("", "")
+    for message in messages:
+        found = _first_hit(iter([message]), pattern)
+        if found[0] and not _is_copy(message):
+            return found
+        copy = copy if copy[0] else found
+    return copy
 
 
 def _first_hit(messages: Iterator[object], pattern: re.Pattern[str]) -> tuple[str, str]:
@@ -93,5 +125,7 @@ def _first_hit(messages: Iterator[object], pattern: re.Pattern[str]) -> tuple[st
             lead, before = "…", before.partition(" ")[2]
         if inside.end() + _SNIPPET_CHARS < len(said):
             tail, after = "…", after.rpartition(" ")[0]
-        return message.role, f"{lead}{before}[{inside.group()}]{after}{tail}"
+        role = COPY_LABELS["summary" if message.role == "summary" else "restore"] if _is_copy(
+            message) else message.role  # fmt: skip
+        return role, f"{lead}{before}[{inside.group()}]{after}{tail}"
     return "", ""
