@@ -68,11 +68,11 @@ def only_session(store: Store) -> Path:
 
 def test_a_whole_conversation_with_commands(store: Store) -> None:
     requests: list[dict[str, object]] = []
-    script = ("hello there\r/info\r/nope\rsecond question\\\rwith two lines\r/context\r"
+    script = ("hello there\r/info\r/infoo\rsecond question\\\rwith two lines\r/context\r"
               "/rename Garden plans\r/sessions\r/help\rexit\r")  # fmt: skip
     _, shown = drive(store, fake_server(requests), script)
     assert "Reply number 1 here" in shown and "Reply number 2 here" in shown
-    assert "Unknown command /nope" in shown and "Did you mean /info?" in shown
+    assert "Unknown command /infoo" in shown and "Did you mean /info?" in shown
     assert "next call: 5 messages" in shown
     assert "Saved session" in shown
     session = parse_markdown(only_session(store).read_bytes()).session
@@ -249,3 +249,18 @@ def test_help_and_completion_come_from_one_table(store: Store) -> None:
     for spec in commands.TABLE:
         assert f"{spec.usage:<18} {spec.help}" in shown
         assert f"/{spec.name}" in commands.completions()
+
+
+def test_new_closes_the_session_with_its_summary_and_starts_an_unlinked_one(
+    store: Store,
+) -> None:
+    requests: list[dict[str, object]] = []
+    _, shown = drive(store, fake_server(requests), "first\r/new\r/new\rsecond\r/exit\r")
+    assert "New session: your next message starts it." in shown
+    assert "This is a new session already" in shown
+    found = (parse_markdown(Path(e.path).read_bytes()).session for e in store.session_files())
+    sessions = sorted(found, key=lambda s: s.meta.created)
+    assert [[m.text for m in s.messages if m.is_query] for s in sessions] == [["first"],
+                                                                              ["second"]]
+    assert all(s.meta.status == "closed" and s.summary is not None for s in sessions)
+    assert sessions[1].meta.parent_id is None

@@ -201,6 +201,24 @@ def _unpin(shell: Shell, arg: str) -> None:
     render.note(shell.console, f"Unpinned fact {int(arg)}.")
 
 
+def _new(shell: Shell, arg: str) -> None:
+    session = shell.session
+    if session.writer is None and session.pending is None:
+        render.note(shell.console, "This is a new session already: your next message starts it.")
+        return
+    if session.unsaved:  # they belong to this conversation, not to the next one
+        raise ChatloopError(
+            f"{session.unsaved} message(s) of this session are not saved yet",
+            "They are written as soon as the disk takes them; /new after that.",
+        )
+    closed = session.close()
+    if closed.parent is not None:
+        render.note(shell.console, f"New session: your next message starts it. "
+                    f"{closed.parent.meta.id} is closed; /resume 1 continues it.")  # fmt: skip
+    else:
+        render.note(shell.console, "New session: your next message starts it.")
+
+
 def _clear(shell: Shell, arg: str) -> None:
     shell.console.clear()
 
@@ -223,7 +241,9 @@ TABLE: tuple[Spec, ...] = (
     Spec("export", "/export [FILE]", "write this session as markdown (default: ./<id>.md)",
          _export),
     Spec("copy", "/copy", "copy the last reply to the clipboard (terminal OSC 52)", _copy),
-    Spec("clear", "/clear", "clear the screen (the session is kept)", _clear),
+    Spec("new", "/new", "close this session with its summary and start a new one", _new),
+    Spec("clear", "/clear", "clear the screen only (the session goes on; /new starts another)",
+         _clear),
 )  # fmt: skip
 _BY_NAME = {name: spec for spec in TABLE for name in (spec.name, *spec.aliases)}
 _BARE = {"exit": "exit", "quit": "exit", "bye": "exit", "sessions": "sessions",
