@@ -39,6 +39,7 @@ examples:
   chatloop tree 1               show the compact/resume lineage of a session
   chatloop export 1 --chain -o chain.md   write a session and its ancestors
   chatloop reseal 2             accept your hand edits to session 2 (new checksums)
+  chatloop import .chat-sessions   bring in the seed project's sessions (copies)
   chatloop reindex              rebuild the session index from the files
   chatloop doctor               check the server, the sessions directory and the index
 
@@ -142,6 +143,17 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("ref", metavar="N|ID", help="session number (1 = most recent) or id")
     p.set_defaults(run=cmd_reseal)
+
+    p = sub.add_parser(
+        "import", help="copy sessions in: the seed project's .chat-sessions, other homes",
+        description="Copy session files (the seed project's markdown, or chatloop's own) "
+        "from files or folders into this directory's project (or --project DIR). The "
+        "originals are never moved or changed; running it again imports nothing new. "
+        "Each file is reported: imported, already here, or skipped and why.",
+    )  # fmt: skip
+    p.add_argument("paths", nargs="+", metavar="PATH", help="session files or folders")
+    p.add_argument("--project", metavar="DIR", help="the project (directory) they belong to")
+    p.set_defaults(run=cmd_import)
 
     p = sub.add_parser("reindex", help="rebuild the session index from the files")
     p.set_defaults(run=cmd_reindex)
@@ -388,6 +400,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     config = config_path(args.config, os.environ)
     line(True, f"config file {config}" if config.is_file()
          else f"config file: none (looked for {config}); defaults apply")  # fmt: skip
+    from chatloop.store.importer import SEED_FOLDER
+
+    seed = Path.cwd() / SEED_FOLDER
+    if seed.is_dir() and any(seed.glob("*.md")):
+        count = sum(1 for _ in seed.glob("*.md"))
+        print(f"note  the seed project's sessions are here: {seed} ({count} files); "
+              f"`chatloop import {SEED_FOLDER}` copies them in")  # fmt: skip
     root = store.root
     if root.exists():
         mode = stat.S_IMODE(root.stat().st_mode)
@@ -484,6 +503,39 @@ def cmd_search(args: argparse.Namespace) -> int:
             shown += 1
     if not shown:
         print(listing.hits_text([]))
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Copy sessions from files or folders into a project; report each file."""
+    from chatloop.store.importer import import_sessions
+    from chatloop.store.store import Store
+    from chatloop.ui.listing import visible
+
+    store = _store(args)
+    if args.project:
+        project = Path(args.project).expanduser()
+        if not project.is_dir():
+            raise UsageError(f"{args.project} is not a directory",
+                             "--project names the directory the sessions belong to.")  # fmt: skip
+        store = Store(store.root, cwd=project.resolve())
+    outcomes = import_sessions(store, [Path(p).expanduser() for p in args.paths])
+    counts = {status: sum(o.status == status for o in outcomes)
+              for status in ("imported", "present", "skipped")}  # fmt: skip
+    for outcome in outcomes:
+        if outcome.status == "skipped":
+            print(visible(f"skipped  {outcome.source}: {outcome.reason}"))
+        elif outcome.status == "imported":
+            print(visible(f"imported {outcome.source} → {outcome.session_id}"))
+    if not outcomes:
+        print("No files found to import.")
+    elif not counts["imported"]:
+        print(f"Nothing new to import ({counts['present']} already here, "
+              f"{counts['skipped']} skipped).")  # fmt: skip
+    else:
+        print(f"Imported {counts['imported']} session(s) into {store.project_dir} "
+              f"({counts['present']} already here, {counts['skipped']} skipped). "
+              "`chatloop sessions` lists them.")  # fmt: skip
     return 0
 
 

@@ -1,0 +1,113 @@
+"""Bringing sessions in from elsewhere: the seed project's ``.chat-sessions/`` folders
+(its legacy bold-key markdown) and chatloop files from another home or machine.
+
+Files are *copied* into a project folder byte for byte, never moved or
+modified (chatloop reads the legacy format as it is, and its ``Resumed From``
+line is the parent link, so a chain stays a chain when its files come
+together). A session keeps its id, which names its file; so a second import of
+the same files finds them there and imports nothing, and a different file with
+an id already present is reported as a duplicate, never written over.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from chatloop.errors import StoreError
+from chatloop.format import parse_markdown
+from chatloop.ids import is_file_stem
+from chatloop.store.fsio import ensure_dir, read_bytes, write_new_file
+from chatloop.store.store import Store
+
+MAX_IMPORT_BYTES = 256 << 20  # a larger file is not read into memory to be checked
+SEED_FOLDER = ".chat-sessions"  # where the seed project keeps a directory's sessions
+
+Status = Literal["imported", "present", "skipped"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one file: imported, already present (identical), or skipped
+    (``reason``: not a session, damaged, a duplicate id, unreadable)."""
+
+    source: Path
+    status: Status
+    reason: str = ""
+    session_id: str = ""
+
+
+def candidates(paths: Sequence[Path]) -> Iterator[Path | tuple[Path, str]]:
+    """The files to look at: each named file, and the ``*.md`` files under each named
+    folder (symbolic links are not followed); a path that is neither, with why."""
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            for folder, dirs, files in os.walk(path):
+                dirs.sort()
+                for name in sorted(files):
+                    if name.endswith(".md"):
+                        yield Path(folder) / name
+        elif path.is_file():
+            yield path
+        else:
+            yield path, "no such file or folder"
+
+
+def import_sessions(store: Store, paths: Sequence[Path]) -> list[Outcome]:
+    """Copy the sessions found under ``paths`` into ``store``'s project folder; one
+    ``Outcome`` per file looked at, in order. Raises StoreError only when the project
+    folder itself cannot be written."""
+    outcomes: list[Outcome] = []
+    taken: dict[str, Path] = {}
+    target_dir = store.project_dir
+    for found in candidates(paths):
+        if isinstance(found, tuple):
+            outcomes.append(Outcome(found[0], "skipped", found[1]))
+            continue
+        outcome = _one(store, found, taken)
+        if outcome.status == "imported" and not target_dir.exists():
+            ensure_dir(target_dir)
+        if outcome.status == "imported":
+            write_new_file(target_dir / f"{outcome.session_id}.md", read_bytes(found))
+        if outcome.session_id and outcome.status != "skipped":
+            taken[outcome.session_id] = found
+        outcomes.append(outcome)
+    return outcomes
+
+
+def _one(store: Store, path: Path, taken: dict[str, Path]) -> Outcome:
+    """What to do with one file (nothing is written here)."""
+    try:
+        if path.stat().st_size > MAX_IMPORT_BYTES:
+            return Outcome(path, "skipped", f"larger than {MAX_IMPORT_BYTES >> 20} MB")
+        data = read_bytes(path)
+    except (OSError, StoreError) as exc:
+        return Outcome(path, "skipped", f"cannot be read: {getattr(exc, 'message', exc)}")
+    result = parse_markdown(data, path.stem)
+    session = result.session
+    session_id = session.meta.id
+    if not session_id:  # neither chatloop's front matter nor the seed project's header
+        return Outcome(path, "skipped", "not a session file")
+    if not session.messages:
+        kinds = ", ".join(sorted({p.kind for p in result.problems})) or "no messages"
+        return Outcome(path, "skipped", f"damaged: no message could be read ({kinds})",
+                       session_id)  # fmt: skip
+    if not is_file_stem(session_id):
+        return Outcome(path, "skipped", f"its id {session_id!r} cannot name a file")
+    if session_id in taken:
+        return Outcome(path, "skipped", f"duplicate: {taken[session_id]} has the same id",
+                       session_id)  # fmt: skip
+    target = store.project_dir / f"{session_id}.md"
+    if target.exists() or target.is_symlink():
+        try:
+            same = read_bytes(target) == data
+        except StoreError:
+            same = False
+        if same:
+            return Outcome(path, "present", "", session_id)
+        return Outcome(path, "skipped", f"duplicate: a different session {session_id} is "
+                       "already in this project", session_id)  # fmt: skip
+    return Outcome(path, "imported", "", session_id)

@@ -1,0 +1,94 @@
+"""`chatloop import`: the seed project's sessions (and chatloop's own) copied into a
+project through the installed program, twice; originals untouched; chains kept."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+from chatloop.format import parse_markdown
+from tests.test_pty import chatloop_bin, environment
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
+LEGACY = SAMPLES / "legacy" / "Simple_Sally_20250614_101500.md"
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}  # fmt: skip
+
+
+def seed_folder(tmp_path: Path) -> Path:
+    """A seed project's .chat-sessions: a session and the one resumed from it, a
+    format-1 chatloop file, a damaged one, a note that is no session, its JSON index."""
+    folder = tmp_path / "old-project" / ".chat-sessions"
+    folder.mkdir(parents=True)
+    shutil.copy(LEGACY, folder)
+    child = LEGACY.read_text(encoding="utf-8").replace(
+        "Simple_Sally_20250614_101500", "Simple_Sally_20250615_090000").replace(
+        "**Date:** 2025-06-14T10:15:00.481922",
+        "**Date:** 2025-06-15T09:00:00.000000\n\n**Resumed From:** Simple_Sally_20250614_101500")
+    (folder / "Simple_Sally_20250615_090000.md").write_text(child, encoding="utf-8")
+    shutil.copy(SAMPLES / "format1" / "01-plain-chat.md", folder)
+    (folder / "broken.md").write_bytes(b"---\nid: 20261121-120000-abcdabcd\n---\n\n<!-- chat")
+    (folder / "notes.md").write_text("# My notes\n\nNot a chat at all.\n", encoding="utf-8")
+    (folder / ".index.json").write_text("{}", encoding="utf-8")
+    return folder  # fmt: skip
+
+
+def test_import_copies_once_keeps_chains_and_reports_every_file(
+    chatloop_home: Path, tmp_path: Path
+) -> None:
+    folder = seed_folder(tmp_path)
+    before = digest(folder)
+    project = folder.parent
+    env = environment(chatloop_home, 12)
+    doctor = subprocess.run([chatloop_bin(), "doctor", "--base-url", "http://127.0.0.1:9/v1"],
+                            cwd=project, env=env, capture_output=True, text=True)  # fmt: skip
+    assert "chatloop import .chat-sessions" in doctor.stdout
+    first = subprocess.run([chatloop_bin(), "import", ".chat-sessions"], cwd=project, env=env,
+                           capture_output=True, text=True)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert "Imported 3 session(s)" in first.stdout
+    assert "broken.md: damaged" in first.stdout and "notes.md: not a session" in first.stdout
+    assert digest(folder) == before  # the originals are untouched
+    again = subprocess.run([chatloop_bin(), "import", ".chat-sessions"], cwd=project, env=env,
+                           capture_output=True, text=True)  # fmt: skip
+    assert "Nothing new to import (3 already here, 2 skipped)" in again.stdout
+    imported = {p.stem: p for p in chatloop_home.rglob("*.md")}
+    assert set(imported) == {"Simple_Sally_20250614_101500", "Simple_Sally_20250615_090000",
+                             parse_markdown((SAMPLES / "format1" / "01-plain-chat.md")
+                                            .read_bytes()).session.meta.id}  # fmt: skip
+    assert imported["Simple_Sally_20250614_101500"].read_bytes() == LEGACY.read_bytes()
+    listed = subprocess.run([chatloop_bin(), "sessions"], cwd=project, env=env,
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert len(listed.strip().splitlines()) == 3
+    tree = subprocess.run([chatloop_bin(), "tree", "Simple_Sally_20250615_090000"], cwd=project,
+                          env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "Simple_Sally_20250614_101500" in tree.splitlines()[0]
+    assert "└─ Simple_Sally_20250615_090000" in tree
+
+
+def test_import_into_another_project_and_a_different_file_with_a_taken_id(
+    chatloop_home: Path, tmp_path: Path
+) -> None:
+    folder = seed_folder(tmp_path)
+    elsewhere = tmp_path / "new-project"
+    elsewhere.mkdir()
+    env = environment(chatloop_home, 12)
+    done = subprocess.run([chatloop_bin(), "import", str(LEGACY), "--project", str(elsewhere)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0 and "Imported 1 session(s)" in done.stdout
+    changed = folder / "Simple_Sally_20250614_101500.md"
+    changed.write_text(changed.read_text(encoding="utf-8") + "\nmore\n", encoding="utf-8")
+    done = subprocess.run([chatloop_bin(), "import", str(changed), "--project", str(elsewhere)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
+    assert "duplicate: a different session" in done.stdout
+    missing = subprocess.run([chatloop_bin(), "import", str(tmp_path / "nope")], cwd=tmp_path,
+                             env=env, capture_output=True, text=True)  # fmt: skip
+    assert missing.returncode == 0 and "no such file or folder" in missing.stdout
+    bad = subprocess.run([chatloop_bin(), "import", str(LEGACY), "--project", "/nonexistent"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode == 2 and "not a directory" in bad.stderr
