@@ -30,6 +30,7 @@ examples:
   chatloop -c                   continue the most recent session from its summary
   chatloop --resume             pick a past session to continue (arrow keys)
   chatloop --resume 3 --full    continue session 3 with its whole history, if it fits
+  chatloop --resume 3 --fork    branch session 3: it stays as it is, a new one goes on
   chatloop "why is the sky blue?"   ask once: the reply on stdout, the session saved
   git diff | chatloop "review this"  piped text is sent too (after the question)
   chatloop -c "and in winter?"  a follow-up to the most recent session, once
@@ -90,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--full", action="store_true",
         help="with --resume/--continue: restore the full history instead of the summary "
         "when it fits the context window",
+    )  # fmt: skip
+    chat.add_argument(
+        "--fork", action="store_true",
+        help="with --resume/--continue: branch that session instead (it stays as it is; the "
+        "new session carries its history)",
     )  # fmt: skip
     chat.add_argument(
         "-y", "--yes", action="store_true",
@@ -286,6 +292,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
     resume = "1" if args.continue_ else args.resume
     if args.full and resume is None:
         raise UsageError("--full goes with --resume or --continue", "e.g. chatloop -r 2 --full")
+    if args.fork and resume is None:
+        raise UsageError("--fork goes with --resume or --continue", "e.g. chatloop -r 2 --fork")
+    if args.fork and args.full:
+        raise UsageError("--fork carries the history already; drop --full", "")
     agent_file = None
     target: Path | str | None = resume  # "" picks in the REPL; a ref is found here, once
     if resume:  # find the session before anything slow; a wrong ref fails here
@@ -314,9 +324,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if not backend.model:  # fail fast, with the server's own words, if it is not usable
             backend.model = (backend.models() or [""])[0]
         if question is not None:
-            return _ask_once(agent, backend, store, settings, question, target, args.full)
+            return _ask_once(agent, backend, store, settings, question, target, args.full,
+                             args.fork)  # fmt: skip
         repl = Repl(agent, backend, store, settings, assume_yes=args.yes)
-        return repl.run(resume=target, full=args.full)
+        return repl.run(resume=target, full=args.full, fork=args.fork)
     finally:
         backend.close()
 
@@ -346,14 +357,16 @@ def _question(args: argparse.Namespace) -> str | None:
 
 
 def _ask_once(agent, backend, store, settings, question: str,  # type: ignore[no-untyped-def]
-              target: Path | str | None, full: bool) -> int:  # fmt: skip
-    """Answer ``question`` once (after resuming ``target``, if given), without a REPL."""
+              target: Path | str | None, full: bool, fork: bool) -> int:  # fmt: skip
+    """Answer ``question`` once (after resuming or forking ``target``), without a REPL."""
     from chatloop.chat.session import ChatSession
     from chatloop.ui.oneshot import PlainHost, ask_once
 
     session = ChatSession(agent, backend, store, settings, PlainHost(), assume_yes=True)
-    if isinstance(target, Path) and not session.resume_path(target, full):
-        return 1
+    if isinstance(target, Path):
+        begun = session.fork_path(target) if fork else session.resume_path(target, full)
+        if not begun:
+            return 1
     return ask_once(session, question)
 
 

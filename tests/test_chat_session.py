@@ -344,3 +344,61 @@ def test_ctrl_c_during_the_compaction_a_message_needs_keeps_the_message(store: S
     assert parent.meta.summary == "fallback" and parent.meta.status == "closed"
     assert [m.text for m in child.messages if m.is_query] == [in_hand]
     assert any(m.role == "assistant" and m.text.strip() == "Second answer." for m in child.messages)
+
+
+def test_a_fork_carries_the_history_up_to_its_point_and_nothing_after(store: Store) -> None:
+    backend = FakeBackend("One.", "Two.", "Three.", STRUCTURED, "Branch answer.", STRUCTURED)
+    session, host = chat(store, backend)
+    for text in ("first question", "second question", "third question"):
+        session.send(text)
+    session.fork(2)
+    session.send("a different third question")
+    session.close()
+    parent, fork = files(store)
+    assert [m.text for m in parent.messages if m.is_query] == [
+        "first question", "second question", "third question"]  # fmt: skip
+    assert parent.meta.status == "closed" and parent.summary is not None
+    assert fork.meta.parent_id == parent.meta.id and fork.meta.extra["forked_at"] == 2
+    assert [m.text for m in fork.messages if m.is_query] == ["a different third question"]
+    carried = [m for m in fork.messages if m.restore]
+    assert [m.text.strip() for m in carried] == ["first question", "One.", "second question",
+                                                 "Two."]
+    sent = [str(m["content"]) for m in backend.calls[4]["messages"]]  # the branch's first call
+    assert "second question" in sent and "third question" not in sent
+    assert not any("Three" in text for text in sent)
+    assert sent[-1] == "a different third question"
+    assert host.said("Forked:")
+
+
+def test_a_fork_too_long_to_carry_whole_carries_a_summary(store: Store) -> None:
+    """A session held with a large window, branched with a small one (chatloop -r N
+    --fork on another model): its history cannot be carried whole, so a summary is."""
+    long = "the tide came in over the stones and the boats waited " * 30
+    first, _ = chat(store, FakeBackend("A.", "B.", STRUCTURED), context_window=8000)
+    first.send("FACT-001 first " + long)
+    first.send("second " + long)
+    first.close()
+    (entry,) = store.session_files()
+    before = entry.path
+    untouched = Path(before).read_bytes()
+    backend = FakeBackend(STRUCTURED, "Branch.", STRUCTURED)
+    session, host = chat(store, backend, context_window=700, max_tokens=32)
+    assert session.fork_path(Path(before))
+    assert host.said("does not fit whole")
+    session.send("go on")
+    session.close()
+    assert Path(before).read_bytes() == untouched  # the forked session stays as it is
+    _parent, fork = files(store)
+    (carried,) = [m for m in fork.messages if m.restore]
+    assert "Decisions Made" in carried.text and fork.meta.extra["forked_at"] == 2
+    assert [m.text for m in fork.messages if m.is_query] == ["go on"]
+
+
+def test_fork_needs_a_query_and_a_real_query_number(store: Store) -> None:
+    session, _ = chat(store, FakeBackend("One."))
+    with pytest.raises(ChatloopError, match="Nothing to fork"):
+        session.fork()
+    session.send("only question")
+    with pytest.raises(ChatloopError, match="no query 5"):
+        session.fork(5)
+    session.close()

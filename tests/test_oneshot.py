@@ -83,3 +83,33 @@ def test_options_after_a_subcommand_and_unquoted_search_words(
         assert done.returncode in (0, 1), (args, done.stderr)
     assert (other / "index.db").exists()  # the option given after the subcommand was used
     assert "127.0.0.1:9" in done.stdout  # doctor checked the server named after it
+
+
+def test_two_forks_of_one_session_are_siblings_and_leave_it_as_it_was(
+    llama_server: str, chatloop_home: Path, project: Path  # noqa: F811
+) -> None:
+    first = once(llama_server, chatloop_home, project, "Once upon a time")
+    assert first.returncode == 0, first.stderr
+    (root,) = sessions(chatloop_home)
+    path = next(chatloop_home.rglob(f"{root.meta.id}.md"))
+    untouched = path.read_bytes()
+    left = once(llama_server, chatloop_home, project, "-r", "1", "--fork", "Go left:")
+    right = once(llama_server, chatloop_home, project, "-r", root.meta.id, "--fork", "Go right:")
+    assert left.returncode == 0 and right.returncode == 0, (left.stderr, right.stderr)
+    assert path.read_bytes() == untouched  # the forked session stays as it is
+    _, *forks = sessions(chatloop_home)
+    for fork, question in zip(forks, ("Go left:", "Go right:"), strict=True):
+        assert fork.meta.parent_id == root.meta.id and fork.meta.extra["forked_at"] == 1
+        carried = [m.text for m in fork.messages if m.restore]
+        assert carried[0] == "Once upon a time"  # the history, copied, then the new question
+        assert [m.text for m in fork.messages if m.is_query] == [question]
+    env = environment(chatloop_home, 12)
+    drawn = subprocess.run([chatloop_bin(), "tree", root.meta.id], cwd=project, env=env,
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    tree = drawn.splitlines()
+    assert tree[0].startswith(root.meta.id)
+    assert tree[1].startswith("├─ ") and tree[2].startswith("└─ ")
+    assert all("fork after query 1" in line for line in tree[1:])
+    listed = subprocess.run([chatloop_bin(), "sessions"], cwd=project, env=env,
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert listed.count("[fork after query 1]") == 2

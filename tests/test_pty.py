@@ -113,7 +113,9 @@ def test_chat_list_search_show(llama_server: str, chatloop_home: Path, project: 
     listed = json.loads(run("sessions", "--json", home=chatloop_home, cwd=project).stdout)
     assert len(listed) == 1 and listed[0]["queries"] == 2 and listed[0]["status"] == "closed"
     hits = run("search", "zebracorn", home=chatloop_home, cwd=project).stdout
-    assert listed[0]["id"] in hits
+    assert f"  1  {listed[0]['handle']}  " in hits  # number and handle
+    shown = run("show", listed[0]["handle"], home=chatloop_home, cwd=project)
+    assert shown.returncode == 0 and "zebracorn stories" in shown.stdout
     shown = run("show", "1", home=chatloop_home, cwd=project)
     assert shown.returncode == 0 and "zebracorn stories" in shown.stdout
 

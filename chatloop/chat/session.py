@@ -72,6 +72,8 @@ class Pending:
     preview: Message  # the restoration prompt as it will be written (for the budget)
     history: tuple[Message, ...] | None = None  # --full: the parent's history instead
     unanswered: str | None = None  # a message the child must answer (after an overflow)
+    copies: tuple[Message, ...] | None = None  # a fork: what it carries, copied into it
+    forked_at: int | None = None  # a fork: the parent's query it branches after
 
 
 @dataclass
@@ -116,7 +118,12 @@ class ChatSession:
     def messages(self) -> list[Message]:
         """This session's messages: those on disk, the restoration prompt a pending
         continuation will write, then those queued."""
-        ahead = [self.pending.preview] if self.pending and self.pending.history is None else []
+        pending = self.pending
+        ahead: list[Message] = []
+        if pending is not None and pending.copies is not None:
+            ahead = list(pending.copies)
+        elif pending is not None and pending.history is None:
+            ahead = [pending.preview]
         return [*(self.writer.messages if self.writer else []), *ahead, *self._queue]
 
     def meta(self) -> SessionMeta:
@@ -401,6 +408,9 @@ class ChatSession:
         if not any(m.is_query for m in [*self.prefix, *self.messages]):
             raise ChatloopError("Nothing to compact yet", "Send a message first.")
         pending = self.pending
+        if self.writer is None and pending is not None and pending.copies is not None:
+            self._fork_summarized(pending)  # the fork's history and this message do not fit
+            return
         if self.writer is None and pending is not None:  # the continuation is not written yet
             if pending.history is None:
                 raise ChatloopError(
@@ -459,6 +469,9 @@ class ChatSession:
         # what was pinned or renamed while the continuation waited goes in too
         template = replace(pending.template, pins=self.pins,
                            title=self.title or pending.template.title)  # fmt: skip
+        if pending.copies is not None:
+            self._begin_fork(pending, template)
+            return
         if pending.history is not None:
             meta = chain.child_meta(template, parent, self.clock(), self.store.project_dir)
             self.writer = self.store.create(replace(meta, extra={**meta.extra, "restored": "full"}))
@@ -629,6 +642,98 @@ class ChatSession:
                          f"({len(history)} messages): the new session begins with your next "
                          "message.", "restored")  # fmt: skip
 
+    # ------------------------------------------------------------------ fork
+    def fork(self, upto: int | None = None) -> None:
+        """Branch this conversation after its query ``upto`` (None: after the last one):
+        this session closes with its summary, as it is, and the next message begins a
+        new session linked to it that carries its history up to that point (copied
+        whole when it fits the budget, else as a summary of it) and nothing after."""
+        if self.writer is None:
+            raise ChatloopError("Nothing to fork yet", "Send a message first.")
+        self.flush()  # queued messages belong to this session (StoreError if not yet)
+        own = [m for m in self.writer.messages if m.role != "summary"]
+        cut, at = _fork_point(own, upto)  # numbered in this session; --full's prefix goes too
+        history = [*(m for m in self.prefix if m.role != "summary"), *own[:cut]]
+        template = replace(self.meta(), title="")
+        try:
+            parent = self._finalize(self.writer)
+        except StoreError as exc:
+            raise StoreError(f"Could not fork: {exc.message}",
+                             "The session goes on as it was.") from exc  # fmt: skip
+        self._release()
+        self._fork_from(parent, history, at, template)
+
+    def fork_path(self, path: Path) -> bool:
+        """Branch the session at ``path`` after its last query (``chatloop -r N --fork``):
+        it stays as it is; the next message begins the branch. False if declined."""
+        try:
+            parent = chain.read_parent(self.store, path)
+            session = self.store.read(path).session
+        except (ChatloopError, OSError):
+            raise ChatloopError(f"The session file {path} is gone or unreadable",
+                                "`chatloop reindex` refreshes the list.") from None  # fmt: skip
+        if not self._agent_matches(parent.meta):
+            self.host.notice("Not forked.")
+            return False
+        messages = [m for m in session.messages if m.role != "summary"]
+        cut, at = _fork_point(messages, None)
+        template = replace(self.meta(), title="")
+        self.close()
+        self._show_last_exchange(parent)
+        self._fork_from(parent, messages[:cut], at, template)
+        return True
+
+    def _fork_from(self, parent: chain.Parent, history: list[Message], at: int,
+                   template: SessionMeta) -> None:  # fmt: skip
+        """Make the fork pending: ``history`` copied (written marked as restored) when it
+        fits, else a restoration prompt built from a summary of it."""
+        self.pins = _merged(parent.meta.pins, self.pins)
+        base = replace(template, pins=self.pins, title=parent.meta.title,
+                       extra={**template.extra, "forked_at": at})  # fmt: skip
+        copies = tuple(history)
+        self.previous = chain.previous_summary(history)
+        pending = Pending(parent, "", base, Message.create("user", self.clock(), text="",
+                          restore=True), copies=copies, forked_at=at)  # fmt: skip
+        if not self._plan(list(copies), history=False).fits:
+            self.pending = pending
+            self._fork_summarized(pending)
+            return
+        self.pending = pending
+        self.host.notice(f"Forking session {parent.meta.id} after query {at} ({len(history)} "
+                         "messages carried): the branch begins with your next message; "
+                         f"{parent.meta.id} stays as it is.", "restored")  # fmt: skip
+
+    def _fork_summarized(self, pending: Pending) -> None:
+        """The fork carries a summary of its history instead of the history itself."""
+        assert pending.copies is not None
+        history = list(pending.copies)
+        outcome = self.summarize(history, chain.previous_summary(history))
+        summary = prompts.fit(outcome.text, self._summary_words())
+        text = chain.restoration(pending.parent, summary, None, self.pins)
+        restoration = Message.create("user", self.clock(), text=text, restore=True)
+        self.previous = summary
+        self.pending = replace(pending, copies=(restoration,))
+        self.host.notice(f"The history up to query {pending.forked_at} does not fit whole: the "
+                         "branch carries a summary of it.", "warn")  # fmt: skip
+
+    def _begin_fork(self, pending: Pending, template: SessionMeta) -> None:
+        """Write the pending fork: its file (linked to the parent, ``forked_at`` in its
+        front matter) and the copies it carries; no acknowledgment is asked for."""
+        assert pending.copies is not None
+        meta = chain.child_meta(template, pending.parent, self.clock(), self.store.project_dir)
+        writer = self.store.create(meta)
+        try:
+            for message in pending.copies:
+                writer.append(replace(message, restore=True))  # copies: never queries here
+        except ChatloopError:
+            self.store.discard(writer)  # a branch that never began leaves no file
+            raise
+        self.writer = writer
+        self.pending = None
+        self.chain_base = chain.chain_tokens(self.store, writer.path, writer.meta)
+        self.host.notice(f"Forked: {writer.meta.id} branches from {pending.parent.meta.id} "
+                         f"after query {pending.forked_at}.", "restored")  # fmt: skip
+
     # ------------------------------------------------------------------ small edits
     def rename(self, title: str) -> str:
         """Give the session a title (cut to the longest a title may be); returns it."""
@@ -678,6 +783,23 @@ class ChatSession:
         """The text of the latest reply (for /copy)."""
         return next((m.text for m in reversed(self.messages) if m.role == "assistant" and m.text),
                     None)  # fmt: skip
+
+
+def _fork_point(messages: Sequence[Message], upto: int | None) -> tuple[int, int]:
+    """Where a fork after query ``upto`` cuts ``messages`` (after that query's answer
+    and tool results: before the next query), and the query it branches after."""
+    starts = [i for i, m in enumerate(messages) if m.is_query]
+    if not starts:
+        raise ChatloopError("Nothing to fork yet", "Send a message first.")
+    if upto is None:
+        return len(messages), len(starts)
+    if not 1 <= upto <= len(starts):
+        raise ChatloopError(
+            f"There is no query {upto} here (this session has {len(starts)})",
+            "/fork N branches after query N; /fork alone, after the last.",
+        )
+    cut = starts[upto] if upto < len(starts) else len(messages)
+    return cut, upto
 
 
 def git_branch(cwd: Path) -> str | None:

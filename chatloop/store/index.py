@@ -52,7 +52,7 @@ from chatloop.store.store import Store
 if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
     from chatloop.format import Skim as Scanned
 
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 INDEX_FILE = "index.db"
 BUSY_TIMEOUT_MS = 5000
 PARALLEL_FROM = 64  # stale files from which a sync scans in worker processes
@@ -73,7 +73,7 @@ CREATE TABLE IF NOT EXISTS sessions(
     title TEXT, agent TEXT, agent_name TEXT, model TEXT, created TEXT, updated TEXT, status TEXT,
     queries INTEGER, tokens_in INTEGER, tokens_out INTEGER, restoration_tokens INTEGER,
     parent_id TEXT, parent_file TEXT, git_branch TEXT, preview TEXT, has_summary INTEGER,
-    legacy INTEGER, problems INTEGER, size INTEGER, mtime_ns INTEGER);
+    legacy INTEGER, problems INTEGER, size INTEGER, mtime_ns INTEGER, forked_at INTEGER);
 CREATE INDEX IF NOT EXISTS sessions_by_project ON sessions(project, updated);
 CREATE INDEX IF NOT EXISTS sessions_by_id ON sessions(id);
 CREATE TABLE IF NOT EXISTS chunks(
@@ -112,6 +112,7 @@ class SessionRow:
     legacy: bool
     problems: int
     handle: str = ""  # the short handle of the id (``chatloop.ids.handles``); "" for legacy
+    forked_at: int | None = None  # a fork: the parent's query it branches after
 
 
 @dataclass(frozen=True)
@@ -614,14 +615,14 @@ class Index:
             self._forget(path)
         meta = scanned.meta
         cursor = self._db.execute(
-            "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 num, path, meta.id or Path(path).stem, Path(path).parent.name, meta.title,
                 meta.agent, meta.agent_ref, meta.model, meta.created.isoformat(),
                 scanned.updated.isoformat(), meta.status, scanned.queries, meta.tokens_in,
                 meta.tokens_out, meta.restoration_tokens, meta.parent_id, meta.parent_file,
                 meta.git_branch, scanned.preview, scanned.has_summary, scanned.legacy,
-                scanned.problems, size, mtime_ns,
+                scanned.problems, size, mtime_ns, _forked_at(meta.extra.get("forked_at")),
             ),
         )  # fmt: skip
         if num is None and cursor.lastrowid is not None:
@@ -656,8 +657,15 @@ def _row(raw: sqlite3.Row, number: int | None, live: bool, handle: str = "") -> 
         restoration_tokens=raw["restoration_tokens"], parent_id=raw["parent_id"],
         parent_file=raw["parent_file"], git_branch=raw["git_branch"], preview=raw["preview"] or "",
         has_summary=bool(raw["has_summary"]), legacy=bool(raw["legacy"]),
-        problems=raw["problems"], handle=handle,
+        problems=raw["problems"], handle=handle, forked_at=raw["forked_at"],
     )  # fmt: skip
+
+
+def _forked_at(value: object) -> int | None:
+    """A fork's ``forked_at`` front-matter value as stored (anything odd: not a fork)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31:
+        return value
+    return None
 
 
 _UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)

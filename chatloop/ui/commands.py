@@ -201,6 +201,16 @@ def _unpin(shell: Shell, arg: str) -> None:
     render.note(shell.console, f"Unpinned fact {int(arg)}.")
 
 
+def _fork(shell: Shell, arg: str) -> None:
+    arg = arg.strip()
+    if arg and not arg.isdigit():
+        raise ChatloopError(
+            "Give the number of the query to branch after",
+            "/fork 3 branches after query 3; /fork alone, after the last.",
+        )
+    shell.session.fork(int(arg) if arg else None)
+
+
 def _new(shell: Shell, arg: str) -> None:
     session = shell.session
     if session.writer is None and session.pending is None:
@@ -241,6 +251,8 @@ TABLE: tuple[Spec, ...] = (
     Spec("export", "/export [FILE]", "write this session as markdown (default: ./<id>.md)",
          _export),
     Spec("copy", "/copy", "copy the last reply to the clipboard (terminal OSC 52)", _copy),
+    Spec("fork", "/fork [N]", "branch after query N (default: the last): this session closes "
+         "as it is; a linked new one carries the history up to there", _fork),
     Spec("new", "/new", "close this session with its summary and start a new one", _new),
     Spec("clear", "/clear", "clear the screen only (the session goes on; /new starts another)",
          _clear),

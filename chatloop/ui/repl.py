@@ -155,15 +155,16 @@ class Repl:
         )  # fmt: skip
 
     # ------------------------------------------------------------------ the loop
-    def run(self, resume: Path | str | None = None, full: bool = False) -> int:
+    def run(self, resume: Path | str | None = None, full: bool = False,
+            fork: bool = False) -> int:  # fmt: skip
         """Chat until the person leaves. ``resume``: the file of a session to continue
-        first, or "" to pick one. Returns the exit code."""
+        (``fork``: to branch) first, or "" to pick one. Returns the exit code."""
         self._banner()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in _LEAVE_SIGNALS}
         try:
             if resume is not None:
                 try:
-                    done = self._resume_first(resume, full)
+                    done = self._resume_first(resume, full, fork)
                 except ChatloopError as exc:
                     render.error(self.console, exc)
                     return 1
@@ -181,11 +182,15 @@ class Repl:
                 signal.signal(sig, handler)
         return 0
 
-    def _resume_first(self, resume: Path | str, full: bool) -> bool:
-        """Resume before the first prompt; False when the person declined (the chat then
-        starts fresh). Raises ChatloopError when the session cannot be resumed."""
+    def _resume_first(self, resume: Path | str, full: bool, fork: bool = False) -> bool:
+        """Resume (or fork) before the first prompt; False when the person declined (the
+        chat then starts fresh). Raises ChatloopError when the session cannot be resumed."""
         if isinstance(resume, Path):
-            return self.session.resume_path(resume, full)
+            return self.session.fork_path(resume) if fork else self.session.resume_path(
+                resume, full)  # fmt: skip
+        if fork:
+            row = self.session.find(resume)
+            return row is not None and self.session.fork_path(Path(row.path))
         return self.session.resume(resume, full)
 
     def _next_line(self) -> str | None:
