@@ -207,8 +207,9 @@ def split_prompt(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list
             break
         if token.startswith("-") and token != "-":
             kept.append(token)
-            nargs = takes.get(token.split("=", 1)[0])
-            wants = "=" not in token and nargs not in (0, "?") and token in takes
+            meant = _option(token, takes)
+            nargs = takes.get(meant) if meant else 0
+            wants = "=" not in token and nargs not in (0, "?")
             optional = "=" not in token and nargs == "?"
             if i + 1 < len(argv) and (wants or (optional and _is_ref(argv[i + 1]))):
                 kept.append(argv[i + 1])
@@ -219,6 +220,19 @@ def split_prompt(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list
             words.append(token)
         i += 1
     return kept, " ".join(words)
+
+
+def _option(token: str, takes: dict[str, object]) -> str | None:
+    """The option ``token`` means, as argparse reads it: itself, the one long option it
+    abbreviates, or the last of a cluster of short ones (``-yr``); None if unknown."""
+    name = token.split("=", 1)[0]
+    if name in takes:
+        return name
+    if name.startswith("--"):
+        found = [option for option in takes if option.startswith(name)]
+        return found[0] if len(found) == 1 else None
+    last = f"-{name[-1]}"
+    return last if len(name) > 2 and last in takes else None
 
 
 def _is_ref(text: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 
@@ -387,3 +388,46 @@ def test_https_clients_verify_and_plain_http_ones_load_no_certificates() -> None
     secure = context("https://models.example/v1")
     assert secure.verify_mode == ssl.CERT_REQUIRED and secure.check_hostname
     assert context("http://127.0.0.1:8080/v1").cert_store_stats()["x509_ca"] == 0
+
+
+def test_a_server_slow_to_end_the_body_after_done_does_not_hold_the_reply() -> None:
+    """After [DONE] the rest of the body is read so the connection can be reused, but
+    never for long: a server that waits before ending its chunked body (a proxy, say)
+    costs a fraction of a second, not the read timeout."""
+    import socket
+    import threading
+    import time as clock
+
+    from chatloop.backends.base import Timeouts
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    release = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        usage = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 1}}
+        body = sse(chunk("Hi"), finish(), usage, "[DONE]")
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                     b"transfer-encoding: chunked\r\n\r\n"
+                     + f"{len(body):x}\r\n".encode() + body + b"\r\n")  # fmt: skip
+        release.wait(10)  # the end of the body comes late
+        with contextlib.suppress(OSError):
+            conn.sendall(b"0\r\n\r\n")
+        conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    backend = OpenAICompatBackend(f"http://127.0.0.1:{port}/v1", "m",
+                                  timeouts=Timeouts(connect=5, read=8))  # fmt: skip
+    started = clock.monotonic()
+    events = list(backend.stream(MESSAGES))
+    took = clock.monotonic() - started
+    release.set()
+    thread.join(10)
+    listener.close()
+    assert TextDelta("Hi") in events and events[-1] == Finish("stop")
+    assert took < 4, took  # the drain gave up quickly; the read timeout is 8 s

@@ -148,3 +148,23 @@ def test_config_warnings_are_printed_once(project: Path, chatloop_home: Path,
     config.write_text("colour: blue\n")
     out = run("--config", str(config), "doctor", cwd=project, home=chatloop_home)
     assert out.stderr.count("unknown key 'colour'") == 1
+
+
+def test_a_one_shot_question_is_told_from_options_and_their_values() -> None:
+    """Abbreviated long options and clusters of short ones take their values as argparse
+    gives them; only the words left over are the question."""
+    from chatloop.cli import build_parser, split_prompt
+
+    parser = build_parser()
+    cases = {
+        ("-yr", "3"): (["-yr", "3"], ""),
+        ("--res", "3"): (["--res", "3"], ""),
+        ("--base-u", "http://x/v1", "sessions"): (["--base-u", "http://x/v1", "sessions"], ""),
+        ("--base-u", "http://x/v1", "Say", "hi"): (["--base-u", "http://x/v1"], "Say hi"),
+        ("-r", "8c1d", "go on"): (["-r", "8c1d"], "go on"),
+        ("-c", "why?"): (["-c"], "why?"),
+        ("search", "forty", "cm"): (["search", "forty", "cm"], ""),
+        ("--", "-v", "is a flag?"): ([], "-v is a flag?"),
+    }
+    for argv, expected in cases.items():
+        assert split_prompt(parser, list(argv)) == expected, argv

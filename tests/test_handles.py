@@ -58,3 +58,23 @@ def test_every_command_takes_a_handle_from_any_directory(
     done = subprocess.run([chatloop_bin(), "show", "ffff0"], cwd=elsewhere, env=env,
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 1 and "Traceback" not in done.stderr
+
+
+def test_a_number_out_of_range_is_never_read_as_the_start_of_a_handle(store: Store) -> None:
+    """``show 1234`` with three sessions: no session number 1234, even though one id's
+    random part starts with 1234 (its handle is longer, with a letter)."""
+    import pytest
+
+    from chatloop.errors import NotFound
+    from chatloop.store.index import Index
+
+    for n, tail in enumerate(("1234abcd", "5678ef01", "9abc0000")):
+        meta = new_meta(id=f"20261120-10000{n}-{tail}", title=f"s{n}")
+        with store.create(meta) as writer:
+            writer.append(Message.create("user", T0, text=f"question {n}"))
+            writer.finalize()
+    with Index(store) as index:
+        index.sync()
+        with pytest.raises(NotFound, match="no session number 1234"):
+            index.find("1234")
+        assert index.find("1234a").id.endswith("1234abcd")  # the handle itself works

@@ -156,3 +156,11 @@ def test_plan_uses_the_count_it_is_given() -> None:
     assert exact.exact and not estimated.exact
     assert exact.messages_tokens == 4 + PER_MESSAGE
     assert estimated.messages_tokens == estimate_tokens("one two three four") + PER_MESSAGE
+
+
+def test_tool_definitions_reported_with_the_prompt_are_not_taken_for_template() -> None:
+    count = TokenCount(Words(), lambda: (5, 5))
+    messages = [{"role": "user", "content": "a b c d"} for _ in range(20)]
+    tools = 308
+    count.learn(messages, reported=20 * (4 + 5) + 5 + tools, tools=tools)
+    assert count.overhead() == (5, 5)  # nothing moved: the tools were accounted for

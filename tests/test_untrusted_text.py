@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from chatloop.backends.openai_compat import OpenAICompatBackend
 from chatloop.format import Message
@@ -39,7 +40,7 @@ def test_the_repl_shows_hostile_replies_and_titles_as_text(store: Store) -> None
     )
     arguments = {"rename": HOSTILE, "export": str(store.cwd / "exported.md"), "pin": HOSTILE,
                  "unpin": "1"}
-    skipped = {"exit", "resume", "new", "clear", "copy"}  # leave; other sessions; own sequences
+    skipped = {"exit", "resume", "new", "fork", "clear", "copy"}  # leave; other sessions; ours
     every = [f"/{spec.name} {arguments.get(spec.name, '')}".rstrip()
              for spec in commands.TABLE if spec.name not in skipped]  # fmt: skip
     every.sort(key=lambda line: line.startswith("/compact"))  # last: it ends this file
@@ -71,3 +72,16 @@ def test_every_subcommand_prints_hostile_text_as_text(store: Store, tmp_path: Pa
     listed = subprocess.run(command, cwd=store.cwd, env=env, capture_output=True, text=True,
                             timeout=60)  # fmt: skip
     assert json.loads(listed.stdout)[0]["title"] == HOSTILE  # JSON keeps the exact text
+
+
+def test_one_shot_output_shows_hostile_tool_names_as_text(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import io
+
+    from chatloop.backends.base import ToolCallEvent
+    from chatloop.ui.oneshot import PrintedReply
+
+    view = PrintedReply(io.StringIO(), terminal=True)
+    view.on_event(ToolCallEvent("c1", "x\x1b]0;PWNED\x07\x1b[2J", "{}"))
+    assert "\x1b" not in capsys.readouterr().err

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -48,21 +50,42 @@ def new_client(timeouts: Timeouts, base_url: str = "") -> httpx.Client:
 
 
 DRAIN_LIMIT = 1 << 16  # characters read after the end of a reply so the connection is reused
+DRAIN_SECONDS = 0.25  # how long the end of the body may take to come after the last event
 
 
-def finish_body(rest: Iterator[str]) -> None:
+def finish_body(rest: Iterator[str], response: httpx.Response) -> None:
     """Read what follows the last event (``rest``: the same line iterator the events
-    came from; normally just the end of the chunked body) so httpx puts the
-    connection back in its pool for the next turn. A server that keeps sending is
-    cut off after DRAIN_LIMIT characters (the connection is then closed, not reused)."""
-    read = 0
-    try:
-        for line in rest:
-            read += len(line) + 1
-            if read > DRAIN_LIMIT:
-                break
-    except httpx.HTTPError:
-        pass
+    came from; normally just the end of the chunked body, already there) so httpx
+    puts the connection back in its pool for the next turn.
+
+    The reply is complete already, so this never waits long: the rest is read in a
+    helper thread for at most DRAIN_SECONDS (httpx applies its read timeout per
+    response, not per read, so it cannot be shortened here); a server that is slower
+    than that, or keeps sending past DRAIN_LIMIT characters, has its connection shut
+    down (which ends the helper's read at once) and closed instead of reused."""
+    ended = threading.Event()
+
+    def drain() -> None:
+        read = 0
+        try:
+            for line in rest:
+                read += len(line) + 1
+                if read > DRAIN_LIMIT:
+                    break
+        except Exception:  # a broken or shut-down connection: it is not reused
+            pass
+        finally:
+            ended.set()
+
+    threading.Thread(target=drain, name="chatloop-drain", daemon=True).start()
+    if ended.wait(DRAIN_SECONDS):
+        return
+    stream = response.extensions.get("network_stream")
+    raw = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(raw, socket.socket):
+        with contextlib.suppress(OSError):
+            raw.shutdown(socket.SHUT_RDWR)
+    ended.wait(DRAIN_SECONDS)
 
 
 def server_message(response: httpx.Response) -> str:

@@ -152,7 +152,7 @@ class OllamaBackend:
                         ))  # fmt: skip
                     if chunk.get("done"):
                         final = chunk
-                        finish_body(lines)  # the connection then serves the next turn
+                        finish_body(lines, response)  # the connection serves the next turn
                         break
             except httpx.HTTPError as exc:
                 raise translate(exc, self.base_url, self.timeouts) from exc

@@ -46,6 +46,7 @@ from chatloop.config import DEFAULT_RETRIES
 from chatloop.errors import BackendError
 
 COUNT_CACHE = 4096  # distinct texts whose token counts are remembered
+PROBE_SECONDS = 2.0  # a server that has a tokenizer counts two words at once
 
 
 class ChunkDecoder:
@@ -177,7 +178,7 @@ class OpenAICompatBackend:
                         raise Cancelled("Cancelled", "")
                     if payload.strip() == "[DONE]":
                         done = True
-                        finish_body(lines)  # the connection then serves the next turn
+                        finish_body(lines, response)  # the connection serves the next turn
                         break
                     chunk = load_chunk(payload, self.base_url)
                     if "error" in chunk:
@@ -307,19 +308,20 @@ class OpenAICompatBackend:
     def _find_tokenizer(self) -> str:
         root = self.base_url.removesuffix("/v1")
         for url in (f"{root}/tokenize", f"{root}/extras/tokenize/count"):
-            empty = self._count(url, "")
-            if empty is not None and (self._count(url, "a b") or 0) > empty:
+            empty = self._count(url, "", PROBE_SECONDS)
+            if empty is not None and (self._count(url, "a b", PROBE_SECONDS) or 0) > empty:
                 self._count_base = empty  # llama-cpp-python counts the BOS it adds
                 return url
         return ""
 
-    def _count(self, url: str, text: str) -> int | None:
+    def _count(self, url: str, text: str, timeout: float | None = None) -> int | None:
         body = {"content": text, "input": text, "prompt": text, "add_special": False,
                 "add_special_tokens": False}  # fmt: skip
         if self.model:
             body["model"] = self.model
         try:
-            response = self.client.post(url, json=body, timeout=self.timeouts.connect + 5)
+            response = self.client.post(url, json=body,
+                                        timeout=timeout or self.timeouts.connect + 5)  # fmt: skip
             data = response.json() if response.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return None

@@ -98,7 +98,7 @@ class ChatSession:
     _queue: list[Message] = field(default_factory=list)
     _window: int | None = None
     _tokens: TokenCount | None = None
-    _sent: list[dict[str, Any]] = field(default_factory=list)  # the last call's messages
+    _sent: Plan | None = None  # the last call's plan (its messages and tool definitions)
 
     # ------------------------------------------------------------------ state
     @property
@@ -160,8 +160,9 @@ class ChatSession:
 
     def _learn(self, message: Message) -> None:
         """A reply's reported prompt size corrects the counts of what follows."""
-        if message.usage is not None and not message.usage.estimated and self._sent:
-            self.tokens.learn(self._sent, message.usage.input)
+        sent = self._sent
+        if message.usage is not None and not message.usage.estimated and sent is not None:
+            self.tokens.learn(sent.wire, message.usage.input, sent.budget.tools)
 
     def reply_options(self) -> dict[str, Any]:
         """Options for a reply: its ``max_tokens`` (``context.reply_cap``: the setting,
@@ -297,8 +298,8 @@ class ChatSession:
 
     def wire(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
         """The call for ``messages`` (the turn's view of this session) within the budget."""
-        self._sent = self._plan(messages).wire
-        return self._sent
+        self._sent = self._plan(messages)
+        return self._sent.wire
 
     def _after_turn(self) -> None:
         """Past the threshold: warn, then compact (on), ask (ask) or only hint (off)."""

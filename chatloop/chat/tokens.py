@@ -88,9 +88,11 @@ class TokenCount:
         """A whole prompt's tokens, as the server will count them."""
         return self.messages(messages) + self.overhead()[1] if messages else 0
 
-    def learn(self, messages: Sequence[ChatMessage], reported: int) -> None:
-        """The server counted ``reported`` tokens for ``messages``: correct what follows.
-        Exact counts learn the template's overhead per message; estimates their scale."""
+    def learn(self, messages: Sequence[ChatMessage], reported: int, tools: int = 0) -> None:
+        """The server counted ``reported`` tokens for ``messages`` and tool definitions
+        of ``tools`` tokens (as planned): correct what follows. Exact counts learn the
+        template's overhead per message; estimates their scale."""
+        reported -= tools
         if not messages or reported <= 0:
             return
         per, fixed = self.overhead()

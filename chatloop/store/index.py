@@ -478,8 +478,9 @@ class Index:
             numbered = [r for r in rows if r.project == self.store.project and r.number]
             if 1 <= int(ref) <= len(numbered):
                 return numbered[int(ref) - 1]
-            if is_handle(ref) and len(by_handle) == 1:  # a handle that is all digits
-                return by_handle[0]
+            exact = [r for r in rows if r.handle == ref]  # a handle of eight digits
+            if len(exact) == 1:
+                return exact[0]
             raise NotFound(
                 f"There is no session number {ref} in this project ({len(numbered)} sessions)",
                 "`chatloop sessions` lists them with their numbers.",

@@ -42,7 +42,7 @@ class PrintedReply:
             self.out.flush()
             self.ended_line = text.endswith("\n")
         elif isinstance(event, ToolCallEvent):
-            print(f"[tool {event.name}]", file=sys.stderr)
+            print(visible(f"[tool {event.name}]"), file=sys.stderr)
 
     def tool_results(self, message: Message) -> None:
         return
@@ -90,5 +90,5 @@ def ask_once(session: ChatSession, text: str) -> int:
     finally:
         closed = session.close()
         for message in closed.unsaved:
-            print(f"not saved [{message.role}]: {message.text}", file=sys.stderr)
+            print(visible(f"not saved [{message.role}]: {message.text}"), file=sys.stderr)
     return 0
