@@ -116,7 +116,7 @@ class Host:
     def ask(self, question: str, default: bool) -> bool:
         return default
 
-    def reply_view(self) -> Any:
+    def reply_view(self, acknowledgment: bool = False) -> Any:
         class View:
             def on_event(self, event: Event) -> None: ...
             def tool_results(self, message: Message) -> None: ...

@@ -463,3 +463,29 @@ def test_a_2k_window_at_default_settings_compacts_every_eight_messages_or_more(
         sent = estimate_prompt(call["messages"]) + call["options"]["max_tokens"]
         assert sent <= window, sent
     assert [m.text for s in chain_files for m in s.messages if m.is_query] == typed
+
+
+def test_a_restoration_summary_fits_its_cap_in_the_models_tokens(store: Store) -> None:
+    """With a tokenizer that counts identifiers and numbers as several tokens a word,
+    the summary a restoration prompt carries is shortened until it fits the summary
+    cap in those tokens, not only in words."""
+    from chatloop.chat.context import summary_cap
+
+    class Dense(FakeBackend):
+        def count_tokens(self, text: str) -> int | None:
+            return len(text) // 2  # about three tokens a word
+
+        def chat_overhead(self) -> tuple[int, int] | None:
+            return (5, 5)
+
+    facts = "\n".join(f"- FACT-{n:03d}: gauge {n * 37}.5 at /srv/tide/{n}.csv" for n in range(60))
+    summary = STRUCTURED.replace("- Water every 2 days, 250 ml each", facts)
+    session, _ = chat(store, Dense("One.", summary, "Ack.", "Two.", STRUCTURED, default="Ok."),
+                      context_window=2048)  # fmt: skip
+    session.send("first")
+    session.compact()
+    session.send("second")
+    session.close()
+    child = files(store)[1]
+    carried = chain.previous_summary(child.messages) or ""
+    assert carried and len(carried) // 2 <= summary_cap(2048)

@@ -142,6 +142,18 @@ class ChatSession:
         """The words a summary may have here (``context.summary_cap``, in words)."""
         return chain.summary_words(summary_cap(self.window(), self.settings.summary_max_tokens))
 
+    def _fit_summary(self, summary: str) -> str:
+        """The summary a restoration prompt carries: fitted to the summary cap in words,
+        then, counted as the model counts, shortened until it fits the cap in tokens
+        (identifiers and numbers cost several tokens a word)."""
+        cap = summary_cap(self.window(), self.settings.summary_max_tokens)
+        words = self._summary_words()
+        fitted = prompts.fit(summary, words)
+        while self.tokens.text(fitted) > cap and words > chain.SUMMARY_MIN_WORDS:
+            words = max(chain.SUMMARY_MIN_WORDS, words * 4 // 5)
+            fitted = prompts.fit(summary, words)
+        return fitted
+
     def window(self) -> int | None:
         """The context window: the settings', else the server's, else unknown (None)."""
         if self._window is None:
@@ -448,7 +460,7 @@ class ChatSession:
         """Continue ``parent`` in a child. Written with the next message (``Pending``);
         at once when the child must answer ``unanswered`` (a message the parent's
         window could not take)."""
-        summary = prompts.fit(summary, self._summary_words())  # the restoration stays in budget
+        summary = self._fit_summary(summary)  # the restoration stays in budget
         self.pins = _merged(parent.meta.pins, self.pins)
         base = replace(template or self.meta(), pins=self.pins)
         text = chain.restoration(parent, summary, unanswered, self.pins)
@@ -709,7 +721,7 @@ class ChatSession:
         assert pending.copies is not None
         history = list(pending.copies)
         outcome = self.summarize(history, chain.previous_summary(history))
-        summary = prompts.fit(outcome.text, self._summary_words())
+        summary = self._fit_summary(outcome.text)
         text = chain.restoration(pending.parent, summary, None, self.pins)
         restoration = Message.create("user", self.clock(), text=text, restore=True)
         self.previous = summary
