@@ -206,7 +206,7 @@ def report(chain: list[Session], calls: list[Call], compactions: list[float],
               f"max {max(compactions):.1f} s, {sum(compactions) / wall:.0%} of the wall time")
     if overheads:
         worst = max(o[0] for o in overheads)
-        print(f"  restoration + acknowledgment   max {worst:.0%} of the window (target <= 25%), "
+        print(f"  restoration + acknowledgment   max {worst:.1%} of the window (target <= 25%), "
               f"median {statistics.median(o[1] for o in overheads):.0%} of the parent's tokens")
     kinds = {k: sum(c.kind == k for c in calls) for k in ("turn", "summary", "notes", "ack")}
     print(f"  requests                       {len(calls)} {kinds}")
