@@ -402,3 +402,32 @@ def test_fork_needs_a_query_and_a_real_query_number(store: Store) -> None:
     with pytest.raises(ChatloopError, match="no query 5"):
         session.fork(5)
     session.close()
+
+
+def test_retry_and_edit_ask_again_in_a_branch_that_never_saw_the_first_answer(
+    store: Store,
+) -> None:
+    backend = FakeBackend("One.", "Two.", STRUCTURED, "Two again.", STRUCTURED, "Two, edited.",
+                          STRUCTURED)  # fmt: skip
+    session, _ = chat(store, backend)
+    session.send("first question")
+    session.send("second question")
+    session.again()
+    sent = [str(m["content"]) for m in backend.calls[3]["messages"]]
+    assert sent[-1] == "second question" and not any("Two" in text for text in sent)
+    session.again("second question, put better")
+    session.close()
+    original, retried, edited = files(store)
+    assert [m.text for m in original.messages if m.is_query] == ["first question",
+                                                                 "second question"]  # fmt: skip
+    assert retried.meta.parent_id == original.meta.id and retried.meta.extra["forked_at"] == 1
+    assert [m.text for m in retried.messages if m.is_query] == ["second question"]
+    assert edited.meta.parent_id == retried.meta.id and edited.meta.extra["forked_at"] == 0
+    assert [m.text for m in edited.messages if m.is_query] == ["second question, put better"]
+    assert [m.text.strip() for m in edited.messages if m.restore] == ["first question", "One."]
+
+
+def test_retry_before_any_message_says_so(store: Store) -> None:
+    session, _ = chat(store, FakeBackend())
+    with pytest.raises(ChatloopError, match="Nothing to ask again"):
+        session.again()

@@ -676,6 +676,18 @@ class ChatSession:
         self._release()
         self._fork_from(parent, history, at, template)
 
+    def again(self, text: str | None = None) -> TurnResult:
+        """Ask this session's last query again (``text``: as changed to it), in a branch
+        after the query before it (``fork``), so the model answers without having seen
+        its first answer; this session stays as it was, its answer included."""
+        if self.writer is None:
+            raise ChatloopError("Nothing to ask again here yet", "Send a message first.")
+        queries = [m.text for m in self.writer.messages if m.is_query]
+        if not queries:
+            raise ChatloopError("Nothing to ask again here yet", "Send a message first.")
+        self.fork(len(queries) - 1)
+        return self.send(text if text is not None else queries[-1])
+
     def fork_path(self, path: Path) -> bool:
         """Branch the session at ``path`` after its last query (``chatloop -r N --fork``):
         it stays as it is; the next message begins the branch. False if declined."""
@@ -800,13 +812,14 @@ class ChatSession:
 
 def _fork_point(messages: Sequence[Message], upto: int | None) -> tuple[int, int]:
     """Where a fork after query ``upto`` cuts ``messages`` (after that query's answer
-    and tool results: before the next query), and the query it branches after."""
+    and tool results: before the next query; 0: before the first), and the query it
+    branches after."""
     starts = [i for i, m in enumerate(messages) if m.is_query]
     if not starts:
         raise ChatloopError("Nothing to fork yet", "Send a message first.")
     if upto is None:
         return len(messages), len(starts)
-    if not 1 <= upto <= len(starts):
+    if not 0 <= upto <= len(starts):
         raise ChatloopError(
             f"There is no query {upto} here (this session has {len(starts)})",
             "/fork N branches after query N; /fork alone, after the last.",

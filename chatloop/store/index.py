@@ -664,7 +664,7 @@ def _row(raw: sqlite3.Row, number: int | None, live: bool, handle: str = "") -> 
 
 def _forked_at(value: object) -> int | None:
     """A fork's ``forked_at`` front-matter value as stored (anything odd: not a fork)."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
         return value
     return None
 

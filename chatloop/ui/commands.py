@@ -211,6 +211,17 @@ def _fork(shell: Shell, arg: str) -> None:
     shell.session.fork(int(arg) if arg else None)
 
 
+def _retry(shell: Shell, arg: str) -> None:
+    shell.session.again()
+
+
+def _edit(shell: Shell, arg: str) -> None:
+    if not arg.strip():
+        raise ChatloopError("Give the new text of your last message",
+                            "For example: /edit And for a north-facing balcony?")  # fmt: skip
+    shell.session.again(arg)
+
+
 def _new(shell: Shell, arg: str) -> None:
     session = shell.session
     if session.writer is None and session.pending is None:
@@ -253,6 +264,10 @@ TABLE: tuple[Spec, ...] = (
     Spec("copy", "/copy", "copy the last reply to the clipboard (terminal OSC 52)", _copy),
     Spec("fork", "/fork [N]", "branch after query N (default: the last): this session closes "
          "as it is; a linked new one carries the history up to there", _fork),
+    Spec("retry", "/retry", "ask your last message again, in a branch (/fork) where the model "
+         "has not seen its first answer; this session keeps it", _retry),
+    Spec("edit", "/edit TEXT", "send TEXT instead of your last message, in a branch (/fork) "
+         "after the message before it", _edit),
     Spec("new", "/new", "close this session with its summary and start a new one", _new),
     Spec("clear", "/clear", "clear the screen only (the session goes on; /new starts another)",
          _clear),

@@ -61,7 +61,7 @@ def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = Fa
     for row in rows:
         number = f"{row.number:>3}" if row.number is not None else "  *"
         status = "" if row.status == "closed" else f" [{row.status}]"
-        if row.forked_at:
+        if row.forked_at is not None:
             status += f" [fork after query {row.forked_at}]"
         where = f"  ({row.project})" if show_project else ""
         lines.append(
@@ -157,7 +157,7 @@ def tree_text(root: SessionRow, children: dict[str, list[SessionRow]], mark: str
         seen.add(row.id)
         branch = "" if depth == 0 else ("└─ " if last else "├─ ")
         star = "  ← this one" if row.id == mark and depth else ""
-        fork = f", fork after query {row.forked_at}" if row.forked_at else ""
+        fork = f", fork after query {row.forked_at}" if row.forked_at is not None else ""
         lines.append(f"{prefix}{branch}{row.id}  {describe(row)[:50]}  "
                      f"({row.queries}q, {row.status}{fork}){star}")  # fmt: skip
         kids = [kid for kid in children.get(row.id, []) if kid.id not in seen]
