@@ -72,8 +72,8 @@ def finish_body(rest: Iterator[str], response: httpx.Response) -> None:
                 read += len(line) + 1
                 if read > DRAIN_LIMIT:
                     break
-        except Exception:  # a broken or shut-down connection: it is not reused
-            pass
+        except (httpx.HTTPError, httpx.StreamError, OSError):
+            return  # the reply is whole already; httpx closes this connection, not reused
         finally:
             ended.set()
 

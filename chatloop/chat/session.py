@@ -26,7 +26,8 @@ Promises (docs/durability.md, docs/chains.md):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -563,11 +564,8 @@ class ChatSession:
                     f"yet ({exc.message})",
                     "Free some space and send again; leaving shows them to copy.",
                 ) from exc
-        try:
+        with self._readable(path):
             parent = chain.read_parent(self.store, path)
-        except (ChatloopError, OSError):
-            raise ChatloopError(f"The session file {path} is gone or unreadable",
-                                "`chatloop reindex` refreshes the list.") from None  # fmt: skip
         if not self._agent_matches(parent.meta):
             self.host.notice("Not resumed.")
             return False
@@ -585,6 +583,17 @@ class ChatSession:
             assert parent.summary is not None
             self.begin_child(parent, parent.summary, template)
         return True
+
+    @staticmethod
+    @contextmanager
+    def _readable(path: Path) -> Iterator[None]:
+        """Reading the session at ``path`` to continue or branch it: when it is gone or
+        unreadable, one ChatloopError with a hint."""
+        try:
+            yield
+        except (ChatloopError, OSError):
+            raise ChatloopError(f"The session file {path} is gone or unreadable",
+                                "`chatloop reindex` refreshes the list.") from None  # fmt: skip
 
     def _show_last_exchange(self, parent: chain.Parent) -> None:
         try:
@@ -691,12 +700,9 @@ class ChatSession:
     def fork_path(self, path: Path) -> bool:
         """Branch the session at ``path`` after its last query (``chatloop -r N --fork``):
         it stays as it is; the next message begins the branch. False if declined."""
-        try:
+        with self._readable(path):
             parent = chain.read_parent(self.store, path)
             session = self.store.read(path).session
-        except (ChatloopError, OSError):
-            raise ChatloopError(f"The session file {path} is gone or unreadable",
-                                "`chatloop reindex` refreshes the list.") from None  # fmt: skip
         if not self._agent_matches(parent.meta):
             self.host.notice("Not forked.")
             return False

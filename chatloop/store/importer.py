@@ -67,25 +67,30 @@ def import_sessions(store: Store, paths: Sequence[Path]) -> list[Outcome]:
         if isinstance(found, tuple):
             outcomes.append(Outcome(found[0], "skipped", found[1]))
             continue
-        outcome = _one(store, found, taken)
-        if outcome.status == "imported" and not target_dir.exists():
-            ensure_dir(target_dir)
+        outcome, data = _one(store, found, taken)
         if outcome.status == "imported":
-            write_new_file(target_dir / f"{outcome.session_id}.md", read_bytes(found))
+            if not target_dir.exists():
+                ensure_dir(target_dir)
+            write_new_file(target_dir / f"{outcome.session_id}.md", data)
         if outcome.session_id and outcome.status != "skipped":
             taken[outcome.session_id] = found
         outcomes.append(outcome)
     return outcomes
 
 
-def _one(store: Store, path: Path, taken: dict[str, Path]) -> Outcome:
-    """What to do with one file (nothing is written here)."""
+def _one(store: Store, path: Path, taken: dict[str, Path]) -> tuple[Outcome, bytes]:
+    """What to do with one file, and its bytes (nothing is written here)."""
     try:
         if path.stat().st_size > MAX_IMPORT_BYTES:
-            return Outcome(path, "skipped", f"larger than {MAX_IMPORT_BYTES >> 20} MB")
+            return Outcome(path, "skipped", f"larger than {MAX_IMPORT_BYTES >> 20} MB"), b""
         data = read_bytes(path)
     except (OSError, StoreError) as exc:
-        return Outcome(path, "skipped", f"cannot be read: {getattr(exc, 'message', exc)}")
+        return Outcome(path, "skipped", f"cannot be read: {getattr(exc, 'message', exc)}"), b""
+    return _decide(store, path, data, taken), data
+
+
+def _decide(store: Store, path: Path, data: bytes, taken: dict[str, Path]) -> Outcome:
+    """What to do with one file's bytes."""
     result = parse_markdown(data, path.stem)
     session = result.session
     session_id = session.meta.id
