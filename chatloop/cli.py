@@ -28,7 +28,8 @@ examples:
   chatloop --base-url http://127.0.0.1:8080/v1 --model qwen2.5
                                 use a specific OpenAI-compatible server
   chatloop -c                   continue the most recent session from its summary
-  chatloop --resume             pick a past session to continue (arrow keys)
+  chatloop --resume             pick a past session: type to filter, Tab searches all
+                                text, Enter resumes, Ctrl-F forks
   chatloop --resume 3 --full    continue session 3 with its whole history, if it fits
   chatloop --resume 3 --fork    branch session 3: it stays as it is, a new one goes on
   chatloop "why is the sky blue?"   ask once: the reply on stdout, the session saved
@@ -37,6 +38,7 @@ examples:
   chatloop sessions             list this project's sessions, 1 = most recent
   chatloop show 1               print the most recent session
   chatloop search error budget  find sessions holding every word
+  chatloop search tomato --resume   continue the session that matched (pick if several)
   chatloop tree 1               show the compact/resume lineage of a session
   chatloop export 1 --chain -o chain.md   write a session and its ancestors
   chatloop reseal 2             accept your hand edits to session 2 (new checksums)
@@ -127,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="search every project")
     p.add_argument("--limit", type=_positive, default=50, metavar="N", help="at most N hits")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--resume", dest="search_resume", action="store_true",
+                   help="continue a session that matched: the only one, or the one you pick")
+    p.add_argument("--fork", dest="search_fork", action="store_true",
+                   help="like --resume, but branch the session (it stays as it is)")
     p.set_defaults(run=cmd_search)
 
     p = sub.add_parser("tree", help="show the compact/resume lineage of a session")
@@ -519,6 +525,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     from chatloop.ui import listing
 
+    if args.search_resume or args.search_fork:
+        return _search_and_resume(args)
     with _index(args) as index:
         hits = index.iter_search(" ".join(args.query), all_projects=args.all, limit=args.limit)
         if args.json:
@@ -531,6 +539,33 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not shown:
         print(listing.hits_text([]))
     return 0
+
+
+def _search_and_resume(args: argparse.Namespace) -> int:
+    """``search WORDS --resume``: continue (or fork) the session that matched, after
+    the person picks one when several did."""
+    from datetime import datetime
+
+    from chatloop.ui.picker import pick
+
+    query = " ".join(args.query)
+    with _index(args) as index:
+        rows = [r for r in index.search_sessions(query, all_projects=args.all, limit=args.limit)
+                if r.number is not None]  # fmt: skip
+    if not rows:
+        raise ChatloopError(f"No finished session holds {query!r}",
+                            "`chatloop sessions` lists them; fewer words find more.")  # fmt: skip
+    if len(rows) == 1:
+        row, fork = rows[0], bool(args.search_fork)
+    else:
+        picked = pick(rows, datetime.now().astimezone())
+        if picked is None:
+            print("Nothing resumed.", file=sys.stderr)
+            return 0
+        row, fork = picked.row, picked.fork or bool(args.search_fork)
+    args.resume, args.continue_, args.fork, args.full = row.id, False, fork, False
+    args.question = None
+    return cmd_chat(args)
 
 
 def cmd_import(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from chatloop.backends.base import Event, TextDelta
 from chatloop.chat.agent import load_agent
-from chatloop.chat.host import Tone
+from chatloop.chat.host import Lookup, Picked, Tone
 from chatloop.chat.session import ChatSession
 from chatloop.config import Settings
 from chatloop.format import Message
@@ -49,6 +49,8 @@ class View:
 class ScriptedHost:
     answers: list[bool] = field(default_factory=list)
     pick_none: bool = False
+    pick_fork: bool = False  # the scripted person forks what they pick
+    picked_from: list[SessionRow] = field(default_factory=list)
     notices: list[tuple[str, Tone]] = field(default_factory=list)
     questions: list[str] = field(default_factory=list)
     replies: list[tuple[str, bool, bool]] = field(default_factory=list)
@@ -70,8 +72,11 @@ class ScriptedHost:
         self.work.append(label)
         yield lambda step: self.work.append(f"{label} ({step})")
 
-    def pick(self, rows: list[SessionRow]) -> SessionRow | None:
-        return None if self.pick_none or not rows else rows[0]
+    def pick(self, rows: list[SessionRow], lookup: Lookup | None = None) -> Picked | None:
+        self.picked_from = list(rows)
+        if self.pick_none or not rows:
+            return None
+        return Picked(rows[0], self.pick_fork)
 
     def said(self, words: str) -> bool:
         """True if any notice contains ``words``."""

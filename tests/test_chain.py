@@ -400,27 +400,6 @@ def test_tool_results_are_pruned_from_the_sent_copy_only() -> None:
     assert not plan("sys", messages, window=600, reserve=200).fits
 
 
-@pytest.mark.parametrize("keys, expected", [("\r", 0), ("\x1b[B\r", 1), ("j\x1b[A\r", 0)])
-def test_picker_moves_with_arrow_keys(store: Store, keys: str, expected: int) -> None:
-    from prompt_toolkit.input import create_pipe_input
-    from prompt_toolkit.output import DummyOutput
-
-    from chatloop.store.index import Index
-    from chatloop.ui.picker import pick
-
-    for text in ("older chat", "newer chat"):
-        session, _ = chat(store, FakeBackend("A.", STRUCTURED))
-        session.send(text)
-        session.close()
-    with Index(store) as index:
-        index.sync()
-        rows = index.list_sessions()
-    with create_pipe_input() as pipe:
-        pipe.send_text(keys)
-        chosen = pick(rows, T0, input=pipe, output=DummyOutput())
-    assert chosen == rows[expected]
-
-
 class BudgetedModel:
     """A scripted model that always uses its whole ``max_tokens`` (as a base model does):
     replies of exactly that many estimated tokens, summaries in the proper shape."""

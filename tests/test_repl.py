@@ -178,7 +178,8 @@ def test_commands_and_agent_names_complete(store: Store) -> None:
     from prompt_toolkit.completion import CompleteEvent
     from prompt_toolkit.document import Document
 
-    from chatloop.ui.repl import _Completer, agent_names
+    from chatloop.chat.agent import agent_names
+    from chatloop.ui.repl import _Completer
 
     names = agent_names([AGENTS])
     assert names == ["file_fiona", "simple_sally"]

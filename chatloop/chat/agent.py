@@ -137,6 +137,14 @@ def agent_dirs(cwd: Path, home: Path) -> list[Path]:
     return [cwd / "agents", home / "agents", bundled_agents()]
 
 
+def agent_names(dirs: Iterable[Path]) -> list[str]:
+    """The agent files' stems in ``dirs`` (what ``--agent NAME`` and ``/agent`` accept)."""
+    names = {
+        p.stem for d in dirs if d.is_dir() for p in d.glob("*.py") if not p.stem.startswith("_")
+    }
+    return sorted(names)
+
+
 def bundled_agents() -> Path:
     """The sample agents that ship with chatloop: ``chatloop/agents`` in an installed
     wheel, the project's own ``agents/`` in a source checkout or editable install."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from chatloop.backends.base import Event
@@ -21,6 +22,27 @@ if TYPE_CHECKING:
 
 Tone = Literal["info", "warn", "ok", "restored"]
 Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Picked:
+    """The session a person picked, and whether to fork it rather than resume it."""
+
+    row: SessionRow
+    fork: bool = False
+
+
+class Lookup(Protocol):
+    """What a picker may ask of the index while the person chooses."""
+
+    def search(self, text: str, prefix: bool = False) -> list[SessionRow]:
+        """Sessions holding every word of ``text``, best first (``prefix``: the last
+        word may be the start of one, as while typing)."""
+        ...
+
+    def preview(self, row: SessionRow) -> str:
+        """A few lines about the session: its summary, else "" (never raises)."""
+        ...
 
 
 class ReplyView(Protocol):
@@ -58,6 +80,7 @@ class Host(Protocol):
         current step ("part 2 of 3")."""
         ...
 
-    def pick(self, rows: list[SessionRow]) -> SessionRow | None:
-        """Let the person choose a session (None: they chose none)."""
+    def pick(self, rows: list[SessionRow], lookup: Lookup | None = None) -> Picked | None:
+        """Let the person choose a session to resume or fork (None: they chose none);
+        ``lookup`` lets them search the index and see summaries while they choose."""
         ...

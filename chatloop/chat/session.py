@@ -26,6 +26,7 @@ Promises (docs/durability.md, docs/chains.md):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -37,7 +38,7 @@ from chatloop.backends.base import Backend, ContextOverflow
 from chatloop.chat import chain, prompts
 from chatloop.chat.agent import Agent, normalise
 from chatloop.chat.context import Plan, ack_cap, plan, reply_cap, summary_cap
-from chatloop.chat.host import Host
+from chatloop.chat.host import Host, Picked
 from chatloop.chat.tokens import TokenCount
 from chatloop.chat.turn import TurnResult, respond, run_turn
 from chatloop.config import Settings
@@ -48,9 +49,10 @@ from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
 if TYPE_CHECKING:
-    from chatloop.store.index import SessionRow
+    from chatloop.store.index import Index, SessionRow
 
 Clock = Callable[[], datetime]
+PICK_LIMIT = 500  # sessions a picker lists (and search hits it shows)
 
 
 @dataclass(frozen=True)
@@ -531,23 +533,47 @@ class ChatSession:
 
     # ------------------------------------------------------------------ resume
     def find(self, ref: str) -> SessionRow | None:
-        """The session ``ref`` names (number or id; "": the person picks one, None if
-        they pick none). Raises ChatloopError with the closest match when unknown."""
+        """The session ``ref`` names (number, handle or id; "": the person picks one,
+        None if they pick none). Raises ChatloopError with the closest match when
+        unknown."""
+        if not ref:
+            picked = self.choose()
+            return None if picked is None else picked.row
         from chatloop.store.index import Index
 
         with Index(self.store) as index:
             index.sync(all_projects=True)
-            if not ref:
-                return self.host.pick(index.list_sessions(limit=50))
             return index.find(ref)
 
-    def resume(self, ref: str, full: bool = False) -> bool:
-        """Continue session ``ref`` (see ``find``). False if nothing was resumed."""
-        row = self.find(ref)
-        if row is None:
-            self.host.notice("Nothing resumed.")
-            return False
-        return self.resume_path(Path(row.path), full)
+    def choose(self, rows: Sequence[SessionRow] | None = None) -> Picked | None:
+        """Let the person pick a session (of this project, most recent first, or
+        ``rows``) to resume or fork, searching the index as they type; None: none."""
+        from chatloop.store.index import Index
+
+        with Index(self.store) as index:
+            index.sync(all_projects=True)
+            listed = list(rows) if rows is not None else index.list_sessions(limit=PICK_LIMIT)
+            return self.host.pick(listed, _IndexLookup(index, self.store))
+
+    def resume(self, ref: str, full: bool = False, fork: bool = False) -> bool:
+        """Continue (``fork``: branch) session ``ref`` (see ``find``; with "" the person
+        picks, and may choose to fork there). False if nothing was resumed."""
+        if ref:
+            row = self.find(ref)
+            assert row is not None
+            picked = Picked(row, fork)
+        else:
+            chosen = self.choose()
+            if chosen is None:
+                self.host.notice("Nothing resumed.")
+                return False
+            picked = Picked(chosen.row, fork or chosen.fork)
+        return self.go(picked, full)
+
+    def go(self, picked: Picked, full: bool = False) -> bool:
+        """Resume or fork the session the person picked."""
+        path = Path(picked.row.path)
+        return self.fork_path(path) if picked.fork else self.resume_path(path, full)
 
     def resume_path(self, path: Path, full: bool = False) -> bool:
         """Close this session and continue the one at ``path`` in a new linked file,
@@ -765,6 +791,44 @@ class ChatSession:
         self.host.notice(f"Forked: {writer.meta.id} branches from {pending.parent.meta.id} "
                          f"after query {pending.forked_at}.", "restored")  # fmt: skip
 
+    # ------------------------------------------------------------------ switches
+    def use_model(self, name: str) -> str:
+        """Send the next requests to the server's model ``name`` (the front matter keeps
+        the model the session began with; each reply records the one that gave it).
+        Raises ChatloopError when the server does not offer it or cannot switch."""
+        import difflib
+
+        if self.backend.kind == "embedded":
+            raise ChatloopError("The embedded model cannot be switched mid-chat",
+                                "Start a server for several models, or chatloop --model PATH "
+                                "for another file.")  # fmt: skip
+        offered = self.backend.models()
+        if offered and name not in offered:
+            close = difflib.get_close_matches(name, offered, 1, 0.5)
+            names = ", ".join(offered[:8]) + (", ..." if len(offered) > 8 else "")
+            raise ChatloopError(f"The server offers no model {name!r}",
+                                f"Did you mean {close[0]}?" if close else f"It offers: {names}")
+        self.backend.model = name
+        self._window, self._tokens, self._sent = None, None, None  # counted anew for it
+        return name
+
+    def use_agent(self, agent: Agent) -> bool:
+        """Go on with ``agent``. A session under way stays with the agent that answered
+        in it: the conversation goes on in a branch of it (see ``fork``, with the whole
+        history) whose front matter names ``agent``, so every file names the one agent
+        it was held with. True when a branch was made."""
+        branched = self.writer is not None
+        if branched:
+            self.fork()
+        self.agent = agent
+        self._sent = None
+        pending = self.pending
+        if pending is not None:
+            template = replace(pending.template, agent=agent.name,
+                               agent_name=Path(agent.path).stem)  # fmt: skip
+            self.pending = replace(pending, template=template)
+        return branched
+
     # ------------------------------------------------------------------ small edits
     def rename(self, title: str) -> str:
         """Give the session a title (cut to the longest a title may be); returns it."""
@@ -814,6 +878,46 @@ class ChatSession:
         """The text of the latest reply (for /copy)."""
         return next((m.text for m in reversed(self.messages) if m.role == "assistant" and m.text),
                     None)  # fmt: skip
+
+
+class _IndexLookup:
+    """The index and the files, as a picker asks them (see ``host.Lookup``)."""
+
+    def __init__(self, index: Index, store: Store) -> None:
+        self.index, self.store = index, store
+
+    def search(self, text: str, prefix: bool = False) -> list[SessionRow]:
+        return self.index.search_sessions(text, prefix=prefix, limit=PICK_LIMIT)
+
+    def preview(self, row: SessionRow) -> str:
+        if not row.has_summary:
+            return ""
+        try:
+            found = self.store.summary_of(Path(row.path)).message
+        except (ChatloopError, OSError):
+            return ""
+        return "" if found is None else summary_digest(found.text)
+
+
+_SECTION_RE = re.compile(r"^(?:#+\s*([^:]+?):?\s*$|\*\*([^*:]+):?\*\*:?\s*(.*)$)")
+
+
+def summary_digest(text: str) -> str:
+    """A summary in a few lines, one per section that holds something
+    ("Topics Discussed: a; b"), sections read from ``**Name:**`` or ``## Name``."""
+    sections: dict[str, list[str]] = {}
+    name = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        heading = _SECTION_RE.match(line) if line.startswith(("#", "**")) else None
+        if heading:
+            name = (heading.group(1) or heading.group(2)).strip()
+            line = (heading.group(3) or "").strip()
+        line = line.lstrip("-*• ").strip()
+        if line and line.lower().rstrip(".") not in ("none", "none recorded", "initial session"):
+            sections.setdefault(name, []).append(line)
+    return "\n".join(f"{name}: " * bool(name) + "; ".join(items)
+                     for name, items in sections.items())  # fmt: skip
 
 
 def _fork_point(messages: Sequence[Message], upto: int | None) -> tuple[int, int]:

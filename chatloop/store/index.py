@@ -428,36 +428,13 @@ class Index:
         words = _WORD_RE.findall(query)
         if not words:
             return
-        terms = " ".join('"' + word + '"' for word in words)
-        sql = ("SELECT c.num FROM texts JOIN chunks c ON c.id = texts.rowid "
-               "WHERE texts MATCH ? ORDER BY rank")  # fmt: skip
-        found: list[int] = []
-        seen: set[int] = set()
-        project = None if all_projects else self.store.project
-        rows: dict[int, sqlite3.Row] = {}
-        for (num,) in self._db.execute(sql, (terms,)):  # best chunk first
-            if num in seen:
-                continue
-            seen.add(num)
-            raw = self._db.execute("SELECT * FROM sessions WHERE num = ?", (num,)).fetchone()
-            if raw is None or (project is not None and raw["project"] != project):
-                continue
-            found.append(num)
-            rows[num] = raw
-            if len(found) >= limit:
-                break
+        found = self._matching(words, all_projects, limit)
         if not found:
             return
-        numbers = {
-            raw["path"]: (number, live)
-            for raw, number, live in _numbered(
-                self._db.execute("SELECT path, project, status FROM sessions" + _ORDER)
-            )
-        }
+        numbers = self._numbers()
         short = self.handles()
         copies: list[SearchHit] = []  # sessions that hold the words only in copies: last
-        for num in found:
-            raw = rows[num]
+        for raw in found:
             number, live = numbers.get(raw["path"], (None, False))
             role, snippet = hit_in(Path(raw["path"]), words[0])
             hit = SearchHit(_row(raw, number, live, short.get(raw["id"], "")), role, snippet)
@@ -466,6 +443,52 @@ class Index:
             else:
                 yield hit
         yield from copies
+
+    def search_sessions(self, query: str, prefix: bool = False, all_projects: bool = False,
+                        limit: int = 50) -> list[SessionRow]:  # fmt: skip
+        """The sessions ``iter_search`` would find, without reading a file for snippets
+        (``prefix``: the last word matches any word it begins, as while typing)."""
+        words = _WORD_RE.findall(query)
+        if not words:
+            return []
+        numbers, short = self._numbers(), self.handles()
+        rows = []
+        for raw in self._matching(words, all_projects, limit, prefix):
+            number, live = numbers.get(raw["path"], (None, False))
+            rows.append(_row(raw, number, live, short.get(raw["id"], "")))
+        return rows
+
+    def _matching(self, words: list[str], all_projects: bool, limit: int,
+                  prefix: bool = False) -> list[sqlite3.Row]:  # fmt: skip
+        """The sessions rows whose text holds every word, best match first."""
+        terms = " ".join('"' + word.replace('"', "") + '"' for word in words)
+        if prefix:
+            terms += "*"
+        sql = ("SELECT c.num FROM texts JOIN chunks c ON c.id = texts.rowid "
+               "WHERE texts MATCH ? ORDER BY rank")  # fmt: skip
+        found: list[sqlite3.Row] = []
+        seen: set[int] = set()
+        project = None if all_projects else self.store.project
+        for (num,) in self._db.execute(sql, (terms,)):  # best chunk first
+            if num in seen:
+                continue
+            seen.add(num)
+            raw = self._db.execute("SELECT * FROM sessions WHERE num = ?", (num,)).fetchone()
+            if raw is None or (project is not None and raw["project"] != project):
+                continue
+            found.append(raw)
+            if len(found) >= limit:
+                break
+        return found
+
+    def _numbers(self) -> dict[str, tuple[int | None, bool]]:
+        """Each session's number and liveness by path, as ``list_sessions`` numbers them."""
+        return {
+            raw["path"]: (number, live)
+            for raw, number, live in _numbered(
+                self._db.execute("SELECT path, project, status FROM sessions" + _ORDER)
+            )
+        }
 
     def find(self, ref: str, all_projects: bool = False) -> SessionRow:
         """The session a person means by ``ref``: a number (1 = most recent in this

@@ -95,6 +95,24 @@ def _sessions(shell: Shell, arg: str) -> None:
         render.note(shell.console, "No sessions yet in this directory.")
 
 
+def _search(shell: Shell, arg: str) -> None:
+    from chatloop.store.index import Index
+    from chatloop.ui.listing import hit_line
+
+    if not arg.strip():
+        raise ChatloopError("Give the words to look for", "For example: /search compost ratio")
+    shown = 0
+    with Index(shell.session.store) as index:
+        index.sync(all_projects=False)
+        for hit in index.iter_search(arg, limit=SEARCH_HITS):  # each as soon as it is found
+            shell.console.print(hit_line(hit), highlight=False, markup=False, soft_wrap=True)
+            shown += 1
+    if shown:
+        render.note(shell.console, "/resume N or /resume HANDLE continues one of them.")
+    else:
+        render.note(shell.console, "No session of this project holds every one of those words.")
+
+
 def _info(shell: Shell, arg: str) -> None:
     session = shell.session
     meta, totals, window = session.meta(), session.totals, session.window()
@@ -240,9 +258,46 @@ def _new(shell: Shell, arg: str) -> None:
         render.note(shell.console, "New session: your next message starts it.")
 
 
+def _model(shell: Shell, arg: str) -> None:
+    session = shell.session
+    if not arg:
+        offered = session.backend.models()
+        current = session.backend.model
+        lines = [f"{'*' if name == current else ' '} {name}" for name in offered] or [
+            f"* {current}"]  # fmt: skip
+        shell.console.print(visible("\n".join(lines)), highlight=False, markup=False)
+        render.note(shell.console, "/model NAME switches to another.")
+        return
+    name = session.use_model(arg)
+    render.note(shell.console, f"Now with the model {visible(name)}: each reply records the "
+                "model that gave it.")  # fmt: skip
+
+
+def _agent(shell: Shell, arg: str) -> None:
+    from chatloop.chat.agent import agent_dirs, agent_names, find_agent_file, load_agent
+
+    session = shell.session
+    dirs = agent_dirs(session.store.cwd, session.store.root)
+    if not arg:
+        names = agent_names(dirs)
+        render.note(shell.console, f"Agent: {session.agent.name}. Others: "
+                    f"{', '.join(names) or 'none'}; /agent NAME switches.")  # fmt: skip
+        return
+    agent = load_agent(find_agent_file(arg, dirs, names_only=True))
+    if agent.path == session.agent.path:
+        render.note(shell.console, f"{agent.name} is the agent already.")
+        return
+    branched = session.use_agent(agent)
+    where = (" The conversation goes on in a branch of this session, so each file names the "
+             "agent that answered in it." if branched else "")  # fmt: skip
+    render.note(shell.console, f"Now talking with {visible(agent.name)}.{where}")
+
+
 def _clear(shell: Shell, arg: str) -> None:
     shell.console.clear()
 
+
+SEARCH_HITS = 20  # sessions /search lists: a screenful
 
 TABLE: tuple[Spec, ...] = (
     Spec("help", "/help", "show the commands and keys", _help),
@@ -252,6 +307,8 @@ TABLE: tuple[Spec, ...] = (
          "linked session", _compact),
     Spec("resume", "/resume [N|ID]", "continue a past session from its summary", _resume),
     Spec("sessions", "/sessions", "list this project's sessions (1 = most recent)", _sessions),
+    Spec("search", "/search WORDS", "find this project's sessions holding every word "
+         "(/resume takes the number or handle shown)", _search),
     Spec("info", "/info", "this session: id, file, agent, model, tokens", _info),
     Spec("context", "/context", "exactly what the next call would send, with token counts",
          _context),
@@ -268,6 +325,9 @@ TABLE: tuple[Spec, ...] = (
          "has not seen its first answer; this session keeps it", _retry),
     Spec("edit", "/edit TEXT", "send TEXT instead of your last message, in a branch (/fork) "
          "after the message before it", _edit),
+    Spec("model", "/model [NAME]", "list the server's models, or switch to NAME", _model),
+    Spec("agent", "/agent [NAME]", "list the agents, or go on with NAME (in a branch of this "
+         "session, carrying its history)", _agent),
     Spec("new", "/new", "close this session with its summary and start a new one", _new),
     Spec("clear", "/clear", "clear the screen only (the session goes on; /new starts another)",
          _clear),

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, TextIO
 
 from chatloop.backends.base import Event, TextDelta, ToolCallEvent
-from chatloop.chat.host import Progress, Tone
+from chatloop.chat.host import Lookup, Picked, Progress, Tone
 from chatloop.format import Message
 from chatloop.ui.listing import visible
 
@@ -78,7 +78,7 @@ class PlainHost:
         print(visible(label), file=sys.stderr)
         yield lambda step: None
 
-    def pick(self, rows: list[SessionRow]) -> SessionRow | None:
+    def pick(self, rows: list[SessionRow], lookup: Lookup | None = None) -> Picked | None:
         return None
 
 

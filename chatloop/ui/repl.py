@@ -36,8 +36,8 @@ from prompt_toolkit.output import Output
 from rich.console import Console
 
 from chatloop.backends.base import Backend
-from chatloop.chat.agent import Agent, agent_dirs
-from chatloop.chat.host import Progress, ReplyView, Tone
+from chatloop.chat.agent import Agent, agent_dirs, agent_names
+from chatloop.chat.host import Lookup, Picked, Progress, ReplyView, Tone
 from chatloop.chat.session import ChatSession
 from chatloop.config import Settings
 from chatloop.errors import ChatloopError
@@ -87,14 +87,6 @@ class _Completer(Completer):
             for name in self.agents:
                 if name.startswith(word[1:]):
                     yield Completion(name, start_position=-len(word) + 1)
-
-
-def agent_names(dirs: list[Path]) -> list[str]:
-    """The agent files' stems in ``dirs`` (what ``--agent NAME`` accepts)."""
-    names = {
-        p.stem for d in dirs if d.is_dir() for p in d.glob("*.py") if not p.stem.startswith("_")
-    }
-    return sorted(names)
 
 
 def key_bindings() -> KeyBindings:
@@ -188,10 +180,7 @@ class Repl:
         if isinstance(resume, Path):
             return self.session.fork_path(resume) if fork else self.session.resume_path(
                 resume, full)  # fmt: skip
-        if fork:
-            row = self.session.find(resume)
-            return row is not None and self.session.fork_path(Path(row.path))
-        return self.session.resume(resume, full)
+        return self.session.resume(resume, full, fork)
 
     def _next_line(self) -> str | None:
         """A line typed ahead while a question waited, else the next from the prompt
@@ -299,10 +288,10 @@ class Repl:
     def working(self, label: str) -> AbstractContextManager[Progress]:
         return render.spinner(self.console, label)
 
-    def pick(self, rows: list[SessionRow]) -> SessionRow | None:
+    def pick(self, rows: list[SessionRow], lookup: Lookup | None = None) -> Picked | None:
         from chatloop.ui.picker import pick
 
-        return pick(rows, self.now(), input=self.input, output=self.output)
+        return pick(rows, self.now(), lookup, input=self.input, output=self.output)
 
     # ------------------------------------------------------------------ screen
     def _confirm_leave(self) -> bool:

@@ -1,0 +1,169 @@
+"""The session picker: filter by typing, search the index, preview, resume, fork,
+and the numbered fallback (driven with a pipe input, in process)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prompt_toolkit.data_structures import Size
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output import DummyOutput
+
+from chatloop.chat.host import Lookup, Picked
+from chatloop.chat.session import summary_digest
+from chatloop.store.index import Index, SessionRow
+from chatloop.store.store import Store
+from chatloop.ui.picker import line_for, matches, pick, pick_numbered
+from tests.conftest import T0
+from tests.fakes import STRUCTURED, FakeBackend
+from tests.hosts import ScriptedHost, chat
+
+DOWN, UP, ENTER, ESC, TAB, CTRL_F = "\x1b[B", "\x1b[A", "\r", "\x03", "\t", "\x06"  # ESC: Ctrl-C
+TALKS = ("tomato beds on the balcony", "sourdough starter feeding", "bicycle chain cleaning")
+
+
+@pytest.fixture
+def sessions(store: Store) -> list[SessionRow]:
+    """Three closed sessions (the last talked about is number 1), with summaries."""
+    for text in TALKS:
+        session, _ = chat(store, FakeBackend("A.", STRUCTURED))
+        session.send(text)
+        session.close()
+    with Index(store) as index:
+        index.sync()
+        return index.list_sessions()
+
+
+class Small(DummyOutput):
+    """An output the size of a small terminal."""
+
+    def __init__(self, rows: int = 24, columns: int = 80) -> None:
+        self.size = Size(rows=rows, columns=columns)
+
+    def get_size(self) -> Size:
+        return self.size
+
+
+def drive(rows: list[SessionRow], keys: str, lookup: Lookup | None = None) -> Picked | None:
+    with create_pipe_input() as pipe:
+        pipe.send_text(keys)
+        return pick(rows, T0, lookup, input=pipe, output=Small())
+
+
+@pytest.mark.parametrize("keys, expected", [(ENTER, 0), (DOWN + ENTER, 1),
+                                            (DOWN + DOWN + UP + ENTER, 1)])  # fmt: skip
+def test_arrow_keys_move_and_enter_resumes(sessions: list[SessionRow], keys: str,
+                                           expected: int) -> None:  # fmt: skip
+    assert drive(sessions, keys) == Picked(sessions[expected], fork=False)
+
+
+def test_typing_filters_by_what_the_session_is_about(sessions: list[SessionRow]) -> None:
+    assert [r.preview for r in sessions] == list(reversed(TALKS))
+    picked = drive(sessions, "DOUGH" + ENTER)  # case-insensitive, part of a word
+    assert picked is not None and picked.row.preview == "sourdough starter feeding"
+    by_handle = drive(sessions, sessions[2].handle + ENTER)
+    assert by_handle is not None and by_handle.row == sessions[2]
+    assert drive(sessions, "nothing-like-this" + ENTER + ESC) is None  # Enter: no match
+    assert drive(sessions, "tomato chain" + ENTER + ESC) is None  # every word must match
+
+
+def test_ctrl_f_forks_and_escape_cancels(sessions: list[SessionRow]) -> None:
+    assert drive(sessions, DOWN + CTRL_F) == Picked(sessions[1], fork=True)
+    assert drive(sessions, "bicycle" + ESC) is None
+
+
+class Recording(ScriptedHost):
+    """A host whose pick is the real picker, fed ``keys``; it keeps the previews."""
+
+    keys = ""
+
+    def pick(self, rows: list[SessionRow], lookup: Lookup | None = None) -> Picked | None:
+        assert lookup is not None
+        self.previews = [lookup.preview(r) for r in rows]
+        return drive(rows, self.keys, lookup)
+
+
+def picker_session(store: Store, keys: str) -> tuple[Any, Recording]:
+    session, _ = chat(store, FakeBackend("Ready.", STRUCTURED))
+    host = Recording()
+    host.keys = keys
+    session.host = host
+    return session, host
+
+
+def test_tab_searches_every_word_of_every_session_as_typed(
+    store: Store, sessions: list[SessionRow]
+) -> None:  # fmt: skip
+    # the summaries hold "drainage"; no title, agent or request does: the filter finds
+    # nothing, the search finds it typed in part (a prefix, as while typing)
+    assert drive(sessions, "drainag" + ENTER + ESC) is None
+    session, _ = picker_session(store, TAB + "drainag" + ENTER)
+    picked = session.choose()
+    assert picked is not None and picked.row.id in {r.id for r in sessions}
+    session, _ = picker_session(store, TAB + "drainag" + TAB + ENTER + ESC)  # back to the filter
+    assert session.choose() is None
+
+
+def test_preview_is_the_summary_in_a_few_lines(store: Store, sessions: list[SessionRow]) -> None:
+    session, host = picker_session(store, ESC)
+    assert session.choose() is None
+    assert host.previews == [summary_digest(STRUCTURED)] * 3
+    assert summary_digest(STRUCTURED).splitlines() == [
+        "Topics Discussed: Watering schedule for basil in pots/basil.md",
+        "Decisions Made: Water every 2 days, 250 ml each",
+        "Pending: Check drainage",
+    ]
+
+
+def test_picking_fork_branches_and_leaves_the_session_as_it_was(
+    store: Store, sessions: list[SessionRow]
+) -> None:  # fmt: skip
+    before = Path(sessions[1].path).read_bytes()
+    session, _ = picker_session(store, DOWN + CTRL_F)
+    assert session.resume("") is True
+    session.send("and then?")  # a fork is written with it
+    session.close()
+    assert Path(sessions[1].path).read_bytes() == before
+    with Index(store) as index:
+        index.sync()
+        forks = [r for r in index.list_sessions() if r.forked_at is not None]
+    assert [f.parent_id for f in forks] == [sessions[1].id]
+
+
+def test_lines_fit_a_small_terminal_and_show_no_control_characters(
+    sessions: list[SessionRow],
+) -> None:
+    row = sessions[0]
+    long = SessionRow(**{**row.__dict__, "title": "x\x1b[31m" + "word " * 40})
+    line = line_for(long, T0, 78)
+    assert len(line) == 78 and "\x1b" not in line and line.endswith("…")
+    assert matches(row, [row.handle]) and not matches(row, ["zzz"])
+
+
+def test_numbered_fallback_takes_a_number_a_handle_or_f_to_fork(
+    sessions: list[SessionRow],
+) -> None:
+    def answers(*lines: str) -> Iterator[str]:
+        yield from lines
+
+    shown: list[str] = []
+    for typed, expected in [
+        (["2"], Picked(sessions[1], False)),
+        ([sessions[2].handle], Picked(sessions[2], False)),
+        (["f 1"], Picked(sessions[0], True)),
+        (["bicycle", "1"], Picked(sessions[0], False)),  # 1 is still the first session
+        ([""], None),
+        (["9", ""], None),  # no such number: asked again, then cancelled
+    ]:
+        feed = answers(*typed)
+        got = pick_numbered(sessions, T0, read=lambda _, feed=feed: next(feed), write=shown.append)
+        assert got == expected, typed
+    assert any("bicycle chain cleaning" in line for line in shown)
+
+    def ends(_: str) -> str:
+        raise EOFError
+
+    assert pick_numbered(sessions, T0, read=ends, write=shown.append) is None
