@@ -94,7 +94,7 @@ class Counting:
         last = str(messages[-1].get("content") or "")
         kind = ("summary" if "progressive summary" in last else "notes" if "Write short notes"
                 in last else "ack" if "We are continuing an earlier conversation" in last
-                else "turn")  # fmt: skip
+                else "title" if "Write a title of at most" in last else "turn")  # fmt: skip
         call = Call(kind, int((kw.get("options") or {}).get("max_tokens") or 0))
         self.calls.append(call)
         started = time.monotonic()
@@ -209,7 +209,8 @@ def report(chain: list[Session], calls: list[Call], compactions: list[float],
         worst = max(o[0] for o in overheads)
         print(f"  restoration + acknowledgment   max {worst:.1%} of the window (target <= 25%), "
               f"median {statistics.median(o[1] for o in overheads):.0%} of the parent's tokens")
-    kinds = {k: sum(c.kind == k for c in calls) for k in ("turn", "summary", "notes", "ack")}
+    kinds = {k: sum(c.kind == k for c in calls)
+             for k in ("turn", "summary", "notes", "ack", "title")}  # fmt: skip
     print(f"  requests                       {len(calls)} {kinds}")
     print(f"  over the window                {len(over)}   (prompt by the server's count + "
           "max_tokens; target 0)")

@@ -380,9 +380,10 @@ def _ask_once(agent, backend, store, settings, question: str,  # type: ignore[no
               target: Path | str | None, full: bool, fork: bool) -> int:  # fmt: skip
     """Answer ``question`` once (after resuming or forking ``target``), without a REPL."""
     from chatloop.chat.session import ChatSession
-    from chatloop.ui.oneshot import PlainHost, ask_once
+    from chatloop.ui.oneshot import PlainHost, ask_once, settings_once
 
-    session = ChatSession(agent, backend, store, settings, PlainHost(), assume_yes=True)
+    session = ChatSession(agent, backend, store, settings_once(settings), PlainHost(),
+                          assume_yes=True)  # fmt: skip
     if isinstance(target, Path):
         begun = session.fork_path(target) if fork else session.resume_path(target, full)
         if not begun:

@@ -51,6 +51,9 @@ DEFAULT_SUMMARY_TIMEOUT = 120.0  # seconds per summary request (then one retry)
 DEFAULT_WINDOW = 4096  # the context window assumed when neither settings nor server say
 DEFAULT_REPLY_RESERVE = 512  # tokens kept free for the reply when no max_tokens is set
 DEFAULT_EMBEDDED_WINDOW = 2048  # the context the embedded model is loaded with
+DEFAULT_TITLES = "model"  # model | first | off: how a new conversation gets its title
+DEFAULT_TITLE_TIMEOUT = 10.0  # seconds for the title request (then the first request's line)
+DEFAULT_TITLE_MAX_TOKENS = 16  # the longest title reply (about 6 words asked for)
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class Settings:
     compact_threshold: float = DEFAULT_COMPACT_THRESHOLD
     summary_max_tokens: int = 0  # 0: a share of the window, at most DEFAULT_SUMMARY_MAX_TOKENS
     summary_timeout: float = DEFAULT_SUMMARY_TIMEOUT
+    titles: str = DEFAULT_TITLES  # model | first | off
+    title_timeout: float = DEFAULT_TITLE_TIMEOUT
     sessions_dir: str = ""
 
 
@@ -116,6 +121,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "compact_threshold": (0.1, 1.0),
     "summary_max_tokens": (0, 100_000),
     "summary_timeout": (1, 86_400),
+    "title_timeout": (0.1, 3600),
 }
 
 
@@ -201,4 +207,8 @@ def load_settings(
     settings = dataclasses.replace(Settings(), **values)
     if settings.auto_compact not in ("ask", "on", "off"):
         raise UsageError(f"auto_compact must be ask, on or off, not {settings.auto_compact!r}", "")
+    if settings.titles not in ("model", "first", "off"):
+        raise UsageError(f"titles must be model, first or off, not {settings.titles!r}",
+                         "model asks the model, first takes the first request's line, off "
+                         "makes none.")  # fmt: skip
     return settings, warnings

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from chatloop.store.index import SessionRow
 
 AGENTS = Path(__file__).resolve().parent.parent / "agents"
+# The settings of in-process tests: the defaults, but titles from the first request, so a
+# FakeBackend's scripted replies each go where the test means (one per stream call).
+TEST_SETTINGS = Settings(titles="first")
 
 
 @dataclass
@@ -89,9 +92,11 @@ def chat(
     assume_yes: bool = False, **changes: Any,
 ) -> tuple[ChatSession, ScriptedHost]:  # fmt: skip
     """A ChatSession over ``store`` and ``backend`` with a scripted host; ``changes``
-    are Settings fields (``context_window=900``)."""
+    are Settings fields (``context_window=900``). Without ``settings``, titles come
+    from the first request (``TEST_SETTINGS``), so no scripted reply goes to a title
+    request; ``titles="model"`` asks for one."""
     host = ScriptedHost(answers=list(answers or []))
-    settings = dataclasses.replace(settings or Settings(), **changes)
+    settings = dataclasses.replace(settings or TEST_SETTINGS, **changes)
     session = ChatSession(load_agent(AGENTS / agent), backend, store, settings, host,
                           clock=Clock(), assume_yes=assume_yes)  # fmt: skip
     return session, host

@@ -11,13 +11,13 @@ import pytest
 from chatloop.backends.base import ContextOverflow, estimate_prompt, estimate_tokens
 from chatloop.chat import chain, prompts
 from chatloop.chat.context import plan
-from chatloop.config import DEFAULT_SUMMARY_MAX_TOKENS, Settings
+from chatloop.config import DEFAULT_SUMMARY_MAX_TOKENS
 from chatloop.errors import BackendError, ChatloopError
 from chatloop.format import Message, Session, ToolCall, ToolResult, Usage
 from chatloop.store.store import Store
 from tests.conftest import T0, exchange, new_meta
 from tests.fakes import STRUCTURED, FakeBackend
-from tests.hosts import chat
+from tests.hosts import TEST_SETTINGS, chat
 
 
 def talk(n: int) -> list[Message]:
@@ -337,7 +337,7 @@ def test_auto_compaction_keeps_every_message_and_links_the_chain(store: Store) -
 
 def test_ask_mode_asks_and_off_mode_only_warns(store: Store) -> None:
     text = "describe the soil " * 10
-    settings = dataclasses.replace(Settings(), context_window=1200, compact_threshold=0.05)
+    settings = dataclasses.replace(TEST_SETTINGS, context_window=1200, compact_threshold=0.05)
     declined, host = chat(store, FakeBackend("A.", STRUCTURED), settings=settings, answers=[False])
     declined.send(text)
     assert host.questions == ["Compact now?"] and host.said("Context ") and host.said("full (")

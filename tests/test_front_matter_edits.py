@@ -22,7 +22,6 @@ from prompt_toolkit.output import DummyOutput
 from rich.console import Console
 
 from chatloop.chat.agent import load_agent
-from chatloop.config import Settings
 from chatloop.errors import StoreError
 from chatloop.format import Message, Session, SessionMeta, parse_markdown
 from chatloop.format.front_matter import (
@@ -36,6 +35,7 @@ from chatloop.format.yaml_strict import MAX_FRONT_MATTER_BYTES
 from chatloop.store.store import Store
 from chatloop.ui.repl import Repl
 from tests.conftest import T0, Clock, exchange, new_meta
+from tests.hosts import TEST_SETTINGS
 from tests.test_repl import AGENTS, drive, fake_server, only_session
 from tests.test_transcript import at_st, sessions, text_st
 
@@ -226,7 +226,7 @@ def _drive_long(store: Store, lines: str) -> str:
     with create_pipe_input() as pipe:
         feeder = threading.Thread(target=pipe.send_text, args=(lines,), daemon=True)
         feeder.start()
-        repl = Repl(load_agent(AGENTS / "simple_sally.py"), fake_server([]), store, Settings(),
+        repl = Repl(load_agent(AGENTS / "simple_sally.py"), fake_server([]), store, TEST_SETTINGS,
                     Console(file=out, width=240), input=pipe, output=DummyOutput(),
                     clock=Clock())  # fmt: skip
         assert repl.run() == 0

@@ -37,9 +37,12 @@ def chatloop_bin() -> str:
 
 
 def environment(home: Path, max_tokens: int, summary_tokens: int = 48) -> dict[str, str]:
+    """The program's environment. Titles come from the first request: a title request
+    after the first reply would take a Ctrl-C meant for the reply, or a scripted answer;
+    ``titles="model"`` (a ``spawn`` setting) asks the real model for one."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHATLOOP_")}
     env.update(CHATLOOP_HOME=str(home), CHATLOOP_MAX_TOKENS=str(max_tokens), TERM="xterm",
-               CHATLOOP_CONFIG="", COLUMNS="100",
+               CHATLOOP_CONFIG="", COLUMNS="100", CHATLOOP_TITLES="first",
                CHATLOOP_SUMMARY_MAX_TOKENS=str(summary_tokens))  # fmt: skip
     return env
 
@@ -98,7 +101,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_chat_list_search_show(llama_server: str, chatloop_home: Path, project: Path) -> None:
-    child = spawn(llama_server, chatloop_home, project)
+    child = spawn(llama_server, chatloop_home, project, titles="model")
     child.sendline("zebracorn stories: once upon a time")
     wait(child, ready(1))
     child.sendline("The capital of France is")
@@ -112,6 +115,9 @@ def test_chat_list_search_show(llama_server: str, chatloop_home: Path, project: 
 
     listed = json.loads(run("sessions", "--json", home=chatloop_home, cwd=project).stdout)
     assert len(listed) == 1 and listed[0]["queries"] == 2 and listed[0]["status"] == "closed"
+    title = listed[0]["title"]  # the model's words, cleaned, or the first request's line
+    assert title and "\n" not in title and len(title) <= 60
+    assert title in run("sessions", home=chatloop_home, cwd=project).stdout
     hits = run("search", "zebracorn", home=chatloop_home, cwd=project).stdout
     assert f"  1  {listed[0]['handle']}  " in hits  # number and handle
     shown = run("show", listed[0]["handle"], home=chatloop_home, cwd=project)

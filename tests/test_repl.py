@@ -24,6 +24,7 @@ from chatloop.store.store import Store
 from chatloop.ui import commands
 from chatloop.ui.repl import Repl
 from tests.conftest import Clock
+from tests.hosts import TEST_SETTINGS
 
 AGENTS = Path(__file__).resolve().parent.parent / "agents"
 
@@ -54,7 +55,7 @@ def drive(store: Store, backend: object, lines: str, agent: str = "simple_sally.
     out = io.StringIO()
     with create_pipe_input() as pipe:
         pipe.send_text(lines)
-        repl = Repl(load_agent(AGENTS / agent), backend, store, settings or Settings(),  # type: ignore[arg-type]
+        repl = Repl(load_agent(AGENTS / agent), backend, store, settings or TEST_SETTINGS,  # type: ignore[arg-type]
                     Console(file=out, width=240), input=pipe, output=DummyOutput(),
                     clock=Clock(), assume_yes=assume_yes)  # fmt: skip
         assert repl.run(**(run_args or {})) == code  # type: ignore[arg-type]
@@ -160,7 +161,7 @@ def test_settings_precedence_and_unknown_keys(tmp_path: Path) -> None:
 @pytest.mark.e2e
 def test_two_real_messages_against_the_llama_server(store: Store, llama_server: str) -> None:
     backend = OpenAICompatBackend(llama_server)
-    settings = Settings(max_tokens=12, summary_max_tokens=48)
+    settings = Settings(max_tokens=12, summary_max_tokens=48)  # titles by the real model
     _, shown = drive(store, backend, "Once upon a time\rThe capital of France is\r\x04",
                         settings=settings)  # fmt: skip
     result = parse_markdown(only_session(store).read_bytes())
@@ -171,7 +172,10 @@ def test_two_real_messages_against_the_llama_server(store: Store, llama_server: 
     assert session.summary is not None and "**Pending:**" in session.summary.text
     assert all(m.usage is not None and m.usage.input > 0 for m in session.messages[1::2])
     assert session.meta.status == "closed" and session.meta.queries == 2
-    assert "Saved session" in shown
+    assert "Saved session" in shown and "Naming the session" in shown
+    # the base model's words, cleaned, or the first request: one short line either way
+    assert session.meta.title and "\n" not in session.meta.title
+    assert len(session.meta.title) <= 60
 
 
 def test_commands_and_agent_names_complete(store: Store) -> None:
@@ -217,7 +221,7 @@ def test_a_question_never_eats_a_message(store: Store) -> None:
     no and is sent next; nothing typed is lost."""
     from tests.fakes import STRUCTURED, FakeBackend
 
-    settings = Settings(context_window=1200, compact_threshold=0.05)
+    settings = Settings(context_window=1200, compact_threshold=0.05, titles="first")
     text = "describe the soil " * 10
     _, shown = drive(store, FakeBackend("A.", "B.", STRUCTURED), f"{text}\rtyped ahead\rn\rexit\r",
                      settings=settings)  # fmt: skip

@@ -19,14 +19,13 @@ summary").
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from chatloop.backends.base import Backend, Cancel, Cancelled, estimate_tokens
+from chatloop.backends.base import Backend, Cancelled, estimate_tokens
 from chatloop.chat import prompts
 from chatloop.config import DEFAULT_SUMMARY_MAX_TOKENS, DEFAULT_SUMMARY_TIMEOUT, DEFAULT_WINDOW
 from chatloop.errors import BackendError, ChatloopError
@@ -150,12 +149,8 @@ def _ask(backend: Backend, prompt: str, options: dict[str, Any], timeout: float)
 
     last: BackendError | None = None
     for attempt in (1, 2):
-        cancel = Cancel()
-        timer = threading.Timer(timeout, cancel.set)
-        timer.daemon = True
-        timer.start()
         try:
-            text, _ = complete(backend, prompt, options=options, cancel=cancel)
+            text, _ = complete(backend, prompt, options=options, timeout=timeout)
             if prompts.echoes_template(text):
                 last = BackendError("The model repeated the summary template", "")
             elif text.strip():
@@ -166,8 +161,6 @@ def _ask(backend: Backend, prompt: str, options: dict[str, Any], timeout: float)
             last = BackendError(f"The summary request took longer than {timeout:.0f} s", "")
         except BackendError as exc:
             last = exc
-        finally:
-            timer.cancel()
     assert last is not None
     raise last
 

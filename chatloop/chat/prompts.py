@@ -1,4 +1,4 @@
-"""The summary and restoration prompts, and the text work around them. No I/O.
+"""The summary, restoration and title prompts, and the text work around them. No I/O.
 
 Every prompt chatloop sends on its own behalf is here, in one place, and is
 quoted in docs/chains.md. A summary always has this shape (under 500 words)::
@@ -106,6 +106,21 @@ Answer it after your acknowledgment:
 {text}
 """
 
+TITLE_PROMPT = """\
+Write a title of at most {words} words for the conversation that begins below. \
+Reply with the title only, on one line, without quotes.
+
+First request:
+
+{request}
+
+Start of the reply:
+
+{reply}
+"""
+TITLE_WORDS = 6  # what the title prompt asks for
+TITLE_SOURCE_CHARS = 500  # of the first request and of the reply, at most, in the prompt
+
 _MARKER_LINE = re.compile(r"^.*SESSION_SUMMARY.*$\n?", re.MULTILINE)  # whole or damaged markers
 
 
@@ -150,6 +165,13 @@ def restoration_prompt(
         unanswered=UNANSWERED.format(text=unanswered.strip()) if unanswered else "",
         pins=PINS.format(facts="\n".join(f"- {p}" for p in pins)) if pins else "",
     )
+
+
+def title_prompt(request: str, reply: str, limit: int = TITLE_SOURCE_CHARS) -> str:
+    """The request for a title of the conversation that began with ``request`` and
+    ``reply``, each cut to ``limit`` characters (the opening says what it is about)."""
+    return TITLE_PROMPT.format(words=TITLE_WORDS, request=_clip(request.strip(), limit),
+                               reply=_clip(reply.strip(), limit) or "(no text)")  # fmt: skip
 
 
 def transcript_lines(messages: Sequence[Message], limit: int = 2000) -> list[str]:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chatloop.backends.base import Backend, ContextOverflow
-from chatloop.chat import chain, prompts
+from chatloop.chat import chain, prompts, titles
 from chatloop.chat.agent import Agent, normalise
 from chatloop.chat.context import Plan, ack_cap, plan, reply_cap, summary_cap
 from chatloop.chat.host import Host, Picked
@@ -98,6 +98,7 @@ class ChatSession:
     chain_base: int = 0  # tokens of every ancestor
     pending: Pending | None = None  # the continuation the next message begins
     pins: tuple[str, ...] = ()  # facts pinned in this chain: in every restoration prompt
+    _title_unsaved: bool = False  # the title made here is not in the file yet: finalize writes it
     _queue: list[Message] = field(default_factory=list)
     _window: int | None = None
     _tokens: TokenCount | None = None
@@ -308,6 +309,8 @@ class ChatSession:
         elif error is not None:
             raise error
         else:
+            if not result.interrupted:  # after Ctrl-C the person wants the prompt, not a title
+                self._name(result.reply)
             self._after_turn()
         return result
 
@@ -332,6 +335,37 @@ class ChatSession:
             self.host.notice("/compact continues in a new session from a summary.")
         elif mode == "on" or self.host.ask("Compact now?", True):
             self.compact()
+
+    # ------------------------------------------------------------------ the title
+    def _name(self, reply: str) -> None:
+        """After an exchange that ended well, give a new conversation without a title one, by
+        ``settings.titles``: ``model`` asks the model (``chat.titles.ask``: bounded in
+        time; its answer cleaned, else the first request's line), ``first`` takes the
+        first request's line, ``off`` makes none. A title the person gave (/rename),
+        one a continuation or a branch took from its parent (any session with a
+        parent), and an earlier title are never replaced. Cosmetic: a title the file
+        refuses now stays in memory and is written when the session is finalized."""
+        writer, mode = self.writer, self.settings.titles
+        if mode == "off" or writer is None or self.title or writer.meta.title:
+            return
+        if writer.meta.parent_id is not None:
+            return
+        first = next((m.text for m in writer.messages if m.is_query), "")
+        made = titles.Title(titles.fallback(first), True)
+        if mode == "model":
+            try:
+                with self.host.working("Naming the session"):
+                    made = titles.ask(self.backend, first, reply,
+                                      timeout=self.settings.title_timeout)  # fmt: skip
+            except KeyboardInterrupt:  # the person wants the prompt back: the first line will do
+                pass
+        if not made.text:
+            return
+        self.title = made.text
+        try:
+            writer.update_meta(title=made.text)
+        except StoreError:
+            self._title_unsaved = True  # written with the summary at close (or never: cosmetic)
 
     # ------------------------------------------------------------------ summaries
     def summarize(self, messages: list[Message], previous: str | None,
@@ -389,7 +423,9 @@ class ChatSession:
     def _finalize(self, writer: SessionWriter, instructions: str = "") -> chain.Parent:
         """Summarize and finalize ``writer``'s session; it stays ours. Raises StoreError."""
         outcome = self.summarize(writer.messages, self.previous, instructions)
-        meta = writer.finalize(outcome.message(self.clock()))
+        # a title made when the file refused it goes in with the totals (if none came since)
+        late = {"title": self.title} if self._title_unsaved and not writer.meta.title else {}
+        meta = writer.finalize(outcome.message(self.clock()), **late)
         kind = "fallback summary" if outcome.fallback else "summary"
         self.host.notice(
             f"Saved session {meta.id} with its {kind}: {meta.queries} queries, "
@@ -404,6 +440,7 @@ class ChatSession:
         self.pending = None
         self.pins = ()
         self.title = ""
+        self._title_unsaved = False
         self.prefix = []
         self.previous = None
         self.chain_base = 0
@@ -837,6 +874,7 @@ class ChatSession:
         title = title[:MAX_TITLE_CHARS]
         if self.writer is not None:
             self.writer.update_meta(title=title)  # before self.title: a refusal changes nothing
+            self._title_unsaved = False
         self.title = title
         return title
 

@@ -10,6 +10,7 @@ a failed exchange is visible in the file and in ``show``.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -190,12 +191,24 @@ def complete(
     system: str = "",
     options: dict[str, Any] | None = None,
     cancel: Cancel | None = None,
+    timeout: float | None = None,
 ) -> tuple[str, Usage | None]:
-    """A one-off completion without tools and outside any history (for summaries).
+    """A one-off completion without tools and outside any history (for summaries and
+    titles), given up after ``timeout`` seconds when one is set (``Cancelled``: the
+    bound is checked as the reply streams, between its pieces).
 
     Raises BackendError on failure; nothing is recorded anywhere.
     """
     messages: list[ChatMessage] = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": prompt})
-    reply = respond(backend, messages, clock=datetime.now, options=options, cancel=cancel)
+    cancel = Cancel() if cancel is None else cancel
+    timer = threading.Timer(timeout, cancel.set) if timeout is not None else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        reply = respond(backend, messages, clock=datetime.now, options=options, cancel=cancel)
+    finally:
+        if timer is not None:
+            timer.cancel()
     return reply.text, reply.usage

@@ -7,18 +7,21 @@ everything else (notices, where the session was saved) to stderr, so
 ``chatloop "…" > answer.txt`` holds the answer alone. The session is saved
 like any other (written before the request, closed with its summary), so
 ``chatloop -c "…"`` continues it. No question is ever asked: a one-shot run
-takes each question's default answer.
+takes each question's default answer. Nor is the model asked for a title: a new
+session is named by the first line of the question (``settings_once``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, TextIO
 
 from chatloop.backends.base import Event, TextDelta, ToolCallEvent
 from chatloop.chat.host import Lookup, Picked, Progress, Tone
+from chatloop.config import Settings
 from chatloop.format import Message
 from chatloop.ui.listing import visible
 
@@ -80,6 +83,14 @@ class PlainHost:
 
     def pick(self, rows: list[SessionRow], lookup: Lookup | None = None) -> Picked | None:
         return None
+
+
+def settings_once(settings: Settings) -> Settings:
+    """A one-shot run's settings: ``titles: model`` becomes ``first`` (a script asked for
+    one answer, so no title request is made; the question's first line names it)."""
+    if settings.titles == "model":
+        return dataclasses.replace(settings, titles="first")
+    return settings
 
 
 def ask_once(session: ChatSession, text: str) -> int:
