@@ -547,23 +547,24 @@ def _search_and_resume(args: argparse.Namespace) -> int:
     the person picks one when several did."""
     from datetime import datetime
 
+    from chatloop.chat.lookup import IndexLookup
     from chatloop.ui.picker import pick
 
     query = " ".join(args.query)
     with _index(args) as index:
         rows = [r for r in index.search_sessions(query, all_projects=args.all, limit=args.limit)
                 if r.number is not None]  # fmt: skip
-    if not rows:
-        raise ChatloopError(f"No finished session holds {query!r}",
-                            "`chatloop sessions` lists them; fewer words find more.")  # fmt: skip
-    if len(rows) == 1:
-        row, fork = rows[0], bool(args.search_fork)
-    else:
-        picked = pick(rows, datetime.now().astimezone())
-        if picked is None:
-            print("Nothing resumed.", file=sys.stderr)
-            return 0
-        row, fork = picked.row, picked.fork or bool(args.search_fork)
+        if not rows:
+            raise ChatloopError(f"No finished session holds {query!r}",
+                                "`chatloop sessions` lists them; fewer words find more.")
+        if len(rows) == 1:
+            row, fork = rows[0], bool(args.search_fork)
+        else:
+            picked = pick(rows, datetime.now().astimezone(), IndexLookup(index, index.store))
+            if picked is None:
+                print("Nothing resumed.", file=sys.stderr)
+                return 0
+            row, fork = picked.row, picked.fork or bool(args.search_fork)
     args.resume, args.continue_, args.fork, args.full = row.id, False, fork, False
     args.question = None
     return cmd_chat(args)

@@ -71,7 +71,7 @@ class ScriptedHost:
         return View(self)
 
     @contextmanager
-    def working(self, label: str) -> Iterator[Callable[[str], None]]:
+    def working(self, label: str, trace: bool = True) -> Iterator[Callable[[str], None]]:
         self.work.append(label)
         yield lambda step: self.work.append(f"{label} ({step})")
 

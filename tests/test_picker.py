@@ -13,7 +13,7 @@ from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
 from chatloop.chat.host import Lookup, Picked
-from chatloop.chat.session import summary_digest
+from chatloop.chat.lookup import summary_digest
 from chatloop.store.index import Index, SessionRow
 from chatloop.store.store import Store
 from chatloop.ui.picker import line_for, matches, pick, pick_numbered

@@ -60,6 +60,35 @@ def wait(child: pexpect.spawn, *patterns: str) -> int:
         child.send("\x1b[1;1R")
 
 
+class Screen:
+    """What a terminal of ``rows`` x ``columns`` shows of a child's output (pyte): for
+    views that redraw in place, where the bytes hold only what changed."""
+
+    def __init__(self, child: pexpect.spawn, rows: int = 24, columns: int = 80) -> None:
+        import pyte
+
+        self.child, self.screen = child, pyte.Screen(columns, rows)
+        self.stream = pyte.Stream(self.screen)
+
+    def text(self) -> str:
+        return "\n".join(line.rstrip() for line in self.screen.display)
+
+    def wait(self, text: str, timeout: float = 60) -> None:
+        """Read until ``text`` is on the screen, answering cursor-position requests."""
+        deadline = time.monotonic() + timeout
+        while text not in self.text():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not on the screen:\n{self.text()}")
+            try:
+                data = self.child.read_nonblocking(65536, timeout=0.5)
+            except pexpect.TIMEOUT:
+                continue
+            self.stream.feed(data)
+            if CPR_REQUEST in data:
+                cursor = self.screen.cursor
+                self.child.send(f"\x1b[{cursor.y + 1};{cursor.x + 1}R")
+
+
 def spawn(url: str, home: Path, cwd: Path, max_tokens: int = 12, *args: str,
           summary_tokens: int = 48, ready_text: str = READY,
           log: io.StringIO | None = None, **settings: str) -> pexpect.spawn:  # fmt: skip
@@ -585,3 +614,67 @@ def test_doctor_says_how_to_set_a_window_the_server_does_not_report(
                                   "CHATLOOP_CONTEXT_WINDOW": "2048"},
                              capture_output=True, text=True, timeout=60)  # fmt: skip
     assert "ok    context window 2,048 tokens (your context_window)" in env_run.stdout
+
+
+def test_the_picker_filters_searches_previews_resumes_and_forks(
+    llama_server: str, chatloop_home: Path, project: Path
+) -> None:
+    """chatloop -r in an 80x24 terminal over the imported samples: typing filters,
+    Tab searches every word, the preview shows the summary, Enter resumes, Ctrl-F
+    forks; search WORDS --resume opens the same picker on the hits."""
+    samples = Path(__file__).resolve().parent.parent / "sample_conversations"
+    assert run("import", str(samples), home=chatloop_home, cwd=project).returncode == 0
+
+    def picker(*args: str) -> Screen:
+        env = {**environment(chatloop_home, 12), "COLUMNS": "80"}
+        child = pexpect.spawn(chatloop_bin(), [*args, "--base-url", llama_server],
+                              cwd=str(project), env=env, encoding="utf-8", timeout=60,
+                              dimensions=(24, 80))  # fmt: skip
+        child.delaybeforesend = 0
+        screen = Screen(child)
+        screen.wait("Resume which session?")
+        return screen
+
+    screen = picker("-r")
+    child = screen.child
+    child.send("compost")
+    screen.wait("(3 of 8)")
+    screen.wait("Mix finished compost into the top 5 cm")  # part 3's summary, in the preview
+    assert all(len(line) <= 80 for line in screen.text().splitlines())
+    child.send("\t")  # search every word: the raised-bed sessions mention compost too
+    screen.wait("(5 found)")
+    child.send("\x7f" * 7 + "mint")
+    screen.wait("(1 found)")
+    screen.wait("Mint gets a pot of its own")
+    child.send("\r")
+    screen.wait("Continuing session Simple_Sally_20250614_101500")
+    screen.wait("you>")
+    child.sendline("exit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+    screen = picker("-r")
+    child = screen.child
+    child.send("part 2")
+    screen.wait("(2 of 8)")  # "Composting, part 1" holds a 2 in its last request
+    screen.wait(">   4  5e4b")  # part 2 first
+    child.send("\x06")  # Ctrl-F: fork it
+    screen.wait("Forking session 20261120-100314-5e4b9cdd after query 2")
+    screen.wait("you>")
+    child.sendline("and then?")
+    screen.wait("Forked: ")
+    leave(child)
+    listed = json.loads(run("sessions", "--json", home=chatloop_home, cwd=project).stdout)
+    fork = listed[0]
+    assert fork["parent_id"] == "20261120-100314-5e4b9cdd" and fork["forked_at"] == 2
+
+    screen = picker("search", "compost", "--resume")
+    screen.wait("(6 of 6)")  # the fork holds the word too
+    screen.wait("Decisions Made:")  # the preview: the summary
+    screen.child.send("\x03")  # Ctrl-C: nothing resumed, nothing written
+    screen.child.expect(pexpect.EOF)
+    screen.child.close()
+    assert screen.child.exitstatus == 0
+    again = json.loads(run("sessions", "--json", home=chatloop_home, cwd=project).stdout)
+    assert [r["id"] for r in again] == [r["id"] for r in listed]

@@ -75,9 +75,10 @@ class Host(Protocol):
         to a restoration prompt, not to the person)."""
         ...
 
-    def working(self, label: str) -> AbstractContextManager[Progress]:
+    def working(self, label: str, trace: bool = True) -> AbstractContextManager[Progress]:
         """Slow work under way (a summary): show it; the yielded function names the
-        current step ("part 2 of 3")."""
+        current step ("part 2 of 3"). ``trace``: the label stays on the screen after
+        the work (a summary does; a title, cosmetic, leaves nothing)."""
         ...
 
     def pick(self, rows: list[SessionRow], lookup: Lookup | None = None) -> Picked | None:

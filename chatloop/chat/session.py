@@ -26,7 +26,6 @@ Promises (docs/durability.md, docs/chains.md):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -49,7 +48,7 @@ from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
 if TYPE_CHECKING:
-    from chatloop.store.index import Index, SessionRow
+    from chatloop.store.index import SessionRow
 
 Clock = Callable[[], datetime]
 PICK_LIMIT = 500  # sessions a picker lists (and search hits it shows)
@@ -354,7 +353,7 @@ class ChatSession:
         made = titles.Title(titles.fallback(first), True)
         if mode == "model":
             try:
-                with self.host.working("Naming the session"):
+                with self.host.working("Naming the session", trace=False):
                     made = titles.ask(self.backend, first, reply,
                                       timeout=self.settings.title_timeout)  # fmt: skip
             except KeyboardInterrupt:  # the person wants the prompt back: the first line will do
@@ -585,12 +584,13 @@ class ChatSession:
     def choose(self, rows: Sequence[SessionRow] | None = None) -> Picked | None:
         """Let the person pick a session (of this project, most recent first, or
         ``rows``) to resume or fork, searching the index as they type; None: none."""
+        from chatloop.chat.lookup import IndexLookup
         from chatloop.store.index import Index
 
         with Index(self.store) as index:
             index.sync(all_projects=True)
             listed = list(rows) if rows is not None else index.list_sessions(limit=PICK_LIMIT)
-            return self.host.pick(listed, _IndexLookup(index, self.store))
+            return self.host.pick(listed, IndexLookup(index, self.store, PICK_LIMIT))
 
     def resume(self, ref: str, full: bool = False, fork: bool = False) -> bool:
         """Continue (``fork``: branch) session ``ref`` (see ``find``; with "" the person
@@ -916,46 +916,6 @@ class ChatSession:
         """The text of the latest reply (for /copy)."""
         return next((m.text for m in reversed(self.messages) if m.role == "assistant" and m.text),
                     None)  # fmt: skip
-
-
-class _IndexLookup:
-    """The index and the files, as a picker asks them (see ``host.Lookup``)."""
-
-    def __init__(self, index: Index, store: Store) -> None:
-        self.index, self.store = index, store
-
-    def search(self, text: str, prefix: bool = False) -> list[SessionRow]:
-        return self.index.search_sessions(text, prefix=prefix, limit=PICK_LIMIT)
-
-    def preview(self, row: SessionRow) -> str:
-        if not row.has_summary:
-            return ""
-        try:
-            found = self.store.summary_of(Path(row.path)).message
-        except (ChatloopError, OSError):
-            return ""
-        return "" if found is None else summary_digest(found.text)
-
-
-_SECTION_RE = re.compile(r"^(?:#+\s*([^:]+?):?\s*$|\*\*([^*:]+):?\*\*:?\s*(.*)$)")
-
-
-def summary_digest(text: str) -> str:
-    """A summary in a few lines, one per section that holds something
-    ("Topics Discussed: a; b"), sections read from ``**Name:**`` or ``## Name``."""
-    sections: dict[str, list[str]] = {}
-    name = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        heading = _SECTION_RE.match(line) if line.startswith(("#", "**")) else None
-        if heading:
-            name = (heading.group(1) or heading.group(2)).strip()
-            line = (heading.group(3) or "").strip()
-        line = line.lstrip("-*• ").strip()
-        if line and line.lower().rstrip(".") not in ("none", "none recorded", "initial session"):
-            sections.setdefault(name, []).append(line)
-    return "\n".join(f"{name}: " * bool(name) + "; ".join(items)
-                     for name, items in sections.items())  # fmt: skip
 
 
 def _fork_point(messages: Sequence[Message], upto: int | None) -> tuple[int, int]:

@@ -77,8 +77,9 @@ class PlainHost:
         return PrintedReply(self.out, self.terminal)
 
     @contextlib.contextmanager
-    def working(self, label: str) -> Iterator[Progress]:
-        print(visible(label), file=sys.stderr)
+    def working(self, label: str, trace: bool = True) -> Iterator[Progress]:
+        if trace:
+            print(visible(label), file=sys.stderr)
         yield lambda step: None
 
     def pick(self, rows: list[SessionRow], lookup: Lookup | None = None) -> Picked | None:

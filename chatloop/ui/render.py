@@ -117,12 +117,14 @@ def note(console: Console, text: str, style: str = "dim") -> None:
 
 
 @contextmanager
-def spinner(console: Console, text: str) -> Iterator[Callable[[str], None]]:
+def spinner(console: Console, text: str, trace: bool = True) -> Iterator[Callable[[str], None]]:
     """A spinner with elapsed time while slow work runs; yields a function that sets
-    what is being done ("part 2 of 3"). Leaves no trace on the screen."""
+    what is being done ("part 2 of 3"). The spinner leaves no trace on the screen;
+    with ``trace`` a line naming the work stays above it."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    note(console, text)
+    if trace:
+        note(console, text)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=console, transient=True) as bar:  # fmt: skip
         task = bar.add_task(text)

@@ -285,8 +285,8 @@ class Repl:
     def reply_view(self, acknowledgment: bool = False) -> ReplyView:
         return render.StreamView(self.console, self.session.agent.name)
 
-    def working(self, label: str) -> AbstractContextManager[Progress]:
-        return render.spinner(self.console, label)
+    def working(self, label: str, trace: bool = True) -> AbstractContextManager[Progress]:
+        return render.spinner(self.console, label, trace)
 
     def pick(self, rows: list[SessionRow], lookup: Lookup | None = None) -> Picked | None:
         from chatloop.ui.picker import pick
