@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_positive, default=LIST_LIMIT, metavar="N",
                    help=f"show the N most recent (default {LIST_LIMIT})")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--expand", action="store_true",
+                   help="list every file of a compact/resume chain (by default a chain is one "
+                        "line, its latest session, with its length)")  # fmt: skip
     p.set_defaults(run=cmd_sessions)
 
     p = sub.add_parser("show", help="print one session's transcript")
@@ -484,9 +487,10 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     from chatloop.store.fsio import local_now
     from chatloop.ui import listing
 
+    fold = not args.expand
     with _index(args) as index:
-        rows = index.list_sessions(all_projects=args.all, limit=args.limit)
-        total = index.count(all_projects=args.all)
+        rows = index.list_sessions(all_projects=args.all, limit=args.limit, fold=fold)
+        total = index.count(all_projects=args.all, fold=fold)
     if args.json:
         print(listing.sessions_json(rows))
         return 0

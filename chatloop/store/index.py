@@ -40,7 +40,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -113,6 +113,7 @@ class SessionRow:
     problems: int
     handle: str = ""  # the short handle of the id (``chatloop.ids.handles``); "" for legacy
     forked_at: int | None = None  # a fork: the parent's query it branches after
+    chain: int = 1  # listed folded: the files of its chain up to it (it included)
 
 
 @dataclass(frozen=True)
@@ -382,19 +383,32 @@ class Index:
 
     # -- reading
     def list_sessions(
-        self, all_projects: bool = False, limit: int | None = None
+        self, all_projects: bool = False, limit: int | None = None, fold: bool = False
     ) -> list[SessionRow]:
-        """Sessions, most recently updated first, numbered per project (see module doc)."""
+        """Sessions, most recently updated first, numbered per project (see module doc).
+        ``fold``: a session that a later one continues (compact, resume; not a fork) is
+        left out, and each row's ``chain`` counts the files of its chain up to it; the
+        numbers stay those of the whole list, so they mean the same folded or not."""
         sql, args = "SELECT * FROM sessions", []
         if not all_projects:
             sql, args = sql + " WHERE project = ?", [self.store.project]
+        links = self._links() if fold else {}
+        continued = {parent for parent, forked in links.values() if parent and forked is None}
         rows: list[SessionRow] = []
         short = self.handles()
         for raw, number, live in _numbered(self._db.execute(sql + _ORDER, args)):
-            rows.append(_row(raw, number, live, short.get(raw["id"], "")))
+            if raw["id"] in continued:
+                continue
+            row = _row(raw, number, live, short.get(raw["id"], ""))
+            rows.append(replace(row, chain=_chain_length(row.id, links)) if fold else row)
             if limit is not None and len(rows) >= limit:
                 break
         return rows
+
+    def _links(self) -> dict[str, tuple[str | None, int | None]]:
+        """Every session's parent and fork point, by id."""
+        sql = "SELECT id, parent_id, forked_at FROM sessions"
+        return {raw[0]: (raw[1], _forked_at(raw[2])) for raw in self._db.execute(sql)}
 
     def handles(self) -> dict[str, str]:
         """Every session's short handle, unique across all projects (so a handle works
@@ -403,8 +417,16 @@ class Index:
 
         return handles(raw[0] for raw in self._db.execute("SELECT id FROM sessions"))
 
-    def count(self, all_projects: bool = False) -> int:
-        """How many sessions the index holds (in this project unless ``all_projects``)."""
+    def count(self, all_projects: bool = False, fold: bool = False) -> int:
+        """How many sessions the index holds (in this project unless ``all_projects``;
+        ``fold``: as ``list_sessions`` lists them folded)."""
+        if fold:
+            links = self._links()
+            continued = {p for p, forked in links.values() if p and forked is None}
+            sql, args = "SELECT id FROM sessions", []
+            if not all_projects:
+                sql, args = sql + " WHERE project = ?", [self.store.project]
+            return sum(raw[0] not in continued for raw in self._db.execute(sql, args))
         if all_projects:
             return int(self._db.execute("SELECT count(*) FROM sessions").fetchone()[0])
         sql = "SELECT count(*) FROM sessions WHERE project = ?"
@@ -683,6 +705,18 @@ def _row(raw: sqlite3.Row, number: int | None, live: bool, handle: str = "") -> 
         has_summary=bool(raw["has_summary"]), legacy=bool(raw["legacy"]),
         problems=raw["problems"], handle=handle, forked_at=raw["forked_at"],
     )  # fmt: skip
+
+
+def _chain_length(session: str, links: dict[str, tuple[str | None, int | None]]) -> int:
+    """The files of the chain that ends at ``session``: it and the sessions it continues
+    (a fork begins a chain of its own)."""
+    length, seen = 1, {session}
+    parent, forked = links.get(session, (None, None))
+    while parent is not None and forked is None and parent in links and parent not in seen:
+        length += 1
+        seen.add(parent)
+        parent, forked = links[parent]
+    return length
 
 
 def _forked_at(value: object) -> int | None:

@@ -88,7 +88,7 @@ def _sessions(shell: Shell, arg: str) -> None:
 
     with Index(shell.session.store) as index:
         index.sync(all_projects=False)
-        rows = index.list_sessions(limit=20)
+        rows = index.list_sessions(limit=20, fold=True)
     if rows:
         shell.console.print(render.sessions_table(rows, shell.now()))
     else:
@@ -306,7 +306,8 @@ TABLE: tuple[Spec, ...] = (
     Spec("compact", "/compact [TEXT]", "summarize (TEXT: what to keep), then continue in a new "
          "linked session", _compact),
     Spec("resume", "/resume [N|ID]", "continue a past session from its summary", _resume),
-    Spec("sessions", "/sessions", "list this project's sessions (1 = most recent)", _sessions),
+    Spec("sessions", "/sessions", "list this project's sessions (1 = most recent; a chain is "
+         "one line)", _sessions),
     Spec("search", "/search WORDS", "find this project's sessions holding every word "
          "(/resume takes the number or handle shown)", _search),
     Spec("info", "/info", "this session: id, file, agent, model, tokens", _info),

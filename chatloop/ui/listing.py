@@ -63,6 +63,8 @@ def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = Fa
         status = "" if row.status == "closed" else f" [{row.status}]"
         if row.forked_at is not None:
             status += f" [fork after query {row.forked_at}]"
+        if row.chain > 1:
+            status += f" [chain of {row.chain}]"
         where = f"  ({row.project})" if show_project else ""
         lines.append(
             f"{number}  {row.handle or '-':<6}  {relative_time(row.updated, now):>9}  "

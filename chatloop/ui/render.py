@@ -161,6 +161,7 @@ def sessions_table(rows: Sequence[SessionRow], now: datetime) -> Table:
         table.add_column(column, overflow="ellipsis", no_wrap=True)
     for row in rows:
         status = "" if row.status == "closed" else f" [{row.status}]"
+        status += f" [chain of {row.chain}]" if row.chain > 1 else ""
         cells = (str(row.number or "*"), relative_time(row.updated, now), str(row.queries),
                  row.agent, row.git_branch or "", describe(row)[:60] + status)  # fmt: skip
         table.add_row(*(Text(visible(cell)) for cell in cells))
