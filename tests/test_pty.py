@@ -678,3 +678,54 @@ def test_the_picker_filters_searches_previews_resumes_and_forks(
     assert screen.child.exitstatus == 0
     again = json.loads(run("sessions", "--json", home=chatloop_home, cwd=project).stdout)
     assert [r["id"] for r in again] == [r["id"] for r in listed]
+
+
+def test_retry_edit_model_and_new_in_the_installed_program(
+    llama_server: str, chatloop_home: Path, project: Path
+) -> None:
+    """/retry and /edit branch after the message before the last one and ask again;
+    /model lists and switches (refusing a model the server lacks); /new closes the
+    session and starts an unlinked one."""
+    import httpx
+
+    model = httpx.get(f"{llama_server}/models", timeout=10).json()["data"][0]["id"]
+    child = spawn(llama_server, chatloop_home, project)
+    child.sendline("zebracorn first question")
+    wait(child, ready(1))
+    child.sendline("/retry")
+    wait(child, "Forked: ")
+    wait(child, ready(1))
+    child.sendline("/edit zebracorn edited question")
+    wait(child, "Forked: ")
+    wait(child, ready(1))
+    child.sendline("/model")
+    wait(child, f"* {model}")
+    child.sendline("/model no-such-model")
+    wait(child, "The server offers no model 'no-such-model'")
+    child.sendline(f"/model {model}")
+    wait(child, "Now with the model")
+    child.sendline("/new")
+    wait(child, "New session: your next message starts it.")
+    child.sendline("zebracorn after new")
+    wait(child, ready(1))
+    leave(child)
+    child.close()
+    assert child.exitstatus == 0
+
+    files = [parse_markdown(p.read_bytes()).session
+             for p in (chatloop_home / "projects").glob("*/*.md")]  # fmt: skip
+    by_query = {s.messages and next(m.text for m in s.messages if m.is_query): s for s in files}
+    assert set(by_query) == {"zebracorn first question", "zebracorn edited question",
+                             "zebracorn after new"} and len(files) == 4  # fmt: skip
+    first = [s for s in files if s.meta.parent_id is None and s.meta.title.startswith(
+        "zebracorn first")]  # fmt: skip
+    retried = [s for s in files if s.meta.extra.get("forked_at") == 0
+               and s.meta.parent_id == first[0].meta.id]  # fmt: skip
+    assert len(first) == 1 and len(retried) == 1
+    assert [m.text for m in retried[0].messages if m.is_query] == ["zebracorn first question"]
+    edited = by_query["zebracorn edited question"]
+    assert edited.meta.parent_id == retried[0].meta.id and edited.meta.extra["forked_at"] == 0
+    assert not any(m.text == "zebracorn first question" for m in edited.messages)
+    fresh = by_query["zebracorn after new"]
+    assert fresh.meta.parent_id is None and fresh.meta.status == "closed"
+    assert all(s.meta.status == "closed" for s in files)
