@@ -12,7 +12,7 @@ import io
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from chatloop import __version__
 from chatloop.errors import ChatloopError, UsageError
@@ -264,14 +264,20 @@ def _positive(text: str) -> int:
 
 def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from chatloop.config import load_settings
-    from chatloop.format.yaml_strict import load
 
     flags = {k: getattr(args, k, None) for k in ("agent", "model", "backend", "base_url")}
     flags["sessions_dir"] = args.sessions_dir
-    settings, warnings = load_settings(flags, config_file=args.config, read_yaml=load)
+    settings, warnings = load_settings(flags, config_file=args.config, read_yaml=_read_yaml)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return settings
+
+
+def _read_yaml(text: str) -> Any:
+    """The config file's YAML, read strictly (loaded only when there is a file)."""
+    from chatloop.format.yaml_strict import load
+
+    return load(text)
 
 
 def _store(args: argparse.Namespace, settings=None):  # type: ignore[no-untyped-def]

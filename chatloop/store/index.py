@@ -171,8 +171,6 @@ class Index:
         return int(dead[0]) > int(live)
 
     def _refresh(self, all_projects: bool, progress: Progress | None, may_rebuild: bool) -> int:
-        from chatloop.store.index_scan import scan_files
-
         if self.in_memory:
             all_projects = True  # it starts empty: what is listed must all be read
         files: dict[str, os.stat_result] = {}
@@ -192,6 +190,10 @@ class Index:
         cold = may_rebuild and all_projects and not known and not self.in_memory
         if cold and len(stale) >= PARALLEL_FROM:
             return self._build_cold(progress)
+        if not stale and not gone:
+            return 0  # fresh: nothing is read, and the scanner (and YAML) never load
+        from chatloop.store.index_scan import scan_files
+
         big = [p for p in stale if files[p].st_size >= STREAM_FROM]
         small = [p for p in stale if files[p].st_size < STREAM_FROM]
         if gone:

@@ -14,21 +14,10 @@ from contextlib import suppress
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from chatloop import ids
 from chatloop.errors import ChatloopError, NotFound, StoreError
-from chatloop.format import (
-    Message,
-    ParseResult,
-    Session,
-    SessionMeta,
-    SummaryLookup,
-    find_summary,
-    open_document,
-    parse_markdown,
-    render_header,
-    reseal,
-)
 from chatloop.store.fsio import (
     atomic_rewrite,
     ensure_dir,
@@ -39,7 +28,11 @@ from chatloop.store.fsio import (
     take_lock,
     write_new_file,
 )
-from chatloop.store.writer import SessionWriter, recover_locked
+
+if TYPE_CHECKING:  # the format (and YAML) load when a file is read or written, so a
+    # listing from a fresh index never imports a parser
+    from chatloop.format import Message, ParseResult, SessionMeta, SummaryLookup
+    from chatloop.store.writer import SessionWriter
 
 Clock = Callable[[], datetime]
 LAST_EXCHANGE_BYTES = 8 << 20  # the last exchange is shown on resume for files up to 8 MiB
@@ -102,6 +95,8 @@ class Store:
 
     def read(self, path: Path) -> ParseResult:
         """Parse a whole session file in memory, without changing it."""
+        from chatloop.format import parse_markdown
+
         return parse_markdown(read_bytes(path), path.stem)
 
     def reseal(self, path: Path) -> tuple[int, Path | None]:
@@ -114,6 +109,8 @@ class Store:
         try:
             data = read_bytes(path)
             try:
+                from chatloop.format import reseal
+
                 new, changed = reseal(data, path.stem)
             except ValueError as exc:
                 raise StoreError(f"Cannot reseal {path.name}: {exc}", "") from exc
@@ -133,6 +130,8 @@ class Store:
         """The summary of a session that may be trusted (see
         ``chatloop.format.find_summary``); reads the head and the summary frame of a
         format 2 file, streams the frames of any other."""
+        from chatloop.format import find_summary
+
         with open_read(path) as handle:
             return find_summary(handle, path.stem)
 
@@ -152,6 +151,8 @@ class Store:
         """The last message the person typed in the session at ``path`` and what
         followed it (streamed; [] for a file larger than ``limit`` bytes, which would
         take too long to walk just to show it)."""
+        from chatloop.format import open_document
+
         with open_read(path) as handle:
             if os.fstat(handle.fileno()).st_size > limit:
                 return []
@@ -183,6 +184,9 @@ class Store:
 
     def create(self, meta: SessionMeta) -> SessionWriter:
         """Create a new session file for ``meta`` (id, times and cwd filled in if empty)."""
+        from chatloop.format import Session, render_header
+        from chatloop.store.writer import SessionWriter
+
         now = self.clock()
         if meta.id:
             ids.validate_session_id(meta.id, new=True)
@@ -209,6 +213,8 @@ class Store:
 
     def open(self, path: Path) -> SessionWriter:
         """Open an existing session for appending, after recovering it."""
+        from chatloop.store.writer import SessionWriter, recover_locked
+
         lock_fd = take_lock(path)
         try:
             result = recover_locked(path, self.clock)
@@ -219,6 +225,8 @@ class Store:
 
     def recover(self, path: Path) -> ParseResult:
         """Repair a session nobody is writing: torn tail out, ``open`` becomes ``interrupted``."""
+        from chatloop.store.writer import recover_locked
+
         lock_fd = take_lock(path)
         try:
             return recover_locked(path, self.clock)

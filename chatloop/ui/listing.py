@@ -10,9 +10,12 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from chatloop.format import Message, Session, SessionMeta
 from chatloop.store.index import SearchHit, SessionRow
+
+if TYPE_CHECKING:  # a listing from a fresh index imports no parser
+    from chatloop.format import Message, Session, SessionMeta
 
 # C0 controls (but tab and newline), DEL and C1 controls become visible pictures or
 # escapes; bidirectional overrides too: none of them may reach a terminal as such.

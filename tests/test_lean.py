@@ -1,0 +1,49 @@
+"""What a quick command loads: `chatloop sessions` from a fresh index, its output a
+pipe, imports no parser (nor YAML) and no rich (issue 15: a listing as quick as `ls`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from chatloop.store.store import Store
+from tests.fakes import STRUCTURED, FakeBackend
+from tests.hosts import chat
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = """
+import sys
+from chatloop.cli import main
+code = main(sys.argv[1:])
+heavy = sorted(m for m in sys.modules
+               if m.startswith(("chatloop.format", "yaml", "frontmatter", "rich", "httpx",
+                                "prompt_toolkit", "chatloop.store.index_scan")))
+print("LOADED " + " ".join(heavy), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def loaded(store: Store, *args: str) -> tuple[str, list[str]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CHATLOOP_CONFIG": ""}
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=store.cwd, env=env,
+                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    line = next(x for x in done.stderr.splitlines() if x.startswith("LOADED"))
+    return done.stdout, line.split()[1:]
+
+
+def test_a_listing_from_a_fresh_index_loads_no_parser_and_no_rich(store: Store) -> None:
+    session, _ = chat(store, FakeBackend(default=STRUCTURED))
+    session.send("a question worth listing")
+    session.close()
+    out, first = loaded(store, "sessions")  # the index is built: the parser loads
+    assert "a question worth listing" in out and "chatloop.format" in first
+    out, heavy = loaded(store, "sessions")
+    assert "a question worth listing" in out and heavy == []
+    out, heavy = loaded(store, "sessions", "--json")
+    assert json.loads(out)[0]["queries"] == 1 and heavy == []
+    Path(next(iter(store.session_files())).path).touch()  # changed: read again
+    _, again = loaded(store, "sessions")
+    assert "chatloop.format" in again
