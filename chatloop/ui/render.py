@@ -7,6 +7,7 @@ themselves; these functions turn them into renderables.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -27,16 +28,31 @@ from chatloop.ui.listing import describe, relative_time, visible
 if TYPE_CHECKING:  # sqlite3 and rich.markdown load only when used
     from chatloop.store.index import SessionRow
 
+_FENCE_RE = re.compile(r"^\s*(```|~~~)", re.MULTILINE)
 METER_LEVELS = ((0.9, "ansired"), (0.8, "ansiyellow"), (0.7, "ansibrightyellow"))
 
 
+LIVE_LINES = 24  # lines a streaming reply keeps live before finished paragraphs are printed
+LIVE_CHARS = 4000  # or characters: a paragraph this long is printed up to its last words
+
+
 class StreamView:
-    """Shows one turn as it streams: text live, then as markdown once each reply ends."""
+    """Shows one turn as it streams: text live, then as markdown once each reply ends.
+
+    Only the reply's last paragraphs are live: once the live text passes
+    ``LIVE_LINES`` lines or ``LIVE_CHARS`` characters, the paragraphs before its
+    last blank line (outside a code fence) are printed once, as markdown, above
+    it; a paragraph longer than ``LIVE_CHARS`` with no break (and no code
+    fence) is printed as plain text up to its last quarter. So a token costs
+    the same at the end of a long reply as at its start: the live region,
+    redrawn at each refresh, stays about a screenful."""
 
     def __init__(self, console: Console, agent: str) -> None:
         self.console = console
         self.agent = agent
-        self._text: list[str] = []
+        self._text: list[str] = []  # the live part of the reply (after what was printed)
+        self._lines = 0  # newlines in the live part (since it was last looked at)
+        self._chars = 0  # and characters
         self._shown = Text("")
         self._thinking = 0
         self._live: Live | None = None
@@ -53,6 +69,10 @@ class StreamView:
             else:
                 with self._live._lock:  # the refresh thread draws the same Text
                     self._shown.append(piece)  # O(1) a token, whatever the reply's length
+            self._lines += event.text.count("\n")
+            self._chars += len(event.text)
+            if self._lines > LIVE_LINES or self._chars > LIVE_CHARS:
+                self._print_finished()
         elif isinstance(event, ThinkingDelta):
             if not self._thinking:
                 self.console.print(Text("thinking…", style="dim italic"))
@@ -65,19 +85,34 @@ class StreamView:
         elif isinstance(event, Finish):
             self.end_text()
 
+    def _print_finished(self) -> None:
+        """Print the live text's finished paragraphs above the live region, once, and
+        keep the rest live (see the class). Amortized O(1) a character: when nothing
+        can be printed, it looks again only after as much text again."""
+        assert self._live is not None
+        text = "".join(self._text)
+        cut, plain = finished_paragraphs(text), False
+        if cut <= 0 and len(text) > LIVE_CHARS and not _FENCE_RE.search(text):
+            cut, plain = text.rfind(" ", 0, len(text) - LIVE_CHARS // 4) + 1, True
+        if cut <= 0:
+            self._lines = self._chars = 0
+            return
+        head, tail = text[:cut], text[cut:]
+        self._text, self._lines, self._chars = [tail], tail.count("\n"), len(tail)
+        with self._live._lock:
+            self._shown = Text(visible(tail))
+            self._live.update(self._shown, refresh=False)
+        self._live.console.print(Text(visible(head)) if plain else _as_markdown(head))
+
     def end_text(self) -> None:
         """Replace the live text with its markdown rendering; text with angle brackets
         (HTML, ``<<SYS>>``) stays as written, since markdown would drop them."""
         if self._live is None:
             return
-        from rich.markdown import Markdown
-
-        text = visible("".join(self._text))
-        shown = Markdown(text) if text.strip() and "<" not in text else Text(text)
-        self._live.update(shown)
+        self._live.update(_as_markdown("".join(self._text)))
         self._live.stop()
         self._live = None
-        self._text = []
+        self._text, self._lines, self._chars = [], 0, 0
 
     def tool_results(self, message: Message) -> None:
         for result in message.tool_results:
@@ -98,6 +133,30 @@ class StreamView:
                 else "(interrupted before any reply arrived: marked so in the file)"
             )
             self.console.print(Text(said, style="yellow"))
+
+
+def finished_paragraphs(text: str) -> int:
+    """Where the finished paragraphs of ``text`` end: just after its last blank line
+    outside a code fence (0: none), so that what comes before it renders as markdown
+    the same whether or not the rest follows."""
+    cut, fenced, at = 0, False, 0
+    for line in text.splitlines(keepends=True):
+        at += len(line)
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not stripped and not fenced and at < len(text):
+            cut = at
+    return cut
+
+
+def _as_markdown(text: str) -> Any:
+    """Reply text as shown once it is final: markdown, or as written when it holds angle
+    brackets (HTML, ``<<SYS>>``), which markdown would drop; never terminal control."""
+    from rich.markdown import Markdown
+
+    shown = visible(text)
+    return Markdown(shown) if shown.strip() and "<" not in shown else Text(shown)
 
 
 def _short(text: str, limit: int) -> str:
