@@ -9,7 +9,9 @@ one common word (in about 80% of sessions) and one rare word (in 1%). Then:
 - for each word, runs interleaved C R G C R G (chatloop search with default
   output, `rg -il`, `grep -ril`, whole processes, page cache warm), medians and
   the ratio chatloop ÷ rg taken pair by pair (below 1: chatloop is faster);
-- the same sessions as `rg -ilw` (whole words, as chatloop searches).
+- the same sessions as `rg -ilw` (whole words, as chatloop searches);
+- `chatloop sessions` (the index fresh, output a pipe) against `ls -l` of the
+  sessions folder, interleaved, ratio chatloop ÷ ls pair by pair.
 
     python bench/search.py                    # 10,000 sessions, 5 rounds
     python bench/search.py --sessions 500 --rounds 3
@@ -135,6 +137,19 @@ def main() -> int:
         db = (home / "index.db").stat().st_size
         print(f"reindex: {wall:.2f} s wall, {cpu:.2f} s CPU (target <= 6 s CPU); index.db "
               f"{db / 1e6:,.1f} MB = {db / size:.1%} of the sessions (target <= 15%)")
+        listing = {"chatloop": [chatloop, "sessions"], "ls": ["ls", "-l", str(folder)]}
+        for cmd in listing.values():  # warm up (the first listing also checks the index)
+            timed(cmd, cwd, env)
+        spent: dict[str, list[float]] = {name: [] for name in listing}
+        for _ in range(args.rounds):
+            for name, cmd in listing.items():
+                spent[name].append(timed(cmd, cwd, env)[0])
+        pairs = [c / s for c, s in zip(spent["chatloop"], spent["ls"], strict=True)]
+        ratio = statistics.median(pairs)
+        print(f"sessions ({args.sessions:,}; 50 shown): chatloop "
+              f"{statistics.median(spent['chatloop']) * 1000:.0f} ms, ls -l "
+              f"{statistics.median(spent['ls']) * 1000:.0f} ms; chatloop ÷ ls {ratio:.2f}x "
+              f"(target <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'})")
         for word in (COMMON, RARE):
             cmds = {"chatloop": [chatloop, "search", word], "rg": [rg, "-il", word, str(folder)],
                     "grep": ["grep", "-ril", word, str(folder)]}  # fmt: skip

@@ -47,3 +47,18 @@ def test_a_listing_from_a_fresh_index_loads_no_parser_and_no_rich(store: Store) 
     Path(next(iter(store.session_files())).path).touch()  # changed: read again
     _, again = loaded(store, "sessions")
     assert "chatloop.format" in again
+
+
+def test_version_loads_no_command_line_module() -> None:
+    probe = ("import sys; sys.argv = ['chatloop', '--version']\n"
+             "from chatloop.__main__ import main\n"
+             "code = main()\n"
+             "print(code, 'argparse' in sys.modules, 'chatloop.cli' in sys.modules)")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                          text=True, timeout=60, check=True)  # fmt: skip
+    version, verdict = done.stdout.splitlines()
+    assert version.startswith("chatloop ") and verdict == "0 False False"
+    run = subprocess.run([sys.executable, "-m", "chatloop", "--version"], env=env,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 0 and run.stdout == version + "\n"
