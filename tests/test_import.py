@@ -62,7 +62,7 @@ def test_import_copies_once_keeps_chains_and_reports_every_file(
                              parse_markdown((SAMPLES / "format1" / "01-plain-chat.md")
                                             .read_bytes()).session.meta.id}  # fmt: skip
     assert imported["Simple_Sally_20250614_101500"].read_bytes() == LEGACY.read_bytes()
-    listed = subprocess.run([chatloop_bin(), "sessions"], cwd=project, env=env,
+    listed = subprocess.run([chatloop_bin(), "sessions", "--expand"], cwd=project, env=env,
                             capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert len(listed.strip().splitlines()) == 3
     tree = subprocess.run([chatloop_bin(), "tree", "Simple_Sally_20250615_090000"], cwd=project,

@@ -33,13 +33,15 @@ def test_visible_shows_every_control_character() -> None:
 
 def test_the_repl_shows_hostile_replies_and_titles_as_text(store: Store) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):  # hostile model names, for /model
+            return httpx.Response(200, json={"data": [{"id": HOSTILE}, {"id": "fake-model"}]})
         return httpx.Response(200, content=reply_body(HOSTILE))
 
     backend = OpenAICompatBackend(
         "http://fake/v1", "fake-model", client=httpx.Client(transport=httpx.MockTransport(handler))
     )
     arguments = {"rename": HOSTILE, "export": str(store.cwd / "exported.md"), "pin": HOSTILE,
-                 "unpin": "1"}
+                 "unpin": "1", "search": HOSTILE}
     skipped = {"exit", "resume", "new", "fork", "retry", "edit", "clear", "copy"}  # elsewhere
     every = [f"/{spec.name} {arguments.get(spec.name, '')}".rstrip()
              for spec in commands.TABLE if spec.name not in skipped]  # fmt: skip
