@@ -560,6 +560,11 @@ def _search_and_resume(args: argparse.Namespace) -> int:
     from chatloop.chat.lookup import IndexLookup
     from chatloop.ui.picker import pick
 
+    if args.json:
+        raise UsageError("--json lists hits; --resume continues one: choose one of them", "")
+    if not sys.stdin.isatty():
+        raise UsageError("search --resume continues the session in the chat, which needs a "
+                         "terminal", 'To ask it once from a script: chatloop -r HANDLE "…"')
     query = " ".join(args.query)
     with _index(args) as index:
         rows = [r for r in index.search_sessions(query, all_projects=args.all, limit=args.limit)
@@ -570,7 +575,8 @@ def _search_and_resume(args: argparse.Namespace) -> int:
         if len(rows) == 1:
             row, fork = rows[0], bool(args.search_fork)
         else:
-            picked = pick(rows, datetime.now().astimezone(), IndexLookup(index, index.store))
+            lookup = IndexLookup(index, index.store, args.limit, all_projects=args.all)
+            picked = pick(rows, datetime.now().astimezone(), lookup)
             if picked is None:
                 print("Nothing resumed.", file=sys.stderr)
                 return 0

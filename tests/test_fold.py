@@ -4,6 +4,7 @@ every file; numbers mean the same either way (in process, through cli.main)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +53,38 @@ def test_a_chain_is_one_line_with_its_length_and_forks_stay_apart(
     assert len(json.loads("\n".join(listing(capsys, "--json", "--expand")))) == 5
     limited = listing(capsys, "--limit", "2")
     assert len(limited) == 3 and limited[-1].startswith("… 1 older")
+
+
+def write(store: Store, session_id: str, parent: str | None, minute: int) -> None:
+    from datetime import timedelta
+
+    from chatloop.format import Message, Session, render_markdown
+    from tests.conftest import T0, new_meta
+
+    at = T0 + timedelta(minutes=minute)
+    meta = new_meta(id=session_id, parent_id=parent, status="closed", created=at, updated=at,
+                    title=f"session {session_id[-4:]}", queries=1)  # fmt: skip
+    messages = (Message.create("user", at, text=f"question of {session_id}"),)
+    store.project_dir.mkdir(parents=True, exist_ok=True)
+    (store.project_dir / f"{session_id}.md").write_bytes(
+        render_markdown(Session(meta, messages)))
+
+
+def test_a_continuation_elsewhere_or_a_loop_of_links_hides_no_session(
+    store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    other = tmp_path / "other"
+    other.mkdir()
+    elsewhere = Store(store.root, cwd=other)
+    write(store, "20261121-100000-aaaa0001", None, 1)
+    write(elsewhere, "20261121-100000-bbbb0002", "20261121-100000-aaaa0001", 2)  # resumed there
+    write(store, "20261121-100000-cccc0003", "20261121-100000-dddd0004", 3)  # a loop, by hand
+    write(store, "20261121-100000-dddd0004", "20261121-100000-cccc0003", 4)
+    write(store, "20261121-100000-eeee0005", "20261121-100000-eeee0005", 5)  # its own parent
+    monkeypatch.chdir(store.cwd)
+    folded = listing(capsys)
+    assert any("session 0001" in line for line in folded)  # continued in another project
+    assert any("session 0004" in line for line in folded)  # the later of the loop stays
+    assert any("session 0005" in line for line in folded)
+    assert len(listing(capsys, "--expand")) == 4 and len(folded) == 3

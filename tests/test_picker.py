@@ -64,7 +64,7 @@ def test_typing_filters_by_what_the_session_is_about(sessions: list[SessionRow])
     assert [r.preview for r in sessions] == list(reversed(TALKS))
     picked = drive(sessions, "DOUGH" + ENTER)  # case-insensitive, part of a word
     assert picked is not None and picked.row.preview == "sourdough starter feeding"
-    by_handle = drive(sessions, sessions[2].handle + ENTER)
+    by_handle = drive(sessions, sessions[2].id[-8:] + ENTER)  # a handle typed in full
     assert by_handle is not None and by_handle.row == sessions[2]
     assert drive(sessions, "nothing-like-this" + ENTER + ESC) is None  # Enter: no match
     assert drive(sessions, "tomato chain" + ENTER + ESC) is None  # every word must match
@@ -167,3 +167,78 @@ def test_numbered_fallback_takes_a_number_a_handle_or_f_to_fork(
         raise EOFError
 
     assert pick_numbered(sessions, T0, read=ends, write=shown.append) is None
+
+
+def test_a_summary_line_built_to_make_patterns_backtrack_is_read_in_one_pass() -> None:
+    assert summary_digest("#" + " " * 20000 + ":x") == ""  # a heading with no items
+    assert summary_digest("- " + "*" * 20000 + " done") == "done"
+
+
+class Found:
+    """A Lookup that finds the given rows, whatever is typed."""
+
+    def __init__(self, rows: list[SessionRow]) -> None:
+        self.rows = rows
+
+    def search(self, text: str, prefix: bool = False) -> list[SessionRow]:
+        return list(self.rows)
+
+    def preview(self, row: SessionRow) -> str:
+        return ""
+
+
+def test_search_hits_beyond_the_first_list_are_drawn_and_live_sessions_left_out(
+    sessions: list[SessionRow],
+) -> None:
+    from dataclasses import replace
+
+    from chatloop.ui.picker import _Picker
+
+    live = replace(sessions[1], number=None, id="20261121-000000-0000live")
+    picker = _Picker(sessions[:1], T0, Found([*sessions, live]))  # the list began with one
+    picker.state.searching = True
+    picker.query.text = "anything"  # the search finds the three, and a live one
+    assert picker.state.shown == sessions
+    picker.state.at = 2
+    drawn = "".join(text for _, text in picker._list())
+    assert f"> {line_for(sessions[2], T0, 77)}" in drawn  # the chosen row is on screen
+    assert picker._list_height().preferred == 3
+    assert drive(sessions[:1], TAB + "x" + DOWN + DOWN + ENTER, Found([*sessions, live])) == (
+        Picked(sessions[2], False))  # fmt: skip
+
+
+def test_the_numbered_fallback_names_projects_and_refuses_a_number_two_share(
+    sessions: list[SessionRow],
+) -> None:
+    from dataclasses import replace
+
+    elsewhere = replace(sessions[0], project="other-1234", id="20261121-000000-0ther001")
+    rows = [*sessions, elsewhere]
+    shown: list[str] = []
+    feed = iter(["1", sessions[0].handle, ""])
+    got = pick_numbered(rows, T0, read=lambda _: next(feed), write=shown.append)
+    assert got == Picked(sessions[0], False)  # "1" named two sessions: asked again
+    assert any(line.endswith("(other-1234)") for line in shown)
+
+
+def test_search_resume_needs_a_terminal_and_no_json(
+    store: Store, sessions: list[SessionRow], capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    from chatloop.cli import main
+
+    monkeypatch.chdir(store.cwd)
+    assert main(["search", "sourdough", "--resume"]) == 2  # stdin is no terminal here
+    assert "needs a terminal" in capsys.readouterr().err
+    assert main(["search", "sourdough", "--resume", "--json"]) == 2
+    assert "--json lists hits" in capsys.readouterr().err
+
+
+def test_a_handle_of_eight_digits_is_taken_as_the_handle(sessions: list[SessionRow]) -> None:
+    from dataclasses import replace
+
+    digits = replace(sessions[2], id="20261121-000000-35680846", handle="35680846")
+    rows = [*sessions[:2], digits]
+    feed = iter(["35680846"])
+    assert pick_numbered(rows, T0, read=lambda _: next(feed), write=lambda _: None) == Picked(
+        digits, False)  # fmt: skip

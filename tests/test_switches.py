@@ -97,3 +97,54 @@ def test_search_in_the_chat_lists_hits_that_resume_takes(store: Store) -> None:
     assert "Continuing session" in shown
     _, shown = drive(store, server(requests), "/search nothing-of-the-kind\rexit\r")
     assert "No session of this project holds" in shown
+
+
+def test_model_switches_unchecked_when_the_server_cannot_list_its_models(store: Store) -> None:
+    requests: list[dict[str, object]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return httpx.Response(500, text="boom")
+        if "tokenize" in request.url.path:
+            return httpx.Response(404)
+        requests.append(json.loads(request.content))
+        return httpx.Response(200, content=reply_body("Fine."))
+
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    backend = OpenAICompatBackend("http://fake/v1", "fake-model", client=client)
+    _, shown = drive(store, backend, "/model\r/model other-model\rhello\rexit\r")
+    assert "error:" not in shown and "The server did not list its models" in shown
+    assert "Not checked" in shown and asked(requests, "hello")["model"] == "other-model"
+
+
+def test_model_then_compact_names_the_model_in_use_in_the_new_file(store: Store) -> None:
+    requests: list[dict[str, object]] = []
+    drive(store, server(requests), "first\r/model other-model\r/compact\rsecond\rexit\r")
+    parent, child = sessions(store)
+    assert parent.meta.model == "fake-model" and child.meta.model == "other-model"
+
+
+def test_agent_right_after_an_overflow_compaction_carries_the_restoration_and_its_answer(
+    store: Store,
+) -> None:
+    from chatloop.backends.base import ContextOverflow
+    from chatloop.chat.agent import load_agent
+    from tests.fakes import STRUCTURED, FakeBackend
+    from tests.hosts import chat
+    from tests.test_repl import AGENTS
+
+    backend = FakeBackend("A.", ContextOverflow("too long", "", window=2048), STRUCTURED,
+                          "Ack, and the answer.", STRUCTURED, "Fiona here.",
+                          STRUCTURED)  # fmt: skip
+    session, _ = chat(store, backend)
+    session.send("first")
+    session.send("second")  # overflows: the child's restoration prompt carries it, answered
+    assert session.writer is not None and not any(m.is_query for m in session.writer.messages)
+    assert session.use_agent(load_agent(AGENTS / "file_fiona.py")) is True
+    session.send("third")
+    session.close()
+    branch = sessions(store)[-1]
+    assert branch.meta.agent == "File Fiona"
+    assert [m.text for m in branch.messages if m.is_query] == ["third"]
+    carried = [m.text for m in branch.messages if m.restore]
+    assert "second" in carried[0] and carried[1] == "Ack, and the answer. "

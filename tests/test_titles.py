@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -342,3 +343,45 @@ def test_a_one_shot_question_is_named_by_its_first_line_with_one_request(
     assert settings_once(load_settings(environ={}, read_yaml=yaml_load)[0]).titles == "first"
     assert settings_once(load_settings(environ={"CHATLOOP_TITLES": "off"},
                                        read_yaml=yaml_load)[0]).titles == "off"  # fmt: skip
+
+
+class SilentFirst(FakeBackend):
+    """A server that sends nothing for ``wait`` seconds when asked for a title."""
+
+    def __init__(self, *replies: object, wait: float) -> None:
+        super().__init__(*replies)  # type: ignore[arg-type]
+        self.wait = wait
+        self.released = threading.Event()
+
+    def stream(self, messages, **kwargs):  # type: ignore[no-untyped-def,override]
+        if "Write a title of at most" in str(messages[-1]):
+            self.released.wait(self.wait)  # nothing at all arrives meanwhile
+        return super().stream(messages, **kwargs)
+
+
+def test_a_server_silent_before_its_first_byte_holds_the_prompt_no_longer_than_the_bound(
+    store: Store,
+) -> None:
+    backend = SilentFirst(REPLY, "Basil watering schedule", STRUCTURED, wait=30)
+    session, host = chat(store, backend, titles="model", title_timeout=0.2)
+    started = time.monotonic()
+    session.send(ASKED)
+    waited = time.monotonic() - started
+    backend.released.set()  # let the abandoned request end
+    assert waited < 10, waited  # 0.2 s of bound, not the 30 s the server takes
+    assert on_disk(session) == FIRST_LINE and host.notices == []
+
+
+def test_a_conversation_no_title_fits_asks_for_one_once(store: Store) -> None:
+    backend = FakeBackend(REPLY, BackendError("boom", ""), REPLY, REPLY, STRUCTURED)
+    session, _ = chat(store, backend, titles="model")
+    session.send("?")  # no words to fall back on, and the model fails
+    session.send("and then?")
+    session.send("and after that?")
+    assert len(title_requests(backend)) == 1 and on_disk(session) == ""
+
+
+def test_a_huge_first_line_is_read_only_as_far_as_a_title_needs() -> None:
+    line = "__x " * 16000  # underscores everywhere: the emphasis pattern's worst case
+    assert titles.fallback(line) == titles.fallback(line[: titles.READ_CHARS])
+    assert len(titles.fallback(line)) <= titles.MAX_CHARS

@@ -7,7 +7,6 @@ a preview of each session (its summary, in a few lines).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from chatloop.errors import ChatloopError
@@ -18,11 +17,14 @@ from chatloop.store.store import Store
 class IndexLookup:
     """The index and the files, as a picker asks them (see ``host.Lookup``)."""
 
-    def __init__(self, index: Index, store: Store, limit: int = 500) -> None:
+    def __init__(self, index: Index, store: Store, limit: int = 500,
+                 all_projects: bool = False) -> None:  # fmt: skip
         self.index, self.store, self.limit = index, store, limit
+        self.all_projects = all_projects  # search every project, not only this one
 
     def search(self, text: str, prefix: bool = False) -> list[SessionRow]:
-        return self.index.search_sessions(text, prefix=prefix, limit=self.limit)
+        return self.index.search_sessions(text, prefix=prefix, all_projects=self.all_projects,
+                                          limit=self.limit)  # fmt: skip
 
     def preview(self, row: SessionRow) -> str:
         if not row.has_summary:
@@ -34,22 +36,31 @@ class IndexLookup:
         return "" if found is None else summary_digest(found.text)
 
 
-_SECTION_RE = re.compile(r"^(?:#+\s*([^:]+?):?\s*$|\*\*([^*:]+):?\*\*:?\s*(.*)$)")
-
-
 def summary_digest(text: str) -> str:
     """A summary in a few lines, one per section that holds something
-    ("Topics Discussed: a; b"), sections read from ``**Name:**`` or ``## Name``."""
+    ("Topics Discussed: a; b"), sections read from ``**Name:**`` or ``## Name``.
+    Linear in the summary's length (it is model output: no pattern that can
+    backtrack runs over it)."""
     sections: dict[str, list[str]] = {}
     name = ""
     for raw in text.splitlines():
         line = raw.strip()
-        heading = _SECTION_RE.match(line) if line.startswith(("#", "**")) else None
-        if heading:
-            name = (heading.group(1) or heading.group(2)).strip()
-            line = (heading.group(3) or "").strip()
+        heading = _heading(line)
+        if heading is not None:
+            name, line = heading
         line = line.lstrip("-*• ").strip()
         if line and line.lower().rstrip(".") not in ("none", "none recorded", "initial session"):
             sections.setdefault(name, []).append(line)
     return "\n".join(f"{name}: " * bool(name) + "; ".join(items)
                      for name, items in sections.items())  # fmt: skip
+
+
+def _heading(line: str) -> tuple[str, str] | None:
+    """(section name, the rest of the line) for ``## Name`` or ``**Name:** rest``."""
+    if line.startswith("#"):
+        return line.lstrip("#").strip().rstrip(":").strip(), ""
+    if line.startswith("**"):
+        end = line.find("**", 2)
+        if end > 2:
+            return line[2:end].strip().rstrip(":").strip(), line[end + 2 :].lstrip(":").strip()
+    return None

@@ -98,6 +98,7 @@ class ChatSession:
     pending: Pending | None = None  # the continuation the next message begins
     pins: tuple[str, ...] = ()  # facts pinned in this chain: in every restoration prompt
     _title_unsaved: bool = False  # the title made here is not in the file yet: finalize writes it
+    _title_tried: bool = False  # this session was named (or could not be): never twice
     _queue: list[Message] = field(default_factory=list)
     _window: int | None = None
     _tokens: TokenCount | None = None
@@ -347,11 +348,12 @@ class ChatSession:
         writer, mode = self.writer, self.settings.titles
         if mode == "off" or writer is None or self.title or writer.meta.title:
             return
-        if writer.meta.parent_id is not None:
+        if writer.meta.parent_id is not None or self._title_tried:
             return
+        self._title_tried = True  # once a session: a conversation no title fits asks no more
         first = next((m.text for m in writer.messages if m.is_query), "")
         made = titles.Title(titles.fallback(first), True)
-        if mode == "model":
+        if mode == "model" and self.backend.kind != "embedded":  # in process: not in a thread
             try:
                 with self.host.working("Naming the session", trace=False):
                     made = titles.ask(self.backend, first, reply,
@@ -440,6 +442,7 @@ class ChatSession:
         self.pins = ()
         self.title = ""
         self._title_unsaved = False
+        self._title_tried = False
         self.prefix = []
         self.previous = None
         self.chain_base = 0
@@ -519,7 +522,7 @@ class ChatSession:
         continuation stays pending (and the message in hand queued) for the next try."""
         parent = pending.parent
         # what was pinned or renamed while the continuation waited goes in too
-        template = replace(pending.template, pins=self.pins,
+        template = replace(pending.template, pins=self.pins, model=self.backend.model,
                            title=self.title or pending.template.title)  # fmt: skip
         if pending.copies is not None:
             self._begin_fork(pending, template)
@@ -728,16 +731,21 @@ class ChatSession:
                          "message.", "restored")  # fmt: skip
 
     # ------------------------------------------------------------------ fork
-    def fork(self, upto: int | None = None) -> None:
+    def fork(self, upto: int | None = None, carry_all: bool = False) -> None:
         """Branch this conversation after its query ``upto`` (None: after the last one):
         this session closes with its summary, as it is, and the next message begins a
         new session linked to it that carries its history up to that point (copied
-        whole when it fits the budget, else as a summary of it) and nothing after."""
+        whole when it fits the budget, else as a summary of it) and nothing after.
+        ``carry_all``: a session with no query of its own yet (a restoration prompt
+        and its answer) is carried whole instead of refused."""
         if self.writer is None:
             raise ChatloopError("Nothing to fork yet", "Send a message first.")
         self.flush()  # queued messages belong to this session (StoreError if not yet)
         own = [m for m in self.writer.messages if m.role != "summary"]
-        cut, at = _fork_point(own, upto)  # numbered in this session; --full's prefix goes too
+        if carry_all and not any(m.is_query for m in own):
+            cut, at = len(own), 0  # a restoration and its answer only: carry them all
+        else:
+            cut, at = _fork_point(own, upto)  # numbered here; --full's prefix goes too
         history = [*(m for m in self.prefix if m.role != "summary"), *own[:cut]]
         template = replace(self.meta(), title="")
         try:
@@ -829,17 +837,23 @@ class ChatSession:
                          f"after query {pending.forked_at}.", "restored")  # fmt: skip
 
     # ------------------------------------------------------------------ switches
-    def use_model(self, name: str) -> str:
+    def use_model(self, name: str) -> str | None:
         """Send the next requests to the server's model ``name`` (the front matter keeps
-        the model the session began with; each reply records the one that gave it).
-        Raises ChatloopError when the server does not offer it or cannot switch."""
+        the model the session began with; each reply records the one that gave it, and
+        a continuation names it). Returns None when the server's list had it, else why
+        it could not be checked (its list failed: the switch is made unchecked).
+        Raises ChatloopError when the server lists models and ``name`` is not one."""
         import difflib
 
         if self.backend.kind == "embedded":
             raise ChatloopError("The embedded model cannot be switched mid-chat",
                                 "Start a server for several models, or chatloop --model PATH "
                                 "for another file.")  # fmt: skip
-        offered = self.backend.models()
+        unchecked = None
+        try:
+            offered = self.backend.models()
+        except BackendError as exc:
+            offered, unchecked = [], exc.message
         if offered and name not in offered:
             close = difflib.get_close_matches(name, offered, 1, 0.5)
             names = ", ".join(offered[:8]) + (", ..." if len(offered) > 8 else "")
@@ -847,7 +861,7 @@ class ChatSession:
                                 f"Did you mean {close[0]}?" if close else f"It offers: {names}")
         self.backend.model = name
         self._window, self._tokens, self._sent = None, None, None  # counted anew for it
-        return name
+        return unchecked
 
     def use_agent(self, agent: Agent) -> bool:
         """Go on with ``agent``. A session under way stays with the agent that answered
@@ -856,7 +870,7 @@ class ChatSession:
         it was held with. True when a branch was made."""
         branched = self.writer is not None
         if branched:
-            self.fork()
+            self.fork(None, carry_all=True)
         self.agent = agent
         self._sent = None
         pending = self.pending

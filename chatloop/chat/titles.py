@@ -11,18 +11,19 @@ first request's first line, cleaned and cut the same way.
 
 ``ask`` never raises for the model: a refused answer, the time bound, or a
 server failure give the fallback. KeyboardInterrupt propagates (the caller
-takes the fallback). The bound is checked as the reply streams (``Cancel``),
-as for summaries; a server that sends nothing at all is bounded by the
-backend's read timeout, or by Ctrl-C.
+takes the fallback). The bound holds even for a server that sends nothing:
+the request waits in a worker thread, and is cancelled and left behind once
+the bound has passed.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
 from dataclasses import dataclass
 
-from chatloop.backends.base import Backend, Cancelled
+from chatloop.backends.base import Backend, Cancel
 from chatloop.chat import prompts
 from chatloop.chat.turn import complete
 from chatloop.config import DEFAULT_TITLE_MAX_TOKENS, DEFAULT_TITLE_TIMEOUT
@@ -30,6 +31,7 @@ from chatloop.errors import BackendError
 
 MAX_CHARS = 60  # a title as made here: what a listing line shows of it
 LONGEST_ANSWER = 100  # a cleaned line longer than this is a reply, not a title
+READ_CHARS = 4 * LONGEST_ANSWER  # of a line, what is read to make a title of it
 TEMPERATURE = 0.2  # as for summaries: the likeliest words, not inventive ones
 
 
@@ -53,16 +55,40 @@ def ask(
     max_tokens: int = DEFAULT_TITLE_MAX_TOKENS,
 ) -> Title:
     """The model's title for the conversation that began with ``request`` and
-    ``reply``, within ``timeout`` seconds; else the fallback (see the module)."""
+    ``reply``, within ``timeout`` seconds; else the fallback (see the module).
+
+    The request runs in a worker thread and is waited for ``timeout`` seconds at
+    most, so a server slow to send its first byte holds nobody: past the bound
+    the request is cancelled (it stops at its next piece) and left behind. Not
+    for a backend that runs the model in this process (it is not thread-safe):
+    the caller takes the fallback there."""
     options = {"max_tokens": max_tokens, "temperature": TEMPERATURE}
+    cancel = Cancel()
+    outcome: list[tuple[str, object] | BaseException] = []
+
+    def work() -> None:
+        try:
+            outcome.append(complete(backend, prompts.title_prompt(request, reply),
+                                    options=options, cancel=cancel))  # fmt: skip
+        except BaseException as exc:  # handed to the waiting thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=work, name="chatloop-title", daemon=True)
+    worker.start()
     try:
-        text, _ = complete(backend, prompts.title_prompt(request, reply), options=options,
-                           timeout=timeout)  # fmt: skip
-    except Cancelled:
+        worker.join(timeout)
+    except KeyboardInterrupt:
+        cancel.set()
+        raise
+    if not outcome:
+        cancel.set()
         return Title(fallback(request), True, f"no title within {timeout:g} s")
-    except BackendError as exc:
-        return Title(fallback(request), True, exc.message)
-    made = answer(text)
+    done = outcome[0]
+    if isinstance(done, BackendError):
+        return Title(fallback(request), True, done.message)
+    if isinstance(done, BaseException):
+        raise done
+    made = answer(done[0])
     if not made:
         return Title(fallback(request), True, "the model's answer was no title")
     return Title(made, False)
@@ -106,11 +132,13 @@ _PROMPT_PHRASES = ("title of at most", "reply with the title only", "conversatio
 
 
 def _first_line(text: str) -> str:
-    """The first line of ``text`` that still has a letter or digit once cleaned."""
+    """The first line of ``text`` that still has a letter or digit once cleaned (each
+    line cut to ``READ_CHARS`` first: a title never needs more, and the cleaning's
+    patterns then cost the same whatever a pasted line's length)."""
     for raw in _ESCAPE.sub("", text).splitlines():
         if raw.strip().startswith("```"):  # a code fence names no conversation
             continue
-        line = _clean(raw)
+        line = _clean(raw[:READ_CHARS])
         if any(ch.isalnum() for ch in line):
             return line
     return ""

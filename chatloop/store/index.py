@@ -395,7 +395,7 @@ class Index:
         if not all_projects:
             sql, args = sql + " WHERE project = ?", [self.store.project]
         links = self._links() if fold else {}
-        continued = {parent for parent, forked in links.values() if parent and forked is None}
+        continued = _continued(links)
         rows: list[SessionRow] = []
         short = self.handles()
         for raw, number, live in _numbered(self._db.execute(sql + _ORDER, args)):
@@ -407,10 +407,11 @@ class Index:
                 break
         return rows
 
-    def _links(self) -> dict[str, tuple[str | None, int | None]]:
-        """Every session's parent and fork point, by id."""
-        sql = "SELECT id, parent_id, forked_at FROM sessions"
-        return {raw[0]: (raw[1], _forked_at(raw[2])) for raw in self._db.execute(sql)}
+    def _links(self) -> dict[str, _Link]:
+        """Every session's parent, fork point, project and place in time, by id."""
+        sql = "SELECT id, parent_id, forked_at, project, updated FROM sessions"
+        return {raw[0]: _Link(raw[1], _forked_at(raw[2]), raw[3], (raw[4] or "", raw[0]))
+                for raw in self._db.execute(sql)}  # fmt: skip
 
     def handles(self) -> dict[str, str]:
         """Every session's short handle, unique across all projects (so a handle works
@@ -423,8 +424,7 @@ class Index:
         """How many sessions the index holds (in this project unless ``all_projects``;
         ``fold``: as ``list_sessions`` lists them folded)."""
         if fold:
-            links = self._links()
-            continued = {p for p, forked in links.values() if p and forked is None}
+            continued = _continued(self._links())
             sql, args = "SELECT id FROM sessions", []
             if not all_projects:
                 sql, args = sql + " WHERE project = ?", [self.store.project]
@@ -709,15 +709,37 @@ def _row(raw: sqlite3.Row, number: int | None, live: bool, handle: str = "") -> 
     )  # fmt: skip
 
 
-def _chain_length(session: str, links: dict[str, tuple[str | None, int | None]]) -> int:
+@dataclass(frozen=True)
+class _Link:
+    parent: str | None
+    forked_at: int | None
+    project: str
+    key: tuple[str, str]  # (updated, id): the listing's order, oldest first
+
+
+def _continued(links: dict[str, _Link]) -> set[str]:
+    """The sessions a folded listing leaves out: those that a later session of the
+    same project continues (compact, resume; not a fork). "Later" is a strict order,
+    so of parent links that form a loop (hand edits) one session always stays."""
+    hidden = set()
+    for session, link in links.items():
+        parent = links.get(link.parent) if link.parent else None
+        if (parent is not None and link.forked_at is None and link.parent != session
+                and parent.project == link.project and link.key > parent.key):  # fmt: skip
+            hidden.add(link.parent)
+    return {p for p in hidden if p is not None}
+
+
+def _chain_length(session: str, links: dict[str, _Link]) -> int:
     """The files of the chain that ends at ``session``: it and the sessions it continues
-    (a fork begins a chain of its own)."""
+    (a fork begins a chain of its own; a loop of links is counted once)."""
     length, seen = 1, {session}
-    parent, forked = links.get(session, (None, None))
-    while parent is not None and forked is None and parent in links and parent not in seen:
+    link = links.get(session)
+    while (link is not None and link.parent is not None and link.forked_at is None
+           and link.parent in links and link.parent not in seen):  # fmt: skip
         length += 1
-        seen.add(parent)
-        parent, forked = links[parent]
+        seen.add(link.parent)
+        link = links[link.parent]
     return length
 
 

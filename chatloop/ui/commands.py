@@ -26,7 +26,7 @@ from typing import Protocol
 from rich.console import Console
 
 from chatloop.chat.session import ChatSession
-from chatloop.errors import ChatloopError
+from chatloop.errors import BackendError, ChatloopError
 from chatloop.format.front_matter import MAX_TITLE_CHARS
 from chatloop.store.fsio import FILE_MODE
 from chatloop.ui import render
@@ -260,17 +260,27 @@ def _new(shell: Shell, arg: str) -> None:
 
 def _model(shell: Shell, arg: str) -> None:
     session = shell.session
+    current = session.backend.model
     if not arg:
-        offered = session.backend.models()
-        current = session.backend.model
+        try:
+            offered = session.backend.models()
+        except BackendError as exc:
+            render.note(shell.console, f"Model: {visible(current)}. The server did not list its "
+                        f"models ({visible(exc.message)}); /model NAME switches anyway.",
+                        "yellow")  # fmt: skip
+            return
         lines = [f"{'*' if name == current else ' '} {name}" for name in offered] or [
             f"* {current}"]  # fmt: skip
         shell.console.print(visible("\n".join(lines)), highlight=False, markup=False)
         render.note(shell.console, "/model NAME switches to another.")
         return
-    name = session.use_model(arg)
-    render.note(shell.console, f"Now with the model {visible(name)}: each reply records the "
+    unchecked = session.use_model(arg)
+    render.note(shell.console, f"Now with the model {visible(arg)}: each reply records the "
                 "model that gave it.")  # fmt: skip
+    if unchecked:
+        render.note(shell.console, f"Not checked: the server did not list its models "
+                    f"({visible(unchecked)}); the next reply says whether it has it.",
+                    "yellow")  # fmt: skip
 
 
 def _agent(shell: Shell, arg: str) -> None:

@@ -18,6 +18,7 @@ pipe input.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,28 +39,35 @@ from chatloop.store.index import SessionRow
 from chatloop.ui.listing import describe, relative_time, visible
 
 PREVIEW_LINES = 4
+NUMBERED_LINES = 30  # sessions the numbered fallback lists before "and N more"
 MAX_LIST_LINES = 12  # with the head, the input, the preview and the footer: 20 lines
 CHROME_LINES = 4 + PREVIEW_LINES  # everything that is not the list
 
 
-def line_for(row: SessionRow, now: datetime, width: int = 80) -> str:
-    """One picker line: number, handle, when, queries, agent, branch, title or request;
-    cut to ``width`` characters and made safe to draw."""
+def line_for(row: SessionRow, now: datetime, width: int = 80, project: bool = False) -> str:
+    """One picker line: number, handle, when, queries, agent, branch, title or request
+    (and its project, with ``project``: numbers count per project); cut to ``width``
+    characters and made safe to draw."""
     branch = f" [{row.git_branch}]" if row.git_branch else ""
     status = "" if row.status == "closed" else f" ({row.status})"
     fork = " (fork)" if row.forked_at is not None else ""
     when = relative_time(row.updated, now)
     text = (f"{row.number or '*':>3}  {row.handle or '-':<6}  {when:>9}  {row.queries:>3}q  "
             f"{row.agent[:16]}{branch}  {describe(row)}{status}{fork}")  # fmt: skip
+    if project:
+        text += f"  ({row.project})"
     return _cut(visible(" ".join(text.split("\n"))), width)
 
 
 def matches(row: SessionRow, words: Sequence[str]) -> bool:
     """True when every word (case-insensitive) occurs in the session's title, agent,
-    handle, number or last request."""
+    handle, number or last request, or begins its id's random part (a handle typed
+    longer than it is shown)."""
     hay = " ".join((row.title, row.agent, row.agent_name, row.handle, row.preview,
                     str(row.number or ""), row.git_branch or "")).casefold()  # fmt: skip
-    return all(word.casefold() in hay for word in words)
+    random_part = row.id[-8:].casefold()
+    return all(word in hay or (len(word) >= 4 and random_part.startswith(word))
+               for word in (w.casefold() for w in words))  # fmt: skip
 
 
 def pick(
@@ -82,10 +90,14 @@ def pick(
 
 
 def can_draw() -> bool:
-    """True when stdin and stdout are a terminal that can take a cursor-addressed view."""
+    """True when stdin and stdout are a terminal that can take a cursor-addressed view
+    with room for a few sessions besides the picker's own lines."""
     if os.environ.get("TERM", "") in ("dumb", "unknown"):
         return False
-    return sys.stdin.isatty() and sys.stdout.isatty()
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return False
+    size = shutil.get_terminal_size((80, 24))
+    return size.lines >= CHROME_LINES + 4 and size.columns >= 40
 
 
 def pick_numbered(
@@ -100,9 +112,12 @@ def pick_numbered(
     then one answer: a number or handle resumes, ``f`` and one forks, a word filters
     (or searches, with ``/`` before it), empty or end of input cancels."""
     shown = list(rows)
+    several = len({r.project for r in rows}) > 1
     while True:
-        for row in shown[:MAX_LIST_LINES * 2]:
-            write(line_for(row, now, 100))
+        for row in shown[:NUMBERED_LINES]:
+            write(line_for(row, now, 100, several))
+        if len(shown) > NUMBERED_LINES:
+            write(f"… and {len(shown) - NUMBERED_LINES} more: a word narrows the list")
         if not shown:
             write("No session matches.")
         try:
@@ -120,19 +135,22 @@ def pick_numbered(
         if chosen is not None:
             return Picked(chosen, fork)
         if answer.startswith("/") and lookup is not None:
-            shown = lookup.search(answer[1:], True)
+            shown = [r for r in lookup.search(answer[1:], True) if r.number is not None]
         else:
             shown = [r for r in rows if matches(r, answer.split())]
 
 
 def _by_ref(rows: Sequence[SessionRow], ref: str) -> SessionRow | None:
-    """The row whose number, handle or id is ``ref`` (a handle may be given in part,
-    if only one row starts with it)."""
-    if ref.isdigit():
-        return next((r for r in rows if r.number == int(ref)), None)
-    if len(ref) < 4:
+    """The one row whose number, handle or id is ``ref`` (the start of an id's random
+    part as a handle, at least 4 characters); None when none or several are."""
+    if ref.isdigit():  # a number, or a handle of eight digits (as ``Index.find`` reads it)
+        found = [r for r in rows if r.number == int(ref)]
+        if not found and len(ref) == 8:
+            found = [r for r in rows if r.id[-8:] == ref]
+    elif len(ref) < 4:
         return None
-    found = [r for r in rows if r.id == ref or (r.handle and r.handle.startswith(ref))]
+    else:
+        found = [r for r in rows if r.id == ref or r.id[-8:].startswith(ref)]
     return found[0] if len(found) == 1 else None
 
 
@@ -155,6 +173,7 @@ class _Picker:
 
     def __init__(self, rows: list[SessionRow], now: datetime, lookup: Lookup | None) -> None:
         self.rows, self.now, self.lookup = rows, now, lookup
+        self.several = len({r.project for r in rows}) > 1  # numbers repeat: name projects
         self.state = _State(list(rows))
         self.query = Buffer(multiline=False, on_text_changed=lambda _: self._refresh())
 
@@ -230,8 +249,9 @@ class _Picker:
     def _refresh(self) -> None:
         """The list for what is typed: a filter of the rows, or the index's hits."""
         state, text = self.state, self.query.text
-        if state.searching and self.lookup is not None:
-            state.shown = self.lookup.search(text, True) if text.strip() else list(self.rows)
+        if state.searching and self.lookup is not None and text.strip():
+            found = self.lookup.search(text, True)
+            state.shown = [r for r in found if r.number is not None]  # live ones: not to pick
         else:
             state.shown = [r for r in self.rows if matches(r, text.split())]
         state.at = state.top = 0
@@ -251,7 +271,10 @@ class _Picker:
         return max(1, min(MAX_LIST_LINES, rows - CHROME_LINES - 1))
 
     def _list_height(self) -> Dimension:
-        return Dimension.exact(min(self._visible(), max(1, len(self.rows))))
+        """As many lines as the most there is to show (search may find more sessions than
+        the list began with), within the terminal."""
+        most = max(len(self.rows), len(self.state.shown), 1)
+        return Dimension.exact(min(self._visible(), most))
 
     def _head(self) -> StyleAndTextTuples:
         mode = "search all text" if self.state.searching else "filter"
@@ -266,6 +289,7 @@ class _Picker:
         state, height, width = self.state, self._visible(), self._width()
         if not state.shown:
             return [("italic", "  no session matches" if self.query.text else "  no sessions")]
+        state.top = min(state.top, max(0, len(state.shown) - height))  # a grown terminal
         if state.at < state.top:
             state.top = state.at
         elif state.at >= state.top + height:
@@ -273,7 +297,8 @@ class _Picker:
         out: StyleAndTextTuples = []
         for i in range(state.top, min(len(state.shown), state.top + height)):
             here = i == state.at
-            text = ("> " if here else "  ") + line_for(state.shown[i], self.now, width - 2)
+            text = ("> " if here else "  ") + line_for(state.shown[i], self.now, width - 2,
+                                                       self.several)  # fmt: skip
             out += [("reverse" if here else "", text), ("", "\n")]
         return out[:-1]
 
