@@ -39,7 +39,7 @@ def project(tmp_path: Path, chatloop_home: Path) -> Path:
 
 
 def test_sessions_show_search_reindex(project: Path, chatloop_home: Path) -> None:
-    out = run("sessions", "--json", cwd=project, home=chatloop_home)
+    out = run("sessions", "--json", "--expand", cwd=project, home=chatloop_home)
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert len(rows) == 7 and [r["number"] for r in rows] == list(range(1, 8))

@@ -1,0 +1,145 @@
+"""Start-up you feel: chatloop against the strongest baselines, in the same run.
+
+- `chatloop --version` against `python -c pass` (the interpreter's own start);
+- the `you>` prompt drawn by `chatloop` in a pseudo-terminal against a bare
+  prompt_toolkit `PromptSession().prompt()` script, both timed from exec to the
+  prompt on the screen, cursor-position requests answered, `delaybeforesend=0`.
+
+Every pair runs interleaved A B A B; bytecode is compiled for both before timing
+(chatloop's package and the baseline script alike); each ratio is chatloop ÷
+baseline taken pair by pair, and the medians are printed with the load average.
+The chat talks to a scripted OpenAI-compatible server on 127.0.0.1 that lists
+one model, so what is timed is chatloop's own start, not a model's.
+
+    python bench/startup.py              # 15 pairs each
+    python bench/startup.py --pairs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pexpect
+
+BARE = """\
+from prompt_toolkit import PromptSession
+PromptSession().prompt("you> ")
+"""
+
+
+def serve() -> tuple[ThreadingHTTPServer, str]:
+    """A server that lists one model (all a chat's start asks of it)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            return
+
+        def do_GET(self) -> None:
+            body = json.dumps({"data": [{"id": "bench"}]}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            self.send_response(404)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+
+def until_prompt(cmd: list[str], env: dict[str, str]) -> float:
+    """Seconds from exec to ``you>`` on the screen; then Ctrl-D and wait for the end."""
+    started = time.perf_counter()
+    child = pexpect.spawn(cmd[0], cmd[1:], env=env, encoding="utf-8", timeout=60,
+                          dimensions=(24, 80))  # fmt: skip
+    child.delaybeforesend = 0
+    while child.expect_exact(["you>", "\x1b[6n"]) == 1:
+        child.send("\x1b[1;1R")
+    took = time.perf_counter() - started
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    return took
+
+
+def run(cmd: list[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=True)  # fmt: skip
+    return time.perf_counter() - started
+
+
+def pairs(first: Callable[[], float], second: Callable[[], float],
+          count: int) -> tuple[list[float], list[float]]:  # fmt: skip
+    """``count`` timings of each, interleaved A B A B, after one untimed warm-up of each."""
+    first()
+    second()
+    ours, theirs = [], []
+    for _ in range(count):
+        ours.append(first())
+        theirs.append(second())
+    return ours, theirs
+
+
+def report(label: str, ours: list[float], theirs: list[float], baseline: str,
+           target: float) -> None:  # fmt: skip
+    ratio = statistics.median(o / t for o, t in zip(ours, theirs, strict=True))
+    print(f"{label}: chatloop {statistics.median(ours) * 1000:.0f} ms, {baseline} "
+          f"{statistics.median(theirs) * 1000:.0f} ms; chatloop ÷ {baseline} {ratio:.2f}x "
+          f"(target <= {target}: {'met' if ratio <= target else 'MISSED'})", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=15)
+    args = parser.parse_args()
+    chatloop = shutil.which("chatloop")
+    if chatloop is None:
+        print("needs chatloop on PATH (pip install -e .)", file=sys.stderr)
+        return 2
+    import chatloop as package
+
+    compileall.compile_dir(str(Path(package.__file__).parent), quiet=1)
+    server, url = serve()
+    with tempfile.TemporaryDirectory() as tmp:
+        bare = Path(tmp) / "bare_prompt.py"
+        bare.write_text(BARE)
+        compileall.compile_file(str(bare), quiet=1)
+        env = {**os.environ, "CHATLOOP_HOME": str(Path(tmp) / "home"), "CHATLOOP_CONFIG": "",
+               "TERM": "xterm"}  # fmt: skip
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        print(f"load average {os.getloadavg()[0]:.2f}; {args.pairs} pairs each", flush=True)
+        ours, theirs = pairs(lambda: run([chatloop, "--version"], env),
+                             lambda: run([sys.executable, "-c", "pass"], env), args.pairs)
+        report("--version", ours, theirs, "python -c pass", 1.3)
+        ours, theirs = pairs(
+            lambda: until_prompt([chatloop, "--base-url", url, "--model", "bench"], env),
+            lambda: until_prompt([sys.executable, str(bare)], env), args.pairs)
+        report("prompt drawn", ours, theirs, "bare prompt_toolkit", 1.2)
+        print(f"load average {os.getloadavg()[0]:.2f} at the end", flush=True)
+    server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
