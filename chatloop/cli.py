@@ -495,8 +495,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
     fold = not args.expand
     with _index(args) as index:
-        rows = index.list_sessions(all_projects=args.all, limit=args.limit, fold=fold)
-        total = index.count(all_projects=args.all, fold=fold)
+        rows, total = index.listing(args.all, args.limit, fold, count=True)
     if args.json:
         print(listing.sessions_json(rows))
         return 0

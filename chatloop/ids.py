@@ -9,6 +9,7 @@ from the sessions directory.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
 import re
@@ -57,17 +58,22 @@ def project_name(cwd: Path) -> str:
     return f"{base}-{digest}"
 
 
-def handles(session_ids: Iterable[str]) -> dict[str, str]:
-    """A short, stable handle for each generated id, as git abbreviates commits: the
+def handles(session_ids: Iterable[str], wanted: Iterable[str] | None = None) -> dict[str, str]:
+    """A short, stable handle for each generated id (of ``wanted`` only, when given,
+    each still unique among all of ``session_ids``), as git abbreviates commits: the
     shortest prefix of its random part (at least MIN_HANDLE characters) that no other
     id's random part starts with, lengthened until it holds a letter, so it cannot be
     read as a session number (unless all eight are digits). Legacy ids get none."""
     generated = [i for i in session_ids if ID_RE.match(i)]
     tails = sorted({i[-8:] for i in generated})
+    targets = generated if wanted is None else [i for i in wanted if ID_RE.match(i)]
     out: dict[str, str] = {}
-    for n, tail in enumerate(tails):
+    for session in targets:
+        tail = session[-8:]
+        n = bisect.bisect_left(tails, tail)
+        after = n + 1 if n < len(tails) and tails[n] == tail else n  # its neighbours
         shared = 0
-        for other in (tails[n - 1] if n else "", tails[n + 1] if n + 1 < len(tails) else ""):
+        for other in (tails[n - 1] if n else "", tails[after] if after < len(tails) else ""):
             common = 0
             while common < len(other) and other[common] == tail[common]:
                 common += 1
@@ -75,8 +81,8 @@ def handles(session_ids: Iterable[str]) -> dict[str, str]:
         size = max(MIN_HANDLE, shared + 1)
         while size < len(tail) and tail[:size].isdigit():
             size += 1
-        out[tail] = tail[:size]
-    return {i: out[i[-8:]] for i in generated}
+        out[session] = tail[:size]
+    return out
 
 
 def is_handle(text: str) -> bool:

@@ -388,47 +388,101 @@ class Index:
         self, all_projects: bool = False, limit: int | None = None, fold: bool = False
     ) -> list[SessionRow]:
         """Sessions, most recently updated first, numbered per project (see module doc).
-        ``fold``: a session that a later one continues (compact, resume; not a fork) is
-        left out, and each row's ``chain`` counts the files of its chain up to it; the
+        ``fold``: a session that a later one of its project continues (compact,
+        resume; not a fork) is left out, unless that continuation is still being
+        written (then the session keeps its place, under the number ``/resume``
+        takes); each row's ``chain`` counts the files of its chain up to it. The
         numbers stay those of the whole list, so they mean the same folded or not."""
-        sql, args = "SELECT * FROM sessions", []
-        if not all_projects:
-            sql, args = sql + " WHERE project = ?", [self.store.project]
-        links = self._links() if fold else {}
-        continued = _continued(links)
-        rows: list[SessionRow] = []
-        short = self.handles()
-        for raw, number, live in _numbered(self._db.execute(sql + _ORDER, args)):
-            if raw["id"] in continued:
+        return self.listing(all_projects, limit, fold)[0]
+
+    def listing(
+        self, all_projects: bool = False, limit: int | None = None, fold: bool = False,
+        count: bool = False,
+    ) -> tuple[list[SessionRow], int]:
+        """``list_sessions``, and with ``count`` how many it would list without ``limit``
+        (else 0). One pass over a few columns of the index, up to the last listed,
+        decides the numbers and what is listed; only the listed rows are then read
+        whole, and only their handles worked out: a listing of 50 costs little more
+        at 10,000 sessions than at 100."""
+        sql = ("SELECT num, id, project, status, path, parent_id, forked_at FROM sessions"
+               + ("" if all_projects else " WHERE project = ?") + _ORDER)  # fmt: skip
+        cursor = self._db.cursor()
+        cursor.row_factory = None  # plain tuples: this pass touches every session
+        cursor.execute(sql, () if all_projects else (self.store.project,))
+        hiders: dict[str, set[str]] = {}  # a session -> later ones of its project continuing it
+        links: dict[str, tuple[str | None, int | None]] = {}
+        counters: dict[str, int] = {}
+        picked: list[tuple[int, int | None, bool]] = []
+        total = 0
+        for num, session, project, status, path, parent, forked_raw in cursor:
+            live = status == "open" and is_locked(Path(path))
+            number = None
+            if not live:
+                counters[project] = number = counters.get(project, 0) + 1
+            forked = _forked_at(forked_raw)
+            links[session] = (parent, forked)
+            # rows come latest first: every session continuing this one was seen already
+            if fold and parent and forked is None and parent != session and not live:
+                hiders.setdefault(parent, set()).add(f"{project}\0{session}")
+            if fold and any(h.startswith(project + "\0") for h in hiders.get(session, ())):
                 continue
-            row = _row(raw, number, live, short.get(raw["id"], ""))
-            rows.append(replace(row, chain=_chain_length(row.id, links)) if fold else row)
-            if limit is not None and len(rows) >= limit:
+            if limit is None or len(picked) < limit:
+                picked.append((num, number, live))
+            else:
                 break
-        return rows
+        if count:
+            total = self._folded_count(all_projects) if fold else self.count(all_projects)
+        if fold and limit is not None:
+            links = self._links()  # the pass may have stopped early: the ancestors' links
+        full = {raw["num"]: raw for raw in self._rows([num for num, _, _ in picked])}
+        short = self.handles({full[num]["id"] for num, _, _ in picked if num in full})
+        rows = []
+        for num, number, live in picked:
+            if num not in full:
+                continue  # removed by a neighbour between the two reads
+            row = _row(full[num], number, live, short.get(full[num]["id"], ""))
+            rows.append(replace(row, chain=_chain_length(row.id, links)) if fold else row)
+        return rows, total
 
-    def _links(self) -> dict[str, _Link]:
-        """Every session's parent, fork point, project and place in time, by id."""
-        sql = "SELECT id, parent_id, forked_at, project, updated FROM sessions"
-        return {raw[0]: _Link(raw[1], _forked_at(raw[2]), raw[3], (raw[4] or "", raw[0]))
-                for raw in self._db.execute(sql)}  # fmt: skip
+    def _folded_count(self, all_projects: bool) -> int:
+        """How many sessions a folded listing holds: all, less those a later session of
+        their project continues (a continuation still being written is counted as any
+        other here, so the figure may be one over while it is written)."""
+        where = "" if all_projects else " AND c.project = ?"
+        hidden = self._db.execute(
+            "SELECT count(DISTINCT c.parent_id) FROM sessions c WHERE c.parent_id IS NOT NULL "
+            "AND c.forked_at IS NULL AND c.parent_id != c.id" + where + " AND EXISTS (SELECT 1 "
+            "FROM sessions p WHERE p.id = c.parent_id AND p.project = c.project AND "
+            "(p.updated, p.id) < (c.updated, c.id))",
+            () if all_projects else (self.store.project,),
+        ).fetchone()[0]
+        return self.count(all_projects) - int(hidden)
 
-    def handles(self) -> dict[str, str]:
-        """Every session's short handle, unique across all projects (so a handle works
-        from any directory)."""
+    def _rows(self, nums: list[int]) -> Iterator[sqlite3.Row]:
+        """The whole rows of sessions ``nums`` (in batches: SQLite caps parameters)."""
+        for start in range(0, len(nums), 500):
+            batch = nums[start : start + 500]
+            marks = ",".join("?" * len(batch))
+            yield from self._db.execute(f"SELECT * FROM sessions WHERE num IN ({marks})", batch)
+
+    def _links(self) -> dict[str, tuple[str | None, int | None]]:
+        """Every session's parent and fork point, by id."""
+        sql = "SELECT id, parent_id, forked_at FROM sessions"
+        return {raw[0]: (raw[1], _forked_at(raw[2])) for raw in self._db.execute(sql)}
+
+    def handles(self, wanted: set[str] | None = None) -> dict[str, str]:
+        """The short handles of ``wanted`` ids (default: every session), each unique
+        across all projects (so a handle works from any directory)."""
         from chatloop.ids import handles
 
-        return handles(raw[0] for raw in self._db.execute("SELECT id FROM sessions"))
+        every = [raw[0] for raw in self._db.execute("SELECT id FROM sessions")]
+        return handles(every, wanted)
 
     def count(self, all_projects: bool = False, fold: bool = False) -> int:
         """How many sessions the index holds (in this project unless ``all_projects``;
         ``fold``: as ``list_sessions`` lists them folded)."""
         if fold:
-            continued = _continued(self._links())
-            sql, args = "SELECT id FROM sessions", []
-            if not all_projects:
-                sql, args = sql + " WHERE project = ?", [self.store.project]
-            return sum(raw[0] not in continued for raw in self._db.execute(sql, args))
+            return self.listing(all_projects, 0, True, count=True)[1]
         if all_projects:
             return int(self._db.execute("SELECT count(*) FROM sessions").fetchone()[0])
         sql = "SELECT count(*) FROM sessions WHERE project = ?"
@@ -709,37 +763,15 @@ def _row(raw: sqlite3.Row, number: int | None, live: bool, handle: str = "") -> 
     )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class _Link:
-    parent: str | None
-    forked_at: int | None
-    project: str
-    key: tuple[str, str]  # (updated, id): the listing's order, oldest first
-
-
-def _continued(links: dict[str, _Link]) -> set[str]:
-    """The sessions a folded listing leaves out: those that a later session of the
-    same project continues (compact, resume; not a fork). "Later" is a strict order,
-    so of parent links that form a loop (hand edits) one session always stays."""
-    hidden = set()
-    for session, link in links.items():
-        parent = links.get(link.parent) if link.parent else None
-        if (parent is not None and link.forked_at is None and link.parent != session
-                and parent.project == link.project and link.key > parent.key):  # fmt: skip
-            hidden.add(link.parent)
-    return {p for p in hidden if p is not None}
-
-
-def _chain_length(session: str, links: dict[str, _Link]) -> int:
+def _chain_length(session: str, links: dict[str, tuple[str | None, int | None]]) -> int:
     """The files of the chain that ends at ``session``: it and the sessions it continues
     (a fork begins a chain of its own; a loop of links is counted once)."""
     length, seen = 1, {session}
-    link = links.get(session)
-    while (link is not None and link.parent is not None and link.forked_at is None
-           and link.parent in links and link.parent not in seen):  # fmt: skip
+    parent, forked = links.get(session, (None, None))
+    while parent is not None and forked is None and parent in links and parent not in seen:
         length += 1
-        seen.add(link.parent)
-        link = links[link.parent]
+        seen.add(parent)
+        parent, forked = links[parent]
     return length
 
 
