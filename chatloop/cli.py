@@ -198,7 +198,9 @@ def _shared_options() -> argparse.ArgumentParser:
 
 def split_prompt(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], str]:
     """``argv`` without the words of a one-shot question, and the question ("" when the
-    first word that is not an option names a subcommand, or there is none)."""
+    first word that is not an option names a subcommand, or there is none). Raises
+    UsageError for a lone word that is nearly a subcommand (``sesions``): ``--``
+    before it sends it as a question."""
     takes: dict[str, object] = {}
     commands: set[str] = set()
     for action in parser._actions:
@@ -212,8 +214,7 @@ def split_prompt(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list
     while i < len(argv):
         token = argv[i]
         if token == "--" and not words:
-            words += argv[i + 1 :]
-            break
+            return kept, " ".join(argv[i + 1 :])  # all question, whatever it looks like
         if token.startswith("-") and token != "-":
             kept.append(token)
             meant = _option(token, takes)
@@ -228,6 +229,14 @@ def split_prompt(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list
         else:
             words.append(token)
         i += 1
+    if len(words) == 1:  # one word that is almost a command is a typo, not a question
+        import difflib
+
+        close = difflib.get_close_matches(words[0], sorted(commands), 1, 0.75)
+        if close:
+            raise UsageError(f"{words[0]!r} is not a command",
+                             f"Did you mean `chatloop {close[0]}`? To ask it as a question: "
+                             f"chatloop -- {words[0]}")  # fmt: skip
     return kept, " ".join(words)
 
 
@@ -731,7 +740,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    argv, question = split_prompt(parser, argv)
+    try:
+        argv, question = split_prompt(parser, argv)
+    except ChatloopError as exc:
+        print(f"error: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
+        return exc.exit_code
     args = parser.parse_args(argv)
     args.question = question
     run: Callable[[argparse.Namespace], int] = args.run

@@ -88,3 +88,27 @@ def test_a_continuation_elsewhere_or_a_loop_of_links_hides_no_session(
     assert any("session 0004" in line for line in folded)  # the later of the loop stays
     assert any("session 0005" in line for line in folded)
     assert len(listing(capsys, "--expand")) == 4 and len(folded) == 3
+
+
+def test_a_continuation_being_written_leaves_its_parent_listed_under_its_number(
+    store: Store,
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    first, _ = chat(store, FakeBackend(default=STRUCTURED))
+    first.send("the first conversation")
+    first.close()
+    going, _ = chat(store, FakeBackend(default=STRUCTURED))
+    assert going.resume("1")
+    going.send("and it goes on")  # the child is open, its lock held by this process
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root), "CHATLOOP_CONFIG": ""}
+    shown = subprocess.run([sys.executable, "-c", "from chatloop.cli import main; main()",
+                            "sessions"], cwd=store.cwd, env=env, capture_output=True,
+                           text=True, timeout=60, check=True).stdout.splitlines()  # fmt: skip
+    going.close()
+    assert len(shown) == 2, shown
+    assert shown[0].lstrip().startswith("*") and "[open]" in shown[0]
+    assert shown[1].lstrip().startswith("1 ") and "the first conversation" in shown[1]

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from chatloop.store.store import Store
 from tests.fakes import STRUCTURED, FakeBackend
 from tests.hosts import chat
@@ -62,3 +64,18 @@ def test_version_loads_no_command_line_module() -> None:
     run = subprocess.run([sys.executable, "-m", "chatloop", "--version"], env=env,
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert run.returncode == 0 and run.stdout == version + "\n"
+
+
+def test_a_lone_word_close_to_a_command_is_a_typo_not_a_question(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from chatloop.cli import main, split_prompt
+
+    assert main(["sesions"]) == 2
+    err = capsys.readouterr().err
+    assert "'sesions' is not a command" in err and "chatloop sessions" in err
+    assert "Traceback" not in err
+    from chatloop.cli import build_parser
+
+    assert split_prompt(build_parser(), ["--", "sesions"]) == ([], "sesions")
+    assert split_prompt(build_parser(), ["why", "is", "it"]) == ([], "why is it")

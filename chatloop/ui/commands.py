@@ -169,7 +169,9 @@ def _rename(shell: Shell, arg: str) -> None:
     title = shell.session.rename(arg)
     if len(arg) > MAX_TITLE_CHARS:
         render.note(shell.console, f"Title cut to {MAX_TITLE_CHARS} characters (of {len(arg)}).")
-    render.note(shell.console, f"Title: {title}")
+    later = "" if shell.session.writer is not None else (
+        " (written with your first message: the session begins then)")  # fmt: skip
+    render.note(shell.console, f"Title: {visible(title)}{later}")
 
 
 def _export(shell: Shell, arg: str) -> None:
@@ -289,9 +291,10 @@ def _agent(shell: Shell, arg: str) -> None:
     session = shell.session
     dirs = agent_dirs(session.store.cwd, session.store.root)
     if not arg:
-        names = agent_names(dirs)
-        render.note(shell.console, f"Agent: {session.agent.name}. Others: "
-                    f"{', '.join(names) or 'none'}; /agent NAME switches.")  # fmt: skip
+        mine = Path(session.agent.path).stem
+        others = [name for name in agent_names(dirs) if name != mine]
+        render.note(shell.console, f"Agent: {visible(session.agent.name)}. Others: "
+                    f"{', '.join(others) or 'none'}; /agent NAME switches.")  # fmt: skip
         return
     agent = load_agent(find_agent_file(arg, dirs, names_only=True))
     if agent.path == session.agent.path:

@@ -61,6 +61,7 @@ def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = Fa
     if not rows:
         return "No sessions yet. Start one with `chatloop`."
     lines = []
+    width = max([6, *(len(row.handle) for row in rows)])  # a long handle keeps the columns
     for row in rows:
         number = f"{row.number:>3}" if row.number is not None else "  *"
         status = "" if row.status == "closed" else f" [{row.status}]"
@@ -70,7 +71,7 @@ def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = Fa
             status += f" [chain of {row.chain}]"
         where = f"  ({row.project})" if show_project else ""
         lines.append(
-            f"{number}  {row.handle or '-':<6}  {relative_time(row.updated, now):>9}  "
+            f"{number}  {row.handle or '-':<{width}}  {relative_time(row.updated, now):>9}  "
             f"{row.queries:>3}q  {row.agent[:16]:<16}  {describe(row)[:70]}{status}{where}"
         )
     return visible("\n".join(lines))

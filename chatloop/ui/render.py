@@ -215,14 +215,22 @@ def toolbar(parts: dict[str, Any]) -> StyleAndTextTuples:
 
 
 def sessions_table(rows: Sequence[SessionRow], now: datetime) -> Table:
+    """The /sessions view: number and handle first (what /resume takes: never squeezed
+    out), then when, queries, agent and the title, which gives way first."""
     table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
-    for column in ("#", "when", "queries", "agent", "branch", "title or last question"):
-        table.add_column(column, overflow="ellipsis", no_wrap=True)
+    table.add_column("#", justify="right", no_wrap=True, min_width=2)
+    table.add_column("handle", no_wrap=True, min_width=6)
+    table.add_column("when", no_wrap=True, min_width=9)
+    table.add_column("q", justify="right", no_wrap=True, min_width=3)
+    table.add_column("agent", no_wrap=True, max_width=16, overflow="ellipsis")
+    table.add_column("title or last question", no_wrap=True, overflow="ellipsis", ratio=1)
     for row in rows:
         status = "" if row.status == "closed" else f" [{row.status}]"
+        if row.forked_at is not None:
+            status += f" [fork after query {row.forked_at}]"
         status += f" [chain of {row.chain}]" if row.chain > 1 else ""
-        cells = (str(row.number or "*"), relative_time(row.updated, now), str(row.queries),
-                 row.agent, row.git_branch or "", describe(row)[:60] + status)  # fmt: skip
+        cells = (str(row.number or "*"), row.handle or "-", relative_time(row.updated, now),
+                 str(row.queries), row.agent, describe(row)[:80] + status)  # fmt: skip
         table.add_row(*(Text(visible(cell)) for cell in cells))
     return table
 
