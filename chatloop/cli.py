@@ -230,14 +230,38 @@ def split_prompt(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list
             words.append(token)
         i += 1
     if len(words) == 1:  # one word that is almost a command is a typo, not a question
-        import difflib
-
-        close = difflib.get_close_matches(words[0], sorted(commands), 1, 0.75)
-        if close:
+        meant = _mistyped(words[0], commands)
+        if meant:
             raise UsageError(f"{words[0]!r} is not a command",
-                             f"Did you mean `chatloop {close[0]}`? To ask it as a question: "
+                             f"Did you mean `chatloop {meant}`? To ask it as a question: "
                              f"chatloop -- {words[0]}")  # fmt: skip
     return kept, " ".join(words)
+
+
+def _mistyped(word: str, commands: set[str]) -> str | None:
+    """The command ``word`` is a typo of: one letter dropped, added, changed or two
+    swapped, in a lowercase word of letters only, for commands of six letters or
+    more (``sesions``, ``serach``, ``docter``). Short commands (``show``, ``tree``)
+    sit too close to ordinary words (``snow``, ``three``) to guess."""
+    if not (word.isalpha() and word.islower()):
+        return None
+    for command in sorted(commands):
+        if len(command) >= 6 and _one_edit(word, command):
+            return command
+    return None
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """True when ``a`` and ``b`` differ by exactly one insertion, deletion, change, or
+    swap of two neighbouring letters."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
 
 
 def _option(token: str, takes: dict[str, object]) -> str | None:

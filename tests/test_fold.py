@@ -108,7 +108,35 @@ def test_a_continuation_being_written_leaves_its_parent_listed_under_its_number(
     shown = subprocess.run([sys.executable, "-c", "from chatloop.cli import main; main()",
                             "sessions"], cwd=store.cwd, env=env, capture_output=True,
                            text=True, timeout=60, check=True).stdout.splitlines()  # fmt: skip
+    limited = subprocess.run([sys.executable, "-c", "from chatloop.cli import main; main()",
+                              "sessions", "--limit", "1"], cwd=store.cwd, env=env,
+                             capture_output=True, text=True, timeout=60,
+                             check=True).stdout.splitlines()  # fmt: skip
     going.close()
+    assert limited[-1].startswith("… 1 older; `--limit 2`"), limited  # the count agrees
     assert len(shown) == 2, shown
     assert shown[0].lstrip().startswith("*") and "[open]" in shown[0]
     assert shown[1].lstrip().startswith("1 ") and "the first conversation" in shown[1]
+
+
+def test_the_chat_listing_keeps_number_and_handle_at_80_columns(store: Store) -> None:
+    import io
+
+    from rich.console import Console
+
+    from chatloop.store.index import Index
+    from chatloop.ui.render import sessions_table
+    from tests.conftest import T0
+
+    session, _ = chat(store, FakeBackend(default=STRUCTURED))
+    session.send("How do I compost coffee grounds and eggshells in a small apartment "
+                 "kitchen bin without smell?")  # fmt: skip
+    session.close()
+    with Index(store) as index:
+        index.sync()
+        (row,) = index.list_sessions(fold=True)
+    out = io.StringIO()
+    Console(file=out, width=80).print(sessions_table([row], T0))
+    header, line = out.getvalue().splitlines()[:2]
+    assert header.split()[:2] == ["#", "handle"]
+    assert line.split()[:2] == ["1", row.handle] and line.rstrip().endswith("…")

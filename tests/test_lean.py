@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from chatloop.errors import UsageError
 from chatloop.store.store import Store
 from tests.fakes import STRUCTURED, FakeBackend
 from tests.hosts import chat
@@ -79,3 +80,10 @@ def test_a_lone_word_close_to_a_command_is_a_typo_not_a_question(
 
     assert split_prompt(build_parser(), ["--", "sesions"]) == ([], "sesions")
     assert split_prompt(build_parser(), ["why", "is", "it"]) == ([], "why is it")
+    for typo, meant in (("serach", "search"), ("docter", "doctor"), ("sessons", "sessions")):
+        with pytest.raises(UsageError, match=typo) as refused:
+            split_prompt(build_parser(), [typo])
+        assert f"chatloop {meant}`" in refused.value.hint
+    for word in ("research", "report", "seasons", "lessons", "snow", "three", "how?",
+                 "Show", "sessions?", "index", "resale", "hello"):  # fmt: skip
+        assert split_prompt(build_parser(), [word]) == ([], word), word

@@ -410,7 +410,6 @@ class Index:
         cursor.row_factory = None  # plain tuples: this pass touches every session
         cursor.execute(sql, () if all_projects else (self.store.project,))
         hiders: dict[str, set[str]] = {}  # a session -> later ones of its project continuing it
-        links: dict[str, tuple[str | None, int | None]] = {}
         counters: dict[str, int] = {}
         picked: list[tuple[int, int | None, bool]] = []
         total = 0
@@ -420,7 +419,6 @@ class Index:
             if not live:
                 counters[project] = number = counters.get(project, 0) + 1
             forked = _forked_at(forked_raw)
-            links[session] = (parent, forked)
             # rows come latest first: every session continuing this one was seen already
             if fold and parent and forked is None and parent != session and not live:
                 hiders.setdefault(parent, set()).add(f"{project}\0{session}")
@@ -432,8 +430,7 @@ class Index:
                 break
         if count:
             total = self._folded_count(all_projects) if fold else self.count(all_projects)
-        if fold and limit is not None:
-            links = self._links()  # the pass may have stopped early: the ancestors' links
+        links = self._links() if fold else {}  # every project's: a chain's length anywhere
         full = {raw["num"]: raw for raw in self._rows([num for num, _, _ in picked])}
         short = self.handles({full[num]["id"] for num, _, _ in picked if num in full})
         rows = []
@@ -446,17 +443,19 @@ class Index:
 
     def _folded_count(self, all_projects: bool) -> int:
         """How many sessions a folded listing holds: all, less those a later session of
-        their project continues (a continuation still being written is counted as any
-        other here, so the figure may be one over while it is written)."""
+        their project continues that is not still being written (the continuations
+        are found in SQL; only the few still open are checked for their lock)."""
         where = "" if all_projects else " AND c.project = ?"
-        hidden = self._db.execute(
-            "SELECT count(DISTINCT c.parent_id) FROM sessions c WHERE c.parent_id IS NOT NULL "
-            "AND c.forked_at IS NULL AND c.parent_id != c.id" + where + " AND EXISTS (SELECT 1 "
-            "FROM sessions p WHERE p.id = c.parent_id AND p.project = c.project AND "
+        found = self._db.execute(
+            "SELECT c.parent_id, c.status, c.path FROM sessions c WHERE c.parent_id IS NOT "
+            "NULL AND c.forked_at IS NULL AND c.parent_id != c.id" + where + " AND EXISTS "
+            "(SELECT 1 FROM sessions p WHERE p.id = c.parent_id AND p.project = c.project AND "
             "(p.updated, p.id) < (c.updated, c.id))",
             () if all_projects else (self.store.project,),
-        ).fetchone()[0]
-        return self.count(all_projects) - int(hidden)
+        ).fetchall()
+        hidden = {parent for parent, status, path in found
+                  if not (status == "open" and is_locked(Path(path)))}  # fmt: skip
+        return self.count(all_projects) - len(hidden)
 
     def _rows(self, nums: list[int]) -> Iterator[sqlite3.Row]:
         """The whole rows of sessions ``nums`` (in batches: SQLite caps parameters)."""

@@ -217,7 +217,8 @@ def toolbar(parts: dict[str, Any]) -> StyleAndTextTuples:
 def sessions_table(rows: Sequence[SessionRow], now: datetime) -> Table:
     """The /sessions view: number and handle first (what /resume takes: never squeezed
     out), then when, queries, agent and the title, which gives way first."""
-    table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+    table = Table(box=None, pad_edge=False, show_header=True, header_style="bold",
+                  expand=True)  # the title takes what is left, and gives way first
     table.add_column("#", justify="right", no_wrap=True, min_width=2)
     table.add_column("handle", no_wrap=True, min_width=6)
     table.add_column("when", no_wrap=True, min_width=9)
