@@ -111,6 +111,19 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float,
     return wall, cpu, out
 
 
+def interleaved(cmds: dict[str, list[str]], rounds: int, cwd: Path,
+                env: dict[str, str]) -> dict[str, list[float]]:  # fmt: skip
+    """Wall seconds of each command, ``rounds`` times, run in turn (A B C A B C) after
+    one untimed run of each (page cache warm, the index checked)."""
+    for cmd in cmds.values():
+        timed(cmd, cwd, env)
+    times: dict[str, list[float]] = {name: [] for name in cmds}
+    for _ in range(rounds):
+        for name, cmd in cmds.items():
+            times[name].append(timed(cmd, cwd, env)[0])
+    return times
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=10000)
@@ -138,12 +151,7 @@ def main() -> int:
         print(f"reindex: {wall:.2f} s wall, {cpu:.2f} s CPU (target <= 6 s CPU); index.db "
               f"{db / 1e6:,.1f} MB = {db / size:.1%} of the sessions (target <= 15%)")
         listing = {"chatloop": [chatloop, "sessions"], "ls": ["ls", "-l", str(folder)]}
-        for cmd in listing.values():  # warm up (the first listing also checks the index)
-            timed(cmd, cwd, env)
-        spent: dict[str, list[float]] = {name: [] for name in listing}
-        for _ in range(args.rounds):
-            for name, cmd in listing.items():
-                spent[name].append(timed(cmd, cwd, env)[0])
+        spent = interleaved(listing, args.rounds, cwd, env)
         pairs = [c / s for c, s in zip(spent["chatloop"], spent["ls"], strict=True)]
         ratio = statistics.median(pairs)
         print(f"sessions ({args.sessions:,}; 50 shown): chatloop "
@@ -153,12 +161,7 @@ def main() -> int:
         for word in (COMMON, RARE):
             cmds = {"chatloop": [chatloop, "search", word], "rg": [rg, "-il", word, str(folder)],
                     "grep": ["grep", "-ril", word, str(folder)]}  # fmt: skip
-            for cmd in cmds.values():  # warm up
-                timed(cmd, cwd, env)
-            times: dict[str, list[float]] = {name: [] for name in cmds}
-            for _ in range(args.rounds):
-                for name, cmd in cmds.items():
-                    times[name].append(timed(cmd, cwd, env)[0])
+            times = interleaved(cmds, args.rounds, cwd, env)
             ratios = [c / r for c, r in zip(times["chatloop"], times["rg"], strict=True)]
             found = timed([chatloop, "search", word, "--json", "--limit", "100000"], cwd, env)[2]
             ours = {hit["id"] for hit in json.loads(found)}

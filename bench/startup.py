@@ -8,8 +8,9 @@
 Every pair runs interleaved A B A B; bytecode is compiled for both before timing
 (chatloop's package and the baseline script alike); each ratio is chatloop ÷
 baseline taken pair by pair, and the medians are printed with the load average.
-The chat talks to a scripted OpenAI-compatible server on 127.0.0.1 that lists
-one model, so what is timed is chatloop's own start, not a model's.
+The chat talks to bench/stream.py's scripted OpenAI-compatible server on
+127.0.0.1 (it lists one model), so what is timed is chatloop's own start, not a
+model's.
 
     python bench/startup.py              # 15 pairs each
     python bench/startup.py --pairs 5
@@ -19,52 +20,23 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pexpect
+from stream import Script, serve  # bench/stream.py, beside this script
 
 BARE = """\
 from prompt_toolkit import PromptSession
 PromptSession().prompt("you> ")
 """
-
-
-def serve() -> tuple[ThreadingHTTPServer, str]:
-    """A server that lists one model (all a chat's start asks of it)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: object) -> None:
-            return
-
-        def do_GET(self) -> None:
-            body = json.dumps({"data": [{"id": "bench"}]}).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_POST(self) -> None:
-            self.send_response(404)
-            self.send_header("content-length", "0")
-            self.end_headers()
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
 
 
 def until_prompt(cmd: list[str], env: dict[str, str]) -> float:
@@ -120,7 +92,7 @@ def main() -> int:
     import chatloop as package
 
     compileall.compile_dir(str(Path(package.__file__).parent), quiet=1)
-    server, url = serve()
+    server, url = serve(Script())
     with tempfile.TemporaryDirectory() as tmp:
         bare = Path(tmp) / "bare_prompt.py"
         bare.write_text(BARE)

@@ -571,37 +571,31 @@ class ChatSession:
             raise
 
     # ------------------------------------------------------------------ resume
-    def find(self, ref: str) -> SessionRow | None:
-        """The session ``ref`` names (number, handle or id; "": the person picks one,
-        None if they pick none). Raises ChatloopError with the closest match when
-        unknown."""
-        if not ref:
-            picked = self.choose()
-            return None if picked is None else picked.row
+    def find(self, ref: str) -> SessionRow:
+        """The session ``ref`` names (number, handle or id). Raises ChatloopError with the
+        closest match when unknown."""
         from chatloop.store.index import Index
 
         with Index(self.store) as index:
             index.sync(all_projects=True)
             return index.find(ref)
 
-    def choose(self, rows: Sequence[SessionRow] | None = None) -> Picked | None:
-        """Let the person pick a session (of this project, most recent first, or
-        ``rows``) to resume or fork, searching the index as they type; None: none."""
+    def choose(self) -> Picked | None:
+        """Let the person pick a session (of this project, most recent first) to resume
+        or fork, searching the index as they type; None: they picked none."""
         from chatloop.chat.lookup import IndexLookup
         from chatloop.store.index import Index
 
         with Index(self.store) as index:
             index.sync(all_projects=True)
-            listed = list(rows) if rows is not None else index.list_sessions(limit=PICK_LIMIT)
+            listed = index.list_sessions(limit=PICK_LIMIT)
             return self.host.pick(listed, IndexLookup(index, self.store, PICK_LIMIT))
 
     def resume(self, ref: str, full: bool = False, fork: bool = False) -> bool:
         """Continue (``fork``: branch) session ``ref`` (see ``find``; with "" the person
-        picks, and may choose to fork there). False if nothing was resumed."""
+        picks, ``choose``, and may choose to fork there). False if nothing was resumed."""
         if ref:
-            row = self.find(ref)
-            assert row is not None
-            picked = Picked(row, fork)
+            picked = Picked(self.find(ref), fork)
         else:
             chosen = self.choose()
             if chosen is None:
@@ -731,21 +725,16 @@ class ChatSession:
                          "message.", "restored")  # fmt: skip
 
     # ------------------------------------------------------------------ fork
-    def fork(self, upto: int | None = None, carry_all: bool = False) -> None:
+    def fork(self, upto: int | None = None) -> None:
         """Branch this conversation after its query ``upto`` (None: after the last one):
         this session closes with its summary, as it is, and the next message begins a
         new session linked to it that carries its history up to that point (copied
-        whole when it fits the budget, else as a summary of it) and nothing after.
-        ``carry_all``: a session with no query of its own yet (a restoration prompt
-        and its answer) is carried whole instead of refused."""
+        whole when it fits the budget, else as a summary of it) and nothing after."""
         if self.writer is None:
             raise ChatloopError("Nothing to fork yet", "Send a message first.")
         self.flush()  # queued messages belong to this session (StoreError if not yet)
         own = [m for m in self.writer.messages if m.role != "summary"]
-        if carry_all and not any(m.is_query for m in own):
-            cut, at = len(own), 0  # a restoration and its answer only: carry them all
-        else:
-            cut, at = _fork_point(own, upto)  # numbered here; --full's prefix goes too
+        cut, at = _fork_point(own, upto)  # numbered in this session; --full's prefix goes too
         history = [*(m for m in self.prefix if m.role != "summary"), *own[:cut]]
         template = replace(self.meta(), title="")
         try:
@@ -870,7 +859,7 @@ class ChatSession:
         it was held with. True when a branch was made."""
         branched = self.writer is not None
         if branched:
-            self.fork(None, carry_all=True)
+            self.fork()
         self.agent = agent
         self._sent = None
         pending = self.pending
@@ -934,12 +923,13 @@ class ChatSession:
 
 def _fork_point(messages: Sequence[Message], upto: int | None) -> tuple[int, int]:
     """Where a fork after query ``upto`` cuts ``messages`` (after that query's answer
-    and tool results: before the next query; 0: before the first), and the query it
-    branches after."""
+    and tool results: before the next query; 0: before the first; None: after all of
+    them, a session that holds no query yet included), and the query it branches
+    after."""
     starts = [i for i, m in enumerate(messages) if m.is_query]
-    if not starts:
+    if not messages:
         raise ChatloopError("Nothing to fork yet", "Send a message first.")
-    if upto is None:
+    if upto is None:  # all of it (a restoration prompt and its answer, when no query yet)
         return len(messages), len(starts)
     if not 0 <= upto <= len(starts):
         raise ChatloopError(

@@ -406,28 +406,21 @@ class Index:
         at 10,000 sessions than at 100."""
         sql = ("SELECT num, id, project, status, path, parent_id, forked_at FROM sessions"
                + ("" if all_projects else " WHERE project = ?") + _ORDER)  # fmt: skip
-        cursor = self._db.cursor()
-        cursor.row_factory = None  # plain tuples: this pass touches every session
-        cursor.execute(sql, () if all_projects else (self.store.project,))
-        hiders: dict[str, set[str]] = {}  # a session -> later ones of its project continuing it
-        counters: dict[str, int] = {}
+        rows_in_order = self._db.execute(sql, () if all_projects else (self.store.project,))
+        continued: dict[str, set[str]] = {}  # a session -> the projects of those continuing it
         picked: list[tuple[int, int | None, bool]] = []
         total = 0
-        for num, session, project, status, path, parent, forked_raw in cursor:
-            live = status == "open" and is_locked(Path(path))
-            number = None
-            if not live:
-                counters[project] = number = counters.get(project, 0) + 1
-            forked = _forked_at(forked_raw)
+        for raw, number, live in _numbered(rows_in_order):
+            session, parent, project = raw["id"], raw["parent_id"], raw["project"]
             # rows come latest first: every session continuing this one was seen already
-            if fold and parent and forked is None and parent != session and not live:
-                hiders.setdefault(parent, set()).add(f"{project}\0{session}")
-            if fold and any(h.startswith(project + "\0") for h in hiders.get(session, ())):
+            if fold and parent and parent != session and not live and (
+                    _forked_at(raw["forked_at"]) is None):  # fmt: skip
+                continued.setdefault(parent, set()).add(project)
+            if fold and project in continued.get(session, ()):
                 continue
-            if limit is None or len(picked) < limit:
-                picked.append((num, number, live))
-            else:
+            if limit is not None and len(picked) >= limit:
                 break
+            picked.append((raw["num"], number, live))
         if count:
             total = self._folded_count(all_projects) if fold else self.count(all_projects)
         links = self._links() if fold else {}  # every project's: a chain's length anywhere
@@ -481,7 +474,7 @@ class Index:
         """How many sessions the index holds (in this project unless ``all_projects``;
         ``fold``: as ``list_sessions`` lists them folded)."""
         if fold:
-            return self.listing(all_projects, 0, True, count=True)[1]
+            return self._folded_count(all_projects)
         if all_projects:
             return int(self._db.execute("SELECT count(*) FROM sessions").fetchone()[0])
         sql = "SELECT count(*) FROM sessions WHERE project = ?"
