@@ -20,6 +20,8 @@ from chatloop.errors import ChatloopError, UsageError
 if TYPE_CHECKING:  # the settings and backend modules load only when a command needs them
     from chatloop.backends.base import Backend
     from chatloop.config import Settings
+    from chatloop.store.store import Store
+    from chatloop.ui.repl import Repl
 
 EXAMPLES = """\
 examples:
@@ -345,10 +347,7 @@ def _backend(settings: Settings) -> Backend:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    """Start the interactive REPL."""
-    from chatloop.chat.agent import agent_dirs, find_agent_file, load_agent
-    from chatloop.ui.repl import Repl
-
+    """Start the interactive REPL, or answer a one-shot question."""
     settings = _settings(args)
     store = _store(args, settings)
     resume = "1" if args.continue_ else args.resume
@@ -358,6 +357,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
         raise UsageError("--fork goes with --resume or --continue", "e.g. chatloop -r 2 --fork")
     if args.fork and args.full:
         raise UsageError("--fork carries the history already; drop --full", "")
+    question = _question(args)
+    if resume is None and question is None and sys.stdin.isatty() and sys.stdout.isatty():
+        return _chat_new(args, settings, store)
+    from chatloop.chat.agent import agent_dirs, find_agent_file, load_agent
+    from chatloop.ui.repl import Repl
+
     agent_file = None
     target: Path | str | None = resume  # "" picks in the REPL; a ref is found here, once
     if resume:  # find the session before anything slow; a wrong ref fails here
@@ -380,11 +385,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if agent_file is None:
         agent_file = find_agent_file(settings.agent, agent_dirs(store.cwd, store.root))
     agent = load_agent(agent_file)
-    question = _question(args)
-    backend = _backend(settings)
+    backend = _ready_backend(settings)
     try:
-        if not backend.model:  # fail fast, with the server's own words, if it is not usable
-            backend.model = (backend.models() or [""])[0]
         if question is not None:
             return _ask_once(agent, backend, store, settings, question, target, args.full,
                              args.fork)  # fmt: skip
@@ -392,6 +394,52 @@ def cmd_chat(args: argparse.Namespace) -> int:
         return repl.run(resume=target, full=args.full, fork=args.fork)
     finally:
         backend.close()
+
+
+def _chat_new(args: argparse.Namespace, settings: Settings, store: Store) -> int:
+    """A new interactive chat, its prompt drawn first: the agent, the backend (and its
+    check of the server) and the chat load behind it (``chatloop.ui.start``)."""
+    from chatloop.ui.prompt import chat_prompt, file_history
+    from chatloop.ui.start import Startup
+
+    def agent_names() -> list[str]:
+        from chatloop.chat.agent import agent_dirs, agent_names
+
+        return agent_names(agent_dirs(store.cwd, store.root))
+
+    prompt = chat_prompt(agent_names, file_history(store.project_dir))
+
+    def load() -> Repl:
+        from chatloop.chat.agent import agent_dirs, find_agent_file, load_agent
+        from chatloop.ui.repl import Repl
+
+        agent = load_agent(find_agent_file(settings.agent, agent_dirs(store.cwd, store.root)))
+        backend = _ready_backend(settings)
+        return Repl(agent, backend, store, settings, assume_yes=args.yes, prompt=prompt)
+
+    startup = Startup(prompt, load, announce=lambda repl: repl.banner(),
+                      toolbar=lambda repl: repl.toolbar())  # fmt: skip
+    first = startup.first_line()
+    if first is None:  # Ctrl-D before anything was said: nothing to save or wait for
+        return 0
+    repl = startup.loaded()
+    try:
+        return repl.run(first=first)
+    finally:
+        repl.session.backend.close()
+
+
+def _ready_backend(settings: Settings) -> Backend:
+    """The configured backend, its model chosen; fails fast, with the server's own
+    words, when the server is not usable."""
+    backend = _backend(settings)
+    try:
+        if not backend.model:
+            backend.model = (backend.models() or [""])[0]
+    except BaseException:
+        backend.close()
+        raise
+    return backend
 
 
 def _question(args: argparse.Namespace) -> str | None:

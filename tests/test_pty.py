@@ -729,3 +729,79 @@ def test_retry_edit_model_and_new_in_the_installed_program(
     fresh = by_query["zebracorn after new"]
     assert fresh.meta.parent_id is None and fresh.meta.status == "closed"
     assert all(s.meta.status == "closed" for s in files)
+
+
+SPIED = """\
+import os, sys
+from chatloop.ui import start
+
+drawn = start.Startup._on_drawn
+
+
+def record(self, app):
+    path = os.environ["MODULES_AT_PROMPT"]
+    if not os.path.exists(path):  # the first time the prompt is on the screen
+        with open(path, "w") as out:
+            out.write("\\n".join(sorted(sys.modules)))
+    drawn(self, app)
+
+
+start.Startup._on_drawn = record
+from chatloop.__main__ import main
+
+sys.exit(main())
+"""
+HEAVY = ("rich", "httpx", "httpcore", "yaml", "sqlite3", "llama_cpp", "chatloop.format",
+         "chatloop.chat", "chatloop.backends", "chatloop.store.index", "chatloop.ui.repl",
+         "chatloop.ui.render", "chatloop.ui.commands")  # fmt: skip
+
+
+def test_the_prompt_is_drawn_before_the_backend_and_the_chat_load(
+    llama_server: str, chatloop_home: Path, project: Path, tmp_path: Path
+) -> None:
+    """The program itself, its first draw spied on: nothing but the prompt's own parts
+    is loaded then; the banner comes after the prompt, and the chat works."""
+    spied, modules = tmp_path / "spied_chatloop.py", tmp_path / "modules.txt"
+    spied.write_text(SPIED)
+    env = environment(chatloop_home, 12)
+    env["MODULES_AT_PROMPT"] = str(modules)
+    shown = io.StringIO()
+    child = pexpect.spawn(sys.executable, [str(spied), "--base-url", llama_server],
+                          cwd=str(project), env=env, encoding="utf-8", timeout=90,
+                          dimensions=(30, 100))  # fmt: skip
+    child.logfile_read = shown
+    wait(child, READY)  # the toolbar, once everything is loaded
+    loaded = modules.read_text().split()
+    assert "prompt_toolkit" in loaded and "chatloop.ui.start" in loaded
+    early = [m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+    assert early == []
+    screen = shown.getvalue()
+    assert 0 <= screen.index("you>") < screen.index("/help for commands")  # banner after
+    child.sendline("hello there")
+    wait(child, ready(1))
+    leave(child)
+    child.close()
+    assert child.exitstatus == 0
+    assert only_session(chatloop_home).messages[0].text == "hello there"
+
+
+@pytest.mark.parametrize("trouble", ["no server", "no agent"])
+def test_what_fails_while_the_prompt_waits_ends_it_with_the_error(
+    trouble: str, llama_server: str, chatloop_home: Path, project: Path
+) -> None:
+    if trouble == "no server":
+        from tests.conftest import _free_port
+
+        args, said = ["--base-url", f"http://127.0.0.1:{_free_port()}/v1"], "Cannot reach"
+    else:
+        args, said = ["--agent", "nobody", "--base-url", llama_server], "No agent named"
+    env = environment(chatloop_home, 12)
+    child = pexpect.spawn(chatloop_bin(), args, cwd=str(project), env=env, encoding="utf-8",
+                          timeout=90)  # fmt: skip
+    wait(child, "you>")
+    wait(child, said)
+    child.expect("hint: ")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus not in (0, None)
+    assert not list(chatloop_home.glob("projects/*/*.md"))  # nothing was said: no file

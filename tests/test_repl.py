@@ -183,11 +183,16 @@ def test_commands_and_agent_names_complete(store: Store) -> None:
     from prompt_toolkit.document import Document
 
     from chatloop.chat.agent import agent_names
-    from chatloop.ui.repl import _Completer
+    from chatloop.ui.prompt import ChatCompleter
 
-    names = agent_names([AGENTS])
-    assert names == ["file_fiona", "simple_sally"]
-    completer = _Completer(names)
+    asked: list[int] = []
+
+    def names() -> list[str]:  # looked up on the first completion of a name, once
+        asked.append(1)
+        return agent_names([AGENTS])
+
+    assert names() == ["file_fiona", "simple_sally"]
+    completer = ChatCompleter(names)
 
     def complete(text: str) -> list[str]:
         found = completer.get_completions(Document(text), CompleteEvent())
@@ -197,6 +202,8 @@ def test_commands_and_agent_names_complete(store: Store) -> None:
     assert "/resume" in complete("/re")
     assert complete("ask @fi") == ["file_fiona"]
     assert complete("plain words") == []
+    assert complete("@s") == ["simple_sally"]
+    assert len(asked) == 2  # the check above, then the completer's one look-up
 
 
 def test_ctrl_c_at_an_empty_prompt_asks_before_leaving(store: Store) -> None:

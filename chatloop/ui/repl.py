@@ -19,19 +19,15 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable
-from contextlib import AbstractContextManager, suppress
+from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
 from prompt_toolkit import PromptSession
-from prompt_toolkit.completion import Completer, Completion
-from prompt_toolkit.document import Document
 from prompt_toolkit.formatted_text import StyleAndTextTuples
-from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.input import Input
-from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.output import Output
 from rich.console import Console
 
@@ -41,14 +37,13 @@ from chatloop.chat.host import Lookup, Picked, Progress, ReplyView, Tone
 from chatloop.chat.session import ChatSession
 from chatloop.config import Settings
 from chatloop.errors import ChatloopError
-from chatloop.store.fsio import FILE_MODE, ensure_dir
 from chatloop.store.store import Store
 from chatloop.ui import commands, render
+from chatloop.ui.prompt import PROMPT, chat_prompt, file_history
 
 if TYPE_CHECKING:
     from chatloop.store.index import SessionRow
 
-HISTORY_FILE = "input_history"
 EMBEDDED_NOTE = (
     "Using the embedded Gemma 3 270M demo model: a tiny base model whose replies are often "
     "nonsense (it loads with your first message, about 2 s). For real work start Ollama or "
@@ -57,67 +52,6 @@ EMBEDDED_NOTE = (
 TONES: dict[Tone, str] = {"info": "dim", "warn": "yellow", "ok": "green", "restored": "cyan"}
 YES, NO = ("y", "yes"), ("n", "no")
 _LEAVE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-
-class _History(FileHistory):
-    """The prompt's history file. A line it cannot store (a full disk, a read-only
-    home) is only not remembered: the chat goes on."""
-
-    def store_string(self, string: str) -> None:
-        with suppress(OSError):
-            super().store_string(string)
-
-
-class _Completer(Completer):
-    """Commands after a leading ``/``; agent names in the agent folders when a word
-    starts with ``@`` (their file stems, as ``--agent`` takes them)."""
-
-    def __init__(self, agents: list[str]) -> None:
-        self.agents = agents
-
-    def get_completions(self, document: Document, complete_event: object):  # type: ignore[no-untyped-def]
-        text = document.text_before_cursor
-        if text.startswith("/") and " " not in text:
-            for word in commands.completions():
-                if word.startswith(text):
-                    yield Completion(word, start_position=-len(text))
-            return
-        word = document.get_word_before_cursor(WORD=True)
-        if word.startswith("@"):
-            for name in self.agents:
-                if name.startswith(word[1:]):
-                    yield Completion(name, start_position=-len(word) + 1)
-
-
-def key_bindings() -> KeyBindings:
-    """Enter sends; Esc+Enter or a trailing backslash starts a new line instead; Ctrl-C
-    clears a line that has text."""
-    keys = KeyBindings()
-
-    @keys.add("enter")
-    def _enter(event: KeyPressEvent) -> None:
-        buffer = event.current_buffer
-        if buffer.text.endswith("\\"):
-            buffer.delete_before_cursor(1)
-            buffer.insert_text("\n")
-        else:
-            buffer.validate_and_handle()
-
-    @keys.add("escape", "enter")
-    def _newline(event: KeyPressEvent) -> None:
-        event.current_buffer.insert_text("\n")
-
-    @keys.add("c-c")
-    def _interrupt(event: KeyPressEvent) -> None:
-        """As in a shell: Ctrl-C with text on the line clears the line; on an empty
-        line it interrupts (the loop then asks before leaving)."""
-        buffer = event.current_buffer
-        if buffer.text:
-            buffer.reset()
-        else:
-            event.app.exit(exception=KeyboardInterrupt())
-
-    return keys
 
 
 class Repl:
@@ -129,6 +63,7 @@ class Repl:
         console: Console | None = None, *, input: Input | None = None,
         output: Output | None = None,
         clock: Callable[[], datetime] | None = None, assume_yes: bool = False,
+        prompt: PromptSession[str] | None = None,
     ) -> None:  # fmt: skip
         self.console = console or Console()  # the terminal, unless a test passes one
         self.input, self.output = input, output
@@ -139,19 +74,23 @@ class Repl:
         self.signalled = 0  # the signal that asked chatloop to leave, once one has
         self._leave = False
         self._typed_ahead: list[str] = []  # lines typed while a question waited
-        history = InMemoryHistory() if input is not None else self._file_history(store)
-        names = agent_names(agent_dirs(store.cwd, store.root))
-        self.prompt: PromptSession[str] = PromptSession(
-            input=input, output=output, history=history, key_bindings=key_bindings(),
-            completer=_Completer(names), complete_while_typing=False,
-        )  # fmt: skip
+        self._first: Callable[[], str] | None = None
+        if prompt is None:  # the terminal's, unless the first prompt made it already
+            history = None if input is not None else file_history(store.project_dir)
+            names = agent_names(agent_dirs(store.cwd, store.root))
+            prompt = chat_prompt(names, history, input, output)
+        self.prompt = prompt
 
     # ------------------------------------------------------------------ the loop
     def run(self, resume: Path | str | None = None, full: bool = False,
-            fork: bool = False) -> int:  # fmt: skip
+            fork: bool = False, first: Callable[[], str] | None = None) -> int:  # fmt: skip
         """Chat until the person leaves. ``resume``: the file of a session to continue
-        (``fork``: to branch) first, or "" to pick one. Returns the exit code."""
-        self._banner()
+        (``fork``: to branch) first, or "" to pick one. ``first``: the outcome of a
+        first prompt read before this loop was made (``chatloop.ui.start``, which
+        printed the banner too). Returns the exit code."""
+        self._first = first
+        if first is None:
+            self.banner()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in _LEAVE_SIGNALS}
         try:
             if resume is not None:
@@ -187,8 +126,11 @@ class Repl:
         (None after Ctrl-C at an empty prompt, or when the person leaves)."""
         if self._typed_ahead:
             return self._typed_ahead.pop(0)
+        first, self._first = self._first, None
         try:
-            return self.prompt.prompt("you> ", bottom_toolbar=self._toolbar)
+            if first is not None:
+                return first()
+            return self.prompt.prompt(PROMPT, bottom_toolbar=self.toolbar)
         except KeyboardInterrupt:
             if self.signalled or self._confirm_leave():
                 self._leave = True
@@ -300,7 +242,8 @@ class Repl:
         answer = self._answer("[y/N] ")
         return answer is None or answer is True
 
-    def _toolbar(self) -> StyleAndTextTuples:
+    def toolbar(self) -> StyleAndTextTuples:
+        """The bottom toolbar: agent, model, session, tokens and the window's meter."""
         session = self.session
         writer, totals = session.writer, session.totals
         tokens = totals.tokens + totals.restoration
@@ -319,7 +262,8 @@ class Repl:
             }
         )
 
-    def _banner(self) -> None:
+    def banner(self) -> None:
+        """What is talked to, and how to get help and leave."""
         backend = self.session.backend
         render.note(
             self.console,
@@ -328,10 +272,3 @@ class Repl:
         )
         if backend.kind == "embedded":
             render.note(self.console, EMBEDDED_NOTE, "yellow")
-
-    @staticmethod
-    def _file_history(store: Store) -> _History:
-        ensure_dir(store.project_dir)
-        path = store.project_dir / HISTORY_FILE
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE))
-        return _History(str(path))

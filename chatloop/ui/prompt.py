@@ -1,0 +1,117 @@
+"""The line editor of the chat: its history file, completion and keys.
+
+Light on purpose: this module needs prompt_toolkit and the standard library
+only (the command list and the agent names are looked up when Tab is first
+pressed), so the first ``you>`` prompt is drawn before the rest of chatloop
+(rich, httpx, the session format, the chat) has loaded (``chatloop.ui.start``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from pathlib import Path
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion
+from prompt_toolkit.document import Document
+from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+from prompt_toolkit.input import Input
+from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from prompt_toolkit.output import Output
+
+from chatloop.store.fsio import FILE_MODE, ensure_dir
+
+HISTORY_FILE = "input_history"
+PROMPT = "you> "
+
+
+class LineHistory(FileHistory):
+    """The prompt's history file. A line it cannot store (a full disk, a read-only
+    home) is only not remembered: the chat goes on."""
+
+    def store_string(self, string: str) -> None:
+        with suppress(OSError):
+            super().store_string(string)
+
+
+def file_history(project_dir: Path) -> LineHistory:
+    """The history of the lines typed in this project (created 0600 if missing)."""
+    ensure_dir(project_dir)
+    path = project_dir / HISTORY_FILE
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE))
+    return LineHistory(str(path))
+
+
+class ChatCompleter(Completer):
+    """Commands after a leading ``/``; agent names when a word starts with ``@``
+    (their file stems, as ``--agent`` takes them). ``agents`` is called once, the
+    first time a name is completed."""
+
+    def __init__(self, agents: list[str] | Callable[[], list[str]]) -> None:
+        self._agents = agents
+
+    @property
+    def agents(self) -> list[str]:
+        if callable(self._agents):
+            self._agents = self._agents()
+        return self._agents
+
+    def get_completions(self, document: Document,
+                        complete_event: CompleteEvent) -> Iterator[Completion]:  # fmt: skip
+        text = document.text_before_cursor
+        if text.startswith("/") and " " not in text:
+            from chatloop.ui.commands import completions
+
+            for word in completions():
+                if word.startswith(text):
+                    yield Completion(word, start_position=-len(text))
+            return
+        word = document.get_word_before_cursor(WORD=True)
+        if word.startswith("@"):
+            for name in self.agents:
+                if name.startswith(word[1:]):
+                    yield Completion(name, start_position=-len(word) + 1)
+
+
+def key_bindings() -> KeyBindings:
+    """Enter sends; Esc+Enter or a trailing backslash starts a new line instead; Ctrl-C
+    clears a line that has text."""
+    keys = KeyBindings()
+
+    @keys.add("enter")
+    def _enter(event: KeyPressEvent) -> None:
+        buffer = event.current_buffer
+        if buffer.text.endswith("\\"):
+            buffer.delete_before_cursor(1)
+            buffer.insert_text("\n")
+        else:
+            buffer.validate_and_handle()
+
+    @keys.add("escape", "enter")
+    def _newline(event: KeyPressEvent) -> None:
+        event.current_buffer.insert_text("\n")
+
+    @keys.add("c-c")
+    def _interrupt(event: KeyPressEvent) -> None:
+        """As in a shell: Ctrl-C with text on the line clears the line; on an empty
+        line it interrupts (the loop then asks before leaving)."""
+        buffer = event.current_buffer
+        if buffer.text:
+            buffer.reset()
+        else:
+            event.app.exit(exception=KeyboardInterrupt())
+
+    return keys
+
+
+def chat_prompt(agents: list[str] | Callable[[], list[str]], history: History | None = None,
+                input: Input | None = None, output: Output | None = None,
+                ) -> PromptSession[str]:  # fmt: skip
+    """The chat's line editor (in-memory history unless one is given)."""
+    return PromptSession(
+        input=input, output=output, history=history or InMemoryHistory(),
+        key_bindings=key_bindings(), completer=ChatCompleter(agents),
+        complete_while_typing=False,
+    )  # fmt: skip

@@ -1,0 +1,130 @@
+"""The first prompt, on the screen before the slow parts of chatloop have loaded.
+
+A new interactive chat draws ``you>`` with prompt_toolkit alone, then loads
+everything else in a thread: the agent, the backend client (and its check of
+the server), rich and the chat itself. The person types meanwhile. When the
+load is done, its banner is printed above the prompt and the toolbar fills in;
+if it fails (no such agent, a server that refuses), the prompt ends at once
+with that error, as if it had happened before the prompt. A line sent before
+the load is done waits for it; Ctrl-D leaves without waiting.
+
+Light on purpose, like ``chatloop.ui.prompt``: nothing here imports more than
+prompt_toolkit and the standard library. What is loaded is the caller's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Generic, TypeVar
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.application import Application, run_in_terminal
+from prompt_toolkit.application.current import set_app
+from prompt_toolkit.formatted_text import StyleAndTextTuples
+
+from chatloop.ui.prompt import PROMPT
+
+T = TypeVar("T")
+Replay = Callable[[], str]  # the first prompt's outcome: its line, or the same exception
+
+
+class Startup(Generic[T]):
+    """Loads ``load()`` in a thread once the first prompt is on the screen.
+
+    ``announce(loaded)`` prints what the person should know first (the banner);
+    it runs exactly once, above the prompt while it waits, or after it when the
+    line was sent first. ``toolbar(loaded)`` draws the bottom toolbar once
+    loaded ("starting…" until then)."""
+
+    def __init__(self, prompt: PromptSession[str], load: Callable[[], T],
+                 announce: Callable[[T], None],
+                 toolbar: Callable[[T], StyleAndTextTuples]) -> None:  # fmt: skip
+        self.prompt = prompt
+        self._load, self._announce, self._toolbar = load, announce, toolbar
+        self._done = threading.Event()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._started = False
+        self._announced = False
+        self._pending: object = None  # the banner's task, kept from the collector
+
+    def first_line(self) -> Replay | None:
+        """Draw the prompt, start loading, and read the first line. Returns a replay
+        of the outcome (``str``, or raising KeyboardInterrupt), or None when the
+        person left (Ctrl-D). A load that fails ends the prompt with its error."""
+        app = self.prompt.app
+        app.after_render += self._on_drawn
+        try:
+            line = self.prompt.prompt(PROMPT, bottom_toolbar=self._bar)
+        except KeyboardInterrupt:
+            return _raising(KeyboardInterrupt)
+        except EOFError:
+            return None
+        finally:
+            app.after_render -= self._on_drawn
+            self._begin()  # a prompt that never drew (no terminal) loads now
+        return lambda: line
+
+    def loaded(self) -> T:
+        """What ``load`` returned, once it has (announced if it was not yet); raises
+        what it raised."""
+        self._begin()
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        if not self._announced:
+            self._announced = True
+            self._announce(self._value)
+        return self._value
+
+    # -- the loading thread
+    def _on_drawn(self, app: Application[str]) -> None:
+        self._begin()
+
+    def _begin(self) -> None:
+        if not self._started:
+            self._started = True
+            threading.Thread(target=self._run, name="chatloop-start", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._load()
+        except BaseException as exc:  # handed to the main thread, raised there
+            self._error = exc
+        self._done.set()
+        loop = self.prompt.app.loop
+        if loop is not None:
+            with suppress(RuntimeError):  # the prompt is over and its loop closed
+                loop.call_soon_threadsafe(self._settle)
+
+    def _settle(self) -> None:
+        """On the prompt's own loop: end it with the load's error, or print the
+        banner above it and redraw the toolbar."""
+        app = self.prompt.app
+        if not app.is_running or app.future is None or app.future.done():
+            return  # the line was sent meanwhile: ``loaded`` takes over
+        if self._error is not None:
+            app.erase_when_done = True  # the error takes the prompt's place
+            app.exit(exception=self._error)
+            return
+        assert self._value is not None
+        value = self._value
+        self._announced = True
+        with set_app(app):
+            self._pending = run_in_terminal(lambda: self._announce(value))
+        app.invalidate()
+
+    def _bar(self) -> StyleAndTextTuples:
+        if self._done.is_set() and self._value is not None:
+            return self._toolbar(self._value)
+        return [("", " starting… ")]
+
+
+def _raising(kind: type[BaseException]) -> Replay:
+    def replay() -> str:
+        raise kind
+
+    return replay
