@@ -41,7 +41,7 @@ SAFETY = 1.1  # estimates are rough: plan as if messages were 10% longer
 EXACT_SAFETY = 1.02  # the server's own counts: only the template's share may be off
 PRUNED = "[tool result of {chars:,} characters left out to save context; it is in the transcript]"
 
-__all__ = ["Budget", "Plan", "ack_cap", "plan", "reply_cap", "summary_cap", "to_wire"]
+__all__ = ["Budget", "Plan", "Sent", "ack_cap", "plan", "reply_cap", "summary_cap", "to_wire"]
 
 
 def reply_cap(window: int | None, setting: int = 0, agent: int = 0) -> int:
@@ -92,6 +92,7 @@ class Plan:
     messages_tokens: int  # the messages after the system prompt
     pruned: int  # tool results left out of the sent copy
     exact: bool = False  # counted by the server's tokenizer (else estimated)
+    content: int | None = None  # the wire's own tokens (system prompt too; no template)
 
     @property
     def margin(self) -> float:
@@ -112,6 +113,50 @@ class Plan:
         return self.tokens / self.budget.window if self.budget.window else 0.0
 
 
+class Sent:
+    """The wire form and token counts of a conversation's messages, kept from one plan
+    to the next, so that a plan converts and counts only the messages it has not seen
+    (a long conversation costs each turn about what a short one does).
+
+    Messages are recognised by identity, in order: where the list given differs from
+    the one seen (a message replaced, removed, or a different list), what follows is
+    converted again. Counts are kept without the template's overhead and only under
+    the ``TokenCount.basis`` they were made with."""
+
+    def __init__(self) -> None:
+        self._seen: list[Message] = []
+        self._wire: list[ChatMessage] = []
+        self._ends: list[int] = []  # len(_wire) after each message seen
+        self._content: list[int] = []  # content tokens up to and with each message seen
+        self._basis: tuple[bool, float] | None = None
+
+    def body(self, messages: Sequence[Message], count: TokenCount) -> tuple[list[ChatMessage], int]:
+        """The chat messages for ``messages`` (a new list: the caller may replace items)
+        and their content tokens (``TokenCount.content``, summed)."""
+        if self._basis != count.basis:
+            self._forget(0)
+            self._basis = count.basis
+        same, seen = 0, self._seen
+        limit = min(len(seen), len(messages))
+        while same < limit and seen[same] is messages[same]:
+            same += 1
+        self._forget(same)
+        for message in messages[same:]:
+            items = to_wire("", (message,))
+            self._wire.extend(items)
+            self._ends.append(len(self._wire))
+            before = self._content[-1] if self._content else 0
+            self._content.append(before + sum(count.content(item) for item in items))
+            seen.append(message)
+        return list(self._wire), (self._content[-1] if self._content else 0)
+
+    def _forget(self, keep: int) -> None:
+        """Keep what was made for the first ``keep`` messages only."""
+        if keep < len(self._seen):
+            del self._seen[keep:], self._ends[keep:], self._content[keep:]
+            del self._wire[self._ends[-1] if self._ends else 0 :]
+
+
 def plan(
     system_prompt: str,
     messages: Sequence[Message],
@@ -120,12 +165,14 @@ def plan(
     tools: Sequence[dict[str, Any]] | None = None,
     reserve: int | None = None,
     count: TokenCount | None = None,
+    sent: Sent | None = None,
 ) -> Plan:
     """The next call's messages: full history if it fits, else with old tool results pruned.
 
     Tool results after the last message the person typed are never pruned
     (the model is working with them right now). ``count``: how tokens are counted
-    (default: estimates).
+    (default: estimates). ``sent``: what earlier plans of this conversation made,
+    reused (the same plan, made faster).
     """
     count = count or TokenCount()
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
@@ -135,9 +182,13 @@ def plan(
         tools=count.text(json.dumps(list(tools))) if tools else 0,
         reserve=reserve or DEFAULT_REPLY_RESERVE,
     )
-    wire = to_wire(system_prompt, messages)
-    body = wire[len(system) :]
-    used = count.messages(body)
+    per = count.overhead()[0]
+    if sent is not None:
+        body, own = sent.body(messages, count)
+        used = own + per * len(body)
+    else:
+        body = to_wire("", messages)
+        used = count.messages(body)
     margin = EXACT_SAFETY if count.exact else SAFETY
     pruned = 0
     if used * margin > budget.available:
@@ -152,8 +203,9 @@ def plan(
             pruned += 1
             if used * margin <= budget.available:
                 break
+    own = sum(count.content(item) for item in system) + used - per * len(body)
     return Plan(wire=[*system, *body], budget=budget, messages_tokens=used, pruned=pruned,
-                exact=count.exact)  # fmt: skip
+                exact=count.exact, content=own)  # fmt: skip
 
 
 def to_wire(system_prompt: str, messages: Iterable[Message]) -> list[ChatMessage]:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from chatloop.backends.base import Backend, ContextOverflow
 from chatloop.chat import chain, prompts, titles
 from chatloop.chat.agent import Agent, normalise
-from chatloop.chat.context import Plan, ack_cap, plan, reply_cap, summary_cap
+from chatloop.chat.context import Plan, Sent, ack_cap, plan, reply_cap, summary_cap
 from chatloop.chat.host import Host, Picked
 from chatloop.chat.tokens import TokenCount
 from chatloop.chat.turn import TurnResult, respond, run_turn
@@ -103,6 +103,7 @@ class ChatSession:
     _window: int | None = None
     _tokens: TokenCount | None = None
     _sent: Plan | None = None  # the last call's plan (its messages and tool definitions)
+    _made: Sent = field(default_factory=Sent)  # this conversation's plans so far, reused
 
     # ------------------------------------------------------------------ state
     @property
@@ -178,7 +179,7 @@ class ChatSession:
         """A reply's reported prompt size corrects the counts of what follows."""
         sent = self._sent
         if message.usage is not None and not message.usage.estimated and sent is not None:
-            self.tokens.learn(sent.wire, message.usage.input, sent.budget.tools)
+            self.tokens.learn(sent.wire, message.usage.input, sent.budget.tools, sent.content)
 
     def reply_options(self) -> dict[str, Any]:
         """Options for a reply: its ``max_tokens`` (``context.reply_cap``: the setting,
@@ -188,15 +189,18 @@ class ChatSession:
 
     def plan(self, extra: Sequence[Message] = ()) -> Plan:
         """What the next call would send: the --full prefix, this session, ``extra``."""
-        return self._plan([*self.messages, *extra])
+        return self._plan([*self.messages, *extra], reuse=True)
 
-    def _plan(self, messages: Sequence[Message], history: bool = True) -> Plan:
-        """The call for ``messages``, after the --full prefix unless ``history`` is False."""
+    def _plan(self, messages: Sequence[Message], history: bool = True,
+              reuse: bool = False) -> Plan:  # fmt: skip
+        """The call for ``messages``, after the --full prefix unless ``history`` is False.
+        ``reuse``: ``messages`` are this conversation's (what earlier such plans made
+        is reused: a turn's cost does not grow with the conversation)."""
         before = self.prefix if history else []
         return plan(self.agent.system_prompt, [*before, *messages], window=self.window(),
                     tools=self.agent.tool_specs() if self.agent.tools else None,
                     reserve=self.reply_options().get("max_tokens"),
-                    count=self.tokens)  # fmt: skip
+                    count=self.tokens, sent=self._made if reuse else None)  # fmt: skip
 
     # ------------------------------------------------------------------ saving
     def _ensure_file(self) -> SessionWriter:
@@ -316,7 +320,7 @@ class ChatSession:
 
     def wire(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
         """The call for ``messages`` (the turn's view of this session) within the budget."""
-        self._sent = self._plan(messages)
+        self._sent = self._plan(messages, reuse=True)
         return self._sent.wire
 
     def _after_turn(self) -> None:

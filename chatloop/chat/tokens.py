@@ -24,6 +24,7 @@ PER_MESSAGE = 6  # template tokens around one message, until the server says (ro
 PER_PROMPT = 8  # template tokens once per prompt (BOS, the reply's opening marker)
 CACHE_SIZE = 4096  # distinct texts remembered
 SCALE_RANGE = (0.5, 3.0)  # how far reported usage may move the estimate
+SCALE_STEP = 0.02  # a learned scale is taken only when it moves the estimate this much
 
 Counter = Callable[[str], "int | None"]
 Overhead = Callable[[], "tuple[int, int] | None"]
@@ -71,14 +72,24 @@ class TokenCount:
             self._overhead = measured or (PER_MESSAGE, PER_PROMPT)
         return self._overhead
 
-    def message(self, message: ChatMessage) -> int:
-        """One chat message's tokens, with its share of the template."""
-        total = self.overhead()[0] + self.text(str(message.get("content") or ""))
+    @property
+    def basis(self) -> tuple[bool, float]:
+        """What ``content`` counts depend on: a count remembered under another basis is
+        stale. (The template's overhead is not part of it: ``content`` leaves it out.)"""
+        return self.exact, self.scale
+
+    def content(self, message: ChatMessage) -> int:
+        """One chat message's own tokens: its text and tool calls, no template."""
+        total = self.text(str(message.get("content") or ""))
         for call in message.get("tool_calls") or ():
             function = call.get("function") or {}
             total += self.text(str(function.get("name", ""))) + self.text(
                 str(function.get("arguments", "")))  # fmt: skip
         return total
+
+    def message(self, message: ChatMessage) -> int:
+        """One chat message's tokens, with its share of the template."""
+        return self.overhead()[0] + self.content(message)
 
     def messages(self, messages: Sequence[ChatMessage]) -> int:
         """``messages``' tokens, without the once-per-prompt overhead."""
@@ -88,22 +99,29 @@ class TokenCount:
         """A whole prompt's tokens, as the server will count them."""
         return self.messages(messages) + self.overhead()[1] if messages else 0
 
-    def learn(self, messages: Sequence[ChatMessage], reported: int, tools: int = 0) -> None:
+    def learn(self, messages: Sequence[ChatMessage], reported: int, tools: int = 0,
+              content: int | None = None) -> None:  # fmt: skip
         """The server counted ``reported`` tokens for ``messages`` and tool definitions
         of ``tools`` tokens (as planned): correct what follows. Exact counts learn the
-        template's overhead per message; estimates their scale."""
+        template's overhead per message; estimates their scale. ``content``: the
+        messages' own tokens as planned (``Plan.content``), so they are not counted
+        again (a long conversation's learning costs what a short one's does)."""
         reported -= tools
         if not messages or reported <= 0:
             return
         per, fixed = self.overhead()
         if self.exact:
-            content = self.messages(messages) - per * len(messages)
+            if content is None:
+                content = sum(self.content(m) for m in messages)
             learned = (reported - fixed - content) / len(messages)
             if 0 <= learned <= 64:
                 self._overhead = (round(learned), fixed)
             return
-        raw = sum(estimate_tokens(str(m.get("content") or "")) for m in messages)
+        raw = (content / self.scale if content is not None else
+               sum(estimate_tokens(str(m.get("content") or "")) for m in messages))  # fmt: skip
         if raw > 0:
             low, high = SCALE_RANGE
             measured = (reported - fixed - per * len(messages)) / raw
-            self.scale = min(high, max(low, (self.scale + measured) / 2))
+            scale = min(high, max(low, (self.scale + measured) / 2))
+            if abs(scale - self.scale) > SCALE_STEP * self.scale:  # else counts stay valid
+                self.scale = scale
