@@ -60,10 +60,8 @@ def project_name(cwd: Path) -> str:
 
 def handles(session_ids: Iterable[str], wanted: Iterable[str] | None = None) -> dict[str, str]:
     """A short, stable handle for each generated id (of ``wanted`` only, when given,
-    each still unique among all of ``session_ids``), as git abbreviates commits: the
-    shortest prefix of its random part (at least MIN_HANDLE characters) that no other
-    id's random part starts with, lengthened until it holds a letter, so it cannot be
-    read as a session number (unless all eight are digits). Legacy ids get none."""
+    each still unique among all of ``session_ids``), as git abbreviates commits (see
+    ``handle_between``). Legacy ids get none."""
     generated = [i for i in session_ids if ID_RE.match(i)]
     tails = sorted({i[-8:] for i in generated})
     targets = generated if wanted is None else [i for i in wanted if ID_RE.match(i)]
@@ -72,17 +70,32 @@ def handles(session_ids: Iterable[str], wanted: Iterable[str] | None = None) -> 
         tail = session[-8:]
         n = bisect.bisect_left(tails, tail)
         after = n + 1 if n < len(tails) and tails[n] == tail else n  # its neighbours
-        shared = 0
-        for other in (tails[n - 1] if n else "", tails[after] if after < len(tails) else ""):
-            common = 0
-            while common < len(other) and other[common] == tail[common]:
-                common += 1
-            shared = max(shared, common)
-        size = max(MIN_HANDLE, shared + 1)
-        while size < len(tail) and tail[:size].isdigit():
-            size += 1
-        out[session] = tail[:size]
+        before = tails[n - 1] if n else ""
+        out[session] = handle_between(tail, before, tails[after] if after < len(tails) else "")
     return out
+
+
+def handle_between(tail: str, before: str, after: str) -> str:
+    """The handle of the random part ``tail``, given its neighbours in sorted order
+    among every other generated id's random part ("" for none): its shortest prefix
+    (at least MIN_HANDLE characters) that neither neighbour starts with (so no other
+    does), lengthened until it holds a letter, so it cannot be read as a session
+    number (unless all eight are digits)."""
+    shared = 0
+    for other in (before, after):
+        common = 0
+        while common < len(other) and other[common] == tail[common]:
+            common += 1
+        shared = max(shared, common)
+    size = max(MIN_HANDLE, shared + 1)
+    while size < len(tail) and tail[:size].isdigit():
+        size += 1
+    return tail[:size]
+
+
+def tail_of(session_id: str) -> str | None:
+    """The random part of a generated id (what handles are made of); None for a legacy id."""
+    return session_id[-8:] if ID_RE.match(session_id) else None
 
 
 def is_handle(text: str) -> bool:

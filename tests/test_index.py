@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,42 @@ def test_hits_in_copies_are_labelled_and_come_after_the_message_itself(store: St
         hits = index.search("kumquat")
     assert [h.role for h in hits] == ["user", "restored"]
     assert hits[0].session.parent_id is None and hits[1].session.parent_id == hits[0].session.id
+
+
+def test_search_hits_carry_the_numbers_and_handles_of_the_listing(
+    chatloop_home: Path, tmp_path: Path
+) -> None:
+    """Hits are numbered by counting in SQL, the listing as it is read: the same
+    numbers, across projects, with ties in time, a live and an interrupted session."""
+
+    class Twice:  # every moment twice: sessions updated at the same second
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def __call__(self):  # type: ignore[no-untyped-def]
+            self.calls += 1
+            return T0 + timedelta(seconds=self.calls // 2)
+
+    stores = [Store(chatloop_home, cwd=tmp_path / name, clock=Twice()) for name in "ab"]
+    for n in range(14):
+        store = stores[n % 3 == 0]
+        with store.create(new_meta(title=f"s{n}")) as writer:
+            writer.append(Message.create("user", store.clock(), text=f"kestrel {n}"))
+            if n != 5:  # session 5 is left open, unlocked: interrupted
+                writer.finalize()
+    live = stores[0].create(new_meta(title="live"))
+    live.append(Message.create("user", stores[0].clock(), text="kestrel live"))
+    try:
+        with Index(stores[0]) as index:
+            index.sync()
+            rows = index.list_sessions(all_projects=True)
+            hits = index.search("kestrel", all_projects=True, limit=100)
+            found = index.search_sessions("kestrel", all_projects=True, limit=100)
+        listed = {r.id: (r.number, r.handle, r.status) for r in rows}
+        assert len(listed) == 15 and None in {number for number, _, _ in listed.values()}
+        assert {r[2] for r in listed.values()} == {"closed", "open", "interrupted"}
+        assert {h.session.id: (h.session.number, h.session.handle, h.session.status)
+                for h in hits} == listed  # fmt: skip
+        assert {r.id: (r.number, r.handle, r.status) for r in found} == listed
+    finally:
+        live.close()

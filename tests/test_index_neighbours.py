@@ -217,7 +217,7 @@ def test_a_read_only_home_still_reads(store: Store, chatloop_home: Path) -> None
 # ---------------------------------------------------------------- corruption
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "other schema"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "other schema", "older layout"])
 def test_a_corrupt_index_is_rebuilt_and_lists_the_same(store: Store, damage: str) -> None:
     _write_sessions(store, 70)
     before = _listed(store.cwd)
@@ -230,9 +230,14 @@ def test_a_corrupt_index_is_rebuilt_and_lists_the_same(store: Store, damage: str
             handle.truncate(path.stat().st_size // 3)
             handle.seek(4096)
             handle.write(os.urandom(8192))
-    else:
+    elif damage == "other schema":
         with sqlite3.connect(path) as db:
             db.execute("UPDATE info SET value = 'old' WHERE key = 'schema'")
+    else:  # an index of an older chatloop, whose tables lack what this one indexes
+        with sqlite3.connect(path) as db:
+            db.execute("DROP INDEX sessions_by_tail")
+            db.execute("ALTER TABLE sessions DROP COLUMN tail")
+            db.execute("UPDATE info SET value = '6' WHERE key = 'schema'")
     assert _listed(store.cwd) == before
     with Index(store) as index:
         index.sync()

@@ -25,12 +25,15 @@ without a journal and renamed into place when complete.
 
 Session numbers: within a project, 1 is the most recently updated session
 that is closed or interrupted; the live session (still ``open`` and locked
-by a running chatloop) gets no number. ``_numbered`` is the one place that
-numbers them.
+by a running chatloop) gets no number. ``_numbered`` numbers a listing as it
+is read in order; ``Index._numbers_of`` numbers a few sessions (search hits) from
+their places in the index's order, by the same rule (a test holds them to the
+same numbers).
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import difflib
 import errno
@@ -45,14 +48,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from chatloop.errors import NotFound
-from chatloop.ids import is_handle, validate_session_id
+from chatloop.ids import handle_between, is_handle, tail_of, validate_session_id
 from chatloop.store.fsio import FILE_MODE, ensure_dir, is_locked, lock_path
 from chatloop.store.store import Store
 
 if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
     from chatloop.format import Skim as Scanned
 
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 INDEX_FILE = "index.db"
 BUSY_TIMEOUT_MS = 5000
 PARALLEL_FROM = 64  # stale files from which a sync scans in worker processes
@@ -73,9 +76,11 @@ CREATE TABLE IF NOT EXISTS sessions(
     title TEXT, agent TEXT, agent_name TEXT, model TEXT, created TEXT, updated TEXT, status TEXT,
     queries INTEGER, tokens_in INTEGER, tokens_out INTEGER, restoration_tokens INTEGER,
     parent_id TEXT, parent_file TEXT, git_branch TEXT, preview TEXT, has_summary INTEGER,
-    legacy INTEGER, problems INTEGER, size INTEGER, mtime_ns INTEGER, forked_at INTEGER);
-CREATE INDEX IF NOT EXISTS sessions_by_project ON sessions(project, updated);
+    legacy INTEGER, problems INTEGER, size INTEGER, mtime_ns INTEGER, forked_at INTEGER,
+    tail TEXT);
+CREATE INDEX IF NOT EXISTS sessions_by_project ON sessions(project, updated, id);
 CREATE INDEX IF NOT EXISTS sessions_by_id ON sessions(id);
+CREATE INDEX IF NOT EXISTS sessions_by_tail ON sessions(tail);
 CREATE TABLE IF NOT EXISTS chunks(
     id INTEGER PRIMARY KEY AUTOINCREMENT, num INTEGER NOT NULL, size INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS chunks_by_num ON chunks(num);
@@ -173,18 +178,11 @@ class Index:
     def _refresh(self, all_projects: bool, progress: Progress | None, may_rebuild: bool) -> int:
         if self.in_memory:
             all_projects = True  # it starts empty: what is listed must all be read
-        files: dict[str, os.stat_result] = {}
-        for entry in self.store.session_files(all_projects):
-            with contextlib.suppress(FileNotFoundError):  # removed meanwhile: it is gone
-                files[entry.path] = entry.stat(follow_symlinks=False)
-        projects = {self.store.project} if not all_projects else None
-        known = {
-            path: (size, mtime)
-            for path, project, size, mtime in self._db.execute(
-                "SELECT path, project, size, mtime_ns FROM sessions"
-            ).fetchall()
-            if projects is None or project in projects
-        }
+        sql = "SELECT path, size, mtime_ns FROM sessions"
+        rows = (self._db.execute(sql) if all_projects else
+                self._db.execute(sql + " WHERE project = ?", (self.store.project,)))  # fmt: skip
+        known = {path: (size, mtime) for path, size, mtime in rows}
+        files = self.store.session_stats(all_projects, known)
         stale = [p for p, st in files.items() if known.get(p) != (st.st_size, st.st_mtime_ns)]
         gone = [p for p in known if p not in files]
         cold = may_rebuild and all_projects and not known and not self.in_memory
@@ -423,7 +421,7 @@ class Index:
             picked.append((raw["num"], number, live))
         if count:
             total = self._folded_count(all_projects) if fold else self.count(all_projects)
-        links = self._links() if fold else {}  # every project's: a chain's length anywhere
+        links = _Links(self._db)  # every project's: a chain's length anywhere
         full = {raw["num"]: raw for raw in self._rows([num for num, _, _ in picked])}
         short = self.handles({full[num]["id"] for num, _, _ in picked if num in full})
         rows = []
@@ -457,18 +455,26 @@ class Index:
             marks = ",".join("?" * len(batch))
             yield from self._db.execute(f"SELECT * FROM sessions WHERE num IN ({marks})", batch)
 
-    def _links(self) -> dict[str, tuple[str | None, int | None]]:
-        """Every session's parent and fork point, by id."""
-        sql = "SELECT id, parent_id, forked_at FROM sessions"
-        return {raw[0]: (raw[1], _forked_at(raw[2])) for raw in self._db.execute(sql)}
-
     def handles(self, wanted: set[str] | None = None) -> dict[str, str]:
         """The short handles of ``wanted`` ids (default: every session), each unique
-        across all projects (so a handle works from any directory)."""
-        from chatloop.ids import handles
+        across all projects (so a handle works from any directory). For ``wanted``,
+        only each one's neighbours in the index are read: a few handles cost little at
+        any size."""
+        if wanted is None:
+            from chatloop.ids import handles
 
-        every = [raw[0] for raw in self._db.execute("SELECT id FROM sessions")]
-        return handles(every, wanted)
+            return handles([raw[0] for raw in self._db.execute("SELECT id FROM sessions")])
+        out = {}
+        for session in wanted:
+            tail = tail_of(session)
+            if tail is None:
+                continue
+            before = self._db.execute("SELECT max(tail) FROM sessions WHERE tail < ?",
+                                      (tail,)).fetchone()[0]  # fmt: skip
+            after = self._db.execute("SELECT min(tail) FROM sessions WHERE tail > ?",
+                                     (tail,)).fetchone()[0]  # fmt: skip
+            out[session] = handle_between(tail, before or "", after or "")
+        return out
 
     def count(self, all_projects: bool = False, fold: bool = False) -> int:
         """How many sessions the index holds (in this project unless ``all_projects``;
@@ -501,8 +507,8 @@ class Index:
         found = self._matching(words, all_projects, limit)
         if not found:
             return
-        numbers = self._numbers()
-        short = self.handles()
+        numbers = self._numbers_of(found)
+        short = self.handles({raw["id"] for raw in found})
         copies: list[SearchHit] = []  # sessions that hold the words only in copies: last
         for raw in found:
             number, live = numbers.get(raw["path"], (None, False))
@@ -521,9 +527,10 @@ class Index:
         words = _WORD_RE.findall(query)
         if not words:
             return []
-        numbers, short = self._numbers(), self.handles()
+        found = self._matching(words, all_projects, limit, prefix)
+        numbers, short = self._numbers_of(found), self.handles({raw["id"] for raw in found})
         rows = []
-        for raw in self._matching(words, all_projects, limit, prefix):
+        for raw in found:
             number, live = numbers.get(raw["path"], (None, False))
             rows.append(_row(raw, number, live, short.get(raw["id"], "")))
         return rows
@@ -551,14 +558,33 @@ class Index:
                 break
         return found
 
-    def _numbers(self) -> dict[str, tuple[int | None, bool]]:
-        """Each session's number and liveness by path, as ``list_sessions`` numbers them."""
-        return {
-            raw["path"]: (number, live)
-            for raw, number, live in _numbered(
-                self._db.execute("SELECT path, project, status FROM sessions" + _ORDER)
-            )
-        }
+    def _numbers_of(self, raws: list[sqlite3.Row]) -> dict[str, tuple[int | None, bool]]:
+        """The number and liveness of each of ``raws`` (by path), as ``_numbered`` gives
+        them in the whole listing: each one's place in its project's order is read
+        from the index on project and order (row numbers only, no rows), and only
+        the sessions still open there are checked for their lock."""
+        out: dict[str, tuple[int | None, bool]] = {}
+        for project in {raw["project"] for raw in raws}:
+            order = self._db.execute("SELECT num FROM sessions WHERE project = ?" + _ORDER,
+                                     (project,))  # fmt: skip
+            place = {num: at for at, (num,) in enumerate(order)}
+            opened = self._db.execute(
+                "SELECT num, path FROM sessions WHERE project = ? AND status = 'open'",
+                (project,),
+            )  # fmt: skip
+            live = sorted(place[num] for num, path in opened
+                          if num in place and is_locked(Path(path)))  # fmt: skip
+            for raw in raws:
+                if raw["project"] != project:
+                    continue
+                at = place.get(raw["num"])
+                if at is None:  # removed by a neighbour meanwhile: not listed either
+                    out[raw["path"]] = (None, False)
+                elif at in live:
+                    out[raw["path"]] = (None, True)
+                else:
+                    out[raw["path"]] = (at + 1 - bisect.bisect_left(live, at), False)
+        return out
 
     def find(self, ref: str, all_projects: bool = False) -> SessionRow:
         """The session a person means by ``ref``: a number (1 = most recent in this
@@ -709,7 +735,7 @@ class Index:
             self._forget(path)
         meta = scanned.meta
         cursor = self._db.execute(
-            "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 num, path, meta.id or Path(path).stem, Path(path).parent.name, meta.title,
                 meta.agent, meta.agent_ref, meta.model, meta.created.isoformat(),
@@ -717,6 +743,7 @@ class Index:
                 meta.tokens_out, meta.restoration_tokens, meta.parent_id, meta.parent_file,
                 meta.git_branch, scanned.preview, scanned.has_summary, scanned.legacy,
                 scanned.problems, size, mtime_ns, _forked_at(meta.extra.get("forked_at")),
+                tail_of(meta.id or Path(path).stem),
             ),
         )  # fmt: skip
         if num is None and cursor.lastrowid is not None:
@@ -755,15 +782,35 @@ def _row(raw: sqlite3.Row, number: int | None, live: bool, handle: str = "") -> 
     )  # fmt: skip
 
 
-def _chain_length(session: str, links: dict[str, tuple[str | None, int | None]]) -> int:
+class _Links:
+    """Sessions' parent and fork point by id, read from the index as they are asked
+    for: a listing's chains cost what their lengths do, not what the index holds."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+        self._read: dict[str, tuple[str | None, int | None] | None] = {}
+
+    def get(self, session: str) -> tuple[str | None, int | None] | None:
+        """``session``'s parent and fork point; None when no session has that id."""
+        if session not in self._read:
+            raw = self._db.execute("SELECT parent_id, forked_at FROM sessions WHERE id = ? "
+                                   "ORDER BY num LIMIT 1", (session,)).fetchone()  # fmt: skip
+            self._read[session] = None if raw is None else (raw[0], _forked_at(raw[1]))
+        return self._read[session]
+
+
+def _chain_length(session: str, links: _Links) -> int:
     """The files of the chain that ends at ``session``: it and the sessions it continues
     (a fork begins a chain of its own; a loop of links is counted once)."""
     length, seen = 1, {session}
-    parent, forked = links.get(session, (None, None))
-    while parent is not None and forked is None and parent in links and parent not in seen:
+    parent, forked = links.get(session) or (None, None)
+    while parent is not None and forked is None and parent not in seen:
+        link = links.get(parent)
+        if link is None:
+            break
         length += 1
         seen.add(parent)
-        parent, forked = links[parent]
+        parent, forked = link
     return length
 
 
@@ -847,6 +894,10 @@ def _prepare(db: sqlite3.Connection, bulk: bool = False) -> None:
         db.execute("PRAGMA cache_size = -16384")  # 16 MB: a 200 MB transcript stays small
     else:
         db.execute("PRAGMA journal_mode = WAL")
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'info'").fetchone() is not None:
+        version = db.execute("SELECT value FROM info WHERE key = 'schema'").fetchone()
+        if version is not None and version[0] != SCHEMA_VERSION:  # before its tables are
+            raise _SchemaChanged("schema version changed")  # touched: they may differ
     db.executescript(_SCHEMA)
     if bulk:  # segments are merged once, by the 'optimize' that ends a rebuild
         db.execute("INSERT INTO texts(texts, rank) VALUES ('automerge', 0)")

@@ -9,7 +9,8 @@ writer); docs/durability.md explains them. Nothing here deletes a session.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+import stat
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import suppress
 from dataclasses import replace
 from datetime import datetime
@@ -80,6 +81,32 @@ class Store:
                     and entry.is_file(follow_symlinks=False)
                 ):
                     yield entry
+
+    def session_stats(self, all_projects: bool = False,
+                      known: Mapping[str, tuple[int, int]] | None = None,
+                      ) -> dict[str, os.stat_result]:  # fmt: skip
+        """The stat of every file ``session_files`` lists, by path (one stat a file: a
+        path listed in ``known`` with that same size and mtime is taken as the session
+        file it was when it was listed, without checking its name again)."""
+        known = known or {}
+        out: dict[str, os.stat_result] = {}
+        for directory in self.project_dirs(all_projects):
+            try:
+                entries = list(os.scandir(directory))
+            except FileNotFoundError:
+                continue
+            for entry in entries:
+                name = entry.name
+                if not name.endswith(".md"):
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:  # removed meanwhile: it is gone
+                    continue
+                if known.get(entry.path) == (st.st_size, st.st_mtime_ns) or (
+                        ids.is_file_stem(name[:-3]) and stat.S_ISREG(st.st_mode)):  # fmt: skip
+                    out[entry.path] = st
+        return out
 
     def path_for(self, session_id: str) -> Path:
         """Where a new session with this id lives (the id is validated first)."""
