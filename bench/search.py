@@ -9,7 +9,8 @@ one common word (in about 80% of sessions) and one rare word (in 1%). Then:
 - for each word, runs interleaved C R G C R G (chatloop search with default
   output, `rg -il`, `grep -ril`, whole processes, page cache warm), medians and
   the ratio chatloop ÷ rg taken pair by pair (below 1: chatloop is faster);
-- the same sessions as `rg -ilw` (whole words, as chatloop searches);
+- the same sessions as `grep -rilw` (whole words, as chatloop searches);
+- peak RSS of one run of each chatloop command (GNU time);
 - `chatloop sessions` (the index fresh, output a pipe) against `ls -l` of the
   sessions folder, interleaved, ratio chatloop ÷ ls pair by pair.
 
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -124,6 +126,76 @@ def interleaved(cmds: dict[str, list[str]], rounds: int, cwd: Path,
     return times
 
 
+Report = Callable[[str, str, str, "float | None", str, "bool | None"], None]
+TIME = Path("/usr/bin/time")  # GNU time: one child's peak RSS
+
+
+def peak_rss(cmd: list[str], cwd: Path, env: dict[str, str]) -> str:
+    """The peak RSS of one run of ``cmd`` (GNU time), as text; "?" without GNU time."""
+    if not TIME.exists():
+        return "?"
+    done = subprocess.run([str(TIME), "-f", "%M", *cmd], cwd=cwd, env=env, text=True,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    return f"{int(done.stderr.strip().splitlines()[-1]) / 1024:.0f} MB"
+
+
+def measure(sessions: int, rounds: int, text: str, report: Report) -> None:
+    """Write the sessions, then time reindex, the listing and both searches against
+    their baselines; each figure goes to ``report(figure, ours, baseline, ratio,
+    target, met)``, the ratio chatloop ÷ baseline (below 1: chatloop is faster)."""
+    chatloop, rg = shutil.which("chatloop"), shutil.which("rg")
+    if chatloop is None or rg is None:
+        raise SystemExit("needs chatloop and rg (ripgrep) on PATH")
+    rng = random.Random(11)
+    with tempfile.TemporaryDirectory() as tmp:
+        home, cwd = Path(tmp) / "home", Path(tmp) / "proj"
+        cwd.mkdir()
+        env = {**os.environ, "CHATLOOP_HOME": str(home), "CHATLOOP_CONFIG": ""}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        folder = Store(home, cwd=cwd).project_dir
+        started = time.perf_counter()
+        size = write_sessions(folder, sessions, rng, natural=text == "prose")
+        print(f"  {sessions:,} sessions ({text}), {size / 1e6:,.0f} MB, written in "
+              f"{time.perf_counter() - started:.0f} s; load average {os.getloadavg()[0]:.2f}",
+              flush=True)  # fmt: skip
+        wall, cpu, _ = timed([chatloop, "reindex"], cwd, env)
+        db = (home / "index.db").stat().st_size
+        rss = peak_rss([chatloop, "reindex"], cwd, env)
+        report(f"reindex {sessions:,} sessions ({size / 1e6:,.0f} MB)",
+               f"{cpu:.1f} s CPU ({wall:.1f} s wall; peak RSS {rss})", "", None, "<= 6 s CPU",
+               cpu <= 6)  # fmt: skip
+        report("index.db / sessions", f"{db / 1e6:,.0f} MB ({db / size:.1%})",
+               f"sessions {size / 1e6:,.0f} MB", db / size, "<= 15%", db / size <= 0.15)
+        listing = {"chatloop": [chatloop, "sessions"], "ls": ["ls", "-l", str(folder)]}
+        spent = interleaved(listing, rounds, cwd, env)
+        ratio = statistics.median(c / s for c, s in zip(spent["chatloop"], spent["ls"],
+                                                         strict=True))  # fmt: skip
+        rss = peak_rss([chatloop, "sessions"], cwd, env)
+        report(f"chatloop sessions ({sessions:,}; 50 shown)",
+               f"{statistics.median(spent['chatloop']) * 1000:.0f} ms (peak RSS {rss})",
+               f"ls -l {statistics.median(spent['ls']) * 1000:.0f} ms", ratio, "<= 1.5x",
+               ratio <= 1.5)  # fmt: skip
+        for label, word in (("common", COMMON), ("rare", RARE)):
+            cmds = {"chatloop": [chatloop, "search", word], "rg": [rg, "-il", word, str(folder)],
+                    "grep": ["grep", "-ril", word, str(folder)]}  # fmt: skip
+            times = interleaved(cmds, rounds, cwd, env)
+            ratio = statistics.median(c / r for c, r in zip(times["chatloop"], times["rg"],
+                                                            strict=True))  # fmt: skip
+            found = timed([chatloop, "search", word, "--json", "--limit", "100000"], cwd, env)[2]
+            ours = {hit["id"] for hit in json.loads(found)}
+            theirs = {Path(p).stem for p in timed(["grep", "-rilw", word, str(folder)], cwd,
+                                                  env)[2].split()}  # fmt: skip
+            median = {name: statistics.median(t) * 1000 for name, t in times.items()}
+            rss = peak_rss([chatloop, "search", word], cwd, env)
+            report(f"search, {label} word ({len(theirs):,} sessions)",
+                   f"{median['chatloop']:.0f} ms (peak RSS {rss})",
+                   f"rg -il {median['rg']:.0f} ms (grep -ril {median['grep']:.0f} ms)", ratio,
+                   "< 1x rg, same hits as grep -rilw",
+                   ratio < 1 and ours == theirs)  # fmt: skip
+            report(f"  same sessions as grep -rilw, {label} word",
+                   f"{len(ours):,}", f"{len(theirs):,}", None, "identical", ours == theirs)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=10000)
@@ -131,48 +203,14 @@ def main() -> int:
     parser.add_argument("--text", choices=("zipf", "prose"), default="zipf",
                         help="made-up Zipf vocabulary (default), or sentences of docs/")
     args = parser.parse_args()
-    chatloop = shutil.which("chatloop")
-    rg = shutil.which("rg")
-    if chatloop is None or rg is None:
-        print("needs chatloop and rg (ripgrep) on PATH", file=sys.stderr)
-        return 2
-    rng = random.Random(11)
-    with tempfile.TemporaryDirectory() as tmp:
-        home, cwd = Path(tmp) / "home", Path(tmp) / "proj"
-        cwd.mkdir()
-        env = {**os.environ, "CHATLOOP_HOME": str(home), "CHATLOOP_CONFIG": ""}
-        folder = Store(home, cwd=cwd).project_dir
-        started = time.perf_counter()
-        size = write_sessions(folder, args.sessions, rng, natural=args.text == "prose")
-        print(f"{args.sessions:,} sessions ({args.text}), {size / 1e6:,.0f} MB, written in "
-              f"{time.perf_counter() - started:.0f} s; load average {os.getloadavg()[0]:.2f}")
-        wall, cpu, _ = timed([chatloop, "reindex"], cwd, env)
-        db = (home / "index.db").stat().st_size
-        print(f"reindex: {wall:.2f} s wall, {cpu:.2f} s CPU (target <= 6 s CPU); index.db "
-              f"{db / 1e6:,.1f} MB = {db / size:.1%} of the sessions (target <= 15%)")
-        listing = {"chatloop": [chatloop, "sessions"], "ls": ["ls", "-l", str(folder)]}
-        spent = interleaved(listing, args.rounds, cwd, env)
-        pairs = [c / s for c, s in zip(spent["chatloop"], spent["ls"], strict=True)]
-        ratio = statistics.median(pairs)
-        print(f"sessions ({args.sessions:,}; 50 shown): chatloop "
-              f"{statistics.median(spent['chatloop']) * 1000:.0f} ms, ls -l "
-              f"{statistics.median(spent['ls']) * 1000:.0f} ms; chatloop ÷ ls {ratio:.2f}x "
-              f"(target <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'})")
-        for word in (COMMON, RARE):
-            cmds = {"chatloop": [chatloop, "search", word], "rg": [rg, "-il", word, str(folder)],
-                    "grep": ["grep", "-ril", word, str(folder)]}  # fmt: skip
-            times = interleaved(cmds, args.rounds, cwd, env)
-            ratios = [c / r for c, r in zip(times["chatloop"], times["rg"], strict=True)]
-            found = timed([chatloop, "search", word, "--json", "--limit", "100000"], cwd, env)[2]
-            ours = {hit["id"] for hit in json.loads(found)}
-            theirs = {Path(p).stem for p in timed([rg, "-ilw", word, str(folder)], cwd,
-                                                  env)[2].split()}  # fmt: skip
-            median = {name: statistics.median(t) * 1000 for name, t in times.items()}
-            ratio = statistics.median(ratios)
-            print(f"search {word!r} ({len(theirs):,} sessions): chatloop {median['chatloop']:.0f} "
-                  f"ms, rg -il {median['rg']:.0f} ms, grep -ril {median['grep']:.0f} ms; "
-                  f"chatloop ÷ rg {ratio:.2f}x (target < 1: {'met' if ratio < 1 else 'MISSED'}); "
-                  f"same sessions as rg -ilw: {'yes' if ours == theirs else 'NO'}")
+
+    def report(figure: str, ours: str, baseline: str, ratio: float | None, target: str,
+               met: bool | None) -> None:  # fmt: skip
+        shown = "" if ratio is None else f" → {ratio:.2f}x"
+        mark = "n/a" if met is None else ("met" if met else "MISSED")
+        print(f"{figure}: {ours} vs {baseline}{shown} ({target}: {mark})", flush=True)
+
+    measure(args.sessions, args.rounds, args.text, report)
     return 0
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from chatloop import __version__
-from chatloop.errors import ChatloopError, UsageError
+from chatloop.errors import ChatloopError, NotFound, UsageError
 
 if TYPE_CHECKING:  # the settings and backend modules load only when a command needs them
     from chatloop.backends.base import Backend
@@ -370,6 +370,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
         with Index(store) as index:
             index.sync(all_projects=True)
+            if args.continue_ and not index.count():
+                raise NotFound("There is no session to continue in this project yet",
+                               "Start one with `chatloop`; `chatloop sessions --all` lists "
+                               "other projects' sessions (`-r HANDLE` resumes one).")  # fmt: skip
             row = index.find(resume)
         target = Path(row.path)
         if args.agent is None and row.agent_name:  # the agent the session was held with

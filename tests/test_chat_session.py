@@ -431,3 +431,20 @@ def test_retry_before_any_message_says_so(store: Store) -> None:
     session, _ = chat(store, FakeBackend())
     with pytest.raises(ChatloopError, match="Nothing to ask again"):
         session.again()
+
+
+def test_counts_of_queries_read_as_english(store: Store) -> None:
+    """One query is "1 query" in what the person is told and in the restoration prompt."""
+    session, host = chat(store, FakeBackend(STRUCTURED, default="Noted."))
+    session.send("just one question")
+    session.compact()
+    assert host.said("(1 query) from its summary")
+    session.send("and another")
+    assert host.said("(1 query).")  # Session Restored … continues … (1 query).
+    restoration = session.messages[0].text
+    assert ", 1 query, " in restoration and "1 queries" not in restoration
+    session.send("and a third")
+    session.close()
+    assert host.said("with its summary: 1 query,")  # the parent, at the compaction
+    assert host.said("with its summary: 2 queries,")  # the child, at the end
+    assert not host.said("1 queries")

@@ -125,6 +125,10 @@ def test_tree_and_export_follow_the_chain(project: Path, chatloop_home: Path,
     assert (
         tree[2].startswith("   └─ ") and "Composting, part 3" in tree[2] and "this one" in tree[2]
     )
+    first = next(r for r in rows if r["title"] == "Composting, part 1")
+    tree = run("tree", first["id"], cwd=project, home=chatloop_home).stdout.splitlines()
+    assert "Composting, part 1" in tree[0] and tree[0].endswith("← this one")
+    assert not any("this one" in line for line in tree[1:])
     exported = run("export", third["id"], "--chain", "--format", "json", cwd=project,
                    home=chatloop_home)  # fmt: skip
     sessions = json.loads(exported.stdout)
@@ -168,3 +172,14 @@ def test_a_one_shot_question_is_told_from_options_and_their_values() -> None:
     }
     for argv, expected in cases.items():
         assert split_prompt(parser, list(argv)) == expected, argv
+
+
+def test_continue_with_no_session_here_says_so(tmp_path: Path, chatloop_home: Path) -> None:
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    done = run("-c", "and then?", "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
+               cwd=empty, home=chatloop_home)  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[0] == (
+        "error: There is no session to continue in this project yet")
+    assert done.stderr.splitlines()[1].startswith("hint: Start one with `chatloop`")

@@ -74,6 +74,9 @@ def test_a_whole_conversation_with_commands(store: Store) -> None:
     _, shown = drive(store, fake_server(requests), script)
     assert "Reply number 1 here" in shown and "Reply number 2 here" in shown
     assert "Unknown command /infoo" in shown and "Did you mean /info?" in shown
+    # /info after one exchange: the window the plans assume, tokens as the toolbar counts
+    assert "context window  unknown: the server does not say; planned as 4,096" in shown
+    assert re.search(r"tokens +25 \(in 20, out 5\)", shown), shown
     assert "next call: 5 messages" in shown
     assert "Saved session" in shown
     session = parse_markdown(only_session(store).read_bytes()).session

@@ -83,7 +83,7 @@ Part {part} of {parts}:
 
 RESTORE_PROMPT = """\
 We are continuing an earlier conversation: session {id} of {date}, \
-{queries} queries, {tokens:,} tokens{grandparent}.
+{queries}, {tokens:,} tokens{grandparent}.
 
 Summary of that session:
 
@@ -158,7 +158,7 @@ def restoration_prompt(
     return RESTORE_PROMPT.format(
         id=session_id,
         date=date,
-        queries=queries,
+        queries=f"{queries:,} {'query' if queries == 1 else 'queries'}",
         tokens=tokens,
         grandparent=f"; it continued session {grandparent}" if grandparent else "",
         summary=summary.strip(),

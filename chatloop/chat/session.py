@@ -433,7 +433,7 @@ class ChatSession:
         meta = writer.finalize(outcome.message(self.clock()), **late)
         kind = "fallback summary" if outcome.fallback else "summary"
         self.host.notice(
-            f"Saved session {meta.id} with its {kind}: {meta.queries} queries, "
+            f"Saved session {meta.id} with its {kind}: {_queries(meta.queries)}, "
             f"{meta.tokens_in + meta.tokens_out:,} tokens → {writer.path}", "ok",
         )  # fmt: skip
         return chain.closed_parent(writer)
@@ -516,9 +516,9 @@ class ChatSession:
         if unanswered is not None:
             self._begin(self.pending)
         else:
-            self.host.notice(f"Continuing session {parent.meta.id} ({parent.meta.queries} "
-                             "queries) from its summary: the new session begins with your "
-                             "next message.", "restored")  # fmt: skip
+            self.host.notice(f"Continuing session {parent.meta.id} "
+                             f"({_queries(parent.meta.queries)}) from its summary: the new "
+                             "session begins with your next message.", "restored")  # fmt: skip
 
     def _begin(self, pending: Pending) -> None:
         """Write the pending child: its file, the restoration prompt (or, with --full, the
@@ -541,7 +541,7 @@ class ChatSession:
         self.pending = None
         self.chain_base = chain.chain_tokens(self.store, self.writer.path, self.writer.meta)
         self.host.notice(f"Session Restored: {self.writer.meta.id} continues {parent.meta.id} "
-                         f"({parent.meta.queries} queries).", "restored")  # fmt: skip
+                         f"({_queries(parent.meta.queries)}).", "restored")  # fmt: skip
         if pending.history is None and not self.leaving:
             self._acknowledge(self.writer, answers=pending.unanswered is not None)
 
@@ -923,6 +923,11 @@ class ChatSession:
         """The text of the latest reply (for /copy)."""
         return next((m.text for m in reversed(self.messages) if m.role == "assistant" and m.text),
                     None)  # fmt: skip
+
+
+def _queries(count: int) -> str:
+    """``count`` queries, in words ("1 query", "2 queries")."""
+    return f"{count:,} {'query' if count == 1 else 'queries'}"
 
 
 def _fork_point(messages: Sequence[Message], upto: int | None) -> tuple[int, int]:

@@ -26,6 +26,7 @@ from typing import Protocol
 from rich.console import Console
 
 from chatloop.chat.session import ChatSession
+from chatloop.config import DEFAULT_WINDOW
 from chatloop.errors import BackendError, ChatloopError
 from chatloop.format.front_matter import MAX_TITLE_CHARS
 from chatloop.store.fsio import FILE_MODE
@@ -124,10 +125,12 @@ def _info(shell: Shell, arg: str) -> None:
         ("file", str(session.writer.path) if session.writer else "-"),
         ("agent", f"{agent.name} ({agent.path})"),
         ("model", f"{render.model_label(backend.model)} via {backend.kind} {backend.base_url}"),
-        ("context window", f"{window:,} tokens" if window else "unknown"),
+        ("context window", f"{window:,} tokens" if window else
+         f"unknown: the server does not say; planned as {DEFAULT_WINDOW:,} (set context_window "
+         "to the server's)"),
         ("queries", str(totals.queries)),
-        ("tokens", f"{mark}{totals.tokens:,} (in {totals.tokens_in:,}, out "
-                   f"{totals.tokens_out:,}{restore})"),
+        ("tokens", f"{mark}{totals.tokens + totals.restoration:,} (in {totals.tokens_in:,}, "
+                   f"out {totals.tokens_out:,}{restore})"),
     ]  # fmt: skip
     if session.unsaved:
         facts.append(("not yet saved", f"{session.unsaved} message(s), written before the next"))

@@ -148,7 +148,8 @@ def transcript_text(session: Session) -> str:
 
 
 def tree_text(root: SessionRow, children: dict[str, list[SessionRow]], mark: str) -> str:
-    """The lineage under ``root`` as an indented tree; ``mark`` (an id) is starred.
+    """The lineage under ``root`` as an indented tree; ``mark`` (an id) is marked
+    "← this one" (the root too, unless it has no descendants).
 
     Walked with a stack, each session once: a file whose parent link loops back
     (hand-edited, or hostile) or a chain thousands deep cannot make it recurse
@@ -162,7 +163,8 @@ def tree_text(root: SessionRow, children: dict[str, list[SessionRow]], mark: str
             continue
         seen.add(row.id)
         branch = "" if depth == 0 else ("└─ " if last else "├─ ")
-        star = "  ← this one" if row.id == mark and depth else ""
+        # the session asked about, unless it stands alone (then there is nothing to tell)
+        star = "  ← this one" if row.id == mark and (depth or children.get(row.id)) else ""
         fork = f", fork after query {row.forked_at}" if row.forked_at is not None else ""
         lines.append(f"{prefix}{branch}{row.id}  {describe(row)[:50]}  "
                      f"({row.queries}q, {row.status}{fork}){star}")  # fmt: skip
