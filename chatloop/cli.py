@@ -357,9 +357,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         raise UsageError("--fork goes with --resume or --continue", "e.g. chatloop -r 2 --fork")
     if args.fork and args.full:
         raise UsageError("--fork carries the history already; drop --full", "")
-    question = _question(args)
-    if resume is None and question is None and sys.stdin.isatty() and sys.stdout.isatty():
-        return _chat_new(args, settings, store)
+    if resume is None and not args.question and sys.stdin.isatty() and sys.stdout.isatty():
+        return _chat_new(args, settings, store)  # (with a terminal, nothing is piped in)
     from chatloop.chat.agent import agent_dirs, find_agent_file, load_agent
     from chatloop.ui.repl import Repl
 
@@ -389,6 +388,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if agent_file is None:
         agent_file = find_agent_file(settings.agent, agent_dirs(store.cwd, store.root))
     agent = load_agent(agent_file)
+    question = _question(args)  # after the session and agent: a wrong ref fails first
     backend = _ready_backend(settings)
     try:
         if question is not None:
