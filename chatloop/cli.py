@@ -513,6 +513,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             print(f"{status:<4}  {text}")
         except ChatloopError as exc:
             line(False, f"server {settings.base_url}: {exc.message}")
+            if exc.hint:
+                print(f"      {exc.hint}")
     else:
         found = detect()
         tried = ", ".join(f"{c.label} ({c.base_url})" for c in CANDIDATES)
@@ -539,8 +541,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if root.exists():
         mode = stat.S_IMODE(root.stat().st_mode)
         line(mode & 0o077 == 0, f"sessions directory {root} (mode {oct(mode)})")
-    else:
-        line(True, f"sessions directory {root} (not created yet)")
+    else:  # a check makes nothing: the first chat creates it, and the index
+        line(True, f"sessions directory {root} (not created yet: your first chat creates it)")
+        return 1 if problems else 0
     try:
         with Index(store) as index:
             index.sync()

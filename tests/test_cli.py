@@ -149,6 +149,14 @@ def test_doctor_reports_each_check(project: Path, chatloop_home: Path) -> None:
     out = run("doctor", cwd=project, home=chatloop_home)
     assert "sessions directory" in out.stdout and "index" in out.stdout
     assert out.returncode in (0, 1) and "Traceback" not in out.stderr
+    fresh = chatloop_home.parent / "fresh-home"  # a check creates nothing
+    out = run("doctor", "--base-url", "http://127.0.0.1:9/v1", "--sessions-dir", str(fresh),
+              cwd=project, home=chatloop_home)  # fmt: skip
+    assert out.returncode == 1 and not fresh.exists()
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("FAIL  server http://127.0.0.1:9/v1: Cannot reach")
+    assert lines[1].strip().startswith("Is it running?")  # what to do, under what failed
+    assert f"sessions directory {fresh} (not created yet" in out.stdout
 
 
 def test_config_warnings_are_printed_once(project: Path, chatloop_home: Path,
