@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pexpect
-from stream import Script, serve  # bench/stream.py, beside this script
+from stream import Script, leave, serve  # bench/stream.py, beside this script
 
 BARE = """\
 from prompt_toolkit import PromptSession
@@ -39,8 +39,11 @@ PromptSession().prompt("you> ")
 """
 
 
-def until_prompt(cmd: list[str], env: dict[str, str]) -> float:
-    """Seconds from exec to ``you>`` on the screen; then Ctrl-D and wait for the end."""
+def until_prompt(cmd: list[str], env: dict[str, str], ready: str | None = None,
+                 times: list[float] | None = None) -> float:  # fmt: skip
+    """Seconds from exec to ``you>`` on the screen; with ``ready``, then on to that text
+    (chatloop's banner: the chat can start), its seconds appended to ``times``; then
+    Ctrl-D and wait for the end."""
     started = time.perf_counter()
     child = pexpect.spawn(cmd[0], cmd[1:], env=env, encoding="utf-8", timeout=60,
                           dimensions=(24, 80))  # fmt: skip
@@ -48,8 +51,12 @@ def until_prompt(cmd: list[str], env: dict[str, str]) -> float:
     while child.expect_exact(["you>", "\x1b[6n"]) == 1:
         child.send("\x1b[1;1R")
     took = time.perf_counter() - started
-    child.sendeof()
-    child.expect(pexpect.EOF)
+    if ready is not None:
+        while child.expect_exact([ready, "\x1b[6n"]) == 1:
+            child.send("\x1b[1;1R")
+        if times is not None:
+            times.append(time.perf_counter() - started)
+    leave(child)
     child.close()
     return took
 

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 import pexpect
-from stream import CHATLOOP, Script, cpu_seconds, serve, wait_prompt
+from stream import CHATLOOP, Script, cpu_seconds, leave, serve, wait_prompt
 
 WINDOW = 20  # turns per measured window
 
@@ -51,9 +51,7 @@ def measure(turns: int) -> tuple[float, float]:
             wait_prompt(child)
             if turn in (early_at + WINDOW - 1, turns):
                 cpu[f"end {turn}"] = cpu_seconds(child.pid)
-        child.expect_exact(" tok")  # the toolbar: the prompt reads keys now
-        child.sendeof()
-        child.expect(pexpect.EOF, timeout=300)
+        leave(child)
     server.shutdown()
     early = (cpu[f"end {early_at + WINDOW - 1}"] - cpu[f"start {early_at}"]) / WINDOW
     late = (cpu[f"end {turns}"] - cpu[f"start {late_at}"]) / WINDOW

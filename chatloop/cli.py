@@ -403,6 +403,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def _chat_new(args: argparse.Namespace, settings: Settings, store: Store) -> int:
     """A new interactive chat, its prompt drawn first: the agent, the backend (and its
     check of the server) and the chat load behind it (``chatloop.ui.start``)."""
+    import signal
+
     from chatloop.ui.prompt import chat_prompt, file_history
     from chatloop.ui.start import Startup
 
@@ -419,14 +421,32 @@ def _chat_new(args: argparse.Namespace, settings: Settings, store: Store) -> int
 
         agent = load_agent(find_agent_file(settings.agent, agent_dirs(store.cwd, store.root)))
         backend = _ready_backend(settings)
-        return Repl(agent, backend, store, settings, assume_yes=args.yes, prompt=prompt)
+        try:
+            return Repl(agent, backend, store, settings, assume_yes=args.yes, prompt=prompt)
+        except BaseException:
+            backend.close()
+            raise
 
     startup = Startup(prompt, load, announce=lambda repl: repl.banner(),
                       toolbar=lambda repl: repl.toolbar())  # fmt: skip
-    first = startup.first_line()
-    if first is None:  # Ctrl-D before anything was said: nothing to save or wait for
-        return 0
-    repl = startup.loaded()
+    # Until the loop takes over (it saves what was said), SIGTERM and SIGHUP end the
+    # prompt as Ctrl-C would, so the terminal is given back as it was; nothing was
+    # said yet, so there is nothing to save.
+    signalled: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        signalled.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        first = startup.first_line()
+        if first is None or signalled:  # Ctrl-D (or a signal) before anything was said
+            return 0
+        repl = startup.loaded()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     try:
         return repl.run(first=first)
     finally:

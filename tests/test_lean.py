@@ -52,6 +52,19 @@ def test_a_listing_from_a_fresh_index_loads_no_parser_and_no_rich(store: Store) 
     assert "chatloop.format" in again
 
 
+def test_reading_sessions_chatloop_wrote_loads_no_yaml(store: Store) -> None:
+    """Front matter in the shape chatloop writes is read without PyYAML: re-indexing,
+    a search with its snippet and show load the format package, never YAML."""
+    session, _ = chat(store, FakeBackend(default=STRUCTURED))
+    session.send("a question about kestrels")
+    session.close()
+    for args in (("reindex",), ("search", "kestrels"), ("show", "1")):
+        out, heavy = loaded(store, *args)
+        assert "chatloop.format" in heavy and not [
+            m for m in heavy if m.startswith(("yaml", "frontmatter"))], (args, heavy)
+    assert "kestrels" in out
+
+
 def test_version_loads_no_command_line_module() -> None:
     probe = ("import sys; sys.argv = ['chatloop', '--version']\n"
              "from chatloop.__main__ import main\n"

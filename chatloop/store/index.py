@@ -87,7 +87,7 @@ CREATE INDEX IF NOT EXISTS chunks_by_num ON chunks(num);
 CREATE VIRTUAL TABLE IF NOT EXISTS texts USING fts5(
     text, content='', detail=full, tokenize='unicode61');
 """
-_ORDER = " ORDER BY updated DESC, id DESC"
+_ORDER = " ORDER BY updated DESC, id DESC, num DESC"  # total: copies of a file tie on the rest
 
 
 @dataclass(frozen=True)

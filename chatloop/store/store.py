@@ -86,8 +86,8 @@ class Store:
                       known: Mapping[str, tuple[int, int]] | None = None,
                       ) -> dict[str, os.stat_result]:  # fmt: skip
         """The stat of every file ``session_files`` lists, by path (one stat a file: a
-        path listed in ``known`` with that same size and mtime is taken as the session
-        file it was when it was listed, without checking its name again)."""
+        regular file listed in ``known`` with that same size and mtime is taken as the
+        session file it was when it was listed, without checking its name again)."""
         known = known or {}
         out: dict[str, os.stat_result] = {}
         for directory in self.project_dirs(all_projects):
@@ -103,8 +103,9 @@ class Store:
                     st = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:  # removed meanwhile: it is gone
                     continue
-                if known.get(entry.path) == (st.st_size, st.st_mtime_ns) or (
-                        ids.is_file_stem(name[:-3]) and stat.S_ISREG(st.st_mode)):  # fmt: skip
+                if stat.S_ISREG(st.st_mode) and (
+                        known.get(entry.path) == (st.st_size, st.st_mtime_ns)
+                        or ids.is_file_stem(name[:-3])):  # fmt: skip
                     out[entry.path] = st
         return out
 

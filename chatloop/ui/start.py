@@ -27,6 +27,7 @@ from prompt_toolkit.formatted_text import StyleAndTextTuples
 from chatloop.ui.prompt import PROMPT
 
 T = TypeVar("T")
+WAIT_NOTE_S = 0.5  # a line sent before the load is done waits this long before a note says so
 Replay = Callable[[], str]  # the first prompt's outcome: its line, or the same exception
 
 
@@ -71,7 +72,9 @@ class Startup(Generic[T]):
         """What ``load`` returned, once it has (announced if it was not yet); raises
         what it raised."""
         self._begin()
-        self._done.wait()
+        if not self._done.wait(WAIT_NOTE_S):
+            print("(starting: checking the agent and the server…)", flush=True)
+            self._done.wait()
         if self._error is not None:
             raise self._error
         assert self._value is not None
@@ -104,7 +107,7 @@ class Startup(Generic[T]):
         """On the prompt's own loop: end it with the load's error, or print the
         banner above it and redraw the toolbar."""
         app = self.prompt.app
-        if not app.is_running or app.future is None or app.future.done():
+        if self._announced or not app.is_running or app.future is None or app.future.done():
             return  # the line was sent meanwhile: ``loaded`` takes over
         if self._error is not None:
             app.erase_when_done = True  # the error takes the prompt's place
