@@ -336,12 +336,13 @@ def streaming(runs: int, turns: int) -> None:
     from chatloop.ui.render import StreamView
 
     with llama_server(1024) as url, httpx.Client(timeout=60) as client:
+        # greedy, so both sides get the same reply (sampled replies run 1 to 32 tokens)
         body = {"model": "m", "messages": [{"role": "user", "content": "The capital of France is"}],
-                "max_tokens": 32, "stream": True}  # fmt: skip
+                "max_tokens": 32, "temperature": 0, "stream": True}  # fmt: skip
 
         def raw() -> tuple[float, float]:
-            """Time to the first chunk with text, and text chunks per second up to the
-            last one (as ``ours`` counts them)."""
+            """Time to the first chunk with text, and text chunks per second after it (as
+            ``ours`` counts them)."""
             started = time.perf_counter()
             first = last = 0.0
             count = 0
@@ -354,7 +355,7 @@ def streaming(runs: int, turns: int) -> None:
                         last = time.perf_counter() - started
                         first = first or last
                         count += 1
-            return first, count / last if last else 0.0
+            return first, (count - 1) / (last - first) if last > first else 0.0
 
         backend = OpenAICompatBackend(url, "m")
         console = Console(file=open(os.devnull, "w"), force_terminal=True, width=100)  # noqa: SIM115
@@ -366,7 +367,7 @@ def streaming(runs: int, turns: int) -> None:
             started = time.perf_counter()
             first = last = 0.0
             count = 0
-            options = {"max_tokens": 32}
+            options = {"max_tokens": 32, "temperature": 0}
             for event in backend.stream(body["messages"], options=options):  # type: ignore[arg-type]
                 view.on_event(event)
                 if isinstance(event, TextDelta) and event.text:
@@ -374,7 +375,7 @@ def streaming(runs: int, turns: int) -> None:
                     first = first or last
                     count += 1
             view.close()
-            return first, count / last if last else 0.0
+            return first, (count - 1) / (last - first) if last > first else 0.0
 
         raw(), ours()  # warm the server's cache and both clients' connections
         measured = [(ours(), raw()) for _ in range(runs * 3)]  # interleaved A B A B
