@@ -430,27 +430,39 @@ def _chat_new(args: argparse.Namespace, settings: Settings, store: Store) -> int
     startup = Startup(prompt, load, announce=lambda repl: repl.banner(),
                       toolbar=lambda repl: repl.toolbar())  # fmt: skip
     # Until the loop takes over (it saves what was said), SIGTERM and SIGHUP end the
-    # prompt as Ctrl-C would, so the terminal is given back as it was; nothing was
-    # said yet, so there is nothing to save.
+    # prompt as Ctrl-C would, once (later ones are ignored, so nothing cuts short the
+    # terminal's restoring): nothing was sent yet, so there is nothing to save; a line
+    # typed while the rest loaded is shown, so it is not lost silently.
     signalled: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
         signalled.append(signum)
         raise KeyboardInterrupt
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
+        for sig in previous:
+            signal.signal(sig, on_signal)
         first = startup.first_line()
         if first is None or signalled:  # Ctrl-D (or a signal) before anything was said
             return 0
-        repl = startup.loaded()
+        try:
+            repl = startup.loaded()
+        except KeyboardInterrupt:
+            if not signalled:
+                raise
+            print(f"Signal received before the chat had started; not sent: {first()}",
+                  file=sys.stderr)  # fmt: skip
+            return 0
+        try:  # the loop puts its own handlers in, and back (ours) when it ends
+            return repl.run(first=first)
+        finally:
+            repl.session.backend.close()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    try:
-        return repl.run(first=first)
-    finally:
-        repl.session.backend.close()
 
 
 def _ready_backend(settings: Settings) -> Backend:

@@ -821,9 +821,41 @@ def test_a_signal_at_the_first_prompt_gives_the_terminal_back(
     wait(child, "you>")
     assert not termios.tcgetattr(child.child_fd)[3] & termios.ICANON  # raw at the prompt
     child.kill(signal.SIGTERM)
+    # while the prompt is put away it asks where the cursor is: a second signal then
+    # (the shell's SIGHUP, say) must not cut the terminal's restoring short
+    if child.expect_exact([CPR_REQUEST, pexpect.EOF]) == 0:
+        child.kill(signal.SIGHUP)
     child.expect(pexpect.EOF)
     flags = termios.tcgetattr(child.child_fd)[3]
     child.close()
     assert child.exitstatus == 0 and child.signalstatus is None
     assert flags & termios.ICANON and flags & termios.ECHO  # given back as it was
     assert not list(chatloop_home.glob("projects/*/*.md"))
+
+
+def test_a_signal_while_the_first_line_waits_for_the_load_shows_the_line(
+    chatloop_home: Path, project: Path
+) -> None:
+    """A server that accepts and never answers holds the load; the line sent meanwhile
+    is said to be waiting, and a SIGTERM then shows it (not sent), exit 0."""
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    try:
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+        child = pexpect.spawn(chatloop_bin(), ["--base-url", url], cwd=str(project),
+                              env=environment(chatloop_home, 12), encoding="utf-8",
+                              timeout=90)  # fmt: skip
+        wait(child, "you>")
+        child.sendline("hello there")
+        wait(child, "(starting: checking the agent and the server")
+        child.kill(signal.SIGTERM)
+        wait(child, "not sent: hello there")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
+        assert not list(chatloop_home.glob("projects/*/*.md"))
+    finally:
+        silent.close()

