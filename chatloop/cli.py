@@ -453,8 +453,10 @@ def _chat_new(args: argparse.Namespace, settings: Settings, store: Store) -> int
         except KeyboardInterrupt:
             if not signalled:
                 raise
-            print(f"Signal received before the chat had started; not sent: {first()}",
-                  file=sys.stderr)  # fmt: skip
+            from chatloop.ui.listing import visible  # typed text: shown, never acted on
+
+            print(f"Signal received before the chat had started; not sent: "
+                  f"{visible(first())}", file=sys.stderr)  # fmt: skip
             return 0
         try:  # the loop puts its own handlers in, and back (ours) when it ends
             return repl.run(first=first)
