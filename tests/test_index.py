@@ -11,6 +11,7 @@ import pytest
 
 from chatloop.errors import NotFound
 from chatloop.format import Message
+from chatloop.ids import handles
 from chatloop.store import index as index_module
 from chatloop.store.index import Index
 from chatloop.store.store import Store
@@ -279,6 +280,8 @@ def test_search_hits_carry_the_numbers_and_handles_of_the_listing(
             rows = index.list_sessions(all_projects=True)
             hits = index.search("kestrel", all_projects=True, limit=100)
             found = index.search_sessions("kestrel", all_projects=True, limit=100)
+            every = [r.id for r in rows]  # the handles the index reads are ids.handles'
+            assert index.handles(set(every)) == handles(every)
             here = [r for r in rows if r.project == stores[0].project and r.number]
             assert [index.find(str(r.number)).path for r in here] == [r.path for r in here]
         listed = {r.path: (r.number, r.handle, r.status) for r in rows}

@@ -455,15 +455,11 @@ class Index:
             marks = ",".join("?" * len(batch))
             yield from self._db.execute(f"SELECT * FROM sessions WHERE num IN ({marks})", batch)
 
-    def handles(self, wanted: set[str] | None = None) -> dict[str, str]:
-        """The short handles of ``wanted`` ids (default: every session), each unique
-        across all projects (so a handle works from any directory). For ``wanted``,
-        only each one's neighbours in the index are read: a few handles cost little at
-        any size."""
-        if wanted is None:
-            from chatloop.ids import handles
-
-            return handles([raw[0] for raw in self._db.execute("SELECT id FROM sessions")])
+    def handles(self, wanted: set[str]) -> dict[str, str]:
+        """The short handles of ``wanted`` ids, each unique across all projects (so a
+        handle works from any directory), as ``chatloop.ids.handles`` makes them; only
+        each one's neighbours in the index are read: a few handles cost little at any
+        size."""
         out = {}
         for session in wanted:
             tail = tail_of(session)

@@ -68,19 +68,9 @@ class Store:
 
     def session_files(self, all_projects: bool = False) -> Iterator[os.DirEntry[str]]:
         """Every ``{id}.md`` file (never lock, temp or corrupt files), with its stat."""
-        for directory in self.project_dirs(all_projects):
-            try:
-                entries = list(os.scandir(directory))
-            except FileNotFoundError:
-                continue
-            for entry in entries:
-                name = entry.name
-                if (
-                    name.endswith(".md")
-                    and ids.is_file_stem(name[:-3])
-                    and entry.is_file(follow_symlinks=False)
-                ):
-                    yield entry
+        for entry in self._markdown_entries(all_projects):
+            if ids.is_file_stem(entry.name[:-3]) and entry.is_file(follow_symlinks=False):
+                yield entry
 
     def session_stats(self, all_projects: bool = False,
                       known: Mapping[str, tuple[int, int]] | None = None,
@@ -90,24 +80,25 @@ class Store:
         session file it was when it was listed, without checking its name again)."""
         known = known or {}
         out: dict[str, os.stat_result] = {}
+        for entry in self._markdown_entries(all_projects):
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:  # removed meanwhile: it is gone
+                continue
+            if stat.S_ISREG(st.st_mode) and (
+                    known.get(entry.path) == (st.st_size, st.st_mtime_ns)
+                    or ids.is_file_stem(entry.name[:-3])):  # fmt: skip
+                out[entry.path] = st
+        return out
+
+    def _markdown_entries(self, all_projects: bool) -> Iterator[os.DirEntry[str]]:
+        """The ``*.md`` entries of the project folders (a folder gone meanwhile: none)."""
         for directory in self.project_dirs(all_projects):
             try:
                 entries = list(os.scandir(directory))
             except FileNotFoundError:
                 continue
-            for entry in entries:
-                name = entry.name
-                if not name.endswith(".md"):
-                    continue
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:  # removed meanwhile: it is gone
-                    continue
-                if stat.S_ISREG(st.st_mode) and (
-                        known.get(entry.path) == (st.st_size, st.st_mtime_ns)
-                        or ids.is_file_stem(name[:-3])):  # fmt: skip
-                    out[entry.path] = st
-        return out
+            yield from (entry for entry in entries if entry.name.endswith(".md"))
 
     def path_for(self, session_id: str) -> Path:
         """Where a new session with this id lives (the id is validated first)."""
