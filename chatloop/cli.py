@@ -645,8 +645,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         doc = open_document(handle, path.stem)
         write = sys.stdout.write
         for chunk in listing.transcript_lines(doc.meta, doc.messages()):
-            write(chunk)
-            write("\n")
+            write(chunk + "\n")
     sys.stdout.flush()
     for problem in doc.problems:
         if problem.kind not in ("unknown_key", "legacy"):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,6 +24,7 @@ from chatloop.format import (
     parse_markdown,
     render_markdown,
 )
+from chatloop.ui.listing import message_dict, message_json
 from tests.conftest import T0, new_meta
 
 HOSTILE = [
@@ -97,6 +99,57 @@ def sessions(draw: st.DrawFn) -> Session:
         extra=draw(st.dictionaries(extra_keys, st.one_of(text_st, st.integers()), max_size=2)),
     )
     return Session(meta, tuple(draw(st.lists(messages(), max_size=5))))
+
+
+# offsets with seconds (Python's own fromisoformat drops an offset's microseconds, so
+# none of those is ever read back exactly: not generated)
+odd_tz_st = st.builds(
+    lambda minutes, seconds: timezone(timedelta(minutes=minutes, seconds=seconds)),
+    st.integers(-23 * 60, 23 * 60), st.integers(1, 59),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
+    tz_st | odd_tz_st | st.just(UTC),
+    st.lists(st.integers(-86400, 86400), min_size=1, max_size=6),
+    st.lists(st.sampled_from([None, 0.5, 12.0, 1e-05, 3e15, 123456789012345.5])),
+    st.sampled_from([1, 2]),
+)
+def test_times_on_the_first_day_and_after_it_round_trip(
+    created: datetime, tz: timezone, seconds: list[int], durations: list[float | None],
+    version: int,
+) -> None:
+    # format 2 writes HH:MM:SS for a message on the session's first day (read through
+    # a fast path) and full ISO times otherwise; any offset, either side of midnight
+    start = created.replace(tzinfo=tz)
+    meta = new_meta(format=version, created=start, updated=start,
+                    agent_path="agents/simple_sally.py" if version == 1 else "",
+                    agent_name="" if version == 1 else "simple_sally")  # fmt: skip
+    found = [
+        Message.create("assistant", start + timedelta(seconds=n), text=f"at {n}",
+                       duration=durations[i % len(durations)] if durations else None)
+        for i, n in enumerate(seconds)
+    ]  # fmt: skip
+    session = Session(meta, tuple(found))
+    result = parse_markdown(render_markdown(session))
+    assert result.session == session and not result.problems
+    for got, want in zip(result.session.messages, found, strict=True):
+        assert got.at.utcoffset() == want.at.utcoffset()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages(), st.none() | st.floats() | st.integers(0, 10))
+def test_a_message_exported_as_json_is_what_json_dumps_writes(
+    message: Message, duration: float | None
+) -> None:
+    # export writes text-only messages without building a dict: the same text, always
+    # (durations include NaN, infinities and ints, which take json's own path)
+    plain = replace(message, thinking=(), tool_calls=(), tool_results=())
+    for m in (message, plain, replace(plain, duration=duration)):
+        assert message_json(m) == json.dumps(message_dict(m), ensure_ascii=False)
+        assert json.loads(message_json(m))["text"] == m.text
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chatloop.backends.openai_compat import OpenAICompatBackend
 from chatloop.format import Message
 from chatloop.store.store import Store
 from chatloop.ui import commands
-from chatloop.ui.listing import visible
+from chatloop.ui.listing import _VISIBLE, visible
 from tests.conftest import T0, new_meta
 from tests.test_repl import drive, reply_body
 
@@ -29,6 +31,35 @@ def test_visible_shows_every_control_character() -> None:
     assert not any(c in shown for c in CONTROLS)
     assert "[/INST]" in shown and "<<SYS>>" in shown and "\ttab\nline" in shown
     assert "\u241b" in shown  # ESC as its picture
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",))))
+def test_visible_replaces_exactly_what_the_full_table_replaces(text: str) -> None:
+    # visible() skips the per-character table for text with nothing to replace: the
+    # outcome must be the table's, for any text (ASCII or not, hostile or not)
+    assert visible(text) == text.translate(_VISIBLE)
+    assert visible(text + HOSTILE) == (text + HOSTILE).translate(_VISIBLE)
+
+
+def test_show_prints_every_field_of_every_kind_of_message_as_text() -> None:
+    from chatloop.format import Session, Thinking, ToolCall, ToolResult
+    from chatloop.ui.listing import transcript_text
+
+    meta = new_meta(title=HOSTILE, agent=HOSTILE, parent_id=HOSTILE, id=HOSTILE)
+    messages = (
+        Message.create("user", T0, text=HOSTILE),
+        Message.create("user", T0, text=HOSTILE, restore=True, interrupted=True),
+        Message.create("assistant", T0, text=HOSTILE, thinking=(Thinking(HOSTILE, HOSTILE),),
+                       tool_calls=(ToolCall(HOSTILE, HOSTILE, HOSTILE),), stop_reason=HOSTILE),
+        Message.create("assistant", T0, interrupted=True, stop_reason=HOSTILE),
+        Message.create("tool", T0, tool_results=(ToolResult(HOSTILE, HOSTILE, HOSTILE, True),
+                                                 ToolResult("c", "n", f"\n {HOSTILE}\nmore"))),
+        Message.create("summary", T0, text=HOSTILE),
+    )  # fmt: skip
+    shown = transcript_text(Session(meta, messages))
+    assert not any(c in shown for c in CONTROLS)
+    assert shown.count("[/INST]") >= 9  # every field was shown, made visible
 
 
 def test_the_repl_shows_hostile_replies_and_titles_as_text(store: Store) -> None:

@@ -231,6 +231,8 @@ def _strip_text(
             return body[match.end() :]
         notes.append("speaker label missing; content kept")
         return body
+    if role == "tool" or (role == "user" and version >= 2):  # no prefix or suffix
+        return body
     prefix, suffix = _affixes(role, restore, "", version)
     return _strip(body, prefix, suffix, notes, "text")
 
@@ -292,7 +294,7 @@ def _part_words(match: re.Match[bytes]) -> bytes:
     if match.group(1) != b"call":
         return b""
     try:
-        info = json.loads(match.group(2))
+        info = json.loads(match.group(2).decode())
         return str(info["name"]).encode() + b"\n" if isinstance(info, dict) else b""
     except (ValueError, KeyError):
         return b""

@@ -18,13 +18,14 @@ every readable message is kept.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import re
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime, time
+from datetime import datetime, time, timezone
 from typing import BinaryIO
 
 from chatloop.config import DEFAULT_PREVIEW_CHARS
@@ -49,6 +50,8 @@ from chatloop.format.values import (
     Session,
     SessionMeta,
     Usage,
+    build_message,
+    build_usage,
     content_of,
     is_key,
     new_key,
@@ -176,49 +179,57 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
     """The message a frame holds. Values out of range become problems (the value is
     dropped, the message kept); raises ValueError for metadata or parts that cannot
     be read at all (the caller reports the frame as damaged)."""
+    offset, _, key, role, raw_info, raw_body, crc_ok = frame
     version = meta.format
     notes: list[tuple[str, str]] = []
     if version == 1:
-        info = json.loads(frame.info)
+        info = json.loads(raw_info.decode())  # (bytes would be sniffed for UTF-16)
         if not isinstance(info, dict):
             raise ValueError("frame metadata is not an object")
-        at = check_time(info.get("at"), "the message time", notes) or meta.created
-        secs, usage_raw = info.get("secs"), info.get("usage")
+        get = info.get
+        at = check_time(get("at"), "the message time", notes) or meta.created
+        secs, usage_raw = get("secs"), get("usage")
         usage = _usage(usage_raw, notes)
         duration = _duration(secs, notes)
-        flags = info.get("interrupted") is True, info.get("fallback") is True
-        footer = has_footer(1, secs is not None, usage_raw is not None, *flags)
+        interrupted, fallback = get("interrupted") is True, get("fallback") is True
+        restore = get("restore") is True
+        footer = has_footer(1, secs is not None, usage_raw is not None, interrupted, fallback)
+        model, stop = _opt_str(get("model")), _opt_str(get("stop"))
     else:
-        at, duration, usage, info = _head_v2(frame.info, meta.created, notes)
+        at, duration, usage, info = _head_v2(raw_info, meta.created, notes)
         footer = False
-    role = frame.role
-    if version >= 2 and role == "assistant":
-        model = _opt_str(info["model"]) if "model" in info else (meta.model or None)
-        stop = _opt_str(info["stop"]) if "stop" in info else "stop"
-    else:
-        model, stop = _opt_str(info.get("model")), _opt_str(info.get("stop"))
-    interrupted = info.get("interrupted") is True
-    restore = info.get("restore") is True
-    fallback = info.get("fallback") is True
+        if role == "assistant":  # format 2 leaves out the front matter's model, "stop"
+            model = _opt_str(info["model"]) if "model" in info else (meta.model or None)
+            stop = _opt_str(info["stop"]) if "stop" in info else "stop"
+        elif info:
+            model, stop = _opt_str(info.get("model")), _opt_str(info.get("stop"))
+        else:
+            model = stop = None
+        if info:
+            interrupted = info.get("interrupted") is True
+            restore = info.get("restore") is True
+            fallback = info.get("fallback") is True
+        else:
+            interrupted = restore = fallback = False
     body_notes: list[str] = []
     try:
-        body = frame.body.decode("utf-8")
+        body = raw_body.decode("utf-8")
     except UnicodeDecodeError:
-        body = frame.body.decode("utf-8", errors="replace")
+        body = raw_body.decode("utf-8", errors="replace")
         body_notes.append("invalid UTF-8 replaced")
     text, thinking, calls, results = read_body(
-        role, frame.key, restore, footer, body, version, body_notes
+        role, key, restore, footer, body, version, body_notes
     )
-    if not frame.crc_ok:  # one problem per damaged frame, saying all that was seen
+    if not crc_ok:  # one problem per damaged frame, saying all that was seen
         said = [detail for _, detail in notes] + body_notes
         detail = "; ".join(["checksum mismatch: edited by hand or damaged", *said])
-        problems.append(Problem("checksum", frame.offset, detail + "; content kept as found"))
+        problems.append(Problem("checksum", offset, detail + "; content kept as found"))
     elif notes or body_notes:
-        problems.extend(Problem(kind, frame.offset, detail) for kind, detail in notes)
+        problems.extend(Problem(kind, offset, detail) for kind, detail in notes)
         if body_notes:
-            problems.append(Problem("decoration", frame.offset, "; ".join(body_notes)))
-    return Message(
-        role, at, frame.key, text, thinking, calls, results, model, stop,  # type: ignore[arg-type]
+            problems.append(Problem("decoration", offset, "; ".join(body_notes)))
+    return build_message(
+        role, at, key, text, thinking, calls, results, model, stop,  # type: ignore[arg-type]
         usage, duration, interrupted, restore, fallback,
     )  # fmt: skip
 
@@ -226,10 +237,58 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
 _NO_INFO: dict[str, object] = {}
 
 
+# The open line as chatloop writes it: the time (HH:MM:SS on the session's first day,
+# else ISO 8601 with an offset), then the duration and the usage if any (each in the
+# range it is written in), then JSON if any. Anything else (an exponent, a naive or
+# unreadable time, words out of order, damage) takes the general path.
+_HEAD_V2 = re.compile(
+    rb"(?:((?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d)|(\d{4}-\d\d-\d\dT[\d:.]+[+-]\d\d:\d\d))"
+    rb"(?: (\d{1,15}\.\d{1,17})s)?(?: (~?)(\d{1,15})/(\d{1,15}))?(?: (\{.*))?\Z"
+)
+
+
+_first_day: tuple[datetime, str, str] | None = None  # the last session's day and offset
+
+
+def _on_first_day(clock: bytes, created: datetime) -> datetime:
+    """``HH:MM:SS`` (valid, ASCII) on the day of ``created``, in its offset: the
+    same value as ``datetime.combine(created.date(), time, created.tzinfo)``, read
+    as ISO text with the day and offset of the session kept from its last frame."""
+    global _first_day
+    known = _first_day  # read once: another thread may be reading another session
+    if known is None or known[0] is not created:
+        text = created.isoformat()  # YYYY-MM-DDTHH:MM:SS[.ffffff][+HH:MM[...]]
+        offset = text[26:] if text[19:20] == "." else text[19:]
+        tz = created.tzinfo
+        if tz is not None and (type(tz) is not timezone or len(offset) != 6):  # unusual
+            hours, minutes, seconds = int(clock[:2]), int(clock[3:5]), int(clock[6:8])
+            return datetime.combine(created.date(), time(hours, minutes, seconds), tz)
+        known = _first_day = (created, text[:11], offset)
+    return datetime.fromisoformat(known[1] + clock.decode() + known[2])
+
+
 def _head_v2(
     raw: bytes, created: datetime, notes: list[tuple[str, str]]
 ) -> tuple[datetime, float | None, Usage | None, dict[str, object]]:
     """A format 2 open line after the role: time, ``4.1s``, ``IN/OUT``, then JSON."""
+    common = _HEAD_V2.match(raw)
+    if common is not None:
+        clock, full, secs, tilde, got_in, got_out, rest = common.groups()
+        at: datetime | None
+        if full is None:
+            at = _on_first_day(clock, created)
+        else:
+            try:
+                at = datetime.fromisoformat(full.decode())  # with an offset: aware
+            except ValueError:
+                at = None  # the general path says why
+        if at is not None:
+            duration = None if secs is None else float(secs)  # finite, within MAX_COUNT
+            usage = None if got_in is None else build_usage(int(got_in), int(got_out),
+                                                            tilde == b"~")  # fmt: skip
+            if rest is None:
+                return at, duration, usage, _NO_INFO
+            return at, duration, usage, _info_v2(rest)
     at_bytes, _, rest = raw.partition(b" ")
     at = _read_time(at_bytes.decode("ascii", "replace"), created, notes) or created
     duration = usage = None
@@ -249,10 +308,25 @@ def _head_v2(
             raise ValueError(f"unknown word {word[:20]!r} in the open line")
     if not rest:
         return at, duration, usage, _NO_INFO
-    info = json.loads(rest)
-    if not isinstance(info, dict):
-        raise ValueError("frame metadata is not an object")
-    return at, duration, usage, info
+    return at, duration, usage, _info_v2(rest)
+
+
+_INFO_SEEN: dict[bytes, dict[str, object]] = {}
+
+
+def _info_v2(raw: bytes) -> dict[str, object]:
+    """A format 2 open line's JSON object. It holds only what is not the default (a
+    model other than the front matter's, a stop other than "stop", flags), so the
+    same few objects recur: each is decoded once and shared (read only)."""
+    info = _INFO_SEEN.get(raw)
+    if info is None:
+        decoded = json.loads(raw.decode())
+        if not isinstance(decoded, dict):
+            raise ValueError("frame metadata is not an object")
+        if len(_INFO_SEEN) >= 256:
+            _INFO_SEEN.clear()
+        info = _INFO_SEEN[raw] = decoded
+    return info
 
 
 def _duration(secs: object, notes: list[tuple[str, str]]) -> float | None:
@@ -310,19 +384,19 @@ class Document:
             self.end = self.body_start
             return
         self.end = -1
-        last = self.body_start
+        last: Frame | None = None
         if not isinstance(self.source, bytes | bytearray):
             self.source.seek(self.body_start)  # a second walk starts from the top too
         for item in iter_frames(self.source, self.body_start, self.meta.format):
-            if isinstance(item, Flaw):
+            if type(item) is Flaw:
                 self.problems.append(Problem(item.kind, item.offset, item.detail))
                 if item.kind == "torn_tail":
                     self.end = item.offset
                 continue
-            last = item.end
-            yield item
+            last = item  # type: ignore[assignment]
+            yield item  # type: ignore[misc]
         if self.end < 0:
-            self.end = max(last, self._size_hint())
+            self.end = max(self.body_start if last is None else last.end, self._size_hint())
 
     def _size_hint(self) -> int:
         if isinstance(self.source, bytes | bytearray):
@@ -338,9 +412,10 @@ class Document:
             self.end = self._legacy.end
             yield from self._legacy.session.messages
             return
+        meta, problems = self.meta, self.problems
         for frame in self.frames():
             try:
-                yield message_from(frame, self.meta, self.problems)
+                yield message_from(frame, meta, problems)
             except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
                 detail = f"unreadable frame ({exc}); skipped"
                 self.problems.append(Problem("damaged", frame.offset, detail))
@@ -425,7 +500,13 @@ def parse_markdown(data: bytes, name: str = "") -> ParseResult:
     ``problems``. Files in the legacy bold-key format are read by
     ``chatloop.format.legacy`` into the same values, marked ``legacy=True``."""
     doc = open_document(data, name)
-    messages = tuple(doc.messages())
+    collecting = gc.isenabled()
+    gc.disable()  # messages hold no cycles: the collector's passes over them are waste
+    try:
+        messages = tuple(doc.messages())
+    finally:
+        if collecting:
+            gc.enable()
     end = doc.end if doc.end >= 0 else len(data)
     session = Session(doc.meta, messages)
     return ParseResult(session, tuple(doc.problems), end, doc.legacy, doc.exact)

@@ -31,7 +31,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 _OPEN_1 = b"<!-- chatloop:"
 CHUNK_BYTES = 1 << 20
@@ -41,11 +41,11 @@ __all__ = ["CHUNK_BYTES", "MAX_FRAME_BYTES", "Flaw", "Frame", "close_line",
            "iter_frames", "open_line"]  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(NamedTuple):
     """One complete record. ``offset``/``end`` are byte offsets of its open marker
     and just past its close line; ``info`` is the open line after the role
-    (format 1: JSON; format 2: the time, then JSON if any)."""
+    (format 1: JSON; format 2: the time, then JSON if any). A named tuple, not a
+    dataclass: one is built per record read, and a tuple is built fastest."""
 
     offset: int
     end: int
@@ -207,19 +207,16 @@ def iter_frames(
         here = pos + 1 if buf.startswith(b"\n<!-- ", pos) else pos
         match = open_match(buf, here)
         if match is not None:
-            key = match.group(1)
+            key, role, info = match.groups()
             body_from = match.end()
             close_at = buf.find(close_prefix + key + b" ", body_from)
             close_end = buf.find(b"\n", close_at + 1) if close_at >= 0 else -1
             if close_end >= 0:
-                expected = close_format % (key, crc32(memoryview(buf)[here:close_at]))
-                crc_ok = close_end - close_at - 1 == len(expected) and buf.startswith(
-                    expected, close_at + 1
+                crc_ok = buf[close_at + 1 : close_end] == close_format % (
+                    key, crc32(buf[here:close_at])
                 )
-                yield Frame(
-                    base + here, base + close_end + 1, key.decode(), _ROLES[match.group(2)],
-                    match.group(3), buf[body_from:close_at], crc_ok,
-                )  # fmt: skip
+                yield Frame(base + here, base + close_end + 1, key.decode(), _ROLES[role],
+                            info, buf[body_from:close_at], crc_ok)  # fmt: skip
                 pos = close_end + 1
                 if final and pos >= len(buf):
                     return

@@ -7,6 +7,8 @@ its output is meant for pipes and greps as much as for eyes.
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from datetime import datetime
@@ -26,10 +28,20 @@ _VISIBLE.update({code: f"\\u{code:04x}" for code in (*range(0x202A, 0x202F),
                                                      *range(0x2066, 0x206A))})  # fmt: skip
 
 
+_UNSAFE = re.compile("[" + "".join(re.escape(chr(code)) for code in _VISIBLE) + "]")
+# The same table as a list indexed by code point (past its end, a character is kept):
+# str.translate looks a list up faster than a dict.
+_TABLE: list[int | str] = list(range(max(_VISIBLE) + 1))
+for _code, _shown in _VISIBLE.items():
+    _TABLE[_code] = _shown
+
+
 def visible(text: str) -> str:
     """``text`` safe to print to a terminal: control characters (ESC, BEL, OSC, C1,
     bidirectional overrides) are shown as visible symbols, never acted on."""
-    return text.translate(_VISIBLE)
+    if text.isascii() or _UNSAFE.search(text) is not None:
+        return text.translate(_TABLE)  # (translate has a fast path for ASCII text)
+    return text  # other text is looked through once, in C, not char by char
 
 
 def relative_time(when: str, now: datetime) -> str:
@@ -112,34 +124,43 @@ NO_REPLY = {
 
 def transcript_lines(meta: SessionMeta, messages: Iterable[Message]) -> Iterator[str]:
     """A session as a person reads it in a terminal, one chunk per message as the
-    messages stream in: who said what, tools, summary, and what was interrupted."""
-    yield visible(f"{meta.title or meta.agent or 'Session'}  ({meta.id}, {meta.status})")
+    messages stream in: who said what, tools, summary, and what was interrupted.
+
+    Every piece of text from the file goes through ``visible``, field by field (the
+    frame around it is ours): a message's text on its own is often ASCII, which
+    ``visible`` checks fastest, where the chunk with our rules and arrows is not."""
+    v = visible
+    yield v(f"{meta.title or meta.agent or 'Session'}  ({meta.id}, {meta.status})")
     if meta.parent_id:
-        yield visible(f"continues {meta.parent_id}")
+        yield v(f"continues {meta.parent_id}")
+    speaker = v(meta.agent or "Assistant")
     query = 0
     for m in messages:
         out: list[str] = []
         cut = "  (interrupted)" if m.interrupted else ""
-        if m.role == "user":
-            query += m.is_query
+        role = m.role
+        if role == "user":
+            query += not m.restore
             label = "Session restored" if m.restore else f"Query {query}"
-            out += ["", f"── {label} ({m.at:%H:%M:%S}) ──{cut}", f"You: {m.text}"]
-        elif m.role == "assistant":
-            out += [f"  [thinking] {t.text}" for t in m.thinking]
+            clock = m.at.isoformat()[11:19]  # HH:MM:SS (strftime costs three times this)
+            out += ["", f"── {label} ({clock}) ──{cut}", f"You: {v(m.text)}"]
+        elif role == "assistant":
+            out += [f"  [thinking] {v(t.text)}" for t in m.thinking]
             if m.text or m.thinking or not m.interrupted:
-                out.append(f"{meta.agent or 'Assistant'}: {m.text}{cut}")
+                out.append(f"{speaker}: {v(m.text)}{cut}")
             else:  # nothing arrived: say why the exchange has no reply
                 why = NO_REPLY.get(m.stop_reason or "", "(no reply: interrupted)")
-                out.append(f"{meta.agent or 'Assistant'}: {why}")
-            out += [f"  → {c.name}({c.arguments})" for c in m.tool_calls]
-        elif m.role == "tool":
+                out.append(f"{speaker}: {why}")
+            out += [f"  → {v(c.name)}({v(c.arguments)})" for c in m.tool_calls]
+        elif role == "tool":
             for r in m.tool_results:
-                first = r.content.strip().splitlines()[0] if r.content.strip() else ""
-                out.append(f"  ← {r.name}{' (error)' if r.is_error else ''}: {first[:100]}")
-        elif m.role == "summary":
-            out += ["", "── Summary ──", m.text]
+                text = r.content.strip()
+                first = text[:101].splitlines()[0][:100] if text else ""  # the first line
+                out.append(f"  ← {v(r.name)}{' (error)' if r.is_error else ''}: {v(first)}")
+        elif role == "summary":
+            out += ["", "── Summary ──", v(m.text)]
         if out:
-            yield visible("\n".join(out))
+            yield "\n".join(out)
 
 
 def transcript_text(session: Session) -> str:
@@ -193,6 +214,38 @@ def message_dict(m: Message) -> dict[str, object]:
     }  # fmt: skip
 
 
+_JSON_TEXT = json.encoder.encode_basestring  # json.dumps's own string escaper (non-ASCII kept)
+_JSON_FLAG = {False: "false", True: "true"}
+
+
+def message_json(m: Message) -> str:
+    """``json.dumps(message_dict(m), ensure_ascii=False)``, the same text: a message with
+    text only (most of them) is written directly, the rest through ``json``. Export
+    writes one per message, and building the dict to encode it was half its cost."""
+    usage, duration = m.usage, m.duration
+    plain = (type(duration) is float and math.isfinite(duration)) or duration is None
+    if usage is not None:
+        plain = plain and type(usage.input) is int and type(usage.output) is int
+    if m.thinking or m.tool_calls or m.tool_results or not plain:
+        return _ENCODE(message_dict(m))
+    used = "null" if usage is None else (
+        f'{{"input": {usage.input}, "output": {usage.output}, '
+        f'"estimated": {_JSON_FLAG[usage.estimated]}}}'
+    )  # fmt: skip
+    return (
+        f'{{"role": {_JSON_TEXT(m.role)}, "at": "{m.at.isoformat()}", "key": {_JSON_TEXT(m.key)}, '
+        f'"text": {_JSON_TEXT(m.text)}, "thinking": [], "tool_calls": [], "tool_results": [], '
+        f'"model": {"null" if m.model is None else _JSON_TEXT(m.model)}, '
+        f'"stop_reason": {"null" if m.stop_reason is None else _JSON_TEXT(m.stop_reason)}, '
+        f'"usage": {used}, "duration": {"null" if duration is None else repr(duration)}, '
+        f'"interrupted": {_JSON_FLAG[m.interrupted]}, "restore": {_JSON_FLAG[m.restore]}, '
+        f'"fallback": {_JSON_FLAG[m.fallback]}}}'
+    )
+
+
+_ENCODE = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
+
+
 def write_sessions_json(
     sessions: Iterable[tuple[SessionMeta, Iterable[Message]]], write: Callable[[str], object]
 ) -> None:
@@ -202,9 +255,10 @@ def write_sessions_json(
     for i, (meta, messages) in enumerate(sessions):
         head = json.dumps(_plain(asdict(meta)), ensure_ascii=False)
         write(f'{"," if i else ""}\n{{"meta": {head}, "messages": [')
-        for j, message in enumerate(messages):
-            text = json.dumps(message_dict(message), ensure_ascii=False)
-            write(f"{',' if j else ''}\n  {text}")
+        separator = "\n  "
+        for message in messages:
+            write(separator + message_json(message))
+            separator = ",\n  "
         write("\n]}")
     write("\n]\n")
 
