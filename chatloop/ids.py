@@ -10,7 +10,6 @@ from the sessions directory.
 from __future__ import annotations
 
 import bisect
-import hashlib
 import os
 import re
 from collections.abc import Iterable
@@ -18,6 +17,11 @@ from datetime import datetime
 from pathlib import Path
 
 from chatloop.errors import UsageError
+
+try:  # the builtin module: loading hashlib (OpenSSL) costs more than every other import here
+    from _sha256 import sha256  # type: ignore[import-not-found]
+except ImportError:  # an interpreter without it
+    from hashlib import sha256
 
 ID_RE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{8}$")
 LEGACY_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -54,7 +58,7 @@ def project_name(cwd: Path) -> str:
     """Directory name for a project: readable base name plus a hash of the full path."""
     resolved = str(cwd.resolve())
     base = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(resolved).name).strip(".-")[:40] or "root"
-    digest = hashlib.sha256(resolved.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    digest = sha256(resolved.encode("utf-8", "surrogateescape")).hexdigest()[:8]
     return f"{base}-{digest}"
 
 

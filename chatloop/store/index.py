@@ -2,7 +2,9 @@
 
 The files are the truth; this is a cache. Deleting ``index.db`` loses
 nothing: it is rebuilt from the files when missing, corrupt or stale (a file
-whose size or mtime differs from its row). Rows are kept per file path and
+whose size or mtime differs from its row). Every command looks at each file
+(one ``stat``); a folder whose look equals the mark kept when its rows last
+matched it is fresh without reading a row (see ``Index._mark``). Rows are kept per file path and
 skimmed by ``chatloop.format.skim`` (no full parse). A *contentless* FTS5
 table (``content=''``, ``detail=full``) indexes each session's searchable text
 without storing a copy of it (the files hold it), so ``index.db`` stays a
@@ -35,7 +37,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import difflib
 import errno
 import fcntl
 import os
@@ -50,7 +51,7 @@ from typing import TYPE_CHECKING, TypeVar
 from chatloop.errors import NotFound
 from chatloop.ids import handle_between, is_handle, tail_of, validate_session_id
 from chatloop.store.fsio import FILE_MODE, ensure_dir, is_locked, lock_path
-from chatloop.store.store import Store
+from chatloop.store.store import FolderLook, Store
 
 if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
     from chatloop.format import Skim as Scanned
@@ -86,7 +87,14 @@ CREATE TABLE IF NOT EXISTS chunks(
 CREATE INDEX IF NOT EXISTS chunks_by_num ON chunks(num);
 CREATE VIRTUAL TABLE IF NOT EXISTS texts USING fts5(
     text, content='', detail=full, tokenize='unicode61');
+CREATE TRIGGER IF NOT EXISTS unmark_on_insert AFTER INSERT ON sessions BEGIN
+    DELETE FROM info WHERE key = 'folder:' || NEW.project; END;
+CREATE TRIGGER IF NOT EXISTS unmark_on_delete AFTER DELETE ON sessions BEGIN
+    DELETE FROM info WHERE key = 'folder:' || OLD.project; END;
+CREATE TRIGGER IF NOT EXISTS unmark_on_update AFTER UPDATE ON sessions BEGIN
+    DELETE FROM info WHERE key IN ('folder:' || OLD.project, 'folder:' || NEW.project); END;
 """
+_MARK, _MARK_END = "folder:", "folder;"  # info keys of folder marks (";" follows ":")
 _ORDER = " ORDER BY updated DESC, id DESC, num DESC"  # total: copies of a file tie on the rest
 
 
@@ -178,17 +186,18 @@ class Index:
     def _refresh(self, all_projects: bool, progress: Progress | None, may_rebuild: bool) -> int:
         if self.in_memory:
             all_projects = True  # it starts empty: what is listed must all be read
-        sql = "SELECT path, size, mtime_ns FROM sessions"
-        rows = (self._db.execute(sql) if all_projects else
-                self._db.execute(sql + " WHERE project = ?", (self.store.project,)))  # fmt: skip
-        known = {path: (size, mtime) for path, size, mtime in rows}
-        files = self.store.session_stats(all_projects, known)
+        looks = self.store.look(all_projects)
+        if not self.in_memory and self._marked(looks, all_projects):
+            return 0  # fresh: no row is read (see _mark)
+        known = self._known(all_projects)
+        files = Store.session_stats(looks, known)
         stale = [p for p, st in files.items() if known.get(p) != (st.st_size, st.st_mtime_ns)]
         gone = [p for p in known if p not in files]
         cold = may_rebuild and all_projects and not known and not self.in_memory
         if cold and len(stale) >= PARALLEL_FROM:
             return self._build_cold(progress)
         if not stale and not gone:
+            self._mark(looks, all_projects, files)
             return 0  # fresh: nothing is read, and the scanner (and YAML) never load
         from chatloop.store.index_scan import scan_files
 
@@ -219,7 +228,53 @@ class Index:
                 self._store_streaming(path, files[path])
             if progress:
                 progress(done, len(stale))
+        self._mark(looks, all_projects, files)
         return len(stale)
+
+    def _known(self, all_projects: bool) -> dict[str, tuple[int, int]]:
+        """The (size, mtime) each row was read at, by path."""
+        sql = "SELECT path, size, mtime_ns FROM sessions"
+        rows = (self._db.execute(sql) if all_projects else
+                self._db.execute(sql + " WHERE project = ?", (self.store.project,)))  # fmt: skip
+        return {path: (size, mtime) for path, size, mtime in rows}
+
+    # A folder's mark (``FolderLook.mark``) is kept in ``info`` when its rows were
+    # seen to match that look exactly. A trigger removes it whenever a row of that
+    # project is written or removed, by any process (older versions of chatloop
+    # included), so a kept mark that equals a new look means the rows still match
+    # the files: the listing reads no row to know it is fresh.
+
+    def _marked(self, looks: list[FolderLook], all_projects: bool) -> bool:
+        """Whether every folder looked at has the mark kept for it (and, for every
+        project, no folder with a kept mark is gone)."""
+        if not looks:
+            return False
+        if all_projects:
+            kept = dict(self._db.execute(
+                "SELECT substr(key, ?), value FROM info WHERE key >= ? AND key < ?",
+                (len(_MARK) + 1, _MARK, _MARK_END)).fetchall())  # fmt: skip
+            return len(kept) == len(looks) and all(kept.get(look.name) == look.mark
+                                                   for look in looks)  # fmt: skip
+        (look,) = looks
+        row = self._db.execute("SELECT value FROM info WHERE key = ?",
+                               (_MARK + look.name,)).fetchone()  # fmt: skip
+        return row is not None and row[0] == look.mark
+
+    def _mark(self, looks: list[FolderLook], all_projects: bool,
+              files: dict[str, os.stat_result]) -> None:  # fmt: skip
+        """Keep the marks of ``looks`` if the rows match the files they saw, checked
+        in the same write transaction (a neighbour may have written rows since)."""
+        if self.in_memory:
+            return
+        wanted = {path: (st.st_size, st.st_mtime_ns) for path, st in files.items()}
+        with self._write():
+            if self._known(all_projects) != wanted:
+                return
+            if all_projects:
+                self._db.execute("DELETE FROM info WHERE key >= ? AND key < ?",
+                                 (_MARK, _MARK_END))  # fmt: skip
+            self._db.executemany("INSERT OR REPLACE INTO info VALUES (?, ?)",
+                                 [(_MARK + look.name, look.mark) for look in looks])  # fmt: skip
 
     def _store_batch(
         self, batch: list[tuple[str, Scanned]], files: dict[str, os.stat_result]
@@ -616,6 +671,8 @@ class Index:
         if len(exact) > 1:
             names = ", ".join(r.id for r in exact[:5])
             raise NotFound(f"{ref!r} matches several sessions: {names}", "Give more of the id.")
+        import difflib  # only for a reference that matched nothing
+
         close = difflib.get_close_matches(ref, [r.id for r in rows], n=3, cutoff=0.5)
         hint = (
             f"Did you mean {' or '.join(close)}?"

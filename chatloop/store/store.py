@@ -8,6 +8,7 @@ writer); docs/durability.md explains them. Nothing here deletes a session.
 
 from __future__ import annotations
 
+import marshal
 import os
 import stat
 from collections.abc import Callable, Iterator, Mapping
@@ -15,7 +16,7 @@ from contextlib import suppress
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from chatloop import ids
 from chatloop.errors import ChatloopError, NotFound, StoreError
@@ -39,7 +40,20 @@ Clock = Callable[[], datetime]
 LAST_EXCHANGE_BYTES = 8 << 20  # the last exchange is shown on resume for files up to 8 MiB
 PROJECTS = "projects"
 
-__all__ = ["PROJECTS", "Store"]
+__all__ = ["PROJECTS", "FolderLook", "Store"]
+
+
+class FolderLook(NamedTuple):
+    """A project folder as one look saw it: ``name`` (the project), every ``*.md``
+    entry with its stat, and ``mark``: the entries' names, types, sizes, modification
+    and change times in one value. Two looks at a folder have the same mark unless
+    an entry was added, removed, renamed, written or had its mode changed between
+    them (as far as the file system's clock tells), so a reader that has seen
+    the mark before knows, without comparing file by file, that nothing changed."""
+
+    name: str
+    entries: list[tuple[os.DirEntry[str], os.stat_result]]
+    mark: bytes
 
 
 class Store:
@@ -72,23 +86,42 @@ class Store:
             if ids.is_file_stem(entry.name[:-3]) and entry.is_file(follow_symlinks=False):
                 yield entry
 
-    def session_stats(self, all_projects: bool = False,
-                      known: Mapping[str, tuple[int, int]] | None = None,
-                      ) -> dict[str, os.stat_result]:  # fmt: skip
-        """The stat of every file ``session_files`` lists, by path (one stat a file: a
-        regular file listed in ``known`` with that same size and mtime is taken as the
-        session file it was when it was listed, without checking its name again)."""
-        known = known or {}
-        out: dict[str, os.stat_result] = {}
-        for entry in self._markdown_entries(all_projects):
+    def look(self, all_projects: bool = False) -> list[FolderLook]:
+        """The project folders as they are now: each ``*.md`` entry with its stat (one
+        stat a file), and the folder's ``mark`` (see ``FolderLook``)."""
+        looks: list[FolderLook] = []
+        for directory in self.project_dirs(all_projects):
             try:
-                st = entry.stat(follow_symlinks=False)
+                listed = list(os.scandir(directory))
             except FileNotFoundError:  # removed meanwhile: it is gone
                 continue
-            if stat.S_ISREG(st.st_mode) and (
-                    known.get(entry.path) == (st.st_size, st.st_mtime_ns)
-                    or ids.is_file_stem(entry.name[:-3])):  # fmt: skip
-                out[entry.path] = st
+            entries: list[tuple[os.DirEntry[str], os.stat_result]] = []
+            for entry in listed:
+                if entry.name.endswith(".md"):
+                    try:
+                        entries.append((entry, entry.stat(follow_symlinks=False)))
+                    except FileNotFoundError:
+                        continue
+            seen = [(e.name, s.st_mode, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
+                    for e, s in entries]  # fmt: skip
+            looks.append(FolderLook(directory.name, entries, marshal.dumps(seen, 2)))
+        return looks
+
+    @staticmethod
+    def session_stats(looks: list[FolderLook],
+                      known: Mapping[str, tuple[int, int]] | None = None,
+                      ) -> dict[str, os.stat_result]:  # fmt: skip
+        """The stat of every file ``session_files`` lists in ``looks``, by path (a
+        regular file listed in ``known`` with that same size and mtime is taken as
+        the session file it was when it was listed, without checking its name again)."""
+        known = known or {}
+        out: dict[str, os.stat_result] = {}
+        for look in looks:
+            for entry, st in look.entries:
+                if stat.S_ISREG(st.st_mode) and (
+                        known.get(entry.path) == (st.st_size, st.st_mtime_ns)
+                        or ids.is_file_stem(entry.name[:-3])):  # fmt: skip
+                    out[entry.path] = st
         return out
 
     def _markdown_entries(self, all_projects: bool) -> Iterator[os.DirEntry[str]]:

@@ -1,0 +1,123 @@
+"""Folder marks: a listing whose folders did not change reads no row of the index,
+and every change (to a file, to a row, by any process) is still seen."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from chatloop.format import Message
+from chatloop.store.index import Index
+from chatloop.store.store import Store
+from tests.conftest import exchange, new_meta
+
+
+def _populate(store: Store, count: int, word: str = "unicorn") -> list[Path]:
+    paths = []
+    for i in range(count):
+        with store.create(new_meta(title=f"session {i}")) as writer:
+            writer.append(Message.create("user", store.clock(), text=f"{word}{i} question"))
+            for message in exchange(i)[1:]:
+                writer.append(message)
+            writer.finalize()
+        paths.append(writer.path)
+    return paths
+
+
+def _statements(index: Index) -> list[str]:
+    seen: list[str] = []
+    index._db.set_trace_callback(seen.append)
+    return seen
+
+
+@pytest.mark.parametrize("all_projects", [True, False])
+def test_an_unchanged_folder_is_known_fresh_without_reading_rows(
+    store: Store, all_projects: bool
+) -> None:
+    _populate(store, 3)
+    with Index(store) as index:
+        assert index.sync(all_projects) == 3
+        seen = _statements(index)
+        assert index.sync(all_projects) == 0
+        assert seen and not [s for s in seen if "FROM sessions" in s], seen
+        assert len(index.list_sessions()) == 3
+
+
+def test_a_hand_edit_a_new_file_and_a_removed_one_are_each_seen(store: Store) -> None:
+    first, second = _populate(store, 2)
+    with Index(store) as index:
+        index.sync()
+        index.sync()
+        first.write_bytes(first.read_bytes().replace(b"unicorn0", b"narwhal0"))
+        assert index.sync() == 1
+        assert [h.session.path for h in index.search("narwhal0")] == [str(first)]
+        index.sync()  # marked again
+        (third,) = _populate(store, 1, word="okapi")
+        assert index.sync() == 1
+        assert [h.session.path for h in index.search("okapi0")] == [str(third)]
+        index.sync()
+        second.unlink()
+        index.sync()
+        assert {r.path for r in index.list_sessions()} == {str(first), str(third)}
+
+
+def test_a_row_written_by_a_neighbour_clears_the_mark(store: Store) -> None:
+    # a neighbour (any version of chatloop) that writes or removes a row makes the
+    # next sync compare file by file: the trigger in the index, not the writer's code
+    (path,) = _populate(store, 1)
+    with Index(store) as index:
+        index.sync()
+        index.sync()
+        with sqlite3.connect(store.root / "index.db") as other:
+            other.execute("UPDATE sessions SET size = size + 1 WHERE path = ?", (str(path),))
+        seen = _statements(index)
+        assert index.sync() == 1  # the row no longer matched the file: read again
+        assert [s for s in seen if "FROM sessions" in s]
+        with sqlite3.connect(store.root / "index.db") as other:
+            other.execute("DELETE FROM sessions")
+        assert index.sync() == 1
+        assert [r.path for r in index.list_sessions()] == [str(path)]
+
+
+def test_no_mark_is_kept_when_a_neighbour_wrote_an_older_row_meanwhile(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # between this sync's look at the folder and keeping its mark, a slower neighbour
+    # writes the row of a file as it was before an edit: the mark must not be kept,
+    # or the edit would stay unseen until the folder changed again
+    (path,) = _populate(store, 1)
+    with Index(store) as index:
+        index.sync()
+        old = os.stat(path)
+        path.write_bytes(path.read_bytes().replace(b"unicorn0", b"narwhal0"))
+        keep = Index._mark
+
+        def neighbour_first(self: Index, *args: object) -> None:
+            with sqlite3.connect(store.root / "index.db") as other:
+                other.execute("UPDATE sessions SET size = ?, mtime_ns = ? WHERE path = ?",
+                              (old.st_size, old.st_mtime_ns, str(path)))  # fmt: skip
+            keep(self, *args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(Index, "_mark", neighbour_first)
+        assert index.sync() == 1
+        monkeypatch.setattr(Index, "_mark", keep)
+        assert index.sync() == 1  # no mark was kept: the stale row is seen and read again
+        assert [h.session.path for h in index.search("narwhal0")] == [str(path)]
+
+
+def test_a_project_folder_removed_leaves_every_project_listing(store: Store) -> None:
+    _populate(store, 2)
+    other = Store(store.root, cwd=store.cwd.parent, clock=store.clock)
+    _populate(other, 1, word="okapi")
+    with Index(store) as index:
+        index.sync()
+        index.sync()
+        assert len(index.list_sessions(all_projects=True)) == 3
+        for path in store.project_dir.iterdir():
+            path.unlink()
+        store.project_dir.rmdir()
+        index.sync()
+        assert [r.title for r in index.list_sessions(all_projects=True)] == ["session 0"]
