@@ -121,3 +121,82 @@ def test_a_project_folder_removed_leaves_every_project_listing(store: Store) -> 
         store.project_dir.rmdir()
         index.sync()
         assert [r.title for r in index.list_sessions(all_projects=True)] == ["session 0"]
+
+
+def test_rows_of_a_project_whose_mark_went_and_whose_folder_went_are_forgotten(
+    store: Store,
+) -> None:
+    # every-project listings trust marks only when they were kept by an every-project
+    # sync with no row written since: here a neighbour writes a row of this project
+    # (its mark goes), then the folder goes; the other project's mark still matches
+    _populate(store, 1)
+    other = Store(store.root, cwd=store.cwd.parent, clock=store.clock)
+    _populate(other, 1, word="okapi")
+    with Index(store) as index:
+        index.sync()
+        index.sync()
+        with sqlite3.connect(store.root / "index.db") as neighbour:
+            neighbour.execute("UPDATE sessions SET title = 'edited' WHERE project = ?",
+                              (store.project,))  # fmt: skip
+        for path in store.project_dir.iterdir():
+            path.unlink()
+        store.project_dir.rmdir()
+        index.sync()
+        assert [r.title for r in index.list_sessions(all_projects=True)] == ["session 0"]
+
+
+def test_marks_are_kept_only_with_the_triggers_that_remove_them(store: Store) -> None:
+    # an older chatloop's rebuild copies in a file without triggers (or marks): the
+    # next sync that keeps marks puts the triggers back in the same transaction
+    _populate(store, 1)
+    with Index(store) as index:
+        index.sync()
+        with sqlite3.connect(store.root / "index.db") as older:
+            for name in ("unmark_on_insert", "unmark_on_delete", "unmark_on_update"):
+                older.execute(f"DROP TRIGGER IF EXISTS {name}")
+            older.execute("DELETE FROM info WHERE key LIKE 'folder%'")
+        index.sync()
+        with sqlite3.connect(store.root / "index.db") as older:
+            triggers = older.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'").fetchone()[0]
+            older.execute("UPDATE sessions SET size = size + 1")  # an older writer's row
+        assert triggers == 3
+        assert index.sync() == 1
+
+
+def test_a_moved_home_is_read_at_its_new_place(store: Store, tmp_path: Path) -> None:
+    # rows hold full paths; a folder moved with its files keeps their times, so the
+    # mark holds the folder's path too
+    _populate(store, 2)
+    with Index(store) as index:
+        index.sync()
+        index.sync()
+    moved = tmp_path / "moved-home"
+    store.root.rename(moved)
+    there = Store(moved, cwd=store.cwd, clock=store.clock)
+    with Index(there) as index:
+        index.sync()
+        paths = [Path(r.path) for r in index.list_sessions()]
+    assert len(paths) == 2 and all(p.exists() and moved in p.parents for p in paths)
+
+
+def test_a_busy_index_keeps_no_mark_and_waits_for_nobody(store: Store) -> None:
+    # marks only spare work: a neighbour holding the write lock is not waited for
+    _populate(store, 1)
+    with Index(store) as index:
+        index.sync()
+        with sqlite3.connect(store.root / "index.db", isolation_level=None) as neighbour:
+            neighbour.execute("PRAGMA journal_mode = WAL")
+            with sqlite3.connect(store.root / "index.db") as wiper:
+                wiper.execute("DELETE FROM info WHERE key LIKE 'folder%'")
+            neighbour.execute("BEGIN IMMEDIATE")
+            try:
+                assert index.sync() == 0  # returns at once: the lock is still held here
+                kept = index._db.execute(
+                    "SELECT count(*) FROM info WHERE key LIKE 'folder%'").fetchone()[0]
+            finally:
+                neighbour.execute("ROLLBACK")
+        assert kept == 0
+        index.sync()
+        assert index._db.execute(
+            "SELECT count(*) FROM info WHERE key LIKE 'folder%'").fetchone()[0] == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -24,6 +25,7 @@ from chatloop.format import (
     parse_markdown,
     render_markdown,
 )
+from chatloop.format.body import read_json
 from chatloop.ui.listing import message_dict, message_json
 from tests.conftest import T0, new_meta
 
@@ -137,6 +139,33 @@ def test_times_on_the_first_day_and_after_it_round_trip(
     assert result.session == session and not result.problems
     for got, want in zip(result.session.messages, found, strict=True):
         assert got.at.utcoffset() == want.at.utcoffset()
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=12).map(lambda b: b"{" + b) | st.binary(max_size=12)
+       | st.sampled_from([b'{"a":"x\xed\xa0\x80y"}', b"{\x00}\x00", b'{"k":1}\x00']))
+def test_json_read_from_bytes_is_what_json_loads_reads(raw: bytes) -> None:
+    # open lines and part markers are decoded before json sees them: the same value,
+    # or the same kind of error, as json.loads(bytes) (lone surrogates let through)
+    def outcome(read: Callable[[bytes], object]) -> object:
+        try:
+            return ("value", read(raw))
+        except ValueError as exc:
+            return ("error", type(exc))
+
+    assert outcome(read_json) == outcome(json.loads)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_lone_surrogate_in_a_frames_json_keeps_the_message(version: int) -> None:
+    meta = new_meta(format=version, model="front-model",
+                    agent_path="agents/simple_sally.py" if version == 1 else "",
+                    agent_name="" if version == 1 else "simple_sally")  # fmt: skip
+    reply = Message.create("assistant", T0, text="hi", model="xQy")
+    data = render_markdown(Session(meta, (reply,))).replace(b"xQy", b"x\xed\xa0\x80y")
+    result = parse_markdown(data)
+    assert [m.model for m in result.session.messages] == ["x\ud800y"]
+    assert [p.kind for p in result.problems] == ["checksum"]  # edited: kept as found
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

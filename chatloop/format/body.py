@@ -36,7 +36,7 @@ THINK_OPEN = "<details><summary>Thinking</summary>\n\n"
 
 __all__ = [
     "DETAILS_CLOSE", "RESTORE_OPEN", "SUMMARY_END", "SUMMARY_START", "THINK_OPEN", "Content",
-    "compact_json", "display_name", "read_body", "render_body", "searchable",
+    "compact_json", "display_name", "read_body", "read_json", "render_body", "searchable",
 ]  # fmt: skip
 
 _LEAD_RE = {
@@ -68,6 +68,15 @@ def compact_json(value: dict[str, Any]) -> str:
     """JSON on one line with ``<`` and ``>`` escaped, so it can never close a comment."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def read_json(raw: bytes) -> Any:
+    """``json.loads(raw)``, the same value or error: bytes that open like a JSON object
+    (as open lines and part markers do) are decoded here, as json decodes them
+    (UTF-8, lone surrogates let through), without its check for UTF-16 and UTF-32."""
+    if raw[:1] == b"{" and b"\x00" not in raw[:4]:
+        return json.loads(raw.decode("utf-8", "surrogatepass"))
+    return json.loads(raw)
 
 
 def _fence(content: str) -> str:
@@ -294,7 +303,7 @@ def _part_words(match: re.Match[bytes]) -> bytes:
     if match.group(1) != b"call":
         return b""
     try:
-        info = json.loads(match.group(2).decode())
+        info = read_json(match.group(2))
         return str(info["name"]).encode() + b"\n" if isinstance(info, dict) else b""
     except (ValueError, KeyError):
         return b""

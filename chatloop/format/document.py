@@ -19,7 +19,6 @@ every readable message is kept.
 from __future__ import annotations
 
 import gc
-import json
 import math
 import re
 import zlib
@@ -30,7 +29,14 @@ from typing import BinaryIO
 
 from chatloop.config import DEFAULT_PREVIEW_CHARS
 from chatloop.format import legacy
-from chatloop.format.body import compact_json, display_name, has_footer, read_body, render_body
+from chatloop.format.body import (
+    compact_json,
+    display_name,
+    has_footer,
+    read_body,
+    read_json,
+    render_body,
+)
 from chatloop.format.body import searchable as _searchable_body
 from chatloop.format.frames import Flaw, Frame, close_line, iter_frames, open_line
 from chatloop.format.front_matter import (
@@ -183,7 +189,7 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
     version = meta.format
     notes: list[tuple[str, str]] = []
     if version == 1:
-        info = json.loads(raw_info.decode())  # (bytes would be sniffed for UTF-16)
+        info = read_json(raw_info)
         if not isinstance(info, dict):
             raise ValueError("frame metadata is not an object")
         get = info.get
@@ -320,7 +326,7 @@ def _info_v2(raw: bytes) -> dict[str, object]:
     same few objects recur: each is decoded once and shared (read only)."""
     info = _INFO_SEEN.get(raw)
     if info is None:
-        decoded = json.loads(raw.decode())
+        decoded = read_json(raw)
         if not isinstance(decoded, dict):
             raise ValueError("frame metadata is not an object")
         if len(_INFO_SEEN) >= 256:

@@ -87,14 +87,20 @@ CREATE TABLE IF NOT EXISTS chunks(
 CREATE INDEX IF NOT EXISTS chunks_by_num ON chunks(num);
 CREATE VIRTUAL TABLE IF NOT EXISTS texts USING fts5(
     text, content='', detail=full, tokenize='unicode61');
-CREATE TRIGGER IF NOT EXISTS unmark_on_insert AFTER INSERT ON sessions BEGIN
-    DELETE FROM info WHERE key = 'folder:' || NEW.project; END;
-CREATE TRIGGER IF NOT EXISTS unmark_on_delete AFTER DELETE ON sessions BEGIN
-    DELETE FROM info WHERE key = 'folder:' || OLD.project; END;
-CREATE TRIGGER IF NOT EXISTS unmark_on_update AFTER UPDATE ON sessions BEGIN
-    DELETE FROM info WHERE key IN ('folder:' || OLD.project, 'folder:' || NEW.project); END;
 """
+# A project's mark, and the mark of the whole home, go whenever any process (an older
+# chatloop too) writes or removes one of the project's rows (see Index._mark).
+_TRIGGERS = (
+    "CREATE TRIGGER IF NOT EXISTS unmark_on_insert AFTER INSERT ON sessions BEGIN "
+    "DELETE FROM info WHERE key IN ('folder:' || NEW.project, 'folders:every'); END",
+    "CREATE TRIGGER IF NOT EXISTS unmark_on_delete AFTER DELETE ON sessions BEGIN "
+    "DELETE FROM info WHERE key IN ('folder:' || OLD.project, 'folders:every'); END",
+    "CREATE TRIGGER IF NOT EXISTS unmark_on_update AFTER UPDATE ON sessions BEGIN "
+    "DELETE FROM info WHERE key IN ('folder:' || OLD.project, 'folder:' || NEW.project, "
+    "'folders:every'); END",
+)
 _MARK, _MARK_END = "folder:", "folder;"  # info keys of folder marks (";" follows ":")
+_EVERY = "folders:every"  # kept when every project's rows were checked at once
 _ORDER = " ORDER BY updated DESC, id DESC, num DESC"  # total: copies of a file tie on the rest
 
 
@@ -245,16 +251,18 @@ class Index:
     # the files: the listing reads no row to know it is fresh.
 
     def _marked(self, looks: list[FolderLook], all_projects: bool) -> bool:
-        """Whether every folder looked at has the mark kept for it (and, for every
-        project, no folder with a kept mark is gone)."""
+        """Whether every folder looked at has the mark kept for it; for every project,
+        also that the marks were kept by a sync of every project, with no row written
+        since (so no project without a folder still has rows)."""
         if not looks:
             return False
         if all_projects:
             kept = dict(self._db.execute(
-                "SELECT substr(key, ?), value FROM info WHERE key >= ? AND key < ?",
-                (len(_MARK) + 1, _MARK, _MARK_END)).fetchall())  # fmt: skip
-            return len(kept) == len(looks) and all(kept.get(look.name) == look.mark
-                                                   for look in looks)  # fmt: skip
+                "SELECT key, value FROM info WHERE key >= ? AND key < ? OR key = ?",
+                (_MARK, _MARK_END, _EVERY)).fetchall())  # fmt: skip
+            if kept.pop(_EVERY, None) is None or len(kept) != len(looks):
+                return False
+            return all(kept.get(_MARK + look.name) == look.mark for look in looks)
         (look,) = looks
         row = self._db.execute("SELECT value FROM info WHERE key = ?",
                                (_MARK + look.name,)).fetchone()  # fmt: skip
@@ -262,19 +270,37 @@ class Index:
 
     def _mark(self, looks: list[FolderLook], all_projects: bool,
               files: dict[str, os.stat_result]) -> None:  # fmt: skip
-        """Keep the marks of ``looks`` if the rows match the files they saw, checked
-        in the same write transaction (a neighbour may have written rows since)."""
-        if self.in_memory:
+        """Keep the marks of ``looks`` if the rows match the files they saw.
+
+        Checked in the same write transaction (a neighbour may have written rows
+        since), with the triggers that remove marks made sure of in it (an older
+        chatloop's rebuild replaces the whole file, triggers included). Marks only
+        spare work: when the index is busy or cannot be written, none is kept and
+        nothing waits or fails."""
+        if self.in_memory or not looks:
             return
         wanted = {path: (st.st_size, st.st_mtime_ns) for path, st in files.items()}
-        with self._write():
-            if self._known(all_projects) != wanted:
-                return
-            if all_projects:
-                self._db.execute("DELETE FROM info WHERE key >= ? AND key < ?",
-                                 (_MARK, _MARK_END))  # fmt: skip
-            self._db.executemany("INSERT OR REPLACE INTO info VALUES (?, ?)",
-                                 [(_MARK + look.name, look.mark) for look in looks])  # fmt: skip
+        db = self._db
+        try:
+            db.execute("PRAGMA busy_timeout = 0")
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            finally:
+                db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        except sqlite3.Error:
+            return
+        try:
+            if self._known(all_projects) == wanted:
+                for trigger in _TRIGGERS:
+                    db.execute(trigger)
+                if all_projects:
+                    db.execute("DELETE FROM info WHERE key >= ? AND key < ?", (_MARK, _MARK_END))
+                    db.execute("INSERT OR REPLACE INTO info VALUES (?, '1')", (_EVERY,))
+                db.executemany("INSERT OR REPLACE INTO info VALUES (?, ?)",
+                               [(_MARK + look.name, look.mark) for look in looks])  # fmt: skip
+            db.execute("COMMIT")
+        except sqlite3.Error:
+            self._end_transaction()
 
     def _store_batch(
         self, batch: list[tuple[str, Scanned]], files: dict[str, os.stat_result]

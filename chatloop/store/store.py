@@ -45,11 +45,12 @@ __all__ = ["PROJECTS", "FolderLook", "Store"]
 
 class FolderLook(NamedTuple):
     """A project folder as one look saw it: ``name`` (the project), every ``*.md``
-    entry with its stat, and ``mark``: the entries' names, types, sizes, modification
-    and change times in one value. Two looks at a folder have the same mark unless
-    an entry was added, removed, renamed, written or had its mode changed between
-    them (as far as the file system's clock tells), so a reader that has seen
-    the mark before knows, without comparing file by file, that nothing changed."""
+    entry with its stat, and ``mark``: the folder's path and the entries' names,
+    types, sizes, modification and change times in one value. Two looks at a
+    folder have the same mark unless an entry was added, removed, renamed, written
+    or had its mode changed between them (as far as the file system's clock
+    tells), so a reader that has seen the mark before knows, without comparing
+    file by file, that nothing changed."""
 
     name: str
     entries: list[tuple[os.DirEntry[str], os.stat_result]]
@@ -104,7 +105,8 @@ class Store:
                         continue
             seen = [(e.name, s.st_mode, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
                     for e, s in entries]  # fmt: skip
-            looks.append(FolderLook(directory.name, entries, marshal.dumps(seen, 2)))
+            mark = marshal.dumps((str(directory), seen), 2)  # (the rows hold full paths)
+            looks.append(FolderLook(directory.name, entries, mark))
         return looks
 
     @staticmethod
