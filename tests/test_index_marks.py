@@ -200,3 +200,17 @@ def test_a_busy_index_keeps_no_mark_and_waits_for_nobody(store: Store) -> None:
         index.sync()
         assert index._db.execute(
             "SELECT count(*) FROM info WHERE key LIKE 'folder%'").fetchone()[0] == 2
+
+
+def test_a_folder_name_sqlite_cannot_hold_keeps_no_mark_and_breaks_nothing(
+    store: Store,
+) -> None:
+    _populate(store, 1)
+    os.mkdir(os.path.join(os.fsencode(store.root / "projects"), b"caf\xe9"))
+    with Index(store) as index:
+        index.sync()
+        assert not index._db.in_transaction  # nothing left locked for the neighbours
+        assert len(index.list_sessions(all_projects=True)) == 1
+        with sqlite3.connect(store.root / "index.db", timeout=0) as neighbour:
+            neighbour.execute("BEGIN IMMEDIATE")
+            neighbour.execute("ROLLBACK")

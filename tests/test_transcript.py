@@ -176,7 +176,9 @@ def test_a_message_exported_as_json_is_what_json_dumps_writes(
     # export writes text-only messages without building a dict: the same text, always
     # (durations include NaN, infinities and ints, which take json's own path)
     plain = replace(message, thinking=(), tool_calls=(), tool_results=())
-    for m in (message, plain, replace(plain, duration=duration)):
+    ints = (replace(plain, interrupted=1, usage=None),  # type: ignore[arg-type]
+            replace(plain, usage=Usage(1, 2, 0)))  # type: ignore[arg-type]  # fmt: skip
+    for m in (message, plain, replace(plain, duration=duration), *ints):
         assert message_json(m) == json.dumps(message_dict(m), ensure_ascii=False)
         assert json.loads(message_json(m))["text"] == m.text
 

@@ -299,8 +299,11 @@ class Index:
                 db.executemany("INSERT OR REPLACE INTO info VALUES (?, ?)",
                                [(_MARK + look.name, look.mark) for look in looks])  # fmt: skip
             db.execute("COMMIT")
-        except sqlite3.Error:
+        except (sqlite3.Error, UnicodeError):  # (a folder name SQLite cannot hold: no mark)
             self._end_transaction()
+        except BaseException:
+            self._end_transaction()
+            raise
 
     def _store_batch(
         self, batch: list[tuple[str, Scanned]], files: dict[str, os.stat_result]

@@ -224,8 +224,10 @@ def message_json(m: Message) -> str:
     writes one per message, and building the dict to encode it was half its cost."""
     usage, duration = m.usage, m.duration
     plain = (type(duration) is float and math.isfinite(duration)) or duration is None
+    plain = plain and type(m.interrupted) is type(m.restore) is type(m.fallback) is bool
     if usage is not None:
-        plain = plain and type(usage.input) is int and type(usage.output) is int
+        plain = plain and type(usage.input) is type(usage.output) is int
+        plain = plain and type(usage.estimated) is bool
     if m.thinking or m.tool_calls or m.tool_results or not plain:
         return _ENCODE(message_dict(m))
     used = "null" if usage is None else (
