@@ -53,7 +53,7 @@ class FolderLook(NamedTuple):
     file by file, that nothing changed."""
 
     name: str
-    entries: list[tuple[os.DirEntry[str], os.stat_result]]
+    entries: list[tuple[str, str, os.stat_result]]  # (path, name, stat)
     mark: bytes
 
 
@@ -89,22 +89,29 @@ class Store:
 
     def look(self, all_projects: bool = False) -> list[FolderLook]:
         """The project folders as they are now: each ``*.md`` entry with its stat (one
-        stat a file), and the folder's ``mark`` (see ``FolderLook``)."""
+        ``fstatat`` a file, by name in the open folder, as ``ls -l`` does: a stat by
+        full path resolves every folder above it again), and the folder's ``mark``."""
         looks: list[FolderLook] = []
+        stat_at = os.stat
         for directory in self.project_dirs(all_projects):
             try:
-                listed = list(os.scandir(directory))
+                fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             except FileNotFoundError:  # removed meanwhile: it is gone
                 continue
-            entries: list[tuple[os.DirEntry[str], os.stat_result]] = []
-            for entry in listed:
-                if entry.name.endswith(".md"):
-                    try:
-                        entries.append((entry, entry.stat(follow_symlinks=False)))
-                    except FileNotFoundError:
-                        continue
-            seen = [(e.name, s.st_mode, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
-                    for e, s in entries]  # fmt: skip
+            entries: list[tuple[str, str, os.stat_result]] = []
+            seen: list[tuple[str, int, int, int, int]] = []
+            prefix = f"{directory}{os.sep}"
+            try:
+                for name in os.listdir(fd):
+                    if name.endswith(".md"):
+                        try:
+                            st = stat_at(name, dir_fd=fd, follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue
+                        entries.append((prefix + name, name, st))
+                        seen.append((name, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+            finally:
+                os.close(fd)
             mark = marshal.dumps((str(directory), seen), 2)  # (the rows hold full paths)
             looks.append(FolderLook(directory.name, entries, mark))
         return looks
@@ -119,11 +126,11 @@ class Store:
         known = known or {}
         out: dict[str, os.stat_result] = {}
         for look in looks:
-            for entry, st in look.entries:
+            for path, name, st in look.entries:
                 if stat.S_ISREG(st.st_mode) and (
-                        known.get(entry.path) == (st.st_size, st.st_mtime_ns)
-                        or ids.is_file_stem(entry.name[:-3])):  # fmt: skip
-                    out[entry.path] = st
+                        known.get(path) == (st.st_size, st.st_mtime_ns)
+                        or ids.is_file_stem(name[:-3])):  # fmt: skip
+                    out[path] = st
         return out
 
     def _markdown_entries(self, all_projects: bool) -> Iterator[os.DirEntry[str]]:
