@@ -88,6 +88,8 @@ CREATE INDEX IF NOT EXISTS chunks_by_num ON chunks(num);
 CREATE VIRTUAL TABLE IF NOT EXISTS texts USING fts5(
     text, content='', detail=full, tokenize='unicode61');
 """
+_OPEN_SESSIONS = ("CREATE INDEX IF NOT EXISTS sessions_open ON sessions(project) "
+                  "WHERE status = 'open'")  # fmt: skip
 # A project's mark, and the mark of the whole home, go whenever any process (an older
 # chatloop too) writes or removes one of the project's rows (see Index._mark).
 _TRIGGERS = (
@@ -981,6 +983,10 @@ def _prepare(db: sqlite3.Connection, bulk: bool = False) -> None:
         if version is not None and version[0] != SCHEMA_VERSION:  # before its tables are
             raise _SchemaChanged("schema version changed")  # touched: they may differ
     db.executescript(_SCHEMA)
+    with contextlib.suppress(sqlite3.OperationalError):  # added after schema 7 was out: an
+        # index made read only before it still works, without it (search numbers its
+        # hits by the sessions still open, which it then finds by reading every row)
+        db.execute(_OPEN_SESSIONS)
     if bulk:  # segments are merged once, by the 'optimize' that ends a rebuild
         db.execute("INSERT INTO texts(texts, rank) VALUES ('automerge', 0)")
     version = db.execute("SELECT value FROM info WHERE key = 'schema'").fetchone()
