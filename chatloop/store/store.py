@@ -27,6 +27,7 @@ from chatloop.store.fsio import (
     lock_path,
     open_read,
     read_bytes,
+    release_lock,
     take_lock,
     write_new_file,
 )
@@ -185,7 +186,7 @@ class Store:
             atomic_rewrite(path, new)
             return changed, keep
         finally:
-            os.close(lock_fd)
+            release_lock(path, lock_fd)
 
     def summary_of(self, path: Path) -> SummaryLookup:
         """The summary of a session that may be trusted (see
@@ -268,7 +269,7 @@ class Store:
         try:
             write_new_file(path, render_header(meta))
         except BaseException:
-            os.close(lock_fd)
+            release_lock(path, lock_fd)
             raise
         return SessionWriter(path, Session(meta), lock_fd, self.clock)
 
@@ -280,7 +281,7 @@ class Store:
         try:
             result = recover_locked(path, self.clock)
         except BaseException:
-            os.close(lock_fd)
+            release_lock(path, lock_fd)
             raise
         return SessionWriter(path, result.session, lock_fd, self.clock)
 
@@ -292,4 +293,4 @@ class Store:
         try:
             return recover_locked(path, self.clock)
         finally:
-            os.close(lock_fd)
+            release_lock(path, lock_fd)
