@@ -259,6 +259,24 @@ def test_a_bug_is_one_line_and_the_chat_goes_on(store: Store) -> None:
     assert [m.text for m in session.messages if m.is_query] == ["first", "second"]
 
 
+def test_help_fits_an_80_column_terminal_and_wraps_under_itself() -> None:
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    commands.spec("help").run(SimpleNamespace(console=Console(file=out, width=80)), "")
+    lines = [line.rstrip() for line in out.getvalue().splitlines()]
+    assert max(len(line) for line in lines) <= 80
+    column = len("  ") + commands.USAGE_WIDTH + 1
+    for line in lines:  # a wrapped explanation continues in its own column
+        assert not line or line.startswith("  /") or line.startswith(" " * column) or (
+            line.startswith("  ") and line[2] in "EC")  # the two lines about keys
+    words = " ".join(line.strip() for line in lines)
+    assert all(spec.help in words for spec in commands.TABLE)
+
+
 def test_help_and_completion_come_from_one_table(store: Store) -> None:
     _, shown = drive(store, fake_server([]), "/help\rexit\r")
     for spec in commands.TABLE:

@@ -61,15 +61,29 @@ class Spec:
 
 # ------------------------------------------------------------------ handlers
 
+USAGE_WIDTH = 18  # the command column of /help
+
 
 def _help(shell: Shell, arg: str) -> None:
-    lines = [f"  {spec.usage:<18} {spec.help}" for spec in TABLE]
-    lines += [
-        "",
-        "  Enter sends · Esc+Enter or a trailing \\ adds a line · Up recalls earlier lines",
-        "  Ctrl-C stops a reply or clears the line · Ctrl-D leaves · // sends a literal /",
-    ]
-    shell.console.print("\n".join(lines), highlight=False, markup=False)
+    from rich.table import Table
+    from rich.text import Text
+
+    # two columns: on a narrow terminal an explanation wraps in its own column, under
+    # itself, never under the command names
+    grid = Table.grid(padding=(0, 0, 0, 1))
+    grid.add_column(no_wrap=True, min_width=USAGE_WIDTH + 2)
+    grid.add_column()
+    for spec in TABLE:
+        grid.add_row(Text(f"  {spec.usage}"), Text(spec.help))
+    shell.console.print(grid)
+    keys = Table.grid(padding=(0, 0, 0, 2), pad_edge=True)
+    keys.add_column()
+    keys.add_row(Text("Enter sends · Esc+Enter or a trailing \\ adds a line · Up recalls "
+                      "earlier lines"))  # fmt: skip
+    keys.add_row(Text("Ctrl-C stops a reply or clears the line · Ctrl-D leaves · // sends a "
+                      "literal /"))  # fmt: skip
+    shell.console.print()
+    shell.console.print(keys)
 
 
 def _exit(shell: Shell, arg: str) -> None:
