@@ -277,6 +277,26 @@ def test_help_fits_an_80_column_terminal_and_wraps_under_itself() -> None:
     assert all(spec.help in words for spec in commands.TABLE)
 
 
+def test_the_toolbar_keeps_the_counts_and_the_meter_on_a_narrow_terminal() -> None:
+    from chatloop.ui.render import toolbar
+
+    parts = {"agent": "Simple Sally", "model": "gemma-3-270m-it-Q4_K_M.gguf",
+             "session": "20261122-060426-3d469a99", "queries": 12, "tokens": 3456,
+             "chain_tokens": 12345, "used": 1843, "window": 2048, "unsaved": 1}  # fmt: skip
+
+    def shown(width: int | None) -> str:
+        return "".join(fragment[1] for fragment in toolbar(parts, width))
+
+    assert "(chain 12,345)" in shown(None) and "gemma-3-270m" in shown(None)
+    for width in (160, 120, 100, 80, 72):
+        line = shown(width)
+        assert len(line) <= width, (width, line)
+        assert " 12q · 3,456 tok" in line and "1,843/2,048 90%" in line, line
+        assert "1 not yet saved" in line and "Simple Sally" in line
+    assert "3d469a99" in shown(100) and "gemma" not in shown(80)  # the model goes first
+    assert "3d469a99" not in shown(60)
+
+
 def test_help_and_completion_come_from_one_table(store: Store) -> None:
     _, shown = drive(store, fake_server([]), "/help\rexit\r")
     for spec in commands.TABLE:

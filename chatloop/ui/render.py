@@ -195,23 +195,39 @@ def model_label(model: str) -> str:
     return Path(model).name if "/" in model else (model or "?")
 
 
-def toolbar(parts: dict[str, Any]) -> StyleAndTextTuples:
-    """The bottom toolbar as prompt_toolkit (style, text) fragments."""
+def toolbar(parts: dict[str, Any], width: int | None = None) -> StyleAndTextTuples:
+    """The bottom toolbar as prompt_toolkit (style, text) fragments, within ``width``
+    columns when given (a toolbar is one line, cut at the edge): what matters most
+    while chatting stays (agent, counts, the window's meter, unsaved messages), and
+    the rest gives way in this order: the chain's total, the session's id (cut to
+    its last characters), the model, the rest of the id."""
     used, window = parts.get("used", 0), parts.get("window") or 0
-    fragments: StyleAndTextTuples = [
-        ("bold", f" {parts['agent']} "),
-        ("", f"· {parts['model'] or '?'} · {parts['session'] or 'new session'} · "),
-        ("", f"{parts['queries']}q · {parts['tokens']:,} tok"),
-    ]
-    if parts.get("chain_tokens"):
-        fragments.append(("", f" (chain {parts['chain_tokens']:,})"))
+    session = parts["session"] or "new session"
+    chain = f" (chain {parts['chain_tokens']:,})" if parts.get("chain_tokens") else ""
+    tail: StyleAndTextTuples = []
     if window:
         share = used / window
         style = next((s for level, s in METER_LEVELS if share >= level), "ansigreen")
-        fragments += [("", " · ctx "), (style, f"{used:,}/{window:,} {share:.0%}")]
+        tail += [("", " · ctx "), (style, f"{used:,}/{window:,} {share:.0%}")]
     if parts.get("unsaved"):
-        fragments.append(("ansired bold", f" · {parts['unsaved']} not yet saved"))
-    return fragments
+        tail.append(("ansired bold", f" · {parts['unsaved']} not yet saved"))
+    model = parts["model"] or "?"
+    counts = f"{parts['queries']}q · {parts['tokens']:,} tok"
+    fits: StyleAndTextTuples = []
+    for keep_model, named, with_chain in ((True, session, True), (True, session, False),
+                                          (True, _id_tail(session), False),
+                                          (False, _id_tail(session), False), (False, "", False)):
+        middle = (f"· {model} " if keep_model else "") + (f"· {named} " if named else "")
+        fits = [("bold", f" {parts['agent']} "), ("", f"{middle}· {counts}"),
+                ("", chain if with_chain else ""), *tail]  # fmt: skip
+        if width is None or sum(len(fragment[1]) for fragment in fits) <= width:
+            break
+    return [fragment for fragment in fits if fragment[1]]
+
+
+def _id_tail(session: str) -> str:
+    """A session id cut to its last characters (the random part a handle is made of)."""
+    return session if len(session) <= 12 else "…" + session[-8:]
 
 
 def sessions_table(rows: Sequence[SessionRow], now: datetime) -> Table:

@@ -54,6 +54,19 @@ YES, NO = ("y", "yes"), ("n", "no")
 _LEAVE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
+
+def _columns() -> int | None:
+    """The terminal's width while prompt_toolkit draws the toolbar (None outside)."""
+    from prompt_toolkit.application import get_app_or_none
+
+    app = get_app_or_none()
+    if app is None:
+        return None
+    try:
+        return app.output.get_size().columns
+    except OSError:  # no terminal to ask
+        return None
+
 class Repl:
     """One interactive chatloop: the ``Host`` of a ``ChatSession`` and the ``Shell`` its
     commands run in. ``run`` returns the process exit code."""
@@ -259,7 +272,8 @@ class Repl:
                 "used": totals.last_call,
                 "window": session.window() if writer else None,
                 "unsaved": session.unsaved,
-            }
+            },
+            _columns(),
         )
 
     def banner(self) -> None:
