@@ -80,6 +80,7 @@ def test_simple_front_matter_reads_exactly_what_yaml_reads(values: dict[str, str
         "a: [1, 2]", "a: {b: 1}", "a: |", "a: >", "a: 'multi", "a: \"q\"", "a: x ", "a: .inf",
         "a: (x) y, z", "a: x\u2028y", "a: True", "A: 1", "a: 1\na: 2", "a:\n  b: 1\nc: 2",
         "  b: 1", "a:\n  b:\n", "a: @x", "a: %x", "a: !x", "a: -x", "a: ? x",
+        "true: 1", "false: x", "null: 2", "a:\n  true: 1", "a:\n  null: 1",
     ],
 )  # fmt: skip
 def test_simple_front_matter_never_disagrees_with_yaml(line: str) -> None:

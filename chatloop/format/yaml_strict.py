@@ -145,8 +145,8 @@ def simple_load(text: str) -> dict[str, Any] | None:
         if match is None:
             return None
         indent, key, raw = match.groups()
-        if indent and parent is None:
-            return None
+        if (indent and parent is None) or key in _NULLS or key in _BOOLS:
+            return None  # (YAML reads the key "true" as True, "null" as None)
         target = parent if indent else data
         if target is None or key in target:
             return None
