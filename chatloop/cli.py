@@ -619,7 +619,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     with _index(args) as index:
         rows, total = index.listing(args.all, args.limit, fold, count=True)
     if args.json:
-        print(listing.sessions_json(rows))
+        from chatloop.ui import as_json
+
+        print(as_json.sessions_json(rows))
         return 0
     print(listing.sessions_text(rows, local_now(), show_project=args.all))
     if total > len(rows):
@@ -661,7 +663,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     with _index(args) as index:
         hits = index.iter_search(" ".join(args.query), all_projects=args.all, limit=args.limit)
         if args.json:
-            print(listing.hits_json(list(hits)))
+            from chatloop.ui import as_json
+
+            print(as_json.hits_json(list(hits)))
             return 0
         shown = 0
         for hit in hits:  # each as soon as it is found
@@ -757,7 +761,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     from chatloop.format import open_document
     from chatloop.store.fsio import open_read
-    from chatloop.ui import listing
+    from chatloop.ui import as_json
 
     with _index(args) as index:
         row = index.find(args.ref)
@@ -783,7 +787,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                         doc = open_document(handle, path.stem)
                         yield doc.meta, doc.messages()
 
-            listing.write_sessions_json(documents(), text.write)  # type: ignore[arg-type]
+            as_json.write_sessions_json(documents(), text.write)  # type: ignore[arg-type]
             text.flush()
             text.detach()
         else:

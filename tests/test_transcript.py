@@ -26,7 +26,7 @@ from chatloop.format import (
     render_markdown,
 )
 from chatloop.format.body import read_json
-from chatloop.ui.listing import message_dict, message_json
+from chatloop.ui.as_json import message_dict, message_json
 from tests.conftest import T0, new_meta
 
 HOSTILE = [
