@@ -13,8 +13,6 @@ import pytest
 
 from chatloop.errors import SessionLocked, StoreError, UsageError
 from chatloop.format import Message, parse_markdown
-from chatloop.store import fsio
-from chatloop.store.fsio import is_locked
 from chatloop.store.index import Index
 from chatloop.store.store import Store
 from tests.conftest import T0, Clock, exchange, new_meta
@@ -139,57 +137,6 @@ def test_lock_of_a_dead_process_is_taken_over(store: Store) -> None:
     writer = store.open(path)
     writer.append(Message.create("user", T0, text="took over"))
     writer.close()
-
-
-def test_a_session_nobody_writes_has_no_lock_file_beside_it(store: Store) -> None:
-    writer = store.create(new_meta())
-    path = writer.path
-    lock = path.with_name(path.name + ".lock")
-    assert lock.exists() and is_locked(path)  # while it is written
-    writer.append(Message.create("user", T0, text="hello"))
-    writer.close()
-    assert not lock.exists() and not is_locked(path)
-    store.open(path).close()
-    store.recover(path)
-    store.reseal(path)
-    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
-    holder = child("hold", path)  # killed: its lock file stays, and is taken over
-    assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
-    holder.kill()
-    holder.wait()
-    assert lock.exists() and not is_locked(path)
-    store.open(path).close()
-    assert not lock.exists()
-
-
-def test_a_lock_file_removed_while_it_was_being_taken_is_taken_again(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # a neighbour releases (removes) the lock file between our open and our flock: the
-    # flock then holds a file nobody else can see, so the lock is taken again on the
-    # file now at the path, the one every other process opens
-    writer = store.create(new_meta())
-    path = writer.path
-    lock = path.with_name(path.name + ".lock")
-    real_flock = fsio.fcntl.flock
-    calls: list[int] = []
-
-    def released_meanwhile(fd: int, operation: int) -> None:
-        calls.append(fd)
-        if len(calls) == 1:
-            writer.close()  # the holder lets go: its lock file goes
-        real_flock(fd, operation)
-
-    monkeypatch.setattr(fsio.fcntl, "flock", released_meanwhile)
-    fd = fsio.take_lock(path)
-    monkeypatch.setattr(fsio.fcntl, "flock", real_flock)
-    try:
-        assert len(calls) == 2  # taken twice: the second time on the new file
-        assert os.fstat(fd).st_ino == os.stat(lock).st_ino
-        assert is_locked(path)
-    finally:
-        fsio.release_lock(path, fd)
-    assert not lock.exists()
 
 
 def test_dead_open_session_becomes_interrupted(store: Store) -> None:

@@ -143,59 +143,28 @@ def is_locked(path: Path) -> bool:
 
 
 def take_lock(path: Path) -> int:
-    """Hold the session's writer lock (``flock`` on ``{id}.md.lock``), or raise
-    SessionLocked naming the holder. ``release_lock`` removes the file, so a closed
-    session leaves no lock beside it; a lock taken on a file that was removed (or
-    replaced) meanwhile is given up and taken again on the file now there."""
     lock = lock_path(path)
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    for _ in range(100):  # each retry follows a release by a neighbour: a few at most
-        try:
-            fd = os.open(lock, flags, FILE_MODE)
-        except OSError as exc:
-            raise io_error("lock", path, exc) from exc
-        held = os.fstat(fd)
-        if not stat.S_ISREG(held.st_mode):
-            os.close(fd)
-            raise StoreError(f"{lock.name} is not a regular file, so the session cannot be "
-                             "locked", f"Remove {lock} and try again.")  # fmt: skip
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "another process"
-            os.close(fd)
-            raise SessionLocked(
-                f"Session {path.stem} is open in another chatloop (pid {holder})",
-                "Leave that chatloop first, or start a new session with --new.",
-            ) from None
-        try:
-            now = os.stat(lock, follow_symlinks=False)
-        except FileNotFoundError:
-            now = None
-        if now is None or (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
-            os.close(fd)  # released and removed by its holder while we opened it
-            continue
-        try:  # who holds it, for the message another chatloop shows; on a full disk, nobody
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except OSError:
-            pass
-        return fd
-    raise StoreError(f"Could not lock {path.name}: its lock file keeps being replaced",
-                     f"Check what else writes {lock}.")  # fmt: skip
-
-
-def release_lock(path: Path, fd: int) -> None:
-    """Let go of the lock ``take_lock`` returned: its file is removed first, while it
-    is still held (a neighbour that opened it meanwhile sees it gone and takes a new
-    one), then closed. A lock file someone else replaced is left alone."""
-    lock = lock_path(path)
     try:
-        now = os.stat(lock, follow_symlinks=False)
-        held = os.fstat(fd)
-        if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
-            os.unlink(lock)
-    except OSError:
-        pass  # gone already, or a read-only folder: the lock is released by closing
-    finally:
+        fd = os.open(lock, flags, FILE_MODE)
+    except OSError as exc:
+        raise io_error("lock", path, exc) from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
+        raise StoreError(f"{lock.name} is not a regular file, so the session cannot be locked",
+                         f"Remove {lock} and try again.")  # fmt: skip
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "another process"
+        os.close(fd)
+        raise SessionLocked(
+            f"Session {path.stem} is open in another chatloop (pid {holder})",
+            "Leave that chatloop first, or start a new session with --new.",
+        ) from None
+    try:  # who holds it, for the message another chatloop shows; on a full disk, nobody
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass
+    return fd

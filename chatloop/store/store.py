@@ -27,7 +27,6 @@ from chatloop.store.fsio import (
     lock_path,
     open_read,
     read_bytes,
-    release_lock,
     take_lock,
     write_new_file,
 )
@@ -186,7 +185,7 @@ class Store:
             atomic_rewrite(path, new)
             return changed, keep
         finally:
-            release_lock(path, lock_fd)
+            os.close(lock_fd)
 
     def summary_of(self, path: Path) -> SummaryLookup:
         """The summary of a session that may be trusted (see
@@ -269,7 +268,7 @@ class Store:
         try:
             write_new_file(path, render_header(meta))
         except BaseException:
-            release_lock(path, lock_fd)
+            os.close(lock_fd)
             raise
         return SessionWriter(path, Session(meta), lock_fd, self.clock)
 
@@ -281,7 +280,7 @@ class Store:
         try:
             result = recover_locked(path, self.clock)
         except BaseException:
-            release_lock(path, lock_fd)
+            os.close(lock_fd)
             raise
         return SessionWriter(path, result.session, lock_fd, self.clock)
 
@@ -293,4 +292,4 @@ class Store:
         try:
             return recover_locked(path, self.clock)
         finally:
-            release_lock(path, lock_fd)
+            os.close(lock_fd)

@@ -30,13 +30,7 @@ from chatloop.format import (
 )
 from chatloop.format.front_matter import BOM, rewrite_front_matter
 from chatloop.format.yaml_strict import MAX_FRONT_MATTER_BYTES
-from chatloop.store.fsio import (
-    atomic_rewrite,
-    io_error,
-    read_bytes,
-    release_lock,
-    write_new_file,
-)
+from chatloop.store.fsio import atomic_rewrite, io_error, read_bytes, write_new_file
 
 Clock = Callable[[], datetime]
 _Stamp = tuple[int, int, int]
@@ -163,7 +157,7 @@ class SessionWriter:
         if self._lock_fd is None:
             return
         os.close(self._fd)
-        release_lock(self.path, self._lock_fd)
+        os.close(self._lock_fd)
         self._lock_fd = None
 
     def __enter__(self) -> SessionWriter:
