@@ -214,3 +214,34 @@ def test_a_folder_name_sqlite_cannot_hold_keeps_no_mark_and_breaks_nothing(
         with sqlite3.connect(store.root / "index.db", timeout=0) as neighbour:
             neighbour.execute("BEGIN IMMEDIATE")
             neighbour.execute("ROLLBACK")
+
+
+def test_an_index_without_the_open_sessions_index_opens_at_once_when_busy(
+    store: Store,
+) -> None:
+    # an older chatloop's rebuild leaves out the partial index of open sessions: making
+    # it again must not wait for a neighbour's write (the busy timeout is seconds)
+    import time
+
+    _populate(store, 2)
+    with Index(store) as index:
+        index.sync()
+    with sqlite3.connect(store.root / "index.db", isolation_level=None) as neighbour:
+        neighbour.execute("DROP INDEX sessions_open")
+        neighbour.execute("BEGIN IMMEDIATE")
+        try:
+            started = time.monotonic()
+            with Index(store) as index:
+                rows = index.list_sessions()
+            waited = time.monotonic() - started
+        finally:
+            neighbour.execute("ROLLBACK")
+        made = neighbour.execute(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'sessions_open'").fetchone()[0]
+    assert len(rows) == 2 and made == 0
+    assert waited < 3  # (the busy timeout is 5 s)
+    with Index(store) as index:
+        index.sync()
+    with sqlite3.connect(store.root / "index.db") as db:
+        assert db.execute(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'sessions_open'").fetchone()[0] == 1

@@ -139,6 +139,18 @@ def test_lock_of_a_dead_process_is_taken_over(store: Store) -> None:
     writer.close()
 
 
+def test_a_discarded_empty_session_leaves_nothing_and_one_with_messages_stays(
+    store: Store,
+) -> None:
+    empty = store.create(new_meta())
+    store.discard(empty)
+    assert list(store.project_dir.iterdir()) == []
+    kept = store.create(new_meta())
+    kept.append(Message.create("user", T0, text="hello"))
+    store.discard(kept)
+    assert [m.text for m in store.read(kept.path).session.messages] == ["hello"]
+
+
 def test_dead_open_session_becomes_interrupted(store: Store) -> None:
     writer = store.create(new_meta())
     writer.append(Message.create("user", T0, text="hello"))

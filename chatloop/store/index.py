@@ -983,10 +983,16 @@ def _prepare(db: sqlite3.Connection, bulk: bool = False) -> None:
         if version is not None and version[0] != SCHEMA_VERSION:  # before its tables are
             raise _SchemaChanged("schema version changed")  # touched: they may differ
     db.executescript(_SCHEMA)
-    with contextlib.suppress(sqlite3.OperationalError):  # added after schema 7 was out: an
-        # index made read only before it still works, without it (search numbers its
-        # hits by the sessions still open, which it then finds by reading every row)
-        db.execute(_OPEN_SESSIONS)
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'sessions_open'").fetchone() is None:
+        # added after schema 7 was out (an older chatloop's rebuild leaves it out): made
+        # when the index can be written at once, never waited for; without it, search
+        # finds the sessions still open by reading every row of the project
+        db.execute("PRAGMA busy_timeout = 0")
+        try:
+            with contextlib.suppress(sqlite3.OperationalError):
+                db.execute(_OPEN_SESSIONS)
+        finally:
+            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     if bulk:  # segments are merged once, by the 'optimize' that ends a rebuild
         db.execute("INSERT INTO texts(texts, rank) VALUES ('automerge', 0)")
     version = db.execute("SELECT value FROM info WHERE key = 'schema'").fetchone()

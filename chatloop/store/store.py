@@ -202,11 +202,13 @@ class Store:
         began leaves nothing behind. A session with messages is only closed."""
         empty = writer.last_message is None
         path = writer.path
+        if empty:  # removed while its lock is held: nobody can have opened it meanwhile
+            with suppress(OSError):
+                path.unlink()
         writer.close()
-        if empty:
-            for leftover in (path, lock_path(path)):
-                with suppress(OSError):
-                    leftover.unlink()
+        if empty:  # a process that takes this lock now finds no session to write
+            with suppress(OSError):
+                lock_path(path).unlink()
 
     def last_exchange(self, path: Path, limit: int = LAST_EXCHANGE_BYTES) -> list[Message]:
         """The last message the person typed in the session at ``path`` and what
