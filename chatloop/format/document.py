@@ -394,13 +394,13 @@ class Document:
         if not isinstance(self.source, bytes | bytearray):
             self.source.seek(self.body_start)  # a second walk starts from the top too
         for item in iter_frames(self.source, self.body_start, self.meta.format):
-            if type(item) is Flaw:
+            if isinstance(item, Flaw):
                 self.problems.append(Problem(item.kind, item.offset, item.detail))
                 if item.kind == "torn_tail":
                     self.end = item.offset
                 continue
-            last = item  # type: ignore[assignment]
-            yield item  # type: ignore[misc]
+            last = item
+            yield item
         if self.end < 0:
             self.end = max(self.body_start if last is None else last.end, self._size_hint())
 
