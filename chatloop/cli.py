@@ -559,22 +559,31 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                  f"model {'installed' if embedded_available() else 'not installed'}")  # fmt: skip
     import os
 
-    from chatloop.config import config_path
+    from chatloop.config import CONFIG_NAME, chatloop_home, config_path
 
     config = config_path(args.config, os.environ)
-    line(True, f"config file {config}" if config.is_file()
-         else f"config file: none (looked for {config}); defaults apply")  # fmt: skip
+    if config.is_file():
+        line(True, f"config file {config}")
+    else:  # with neither named, both places were looked at
+        looked = str(config)
+        if not args.config and not os.environ.get("CHATLOOP_CONFIG"):
+            looked = f"{chatloop_home(os.environ) / CONFIG_NAME} and {config}"
+        line(True, f"config file: none (looked for {looked}); defaults apply")
     from chatloop.store.importer import SEED_FOLDER
 
     seed = Path.cwd() / SEED_FOLDER
     if seed.is_dir() and any(seed.glob("*.md")):
         count = sum(1 for _ in seed.glob("*.md"))
-        print(f"note  the seed project's sessions are here: {seed} ({count} files); "
+        print(f"note  the seed project's sessions are here: {seed} ({count} "
+              f"file{'' if count == 1 else 's'}); "
               f"`chatloop import {SEED_FOLDER}` copies them in")  # fmt: skip
     root = store.root
     if root.exists():
         mode = stat.S_IMODE(root.stat().st_mode)
-        line(mode & 0o077 == 0, f"sessions directory {root} (mode {oct(mode)})")
+        private = mode & 0o077 == 0
+        line(private, f"sessions directory {root} (mode {oct(mode)})")
+        if not private:  # chatloop makes it 0700; one made by hand may be open to others
+            print(f"      others can read your conversations there: chmod 700 {root}")
     else:  # a check makes nothing: the first chat creates it, and the index
         line(True, f"sessions directory {root} (not created yet: your first chat creates it)")
         return 1 if problems else 0

@@ -157,6 +157,14 @@ def test_doctor_reports_each_check(project: Path, chatloop_home: Path) -> None:
     assert lines[0].startswith("FAIL  server http://127.0.0.1:9/v1: Cannot reach")
     assert lines[1].strip().startswith("Is it running?")  # what to do, under what failed
     assert f"sessions directory {fresh} (not created yet" in out.stdout
+    assert f"looked for {chatloop_home / 'config.yaml'} and " in out.stdout  # both places
+    loose = chatloop_home.parent / "loose-home"  # made by hand, open to others
+    loose.mkdir(mode=0o755)
+    loose.chmod(0o755)
+    out = run("doctor", "--base-url", "http://127.0.0.1:9/v1", "--sessions-dir", str(loose),
+              cwd=project, home=chatloop_home)  # fmt: skip
+    assert f"FAIL  sessions directory {loose} (mode 0o755)" in out.stdout
+    assert f"chmod 700 {loose}" in out.stdout  # what to do, under what failed
 
 
 def test_config_warnings_are_printed_once(project: Path, chatloop_home: Path,
