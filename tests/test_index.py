@@ -20,11 +20,11 @@ from tests.conftest import T0, exchange, new_meta
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
 
 
-def _populate(store: Store, count: int) -> list[Path]:
+def _populate(store: Store, count: int, word: str = "unicorn") -> list[Path]:
     paths = []
     for i in range(count):
         with store.create(new_meta(title=f"session {i}")) as writer:
-            writer.append(Message.create("user", store.clock(), text=f"unicorn{i} question"))
+            writer.append(Message.create("user", store.clock(), text=f"{word}{i} question"))
             for message in exchange(i)[1:]:
                 writer.append(message)
             writer.finalize()

@@ -9,22 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from chatloop.format import Message
 from chatloop.store.index import Index
 from chatloop.store.store import Store
-from tests.conftest import exchange, new_meta
+from tests.test_index import _populate
 
 
-def _populate(store: Store, count: int, word: str = "unicorn") -> list[Path]:
-    paths = []
-    for i in range(count):
-        with store.create(new_meta(title=f"session {i}")) as writer:
-            writer.append(Message.create("user", store.clock(), text=f"{word}{i} question"))
-            for message in exchange(i)[1:]:
-                writer.append(message)
-            writer.finalize()
-        paths.append(writer.path)
-    return paths
+def _two_projects(store: Store, here: int) -> Store:
+    """``here`` sessions in this project and one (its word "okapi") in another, whose
+    store is returned."""
+    _populate(store, here)
+    other = Store(store.root, cwd=store.cwd.parent, clock=store.clock)
+    _populate(other, 1, word="okapi")
+    return other
 
 
 def _statements(index: Index) -> list[str]:
@@ -109,9 +105,7 @@ def test_no_mark_is_kept_when_a_neighbour_wrote_an_older_row_meanwhile(
 
 
 def test_a_project_folder_removed_leaves_every_project_listing(store: Store) -> None:
-    _populate(store, 2)
-    other = Store(store.root, cwd=store.cwd.parent, clock=store.clock)
-    _populate(other, 1, word="okapi")
+    _two_projects(store, 2)
     with Index(store) as index:
         index.sync()
         index.sync()
@@ -129,9 +123,7 @@ def test_rows_of_a_project_whose_mark_went_and_whose_folder_went_are_forgotten(
     # every-project listings trust marks only when they were kept by an every-project
     # sync with no row written since: here a neighbour writes a row of this project
     # (its mark goes), then the folder goes; the other project's mark still matches
-    _populate(store, 1)
-    other = Store(store.root, cwd=store.cwd.parent, clock=store.clock)
-    _populate(other, 1, word="okapi")
+    _two_projects(store, 1)
     with Index(store) as index:
         index.sync()
         index.sync()

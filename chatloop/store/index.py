@@ -4,8 +4,8 @@ The files are the truth; this is a cache. Deleting ``index.db`` loses
 nothing: it is rebuilt from the files when missing, corrupt or stale (a file
 whose size or mtime differs from its row). Every command looks at each file
 (one ``stat``); a folder whose look equals the mark kept when its rows last
-matched it is fresh without reading a row (see ``Index._mark``). Rows are kept per file path and
-skimmed by ``chatloop.format.skim`` (no full parse). A *contentless* FTS5
+matched it is fresh without reading a row (see ``Index._mark``). Rows are kept
+per file path and skimmed by ``chatloop.format.skim`` (no full parse). A *contentless* FTS5
 table (``content=''``, ``detail=full``) indexes each session's searchable text
 without storing a copy of it (the files hold it), so ``index.db`` stays a
 fraction of the sessions' size and ranking (bm25) reads only the index. A
@@ -90,19 +90,19 @@ CREATE VIRTUAL TABLE IF NOT EXISTS texts USING fts5(
 """
 _OPEN_SESSIONS = ("CREATE INDEX IF NOT EXISTS sessions_open ON sessions(project) "
                   "WHERE status = 'open'")  # fmt: skip
-# A project's mark, and the mark of the whole home, go whenever any process (an older
-# chatloop too) writes or removes one of the project's rows (see Index._mark).
-_TRIGGERS = (
-    "CREATE TRIGGER IF NOT EXISTS unmark_on_insert AFTER INSERT ON sessions BEGIN "
-    "DELETE FROM info WHERE key IN ('folder:' || NEW.project, 'folders:every'); END",
-    "CREATE TRIGGER IF NOT EXISTS unmark_on_delete AFTER DELETE ON sessions BEGIN "
-    "DELETE FROM info WHERE key IN ('folder:' || OLD.project, 'folders:every'); END",
-    "CREATE TRIGGER IF NOT EXISTS unmark_on_update AFTER UPDATE ON sessions BEGIN "
-    "DELETE FROM info WHERE key IN ('folder:' || OLD.project, 'folder:' || NEW.project, "
-    "'folders:every'); END",
-)
 _MARK, _MARK_END = "folder:", "folder;"  # info keys of folder marks (";" follows ":")
 _EVERY = "folders:every"  # kept when every project's rows were checked at once
+# A project's mark, and the mark of the whole home, go whenever any process (an older
+# chatloop too) writes or removes one of the project's rows (see Index._mark).
+_TRIGGERS = tuple(
+    f"CREATE TRIGGER IF NOT EXISTS unmark_on_{event.lower()} AFTER {event} ON sessions "
+    f"BEGIN DELETE FROM info WHERE key IN ({keys}, '{_EVERY}'); END"
+    for event, keys in (
+        ("INSERT", f"'{_MARK}' || NEW.project"),
+        ("DELETE", f"'{_MARK}' || OLD.project"),
+        ("UPDATE", f"'{_MARK}' || OLD.project, '{_MARK}' || NEW.project"),
+    )
+)
 _ORDER = " ORDER BY updated DESC, id DESC, num DESC"  # total: copies of a file tie on the rest
 
 
@@ -284,11 +284,8 @@ class Index:
         wanted = {path: (st.st_size, st.st_mtime_ns) for path, st in files.items()}
         db = self._db
         try:
-            db.execute("PRAGMA busy_timeout = 0")
-            try:
+            with _not_waiting(db):
                 db.execute("BEGIN IMMEDIATE")
-            finally:
-                db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         except sqlite3.Error:
             return
         try:
@@ -987,12 +984,8 @@ def _prepare(db: sqlite3.Connection, bulk: bool = False) -> None:
         # added after schema 7 was out (an older chatloop's rebuild leaves it out): made
         # when the index can be written at once, never waited for; without it, search
         # finds the sessions still open by reading every row of the project
-        db.execute("PRAGMA busy_timeout = 0")
-        try:
-            with contextlib.suppress(sqlite3.OperationalError):
-                db.execute(_OPEN_SESSIONS)
-        finally:
-            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        with _not_waiting(db), contextlib.suppress(sqlite3.OperationalError):
+            db.execute(_OPEN_SESSIONS)
     if bulk:  # segments are merged once, by the 'optimize' that ends a rebuild
         db.execute("INSERT INTO texts(texts, rank) VALUES ('automerge', 0)")
     version = db.execute("SELECT value FROM info WHERE key = 'schema'").fetchone()
@@ -1002,6 +995,17 @@ def _prepare(db: sqlite3.Connection, bulk: bool = False) -> None:
     if version is None or version[0] != SCHEMA_VERSION:
         raise _SchemaChanged("schema version changed")
     db.execute("SELECT count(*) FROM sessions").fetchone()
+
+
+@contextlib.contextmanager
+def _not_waiting(db: sqlite3.Connection) -> Iterator[None]:
+    """Statements that are worth doing only if the index can be written at once: a
+    busy neighbour makes them fail at once instead of after the busy timeout."""
+    db.execute("PRAGMA busy_timeout = 0")
+    try:
+        yield
+    finally:
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
 def _precreate(path: Path) -> None:

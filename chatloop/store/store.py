@@ -202,7 +202,7 @@ class Store:
         began leaves nothing behind. A session with messages is only closed."""
         empty = writer.last_message is None
         path = writer.path
-        if empty:  # removed while its lock is held: nobody can have opened it meanwhile
+        if empty:  # removed while its lock is held: no other writer can have it meanwhile
             with suppress(OSError):
                 path.unlink()
         writer.close()
