@@ -20,6 +20,7 @@ from chatloop.errors import ChatloopError, NotFound, UsageError
 if TYPE_CHECKING:  # the settings and backend modules load only when a command needs them
     from chatloop.backends.base import Backend
     from chatloop.config import Settings
+    from chatloop.store.lookahead import LookAhead
     from chatloop.store.store import Store
     from chatloop.ui.repl import Repl
 
@@ -613,10 +614,21 @@ def _window_status(backend: Backend, settings: Settings) -> tuple[str, str]:
 
 
 def _index(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from chatloop.store.index import Index
+    """The index, synced. The stat of every session file runs in a child process
+    (``LookAhead``, started by ``main`` before the arguments are parsed when the
+    command reads the index) while this one parses, imports what the command
+    needs and opens the index."""
+    store = _store(args)
+    ahead = getattr(args, "ahead", None)
+    if ahead is None or ahead.root != store.root:  # (a config or flag named another home)
+        from chatloop.store.lookahead import LookAhead
 
-    index = Index(_store(args))
-    index.sync(all_projects=True, progress=_progress_bar(at_least=200))
+        ahead = LookAhead(store, all_projects=True)
+    with ahead:
+        from chatloop.store.index import Index
+
+        index = Index(store)
+        index.sync(all_projects=True, progress=_progress_bar(at_least=200), ahead=ahead)
     return index
 
 
@@ -665,6 +677,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    # The snippets' reader loads while the files are looked at, before the index is synced.
+    import chatloop.store.index_scan  # noqa: F401
     from chatloop.ui import listing
 
     if args.search_resume or args.search_fork:
@@ -863,8 +877,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # an ASCII terminal shows \u escapes, not a crash
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    ahead = _look_ahead(argv)
+    try:
+        return _main(argv, ahead)
+    finally:
+        if ahead is not None:
+            ahead.close()
+
+
+INDEX_COMMANDS = ("sessions", "show", "search", "tree", "export")  # they read the index first
+
+
+def _look_ahead(argv: list[str]) -> LookAhead | None:
+    """For a command that starts by syncing the index, the look at its folders begun
+    now, in a child process, under the home the environment names (``_index`` drops
+    it if the settings name another)."""
+    if not argv or argv[0] not in INDEX_COMMANDS:
+        return None
+    from chatloop.config import chatloop_home
+    from chatloop.store.lookahead import LookAhead
+    from chatloop.store.store import Store
+
+    try:
+        return LookAhead(Store(chatloop_home()), all_projects=True)
+    except (OSError, ValueError):  # (no current directory): the command will say so
+        return None
+
+
+def _main(argv: list[str], ahead: LookAhead | None) -> int:
+    parser = build_parser()
     try:
         argv, question = split_prompt(parser, argv)
     except ChatloopError as exc:
@@ -872,6 +914,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     args = parser.parse_args(argv)
     args.question = question
+    args.ahead = ahead
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)

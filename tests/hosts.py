@@ -7,7 +7,6 @@ session offered (or none, if told so).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -96,7 +95,7 @@ def chat(
     from the first request (``TEST_SETTINGS``), so no scripted reply goes to a title
     request; ``titles="model"`` asks for one."""
     host = ScriptedHost(answers=list(answers or []))
-    settings = dataclasses.replace(settings or TEST_SETTINGS, **changes)
+    settings = (settings or TEST_SETTINGS)._replace(**changes)
     session = ChatSession(load_agent(AGENTS / agent), backend, store, settings, host,
                           clock=Clock(), assume_yes=assume_yes)  # fmt: skip
     return session, host

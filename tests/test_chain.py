@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from pathlib import Path
 
@@ -337,7 +336,7 @@ def test_auto_compaction_keeps_every_message_and_links_the_chain(store: Store) -
 
 def test_ask_mode_asks_and_off_mode_only_warns(store: Store) -> None:
     text = "describe the soil " * 10
-    settings = dataclasses.replace(TEST_SETTINGS, context_window=1200, compact_threshold=0.05)
+    settings = TEST_SETTINGS._replace(context_window=1200, compact_threshold=0.05)
     declined, host = chat(store, FakeBackend("A.", STRUCTURED), settings=settings, answers=[False])
     declined.send(text)
     assert host.questions == ["Compact now?"] and host.said("Context ") and host.said("full (")

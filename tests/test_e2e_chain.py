@@ -8,7 +8,6 @@ nothing typed is lost or doubled, and `chatloop --resume 1` continues the chain.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import os
@@ -42,8 +41,8 @@ def test_forty_messages_in_a_2k_window_compact_into_a_linked_chain(
     store: Store, llama_server: str
 ) -> None:
     # llama-cpp-python does not report its window, so it is configured, as a person would
-    settings = dataclasses.replace(Settings(), auto_compact="on", max_tokens=24,
-                                   summary_max_tokens=48, context_window=E2E_WINDOW)  # fmt: skip
+    settings = Settings(auto_compact="on", max_tokens=24, summary_max_tokens=48,
+                        context_window=E2E_WINDOW)
     typed = typed_lines(40)
     backend = OpenAICompatBackend(llama_server)
     session, host = chat(store, backend, settings=settings)

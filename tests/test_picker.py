@@ -137,7 +137,7 @@ def test_lines_fit_a_small_terminal_and_show_no_control_characters(
     sessions: list[SessionRow],
 ) -> None:
     row = sessions[0]
-    long = SessionRow(**{**row.__dict__, "title": "x\x1b[31m" + "word " * 40})
+    long = row._replace(title="x\x1b[31m" + "word " * 40)
     line = line_for(long, T0, 78)
     assert len(line) == 78 and "\x1b" not in line and line.endswith("…")
     assert matches(row, [row.handle]) and not matches(row, ["zzz"])
@@ -190,11 +190,10 @@ class Found:
 def test_search_hits_beyond_the_first_list_are_drawn_and_live_sessions_left_out(
     sessions: list[SessionRow],
 ) -> None:
-    from dataclasses import replace
 
     from chatloop.ui.picker import _Picker
 
-    live = replace(sessions[1], number=None, id="20261121-000000-0000live")
+    live = sessions[1]._replace(number=None, id="20261121-000000-0000live")
     picker = _Picker(sessions[:1], T0, Found([*sessions, live]))  # the list began with one
     picker.state.searching = True
     picker.query.text = "anything"  # the search finds the three, and a live one
@@ -210,9 +209,8 @@ def test_search_hits_beyond_the_first_list_are_drawn_and_live_sessions_left_out(
 def test_the_numbered_fallback_names_projects_and_refuses_a_number_two_share(
     sessions: list[SessionRow],
 ) -> None:
-    from dataclasses import replace
 
-    elsewhere = replace(sessions[0], project="other-1234", id="20261121-000000-0ther001")
+    elsewhere = sessions[0]._replace(project="other-1234", id="20261121-000000-0ther001")
     rows = [*sessions, elsewhere]
     shown: list[str] = []
     feed = iter(["1", sessions[0].handle, ""])
@@ -235,9 +233,8 @@ def test_search_resume_needs_a_terminal_and_no_json(
 
 
 def test_a_handle_of_eight_digits_is_taken_as_the_handle(sessions: list[SessionRow]) -> None:
-    from dataclasses import replace
 
-    digits = replace(sessions[2], id="20261121-000000-35680846", handle="35680846")
+    digits = sessions[2]._replace(id="20261121-000000-35680846", handle="35680846")
     rows = [*sessions[:2], digits]
     feed = iter(["35680846"])
     assert pick_numbered(rows, T0, read=lambda _: next(feed), write=lambda _: None) == Picked(

@@ -44,9 +44,8 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from chatloop.errors import NotFound
 from chatloop.ids import handle_between, is_handle, tail_of, validate_session_id
@@ -55,6 +54,7 @@ from chatloop.store.store import FolderLook, Store
 
 if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
     from chatloop.format import Skim as Scanned
+    from chatloop.store.lookahead import LookAhead, Marks
 
 SCHEMA_VERSION = "7"
 INDEX_FILE = "index.db"
@@ -106,9 +106,9 @@ _TRIGGERS = tuple(
 _ORDER = " ORDER BY updated DESC, id DESC, num DESC"  # total: copies of a file tie on the rest
 
 
-@dataclass(frozen=True)
-class SessionRow:
-    """One session as listed. ``number`` is None for a live session."""
+class SessionRow(NamedTuple):
+    """One session as listed. ``number`` is None for a live session. (A named tuple,
+    not a dataclass: a listing then never imports ``dataclasses``, 9 ms here.)"""
 
     number: int | None
     id: str
@@ -137,8 +137,7 @@ class SessionRow:
     chain: int = 1  # listed folded: the files of its chain up to it (it included)
 
 
-@dataclass(frozen=True)
-class SearchHit:
+class SearchHit(NamedTuple):
     """A message that matched a search, with the session it belongs to."""
 
     session: SessionRow
@@ -175,11 +174,21 @@ class Index:
         self.close()
 
     # -- freshness
-    def sync(self, all_projects: bool = True, progress: Progress | None = None) -> int:
+    def sync(self, all_projects: bool = True, progress: Progress | None = None,
+             ahead: LookAhead | None = None) -> int:  # fmt: skip
         """Bring rows up to date with the files; returns how many files were (re)read.
         An empty index with many files to read is built like ``rebuild`` does, and so
-        is one whose unlisted chunks outweigh the listed ones (see module doc)."""
-        count = self._guarded(lambda: self._refresh(all_projects, progress, may_rebuild=True))
+        is one whose unlisted chunks outweigh the listed ones (see module doc). With
+        ``ahead`` (a look started earlier, of the same projects), a fresh index is
+        known from its marks without looking again."""
+        def refresh() -> int:
+            if ahead is not None and ahead.all_projects == all_projects and not self.in_memory:
+                marks = ahead.marks()
+                if marks is not None and self._marked(marks, all_projects):
+                    return 0  # fresh as of the look taken ahead
+            return self._refresh(all_projects, progress, may_rebuild=True)
+
+        count = self._guarded(refresh)
         if not self.in_memory and self._bloated():
             self.rebuild(progress)
         return count
@@ -195,7 +204,8 @@ class Index:
         if self.in_memory:
             all_projects = True  # it starts empty: what is listed must all be read
         looks = self.store.look(all_projects)
-        if not self.in_memory and self._marked(looks, all_projects):
+        marks = [(look.name, look.mark) for look in looks]
+        if not self.in_memory and self._marked(marks, all_projects):
             return 0  # fresh: no row is read (see _mark)
         known = self._known(all_projects)
         files = Store.session_stats(looks, known)
@@ -252,23 +262,24 @@ class Index:
     # included), so a kept mark that equals a new look means the rows still match
     # the files: the listing reads no row to know it is fresh.
 
-    def _marked(self, looks: list[FolderLook], all_projects: bool) -> bool:
-        """Whether every folder looked at has the mark kept for it; for every project,
-        also that the marks were kept by a sync of every project, with no row written
-        since (so no project without a folder still has rows)."""
-        if not looks:
+    def _marked(self, marks: Marks, all_projects: bool) -> bool:
+        """Whether every folder looked at (its name and mark, as ``FolderLook`` has
+        them) has the mark kept for it; for every project, also that the marks were
+        kept by a sync of every project, with no row written since (so no project
+        without a folder still has rows)."""
+        if not marks:
             return False
         if all_projects:
             kept = dict(self._db.execute(
                 "SELECT key, value FROM info WHERE key >= ? AND key < ? OR key = ?",
                 (_MARK, _MARK_END, _EVERY)).fetchall())  # fmt: skip
-            if kept.pop(_EVERY, None) is None or len(kept) != len(looks):
+            if kept.pop(_EVERY, None) is None or len(kept) != len(marks):
                 return False
-            return all(kept.get(_MARK + look.name) == look.mark for look in looks)
-        (look,) = looks
+            return all(kept.get(_MARK + name) == mark for name, mark in marks)
+        ((name, mark),) = marks
         row = self._db.execute("SELECT value FROM info WHERE key = ?",
-                               (_MARK + look.name,)).fetchone()  # fmt: skip
-        return row is not None and row[0] == look.mark
+                               (_MARK + name,)).fetchone()  # fmt: skip
+        return row is not None and row[0] == mark
 
     def _mark(self, looks: list[FolderLook], all_projects: bool,
               files: dict[str, os.stat_result]) -> None:  # fmt: skip
@@ -512,7 +523,7 @@ class Index:
             if num not in full:
                 continue  # removed by a neighbour between the two reads
             row = _row(full[num], number, live, short.get(full[num]["id"], ""))
-            rows.append(replace(row, chain=_chain_length(row.id, links)) if fold else row)
+            rows.append(row._replace(chain=_chain_length(row.id, links)) if fold else row)
         return rows, total
 
     def _folded_count(self, all_projects: bool) -> int:

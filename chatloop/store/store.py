@@ -13,7 +13,6 @@ import os
 import stat
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import suppress
-from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -247,6 +246,8 @@ class Store:
 
     def create(self, meta: SessionMeta) -> SessionWriter:
         """Create a new session file for ``meta`` (id, times and cwd filled in if empty)."""
+        from dataclasses import replace  # (not at the top: a listing never loads it)
+
         from chatloop.format import Session, render_header
         from chatloop.store.writer import SessionWriter
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -20,7 +19,7 @@ __all__ = ["hits_json", "message_dict", "message_json", "sessions_json", "write_
 
 
 def sessions_json(rows: list[SessionRow]) -> str:
-    return json.dumps([asdict(r) for r in rows], indent=2, ensure_ascii=False)
+    return json.dumps([r._asdict() for r in rows], indent=2, ensure_ascii=False)
 
 
 def hits_json(hits: list[SearchHit]) -> str:
@@ -90,6 +89,8 @@ def write_sessions_json(
 ) -> None:
     """Sessions as one JSON array, ``[{"meta": {...}, "messages": [...]}, ...]``, written
     a message at a time (a 200 MB transcript never sits in memory as one string)."""
+    from dataclasses import asdict  # (here: a listing as JSON never loads it)
+
     write("[")
     for i, (meta, messages) in enumerate(sessions):
         head = json.dumps(_plain(asdict(meta)), ensure_ascii=False)

@@ -14,7 +14,6 @@ session is named by the first line of the question (``settings_once``).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, TextIO
@@ -90,7 +89,7 @@ def settings_once(settings: Settings) -> Settings:
     """A one-shot run's settings: ``titles: model`` becomes ``first`` (a script asked for
     one answer, so no title request is made; the question's first line names it)."""
     if settings.titles == "model":
-        return dataclasses.replace(settings, titles="first")
+        return settings._replace(titles="first")
     return settings
 
 
