@@ -19,6 +19,7 @@ from chatloop.errors import ChatloopError, NotFound, UsageError
 
 if TYPE_CHECKING:  # the settings and backend modules load only when a command needs them
     from chatloop.backends.base import Backend
+    from chatloop.backends.detect import Candidate
     from chatloop.config import Settings
     from chatloop.store.lookahead import LookAhead
     from chatloop.store.store import Store
@@ -330,9 +331,11 @@ def _store(args: argparse.Namespace, settings=None):  # type: ignore[no-untyped-
     return Store(root)
 
 
-def _backend(settings: Settings) -> Backend:
+def _backend(settings: Settings, candidates: tuple[Candidate, ...] | None = None) -> Backend:
+    """The backend the settings ask for (``auto``: the first of ``candidates`` that
+    answers, by default the usual local ports)."""
     from chatloop.backends.base import Timeouts
-    from chatloop.backends.detect import BackendChoice, make_backend
+    from chatloop.backends.detect import CANDIDATES, BackendChoice, make_backend
 
     return make_backend(
         BackendChoice(
@@ -343,7 +346,8 @@ def _backend(settings: Settings) -> Backend:
             window=settings.context_window or None,
             timeouts=Timeouts(settings.connect_timeout, settings.read_timeout),
             retries=settings.retries,
-        )
+        ),
+        candidates or CANDIDATES,
     )
 
 
@@ -364,6 +368,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from chatloop.ui.repl import Repl
 
     agent_file = None
+    held_with = ("", "")  # the server (and model) the resumed session was held with
     target: Path | str | None = resume  # "" picks in the REPL; a ref is found here, once
     if resume:  # find the session before anything slow; a wrong ref fails here
         from chatloop.store.index import Index
@@ -376,6 +381,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                                "other projects' sessions (`-r HANDLE` resumes one).")  # fmt: skip
             row = index.find(resume)
         target = Path(row.path)
+        held_with = _held_with(store, target)
         if args.agent is None and row.agent_name:  # the agent the session was held with
             try:
                 dirs = agent_dirs(store.cwd, store.root)
@@ -390,7 +396,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         agent_file = find_agent_file(settings.agent, agent_dirs(store.cwd, store.root))
     agent = load_agent(agent_file)
     question = _question(args)  # after the session and agent: a wrong ref fails first
-    backend = _ready_backend(settings)
+    backend = _ready_backend(settings, held_with)
     try:
         if question is not None:
             return _ask_once(agent, backend, store, settings, question, target, args.full,
@@ -468,13 +474,70 @@ def _chat_new(args: argparse.Namespace, settings: Settings, store: Store) -> int
             signal.signal(sig, handler)
 
 
-def _ready_backend(settings: Settings) -> Backend:
+def _held_with(store: Store, path: Path) -> tuple[str, str]:
+    """The URL of the server a session was held with and its model (("", "") if no
+    server is recorded, or it was the embedded model)."""
+    try:
+        meta = store.summary_of(path).meta
+    except (OSError, ChatloopError):
+        return "", ""
+    if not meta.backend_url.startswith(("http://", "https://")):
+        return "", ""
+    return meta.backend_url, meta.model
+
+
+def _on_this_machine(url: str) -> bool:
+    """Whether ``url`` is an http(s) URL of this machine's loopback. Only such a server is
+    reused because a file says so: a file cannot send a conversation elsewhere."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if parts.scheme not in ("http", "https"):
+            return False
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # not a URL, or a host that is a name
+        return False
+
+
+def _ready_backend(settings: Settings, held_with: tuple[str, str] = ("", "")) -> Backend:
     """The configured backend, its model chosen; fails fast, with the server's own
-    words, when the server is not usable."""
-    backend = _backend(settings)
+    words, when the server is not usable. ``held_with``: a resumed session's server
+    and model, tried first when no backend is configured (``auto``, no base URL),
+    with a note when it no longer answers and another is used (only a server on this
+    machine's loopback: another gets a note); its model is kept when no model is
+    configured and that server still lists it."""
+    held_at, held_model = held_with
+    same_server = False
+    if held_at and settings.backend == "auto" and not settings.base_url:
+        from chatloop.backends.detect import CANDIDATES, Candidate, guess_kind
+        from chatloop.ui.listing import visible
+
+        if not _on_this_machine(held_at):
+            print(f"note: this session was held with the server at {visible(held_at)}, not on "
+                  "this machine: --base-url uses it again (a session file never sends a "
+                  "conversation elsewhere by itself).", file=sys.stderr)  # fmt: skip
+            return _ready_backend(settings)
+        kind = guess_kind(held_at)
+        first = Candidate("the session's server", kind, held_at.rstrip("/"),
+                          "/api/tags" if kind == "ollama" else "/models")  # fmt: skip
+        backend = _backend(settings, (first, *CANDIDATES))
+        same_server = backend.base_url == first.base_url
+        if not same_server:
+            now = ("the embedded model" if backend.base_url.startswith("embedded:")
+                   else backend.base_url)  # fmt: skip
+            print(f"note: this session was held with the server at {visible(held_at)}, which "
+                  f"does not answer; continuing with {visible(now)} (--base-url chooses "
+                  "another).", file=sys.stderr)  # fmt: skip
+    else:
+        backend = _backend(settings)
     try:
         if not backend.model:
-            backend.model = (backend.models() or [""])[0]
+            listed = backend.models()
+            keep = same_server and held_model in listed
+            backend.model = held_model if keep else (listed or [""])[0]
     except BaseException:
         backend.close()
         raise

@@ -113,3 +113,35 @@ def test_two_forks_of_one_session_are_siblings_and_leave_it_as_it_was(
     listed = subprocess.run([chatloop_bin(), "sessions"], cwd=project, env=env,
                             capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert listed.count("[fork after query 1]") == 2
+
+
+def test_continue_without_flags_goes_back_to_the_sessions_own_server(
+    llama_server: str, chatloop_home: Path, project: Path  # noqa: F811
+) -> None:
+    """The first session named its server (a port auto-detection does not probe); `-c`
+    with no --base-url reaches that server again, not another one or the embedded model."""
+    first = once(llama_server, chatloop_home, project, "Once upon a time")
+    assert first.returncode == 0, first.stderr
+    follow = subprocess.run([chatloop_bin(), "-c", "Go on:"], cwd=project, text=True,
+                            env={**environment(chatloop_home, 12), "CHATLOOP_BACKEND": "auto"},
+                            capture_output=True, timeout=300)  # fmt: skip
+    assert follow.returncode == 0, follow.stderr
+    assert "does not answer" not in follow.stderr and "Traceback" not in follow.stderr
+    parent, child = sessions(chatloop_home)
+    assert child.meta.parent_id == parent.meta.id
+    assert child.meta.backend_url == parent.meta.backend_url == llama_server.rstrip("/")
+    assert child.meta.model == parent.meta.model
+
+
+@pytest.mark.parametrize(("url", "local"), [
+    ("http://127.0.0.1:8765/v1", True), ("http://localhost:11434", True),
+    ("http://[::1]:8080/v1", True), ("http://127.evil.example/v1", False),
+    ("https://example.com/v1", False), ("http://10.0.0.1:8080/v1", False),
+    ("embedded:/models/x.gguf", False), ("http://[broken/v1", False),
+])  # fmt: skip
+def test_only_a_server_on_this_machine_is_reused_because_a_file_names_it(
+    url: str, local: bool
+) -> None:
+    from chatloop.cli import _on_this_machine
+
+    assert _on_this_machine(url) is local
