@@ -239,3 +239,20 @@ def test_a_handle_of_eight_digits_is_taken_as_the_handle(sessions: list[SessionR
     feed = iter(["35680846"])
     assert pick_numbered(rows, T0, read=lambda _: next(feed), write=lambda _: None) == Picked(
         digits, False)  # fmt: skip
+
+
+def test_marks_survive_a_narrow_terminal_in_the_picker_and_in_slash_sessions(
+    sessions: list[SessionRow],
+) -> None:
+    from rich.console import Console
+
+    from chatloop.ui.render import sessions_table
+
+    long = sessions[0]._replace(title="a very long title " * 6, status="interrupted",
+                                forked_at=2, chain=3)  # fmt: skip
+    line = line_for(long, T0, 72)
+    assert len(line) == 72 and "(interrupted) (fork)" in line and line.endswith("…")
+    console = Console(width=80, record=True, force_terminal=False)
+    console.print(sessions_table([long._replace(status="closed")], T0))
+    shown = console.export_text()
+    assert "[fork after query 2] [chain of 3] a v…" in shown

@@ -3,6 +3,7 @@ usage corrects (chatloop.chat.tokens). The server tests use the real llama_cpp.s
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import httpx
@@ -169,3 +170,38 @@ def test_tool_definitions_reported_with_the_prompt_are_not_taken_for_template() 
     tools = 308
     count.learn(messages, reported=20 * (4 + 5) + 5 + tools, tools=tools)
     assert count.overhead() == (5, 5)  # nothing moved: the tools were accounted for
+
+
+def test_context_rows_add_up_to_the_calls_total(store: Store) -> None:
+    """Every token of the total is in a row: the messages, then what the call sends
+    besides them (the template's fixed tokens), so no row disagrees with the budget."""
+    _, shown = drive(store, FakeBackend(window=4096), "hello\r/context\r/exit\r")
+    start = shown.index("#  role")
+    table = shown[start:shown.index("next call:", start)]
+    row = re.compile(r"^\s*\d*\s+\(?[a-z]+\)?\s+~([\d,]+)\s", re.MULTILINE)
+    counts = [int(m.group(1).replace(",", "")) for m in row.finditer(table)]
+    total = int(re.search(r"next call: 3 messages, ~([\d,]+) of", shown).group(1).replace(",", ""))
+    system = int(re.search(r"− system ~([\d,]+)", shown).group(1).replace(",", ""))
+    assert "(template)" in table and len(counts) == 4, table
+    assert sum(counts) == total
+    assert counts[0] + counts[3] == system  # the system row and the template's make the budget's
+
+
+@pytest.mark.parametrize("width", [50, 80, 120])
+def test_context_in_a_narrow_terminal_cuts_the_content_never_the_numbers(width: int) -> None:
+    from rich.console import Console
+
+    from chatloop.ui import render
+
+    rows = [("system", 46, "You are a friendly assistant. " * 5), ("user", 13, "hello"),
+            ("assistant", 1_234, "x" * 200)]  # fmt: skip
+    console = Console(width=width, record=True, force_terminal=False)
+    console.print(render.context_table(rows, 2048, 1_298, "~", [("(template)", 5, "fixed")],
+                                       width))  # fmt: skip
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= width for line in lines)
+    for number, (role, tokens, _) in enumerate(rows, 1):
+        (line,) = [x for x in lines if x.startswith(f"{number}  {role}")]
+        assert f"~{tokens:,}" in line
+        assert line.rstrip().endswith("…") or role == "user"  # the long ones are cut
+    assert any("(template)" in x and "~5" in x for x in lines)

@@ -165,8 +165,15 @@ def _context(shell: Shell, arg: str) -> None:
         for m in plan.wire
     ]
     mark = "" if plan.exact else "~"
-    shell.console.print(render.context_table(rows, plan.budget.window, plan.tokens, mark))
     b = plan.budget
+    # What the call sends besides its messages, so that the rows add up to the total.
+    fixed = b.system - (count.messages(plan.wire[:1]) if plan.wire[:1] and
+                        plan.wire[0]["role"] == "system" else 0)  # fmt: skip
+    extra = [("(tools)", b.tools, "the tool definitions")] if b.tools else []
+    if fixed:
+        extra.append(("(template)", fixed, "the chat template's own tokens, once a call"))
+    shell.console.print(render.context_table(rows, b.window, plan.tokens, mark, extra,
+                                             shell.console.width))  # fmt: skip
     how = ("counted by the server's tokenizer" if plan.exact else
            "~ estimated: about 4 characters a token, corrected by reported usage")  # fmt: skip
     lines = [

@@ -53,7 +53,8 @@ def line_for(row: SessionRow, now: datetime, width: int = 80, project: bool = Fa
     fork = " (fork)" if row.forked_at is not None else ""
     when = relative_time(row.updated, now)
     text = (f"{row.number or '*':>3}  {row.handle or '-':<6}  {when:>9}  {row.queries:>3}q  "
-            f"{row.agent[:16]}{branch}  {describe(row)}{status}{fork}")  # fmt: skip
+            f"{row.agent[:16]}{branch}{status}{fork}  {describe(row)}")  # fmt: skip
+    # (the marks before the title: a line cut to the width keeps them)
     if project:
         text += f"  ({row.project})"
     return _cut(visible(" ".join(text.split("\n"))), width)

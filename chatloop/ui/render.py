@@ -242,28 +242,36 @@ def sessions_table(rows: Sequence[SessionRow], now: datetime) -> Table:
     table.add_column("agent", no_wrap=True, max_width=16, overflow="ellipsis")
     table.add_column("title or last question", no_wrap=True, overflow="ellipsis", ratio=1)
     for row in rows:
-        status = "" if row.status == "closed" else f" [{row.status}]"
+        # the marks first: a narrow terminal cuts the end of the title, never them
+        status = "" if row.status == "closed" else f"[{row.status}] "
         if row.forked_at is not None:
-            status += f" [fork after query {row.forked_at}]"
-        status += f" [chain of {row.chain}]" if row.chain > 1 else ""
+            status += f"[fork after query {row.forked_at}] "
+        status += f"[chain of {row.chain}] " if row.chain > 1 else ""
         cells = (str(row.number or "*"), row.handle or "-", relative_time(row.updated, now),
-                 str(row.queries), row.agent, describe(row)[:80] + status)  # fmt: skip
+                 str(row.queries), row.agent, status + describe(row)[:80])  # fmt: skip
         table.add_row(*(Text(visible(cell)) for cell in cells))
     return table
 
 
 def context_table(rows: Sequence[tuple[str, int, str]], window: int | None, total: int,
-                  mark: str = "") -> Table:  # fmt: skip
+                  mark: str = "", extra: Sequence[tuple[str, int, str]] = (),
+                  width: int = 100) -> Table:  # fmt: skip
     """The /context view: each message that would be sent, its tokens (``mark``: "~"
-    when they are estimates), and the budget."""
+    when they are estimates), then ``extra`` (what is sent besides the messages: tool
+    definitions, the template's fixed tokens; unnumbered), and the budget. In
+    ``width`` columns the content gives way; the numbers never do."""
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
-    table.add_column("#", justify="right")
-    table.add_column("role")
-    table.add_column("tokens", justify="right")
-    table.add_column("content", overflow="ellipsis", no_wrap=True, max_width=70)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("role", no_wrap=True, min_width=10)
+    table.add_column("tokens", justify="right", no_wrap=True)
+    numbers = len(f"{len(rows)}") + 10 + max(6, len(f"{mark}{total:,}")) + 6  # (and gaps)
+    table.add_column("content", overflow="ellipsis", no_wrap=True,
+                     max_width=max(10, min(70, width - numbers)))  # fmt: skip
     for i, (role, tokens, content) in enumerate(rows, 1):
         table.add_row(*(Text(visible(cell)) for cell in (str(i), role, f"{mark}{tokens:,}",
                                                           _short(content, 70))))  # fmt: skip
+    for role, tokens, content in extra:
+        table.add_row(*(Text(cell) for cell in ("", role, f"{mark}{tokens:,}", content)))
     budget = (
         f"{mark}{total:,} of {window:,} tokens ({total / window:.0%})" if window
         else f"{mark}{total:,} tokens"
