@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from chatloop import __version__
-from chatloop.errors import ChatloopError, NotFound, UsageError
+from chatloop.errors import BackendError, ChatloopError, NotFound, Unreachable, UsageError
 
 if TYPE_CHECKING:  # the settings and backend modules load only when a command needs them
     from chatloop.backends.base import Backend
@@ -538,6 +538,13 @@ def _ready_backend(settings: Settings, held_with: tuple[str, str] = ("", "")) ->
             listed = backend.models()
             keep = same_server and held_model in listed
             backend.model = held_model if keep else (listed or [""])[0]
+        elif backend.kind != "embedded":
+            try:  # a model was named: still, nothing is saved for a server that is not there
+                backend.models()
+            except Unreachable:
+                raise
+            except BackendError:  # it answered (a server without a model list): go on
+                pass
     except BaseException:
         backend.close()
         raise

@@ -53,3 +53,7 @@ class NotFound(ChatloopError):
 
 class BackendError(ChatloopError):
     """The model server could not be reached or answered with an error."""
+
+
+class Unreachable(BackendError):
+    """No connection to the model server could be made (nothing listens there)."""

@@ -194,3 +194,23 @@ def test_a_one_shot_question_is_told_from_options_and_their_values() -> None:
     for argv, expected in cases.items():
         assert split_prompt(parser, list(argv)) == expected, argv
 
+
+
+@pytest.mark.parametrize("backend", ["openai", "ollama"])
+def test_a_question_to_a_server_that_is_not_there_saves_nothing(
+    tmp_path: Path, chatloop_home: Path, backend: str
+) -> None:
+    """A model named on the command line skips the model list, but not the check that
+    something listens: no session is made for a question nobody could receive."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}" + ("/v1" if backend == "openai" else "")
+    done = run("--backend", backend, "--base-url", url, "--model", "llama3", "hi there",
+               cwd=tmp_path, home=chatloop_home)  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"error: Cannot reach the model server at {url}")
+    assert "hint:" in done.stderr and "Saved session" not in done.stderr
+    assert not list(chatloop_home.rglob("*.md"))

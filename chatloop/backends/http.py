@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from chatloop.backends.base import Cancel, Cancelled, ContextOverflow, StreamInterrupted, Timeouts
-from chatloop.errors import BackendError
+from chatloop.errors import BackendError, Unreachable
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 BACKOFF_SECONDS = 0.5
@@ -151,7 +151,7 @@ def overflow(text: str) -> ContextOverflow:
 def translate(exc: httpx.HTTPError, base_url: str, timeouts: Timeouts) -> BackendError:
     """Turn an httpx exception into a BackendError a person can act on."""
     if isinstance(exc, httpx.ConnectTimeout | httpx.ConnectError):
-        return BackendError(
+        return Unreachable(
             f"Cannot reach the model server at {base_url} ({type(exc).__name__})",
             "Is it running? Start it, or point chatloop elsewhere with --base-url "
             "(`chatloop doctor` checks the usual ports).",
