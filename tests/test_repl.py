@@ -24,7 +24,8 @@ from chatloop.store.store import Store
 from chatloop.ui import commands
 from chatloop.ui.repl import Repl
 from tests.conftest import Clock
-from tests.hosts import TEST_SETTINGS
+from tests.fakes import STRUCTURED, FakeBackend
+from tests.hosts import TEST_SETTINGS, chat
 
 AGENTS = Path(__file__).resolve().parent.parent / "agents"
 
@@ -317,3 +318,13 @@ def test_new_closes_the_session_with_its_summary_and_starts_an_unlinked_one(
                                                                               ["second"]]
     assert all(s.meta.status == "closed" and s.summary is not None for s in sessions)
     assert sessions[1].meta.parent_id is None
+
+
+def test_info_names_the_continuation_a_resume_has_made_ready(store: Store) -> None:
+    first, _ = chat(store, FakeBackend("A.", STRUCTURED))
+    first.send("first chat")
+    first.close()
+    parent = next(iter(store.session_files())).name.removesuffix(".md")
+    _, shown = drive(store, FakeBackend("Ready.", STRUCTURED), "/resume 1\r/info\r/exit\r")
+    flat = " ".join(shown.split())
+    assert f"session (your next message continues {parent} from its summary)" in flat

@@ -134,8 +134,15 @@ def _info(shell: Shell, arg: str) -> None:
     backend, agent = session.backend, session.agent
     mark = "~" if totals.estimated else ""
     restore = f", restoration {totals.restoration:,}" if totals.restoration else ""
+    pending = session.pending if session.writer is None else None
+    if pending is not None:  # a continuation decided: it begins with the next message
+        how = ("a fork of it" if pending.copies is not None else
+               "its whole history" if pending.history is not None else "its summary")  # fmt: skip
+        started = f"(your next message continues {pending.parent.meta.id} from {how})"
+    else:
+        started = "(not started: send a message)"
     facts = [
-        ("session", meta.id or "(not started: send a message)"),
+        ("session", meta.id or started),
         ("file", str(session.writer.path) if session.writer else "-"),
         ("agent", f"{agent.name} ({agent.path})"),
         ("model", f"{render.model_label(backend.model)} via {backend.kind} {backend.base_url}"),
