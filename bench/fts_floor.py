@@ -1,0 +1,81 @@
+"""What SQLite's FTS5 alone costs on this machine: the floor under `chatloop reindex`.
+
+Writes N sessions the way bench/search.py does (default 1,000, about 75 MB), reads
+them into memory, then inserts their whole text, as it is, into contentless FTS5
+tables of each ``detail`` level (``full``: positions, what bm25 needs; ``column``
+and ``none``: no positions) and reports, per level, the CPU seconds of the inserts
+and of the final merge, scaled to 10,000 sessions, the table's size as a share of
+the text, and whether bm25 ranks anything (distinct scores for a common word).
+Nothing of chatloop runs here but the writing of the sessions: no skim, no frame
+scanner, no Python per word. A design that tokenizes every word with FTS5 cannot
+index faster than the ``none`` row, nor smaller than the ``full`` row and still rank.
+
+    python bench/fts_floor.py                 # 1,000 sessions
+    python bench/fts_floor.py --sessions 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from search import COMMON, write_sessions  # the same corpus as bench/search.py
+
+
+def measure(detail: str, texts: list[bytes], where: Path) -> tuple[float, float, float, int]:
+    """CPU seconds of the inserts and of the merge, the file's size, distinct scores."""
+    path = where / f"{detail}.db"
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=off")
+    db.execute("PRAGMA synchronous=off")
+    db.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, content='', detail={detail})")
+    started = time.process_time()
+    with db:
+        db.executemany("INSERT INTO t(rowid, text) VALUES (?, ?)",
+                       ((i, text) for i, text in enumerate(texts, 1)))  # fmt: skip
+    inserted = time.process_time() - started
+    started = time.process_time()
+    db.execute("INSERT INTO t(t) VALUES ('optimize')")
+    db.commit()
+    merged = time.process_time() - started
+    try:
+        scores = {row[0] for row in db.execute(
+            "SELECT bm25(t) FROM t WHERE t MATCH ?", (COMMON,))}  # fmt: skip
+    except sqlite3.Error:
+        scores = set()
+    db.execute("VACUUM")
+    db.close()
+    return inserted, merged, float(path.stat().st_size), len(scores)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=1000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="chatloop-fts-floor-") as tmp:
+        where = Path(tmp)
+        size = write_sessions(where / "sessions", args.sessions, random.Random(11))
+        texts = [p.read_bytes() for p in sorted((where / "sessions").iterdir())]
+        scale = 10_000 / args.sessions
+        print(f"{args.sessions:,} sessions, {size / 1e6:.1f} MB; SQLite {sqlite3.sqlite_version}; "
+              f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+        print("| detail | insert, CPU s at 10,000 | merge, CPU s at 10,000 | size / text "
+              "| bm25 ranks |")  # fmt: skip
+        print("| --- | --- | --- | --- | --- |")
+        for detail in ("full", "column", "none"):
+            inserted, merged, bytes_, scores = measure(detail, texts, where)
+            print(f"| {detail} | {inserted * scale:.1f} | {merged * scale:.1f} | "
+                  f"{bytes_ / size:.1%} | {'yes' if scores > 1 else 'no'} |")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
