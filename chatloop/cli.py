@@ -486,45 +486,28 @@ def _held_with(store: Store, path: Path) -> tuple[str, str]:
     return meta.backend_url, meta.model
 
 
-def _on_this_machine(url: str) -> bool:
-    """Whether ``url`` is an http(s) URL of this machine's loopback. Only such a server is
-    reused because a file says so: a file cannot send a conversation elsewhere."""
-    import ipaddress
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        if parts.scheme not in ("http", "https"):
-            return False
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:  # not a URL, or a host that is a name
-        return False
-
-
 def _ready_backend(settings: Settings, held_with: tuple[str, str] = ("", "")) -> Backend:
     """The configured backend, its model chosen; fails fast, with the server's own
     words, when the server is not usable. ``held_with``: a resumed session's server
     and model, tried first when no backend is configured (``auto``, no base URL),
-    with a note when it no longer answers and another is used (only a server on this
-    machine's loopback: another gets a note); its model is kept when no model is
-    configured and that server still lists it."""
+    with a note when it no longer answers and another is used (only a plain URL of
+    this machine's loopback, ``detect.held_candidates``: another gets a note); its
+    model is kept when no model is configured and that server still lists it."""
     held_at, held_model = held_with
     same_server = False
     if held_at and settings.backend == "auto" and not settings.base_url:
-        from chatloop.backends.detect import CANDIDATES, Candidate, guess_kind
+        from chatloop.backends.detect import CANDIDATES, held_candidates
         from chatloop.ui.listing import visible
 
-        if not _on_this_machine(held_at):
-            print(f"note: this session was held with the server at {visible(held_at)}, not on "
-                  "this machine: --base-url uses it again (a session file never sends a "
-                  "conversation elsewhere by itself).", file=sys.stderr)  # fmt: skip
+        held = held_candidates(held_at)
+        if not held:
+            print(f"note: this session was held with the server at {visible(held_at)}, which "
+                  "is not a plain URL of this machine: --base-url uses it again (a session "
+                  "file never sends a conversation elsewhere by itself).",
+                  file=sys.stderr)  # fmt: skip
             return _ready_backend(settings)
-        kind = guess_kind(held_at)
-        first = Candidate("the session's server", kind, held_at.rstrip("/"),
-                          "/api/tags" if kind == "ollama" else "/models")  # fmt: skip
-        backend = _backend(settings, (first, *CANDIDATES))
-        same_server = backend.base_url == first.base_url
+        backend = _backend(settings, (*held, *CANDIDATES))
+        same_server = backend.base_url in {c.base_url for c in held}
         if not same_server:
             now = ("the embedded model" if backend.base_url.startswith("embedded:")
                    else backend.base_url)  # fmt: skip
@@ -693,7 +676,9 @@ def _index(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     if ahead is None or ahead.root != store.root:  # (a config or flag named another home)
         from chatloop.store.lookahead import LookAhead
 
-        ahead = LookAhead(store, all_projects=True)
+        if ahead is not None:
+            ahead.close()
+        ahead = args.ahead = LookAhead(store, all_projects=True)
     with ahead:
         from chatloop.store.index import Index
 
@@ -971,8 +956,8 @@ def _look_ahead(argv: list[str]) -> LookAhead | None:
 
     try:
         return LookAhead(Store(chatloop_home()), all_projects=True)
-    except (OSError, ValueError):  # (no current directory): the command will say so
-        return None
+    except Exception:  # (no current directory, no home): the command says so, or does
+        return None  # not need it (--sessions-dir): a look ahead only saves time
 
 
 def _main(argv: list[str], ahead: LookAhead | None) -> int:

@@ -13,7 +13,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 
@@ -178,11 +177,11 @@ def test_a_read_only_home_still_reads(store: Store, chatloop_home: Path) -> None
     _remove_index(chatloop_home)
     cwd = store.cwd
     snippet = (
-        "import json, sys; from dataclasses import asdict; from pathlib import Path; "
+        "import json, sys; from pathlib import Path; "
         "from chatloop.store.index import Index; from chatloop.store.store import Store; "
         "index = Index(Store(Path(sys.argv[1]), cwd=Path(sys.argv[2]))); n = index.sync(); "
-        "print(json.dumps([index.in_memory, n, [asdict(r) for r in index.list_sessions(True)], "
-        "[asdict(h.session) for h in index.search('zebra3')]]))"
+        "print(json.dumps([index.in_memory, n, [r._asdict() for r in index.list_sessions(True)], "
+        "[h.session._asdict() for h in index.search('zebra3')]]))"
     )
     reads = [["sessions"], ["search", "zebra3"], ["show", "1"], ["tree", "1"]]
     if os.geteuid() != 0:
@@ -206,8 +205,8 @@ def test_a_read_only_home_still_reads(store: Store, chatloop_home: Path) -> None
     assert done.returncode == 0, done.stderr
     in_memory, read, rows, hits = json.loads(done.stdout)
     assert in_memory and read == 80
-    assert rows == json.loads(json.dumps([asdict(r) for r in expected]))
-    assert hits == json.loads(json.dumps([asdict(h.session) for h in expected_hits]))
+    assert rows == json.loads(json.dumps([r._asdict() for r in expected]))
+    assert hits == json.loads(json.dumps([h.session._asdict() for h in expected_hits]))
     for args in reads:
         done = _read_only(_cli(*args), chatloop_home, cwd)
         assert done.returncode == 0 and "Traceback" not in done.stderr, (args, done)

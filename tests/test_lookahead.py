@@ -3,8 +3,13 @@ only for what it saw, and no child outlives its reader."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -62,14 +67,31 @@ def test_a_file_changed_before_the_look_ahead_is_read_again(store: Store) -> Non
         assert [h.session.path for h in index.search("narwhal0")] == [str(first)]
 
 
-def test_a_look_ahead_of_another_scope_is_not_used(store: Store) -> None:
+@pytest.mark.parametrize("ahead_all", [True, False])
+def test_a_look_ahead_of_another_scope_is_not_used(store: Store, ahead_all: bool) -> None:
     other = _two_projects(store, 2)
     with Index(store) as index:
         index.sync(all_projects=True)
-        _populate(other, 1, word="okapi")  # a new file in the other project only
-        with LookAhead(store, all_projects=False) as ahead:
-            # this project's marks are fresh, but every project is asked for
-            assert index.sync(all_projects=True, ahead=ahead) == 1
+        index.sync(all_projects=False)  # both scopes marked
+        _populate(other if ahead_all else store, 1, word="okapi")  # where the sync looks
+        with LookAhead(store, all_projects=ahead_all) as ahead:
+            index._db.execute("DELETE FROM info WHERE key LIKE 'mark:%' OR key = 'every'")
+            index.sync(all_projects=not ahead_all)  # kept again, as the new files are
+            # a look of the other scope is not compared with this scope's marks
+            assert ahead.pid > 0
+            assert index.sync(all_projects=not ahead_all, ahead=ahead) == 0
+
+
+def test_a_look_ahead_answers_once(store: Store) -> None:
+    first, _ = _populate(store, 2)
+    with Index(store) as index:
+        index.sync()
+        with LookAhead(store, True) as ahead:
+            assert index.sync(ahead=ahead) == 0
+            first.write_bytes(first.read_bytes().replace(b"unicorn0", b"narwhal0"))
+            assert ahead.marks() is None  # its moment has passed
+            assert index.sync(ahead=ahead) == 1
+        assert [h.session.path for h in index.search("narwhal0")] == [str(first)]
 
 
 def test_a_closed_look_ahead_leaves_no_child(store: Store) -> None:
@@ -103,4 +125,107 @@ def test_a_home_without_projects_gives_no_marks_and_the_sync_looks_itself(
         assert ahead.marks() == []
         assert index.sync(ahead=ahead) == 0
         _populate(store, 1)
-        assert index.sync(ahead=ahead) == 1  # the old answer is never taken as fresh
+        assert index.sync(ahead=ahead) == 1
+
+
+def test_no_child_is_started_where_nobody_may_wait_for_it(store: Store) -> None:
+    _populate(store, 1)
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped by the kernel
+    try:
+        with LookAhead(store, True) as ahead:
+            assert ahead.pid == 0 and ahead.marks() is None
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+
+
+CHILD_OUTLIVES = """
+import os, sys, time
+from pathlib import Path
+from chatloop.store.lookahead import LookAhead
+from chatloop.store.store import Store
+
+store = Store(Path(sys.argv[1]), cwd=Path(sys.argv[2]))
+def slow(all_projects=False):
+    time.sleep(30)
+    return []
+store.look = slow  # the child takes a long look
+ahead = LookAhead(store, True)
+print(ahead.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_killed_command_leaves_no_child_holding_its_output(store: Store) -> None:
+    """Whoever reads chatloop's output (a pipe, a test) sees it end when chatloop is
+    killed, even while the child is still looking."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.Popen([sys.executable, "-c", CHILD_OUTLIVES, str(store.root),
+                             str(store.cwd)], stdout=subprocess.PIPE, env=env)  # fmt: skip
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    try:
+        proc.kill()
+        proc.wait(timeout=10)
+        done = threading.Event()
+        rest: list[bytes] = []
+
+        def read_to_end() -> None:
+            assert proc.stdout is not None
+            rest.append(proc.stdout.read())
+            done.set()
+
+        threading.Thread(target=read_to_end, daemon=True).start()
+        assert done.wait(timeout=10), "the output stayed open: the child holds it"
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_a_home_that_cannot_be_worked_out_takes_no_look_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import chatloop.config
+    from chatloop.cli import _look_ahead
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(chatloop.config, "chatloop_home", no_home)
+    assert _look_ahead(["sessions"]) is None  # (--sessions-dir may still name one)
+
+
+def test_a_look_ahead_of_another_home_is_stopped_before_the_command_goes_on(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """CHATLOOP_HOME names one home, --sessions-dir another: the look taken ahead of the
+    first is stopped and reaped at once, not when the command (a whole chat) ends."""
+    import chatloop.cli
+    from chatloop.ui import listing
+
+    _populate(store, 1)
+    elsewhere = Store(tmp_path / "elsewhere", cwd=store.cwd)
+    _populate(elsewhere, 1)
+    started: list[LookAhead] = []
+    real_init = LookAhead.__init__
+
+    def recorded(self: LookAhead, *args: object, **kwargs: object) -> None:
+        real_init(self, *args, **kwargs)  # type: ignore[arg-type]
+        started.append(self)
+
+    seen: list[bool] = []
+    real_text = listing.sessions_text
+
+    def text(*args: object, **kwargs: object) -> str:
+        seen.append(_gone(started[0].pid))  # the command is still running here
+        return real_text(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LookAhead, "__init__", recorded)
+    monkeypatch.setattr(listing, "sessions_text", text)
+    monkeypatch.setenv("CHATLOOP_HOME", str(elsewhere.root))
+    monkeypatch.setenv("CHATLOOP_CONFIG", "")
+    monkeypatch.chdir(store.cwd)
+    assert chatloop.cli.main(["sessions", "--sessions-dir", str(store.root)]) == 0
+    assert len(started) == 2 and started[0].root == elsewhere.root and started[0].pid > 0
+    assert seen == [True]
+    assert "session 0" in capsys.readouterr().out

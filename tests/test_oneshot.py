@@ -133,15 +133,25 @@ def test_continue_without_flags_goes_back_to_the_sessions_own_server(
     assert child.meta.model == parent.meta.model
 
 
-@pytest.mark.parametrize(("url", "local"), [
-    ("http://127.0.0.1:8765/v1", True), ("http://localhost:11434", True),
-    ("http://[::1]:8080/v1", True), ("http://127.evil.example/v1", False),
-    ("https://example.com/v1", False), ("http://10.0.0.1:8080/v1", False),
-    ("embedded:/models/x.gguf", False), ("http://[broken/v1", False),
+@pytest.mark.parametrize(("url", "tried"), [
+    ("http://127.0.0.1:8765/v1", ["openai http://127.0.0.1:8765/v1"]),
+    ("http://127.0.0.1:8765/v1/", ["openai http://127.0.0.1:8765/v1"]),
+    ("http://localhost:11434", ["ollama http://localhost:11434",
+                                "openai http://localhost:11434/v1"]),
+    ("http://[::1]:8080/v1", ["openai http://[::1]:8080/v1"]),
+    ("http://127.evil.example/v1", []), ("https://example.com/v1", []),
+    ("http://10.0.0.1:8080/v1", []), ("embedded:/models/x.gguf", []),
+    ("http://[broken/v1", []), ("http://127.0.0.1:abc/v1", []),
+    ("http://127.0.0.1:8799/admin/run?cmd=", []), ("http://127.0.0.1:8799/v1?x=1", []),
+    ("http://127.0.0.1:8799/v1#x", []), ("http://user@127.0.0.1:8799/v1", []),
+    ("http://127.0.0.1@evil.example/", []), ("http://127.0.0.1:8765\x1b/v1", []),
+    ("ftp://127.0.0.1/v1", []),
 ])  # fmt: skip
-def test_only_a_server_on_this_machine_is_reused_because_a_file_names_it(
-    url: str, local: bool
+def test_only_a_plain_server_url_of_this_machine_is_reused_because_a_file_names_it(
+    url: str, tried: list[str]
 ) -> None:
-    from chatloop.cli import _on_this_machine
+    """A session file names its server; what chatloop would try for it is rebuilt from
+    a loopback host, a port and at most /v1: the file picks neither host nor path."""
+    from chatloop.backends.detect import held_candidates
 
-    assert _on_this_machine(url) is local
+    assert [f"{c.kind} {c.base_url}" for c in held_candidates(url)] == tried

@@ -53,9 +53,43 @@ class BackendChoice:
 def probe(client: httpx.Client, candidate: Candidate) -> bool:
     try:
         response = client.get(candidate.base_url + candidate.probe, timeout=PROBE_TIMEOUT)
-    except httpx.HTTPError:
+    except (httpx.HTTPError, httpx.InvalidURL):
         return False
     return response.status_code == 200
+
+
+def held_candidates(url: str) -> tuple[Candidate, ...]:
+    """The servers to try first for a session a file says was held at ``url``: none
+    unless it is a plain URL of this machine's loopback (http or https, a loopback
+    address or ``localhost``, a port, a path of nothing or ``/v1``; no user, query
+    or fragment), rebuilt from those parts, so that a file can neither send a
+    conversation elsewhere nor choose the path it is posted to. A URL ending in
+    ``/v1`` is an OpenAI-compatible server; otherwise Ollama's own API is tried,
+    then an OpenAI-compatible one under ``/v1`` (the file does not say which)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    if not url.isprintable():
+        return ()
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+        if host != "localhost" and not ipaddress.ip_address(host).is_loopback:
+            return ()
+    except ValueError:  # not a URL, a bad port, or a host that is a name
+        return ()
+    path = parts.path.rstrip("/")
+    if (parts.scheme not in ("http", "https") or parts.username is not None
+            or parts.password is not None or parts.query or parts.fragment
+            or path not in ("", "/v1") or "@" in parts.netloc):  # fmt: skip
+        return ()
+    name = f"[{host}]" if ":" in host else host
+    base = f"{parts.scheme}://{name}" + (f":{port}" if port is not None else "")
+    label = "the session's server"
+    openai = Candidate(label, "openai", f"{base}/v1", "/models")
+    if path == "/v1":
+        return (openai,)
+    return (Candidate(label, "ollama", base, "/api/tags"), openai)
 
 
 def detect(candidates: tuple[Candidate, ...] = CANDIDATES) -> Candidate | None:

@@ -32,8 +32,9 @@ Marks = list[tuple[str, bytes]]  # (project folder name, its mark), as Store.loo
 
 class LookAhead:
     """Starts the child at once (``pid``; 0 when none could be); ``marks()`` waits for
-    its answer (once); ``close()`` stops it if it is still running (always call it: a
-    child that was never read from would wait on its pipe)."""
+    its answer and gives it once (a look is a moment: a second sync must look again);
+    ``close()`` stops the child if it is still running (always call it: a child that
+    was never read from would wait on its pipe)."""
 
     def __init__(self, store: Store, all_projects: bool) -> None:
         self.root = store.root
@@ -41,29 +42,32 @@ class LookAhead:
         self.pid = 0
         self._running = False
         self._fd = -1
-        self._marks: Marks | None = None
-        self._done = False
+        self._done = True  # until a child is running
         threads = sys.modules.get("threading")
-        if not hasattr(os, "fork") or (threads is not None and threads.active_count() > 1):
-            self._done = True
-            return
+        if (not hasattr(os, "fork") or (threads is not None and threads.active_count() > 1)
+                or signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN):  # fmt: skip
+            return  # (children nobody may wait for: their ids could be reused)
         try:
             read_end, write_end = os.pipe()
         except OSError:
-            self._done = True
             return
         try:
             pid = os.fork()
         except OSError:
             os.close(read_end)
             os.close(write_end)
-            self._done = True
             return
         if pid == 0:  # the child: look, answer, leave (no atexit, no buffered output)
             status = 1
             try:
                 os.close(read_end)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                # Let go of the terminal and of whatever reads this process's output:
+                # a parent that is killed must not leave them held open by its child.
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
                 data = marshal.dumps([(look.name, look.mark) for look in store.look(all_projects)])
                 view = memoryview(data)
                 while view:
@@ -72,28 +76,32 @@ class LookAhead:
             finally:
                 os._exit(status)
         os.close(write_end)
-        self.pid, self._fd, self._running = pid, read_end, True
+        self.pid, self._fd, self._running, self._done = pid, read_end, True, False
 
     def marks(self) -> Marks | None:
-        """Each folder's (name, mark) as the child saw them; None if there is no answer."""
+        """Each folder's (name, mark) as the child saw them, the first time it is asked;
+        None if there is no answer, and on every later call."""
         if self._done:
-            return self._marks
+            return None
         self._done = True
         chunks: list[bytes] = []
+        marks: Marks | None = None
         try:
             while chunk := os.read(self._fd, 1 << 20):
                 chunks.append(chunk)
-            _, status = os.waitpid(self.pid, 0)
-            self._running = False
+            try:
+                _, status = os.waitpid(self.pid, 0)
+            finally:
+                self._running = False  # reaped (or, ECHILD, reaped by someone else)
             if os.waitstatus_to_exitcode(status) == 0:
                 value = marshal.loads(b"".join(chunks))
                 if isinstance(value, list):
-                    self._marks = value
+                    marks = value
         except (OSError, ValueError, EOFError, TypeError):
-            self._marks = None
+            marks = None
         finally:
             self.close()
-        return self._marks
+        return marks
 
     def close(self) -> None:
         """Stop the child if it still runs, and let go of its pipe."""
