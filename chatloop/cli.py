@@ -671,6 +671,15 @@ def _index(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     (``LookAhead``, started by ``main`` before the arguments are parsed when the
     command reads the index) while this one parses, imports what the command
     needs and opens the index."""
+    index, ahead = _unsynced(args)
+    with ahead:
+        index.sync(all_projects=True, progress=_progress_bar(at_least=200), ahead=ahead)
+    return index
+
+
+def _unsynced(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The index, opened, not yet synced, and the look taken ahead of every project's
+    files (to sync with, or to check hits found meanwhile against: close it)."""
     store = _store(args)
     ahead = getattr(args, "ahead", None)
     if ahead is None or ahead.root != store.root:  # (a config or flag named another home)
@@ -679,12 +688,13 @@ def _index(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         if ahead is not None:
             ahead.close()
         ahead = args.ahead = LookAhead(store, all_projects=True)
-    with ahead:
+    try:
         from chatloop.store.index import Index
 
-        index = Index(store)
-        index.sync(all_projects=True, progress=_progress_bar(at_least=200), ahead=ahead)
-    return index
+        return Index(store), ahead
+    except BaseException:
+        ahead.close()
+        raise
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -738,8 +748,16 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     if args.search_resume or args.search_fork:
         return _search_and_resume(args)
-    with _index(args) as index:
-        hits = index.iter_search(" ".join(args.query), all_projects=args.all, limit=args.limit)
+    query = " ".join(args.query)
+    index, ahead = _unsynced(args)
+    with index, ahead:
+        # Found while the files are looked at, and kept only if that look says the index
+        # was fresh (``Index.search_ahead``); else the index is synced and searched.
+        found = index.search_ahead(query, ahead, all_projects=args.all, limit=args.limit)
+        if found is None:
+            index.sync(all_projects=True, progress=_progress_bar(at_least=200), ahead=ahead)
+        hits = iter(found) if found is not None else index.iter_search(
+            query, all_projects=args.all, limit=args.limit)  # fmt: skip
         if args.json:
             from chatloop.ui import as_json
 

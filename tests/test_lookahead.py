@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,71 @@ def test_a_look_ahead_of_another_home_is_stopped_before_the_command_goes_on(
     assert len(started) == 2 and started[0].root == elsewhere.root and started[0].pid > 0
     assert seen == [True]
     assert "session 0" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ hits found ahead
+
+
+def test_hits_found_ahead_of_a_fresh_index_are_the_synced_search(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _two_projects(store, 3)
+    with Index(store) as index:
+        index.sync()
+        expected = index.search("unicorn1")
+        with LookAhead(store, True) as ahead:
+
+            def looked_again(all_projects: bool = False) -> list[FolderLook]:
+                raise AssertionError("the folders were looked at again")
+
+            monkeypatch.setattr(store, "look", looked_again)
+            assert index.search_ahead("unicorn1", ahead) == expected != []
+            assert index.search_ahead("unicorn1", ahead) is None  # the look is spent
+
+
+def test_hits_found_ahead_of_a_file_changed_before_the_look_are_not_used(store: Store) -> None:
+    first, _ = _populate(store, 2)
+    with Index(store) as index:
+        index.sync()
+        first.write_bytes(first.read_bytes().replace(b"unicorn0", b"narwhal0"))
+        with LookAhead(store, True) as ahead:
+            assert index.search_ahead("narwhal0", ahead) is None
+            assert index.sync(ahead=ahead) == 1
+        assert [h.session.path for h in index.search("narwhal0")] == [str(first)]
+
+
+def test_hits_found_ahead_after_a_neighbour_synced_a_newer_look_are_not_used(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look was taken; then a file changed and a neighbour synced it (keeping new
+    marks): the rows no longer match this look, so the hits found are not used."""
+    first, _ = _populate(store, 2)
+    looked = tmp_path / "looked"
+    real_look = store.look
+
+    def look_and_say(all_projects: bool = False) -> list[FolderLook]:
+        seen = real_look(all_projects)
+        looked.touch()  # (in the child: the look is taken)
+        return seen
+
+    monkeypatch.setattr(store, "look", look_and_say)
+    with Index(store) as index:
+        index.sync()
+        looked.unlink()
+        with LookAhead(store, True) as ahead:
+            deadline = time.monotonic() + 30
+            while not looked.exists():  # the child's look is taken before the change
+                assert time.monotonic() < deadline, "the child never looked"
+                time.sleep(0.01)
+            first.write_bytes(first.read_bytes().replace(b"unicorn0", b"narwhal0"))
+            with Index(store) as neighbour:
+                assert neighbour.sync() == 1  # rows of the change, and new marks
+            assert index.search_ahead("narwhal0", ahead) is None
+        assert [h.session.path for h in index.search("narwhal0")] == [str(first)]
+
+
+def test_no_hits_are_found_ahead_from_an_index_in_memory(store: Store) -> None:
+    _populate(store, 1)
+    with Index(store) as index, LookAhead(store, True) as ahead:
+        index.in_memory = True
+        assert index.search_ahead("unicorn0", ahead) is None

@@ -267,19 +267,18 @@ class Index:
         them) has the mark kept for it; for every project, also that the marks were
         kept by a sync of every project, with no row written since (so no project
         without a folder still has rows)."""
-        if not marks:
-            return False
+        return _same_marks(self._kept(all_projects, [name for name, _ in marks]), marks,
+                           all_projects)  # fmt: skip
+
+    def _kept(self, all_projects: bool, names: list[str]) -> dict[str, object]:
+        """The marks kept in the index, by key: every project's (and ``_EVERY`` if an
+        every-project sync kept them), or those of the folders ``names``."""
         if all_projects:
-            kept = dict(self._db.execute(
+            return dict(self._db.execute(
                 "SELECT key, value FROM info WHERE key >= ? AND key < ? OR key = ?",
                 (_MARK, _MARK_END, _EVERY)).fetchall())  # fmt: skip
-            if kept.pop(_EVERY, None) is None or len(kept) != len(marks):
-                return False
-            return all(kept.get(_MARK + name) == mark for name, mark in marks)
-        ((name, mark),) = marks
-        row = self._db.execute("SELECT value FROM info WHERE key = ?",
-                               (_MARK + name,)).fetchone()  # fmt: skip
-        return row is not None and row[0] == mark
+        return {_MARK + name: row[0] for name in names for row in self._db.execute(
+            "SELECT value FROM info WHERE key = ?", (_MARK + name,))}  # fmt: skip
 
     def _mark(self, looks: list[FolderLook], all_projects: bool,
               files: dict[str, os.stat_result]) -> None:  # fmt: skip
@@ -610,6 +609,35 @@ class Index:
                 yield hit
         yield from copies
 
+    def search_ahead(self, query: str, ahead: LookAhead, all_projects: bool = False,
+                     limit: int = 50) -> list[SearchHit] | None:
+        """``iter_search``'s hits found before any sync, while ``ahead`` (a look at every
+        project) runs; None when they may not be used (then sync, and search).
+
+        The hits and the marks kept in the index are read in one snapshot of it; they
+        are returned only if those marks equal the look's. Marks are kept only with
+        rows that matched a look, and go whenever a row is written, so the hits are
+        the ones a sync would have found nothing to re-read for. Any trouble with
+        the index, an index of the files in memory, a look of one project, or no
+        answer from it: None (nothing was written)."""
+        if self.in_memory or not ahead.all_projects:
+            return None
+        db = self._db
+        try:
+            db.execute("BEGIN")  # one snapshot for the marks and the rows the hits are of
+            try:
+                kept = self._kept(True, [])
+                hits = list(self.iter_search(query, all_projects, limit))
+            finally:
+                db.execute("COMMIT")  # (a read: nothing is kept or lost)
+        except sqlite3.Error:
+            self._end_transaction()
+            return None
+        marks = ahead.marks()
+        if marks is None or not _same_marks(kept, marks, True):
+            return None
+        return hits
+
     def search_sessions(self, query: str, prefix: bool = False, all_projects: bool = False,
                         limit: int = 50) -> list[SessionRow]:  # fmt: skip
         """The sessions ``iter_search`` would find, without reading a file for snippets
@@ -843,6 +871,19 @@ class Index:
 
 
 _WORD_RE = re.compile(r"[^\W_]+")  # a word as FTS5's unicode61 sees it: "_" separates
+
+
+def _same_marks(kept: dict[str, object], marks: Marks, all_projects: bool) -> bool:
+    """Whether the marks ``kept`` (``Index._kept``) say the rows match the look ``marks``."""
+    if not marks:
+        return False
+    if all_projects:
+        kept = dict(kept)
+        if kept.pop(_EVERY, None) is None or len(kept) != len(marks):
+            return False
+    elif len(marks) != 1:
+        return False
+    return all(kept.get(_MARK + name) == mark for name, mark in marks)
 
 
 def _numbered(
