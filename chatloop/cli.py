@@ -702,8 +702,14 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     from chatloop.ui import listing
 
     fold = not args.expand
-    with _index(args) as index:
-        rows, total = index.listing(args.all, args.limit, fold, count=True)
+    index, ahead = _unsynced(args)
+    with index, ahead:  # read while the files are looked at (see cmd_search)
+        listed = index.read_ahead(ahead, lambda: index.listing(args.all, args.limit, fold,
+                                                               count=True))  # fmt: skip
+        if listed is None:
+            index.sync(all_projects=True, progress=_progress_bar(at_least=200), ahead=ahead)
+            listed = index.listing(args.all, args.limit, fold, count=True)
+    rows, total = listed
     if args.json:
         from chatloop.ui import as_json
 
@@ -752,8 +758,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     index, ahead = _unsynced(args)
     with index, ahead:
         # Found while the files are looked at, and kept only if that look says the index
-        # was fresh (``Index.search_ahead``); else the index is synced and searched.
-        found = index.search_ahead(query, ahead, all_projects=args.all, limit=args.limit)
+        # was fresh (``Index.read_ahead``); else the index is synced and searched.
+        found = index.read_ahead(ahead, lambda: list(index.iter_search(
+            query, all_projects=args.all, limit=args.limit)))  # fmt: skip
         if found is None:
             index.sync(all_projects=True, progress=_progress_bar(at_least=200), ahead=ahead)
         hits = iter(found) if found is not None else index.iter_search(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from chatloop.store.index import Index
+from chatloop.store.index import Index, SearchHit
 from chatloop.store.lookahead import LookAhead
 from chatloop.store.store import FolderLook, Store
 from tests.test_index import _populate
@@ -248,8 +248,11 @@ def test_hits_found_ahead_of_a_fresh_index_are_the_synced_search(
                 raise AssertionError("the folders were looked at again")
 
             monkeypatch.setattr(store, "look", looked_again)
-            assert index.search_ahead("unicorn1", ahead) == expected != []
-            assert index.search_ahead("unicorn1", ahead) is None  # the look is spent
+            def search() -> list[SearchHit]:
+                return index.search("unicorn1")
+
+            assert index.read_ahead(ahead, search) == expected != []
+            assert index.read_ahead(ahead, search) is None  # the look is spent
 
 
 def test_hits_found_ahead_of_a_file_changed_before_the_look_are_not_used(store: Store) -> None:
@@ -258,7 +261,7 @@ def test_hits_found_ahead_of_a_file_changed_before_the_look_are_not_used(store: 
         index.sync()
         first.write_bytes(first.read_bytes().replace(b"unicorn0", b"narwhal0"))
         with LookAhead(store, True) as ahead:
-            assert index.search_ahead("narwhal0", ahead) is None
+            assert index.read_ahead(ahead, lambda: index.search("narwhal0")) is None
             assert index.sync(ahead=ahead) == 1
         assert [h.session.path for h in index.search("narwhal0")] == [str(first)]
 
@@ -289,7 +292,7 @@ def test_hits_found_ahead_after_a_neighbour_synced_a_newer_look_are_not_used(
             first.write_bytes(first.read_bytes().replace(b"unicorn0", b"narwhal0"))
             with Index(store) as neighbour:
                 assert neighbour.sync() == 1  # rows of the change, and new marks
-            assert index.search_ahead("narwhal0", ahead) is None
+            assert index.read_ahead(ahead, lambda: index.search("narwhal0")) is None
         assert [h.session.path for h in index.search("narwhal0")] == [str(first)]
 
 
@@ -297,4 +300,4 @@ def test_no_hits_are_found_ahead_from_an_index_in_memory(store: Store) -> None:
     _populate(store, 1)
     with Index(store) as index, LookAhead(store, True) as ahead:
         index.in_memory = True
-        assert index.search_ahead("unicorn0", ahead) is None
+        assert index.read_ahead(ahead, lambda: index.search("unicorn0")) is None

@@ -609,25 +609,25 @@ class Index:
                 yield hit
         yield from copies
 
-    def search_ahead(self, query: str, ahead: LookAhead, all_projects: bool = False,
-                     limit: int = 50) -> list[SearchHit] | None:
-        """``iter_search``'s hits found before any sync, while ``ahead`` (a look at every
-        project) runs; None when they may not be used (then sync, and search).
+    def read_ahead(self, ahead: LookAhead, read: Callable[[], T]) -> T | None:
+        """``read()`` (a listing, a search) done before any sync, while ``ahead`` (a look
+        at every project) runs; None when its answer may not be used (then sync, and
+        read again).
 
-        The hits and the marks kept in the index are read in one snapshot of it; they
-        are returned only if those marks equal the look's. Marks are kept only with
-        rows that matched a look, and go whenever a row is written, so the hits are
-        the ones a sync would have found nothing to re-read for. Any trouble with
-        the index, an index of the files in memory, a look of one project, or no
-        answer from it: None (nothing was written)."""
+        ``read`` runs in one snapshot of the index, with the marks kept in it; its
+        answer is returned only if those marks equal the look's. Marks are kept only
+        with rows that matched a look, and go whenever a row is written, so the answer
+        is the one a sync would have found nothing to re-read for. An index of the
+        files in memory, a look of one project, no answer from it, or any trouble with
+        the index: None. ``read`` must only read."""
         if self.in_memory or not ahead.all_projects:
             return None
         db = self._db
         try:
-            db.execute("BEGIN")  # one snapshot for the marks and the rows the hits are of
+            db.execute("BEGIN")  # one snapshot for the marks and the rows read
             try:
                 kept = self._kept(True, [])
-                hits = list(self.iter_search(query, all_projects, limit))
+                answer = read()
             finally:
                 db.execute("COMMIT")  # (a read: nothing is kept or lost)
         except sqlite3.Error:
@@ -636,7 +636,7 @@ class Index:
         marks = ahead.marks()
         if marks is None or not _same_marks(kept, marks, True):
             return None
-        return hits
+        return answer
 
     def search_sessions(self, query: str, prefix: bool = False, all_projects: bool = False,
                         limit: int = 50) -> list[SessionRow]:  # fmt: skip
