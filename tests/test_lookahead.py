@@ -301,3 +301,23 @@ def test_no_hits_are_found_ahead_from_an_index_in_memory(store: Store) -> None:
     with Index(store) as index, LookAhead(store, True) as ahead:
         index.in_memory = True
         assert index.read_ahead(ahead, lambda: index.search("unicorn0")) is None
+
+
+def test_nothing_is_read_ahead_when_no_answer_will_come(store: Store) -> None:
+    """No child (here: SIGCHLD ignored) or its answer taken: the read is not even run,
+    so the command does not search twice."""
+    _populate(store, 1)
+    reads: list[int] = []
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        with Index(store) as index, LookAhead(store, True) as ahead:
+            assert not ahead.pending
+            assert index.read_ahead(ahead, lambda: reads.append(1)) is None
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+    with Index(store) as index, LookAhead(store, True) as ahead:
+        assert ahead.pending
+        ahead.marks()
+        assert not ahead.pending
+        assert index.read_ahead(ahead, lambda: reads.append(1)) is None
+    assert reads == []

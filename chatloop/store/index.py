@@ -618,9 +618,9 @@ class Index:
         answer is returned only if those marks equal the look's. Marks are kept only
         with rows that matched a look, and go whenever a row is written, so the answer
         is the one a sync would have found nothing to re-read for. An index of the
-        files in memory, a look of one project, no answer from it, or any trouble with
-        the index: None. ``read`` must only read."""
-        if self.in_memory or not ahead.all_projects:
+        files in memory, a look of one project, no answer to come from it (then ``read``
+        is not run), or any trouble with the index: None. ``read`` must only read."""
+        if self.in_memory or not ahead.all_projects or not ahead.pending:
             return None
         db = self._db
         try:

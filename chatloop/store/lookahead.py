@@ -78,6 +78,12 @@ class LookAhead:
         os.close(write_end)
         self.pid, self._fd, self._running, self._done = pid, read_end, True, False
 
+    @property
+    def pending(self) -> bool:
+        """Whether there is an answer still to take (a child was started, and ``marks``
+        not yet asked)."""
+        return not self._done
+
     def marks(self) -> Marks | None:
         """Each folder's (name, mark) as the child saw them, the first time it is asked;
         None if there is no answer, and on every later call."""
