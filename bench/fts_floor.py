@@ -10,8 +10,8 @@ Nothing of chatloop runs here but the writing of the sessions: no skim, no frame
 scanner, no Python per word. A design that tokenizes every word with FTS5 cannot
 index faster than the ``none`` row, nor smaller than the ``full`` row and still rank.
 
-    python bench/fts_floor.py                 # 1,000 sessions
-    python bench/fts_floor.py --sessions 300
+    python bench/fts_floor.py                 # 1,000 sessions, 3 rounds (medians)
+    python bench/fts_floor.py --sessions 300 --rounds 1
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import argparse
 import os
 import random
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -59,6 +60,7 @@ def measure(detail: str, texts: list[bytes], where: Path) -> tuple[float, float,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="chatloop-fts-floor-") as tmp:
         where = Path(tmp)
@@ -67,11 +69,19 @@ def main() -> int:
         scale = 10_000 / args.sessions
         print(f"{args.sessions:,} sessions, {size / 1e6:.1f} MB; SQLite {sqlite3.sqlite_version}; "
               f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+        runs: dict[str, list[tuple[float, float, float, int]]] = {}
+        for _ in range(args.rounds):  # the levels interleaved, round after round
+            for detail in ("full", "column", "none"):
+                runs.setdefault(detail, []).append(measure(detail, texts, where))
+                (where / f"{detail}.db").unlink()
+        print(f"medians of {args.rounds} rounds")
         print("| detail | insert, CPU s at 10,000 | merge, CPU s at 10,000 | size / text "
               "| bm25 ranks |")  # fmt: skip
         print("| --- | --- | --- | --- | --- |")
-        for detail in ("full", "column", "none"):
-            inserted, merged, bytes_, scores = measure(detail, texts, where)
+        for detail, results in runs.items():
+            inserted = statistics.median(r[0] for r in results)
+            merged = statistics.median(r[1] for r in results)
+            _, _, bytes_, scores = results[0]
             print(f"| {detail} | {inserted * scale:.1f} | {merged * scale:.1f} | "
                   f"{bytes_ / size:.1%} | {'yes' if scores > 1 else 'no'} |")  # fmt: skip
     return 0
