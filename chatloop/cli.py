@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the settings and backend modules load only when a command n
     from chatloop.backends.base import Backend
     from chatloop.backends.detect import Candidate
     from chatloop.config import Settings
+    from chatloop.store.index import Index, SessionRow
     from chatloop.store.lookahead import LookAhead
     from chatloop.store.store import Store
     from chatloop.ui.repl import Repl
@@ -666,7 +667,7 @@ def _window_status(backend: Backend, settings: Settings) -> tuple[str, str]:
                     "with (for llama-cpp-python, its --n_ctx; e.g. CHATLOOP_CONTEXT_WINDOW=2048)")
 
 
-def _index(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _index(args: argparse.Namespace) -> Index:
     """The index, synced. The stat of every session file runs in a child process
     (``LookAhead``, started by ``main`` before the arguments are parsed when the
     command reads the index) while this one parses, imports what the command
@@ -677,7 +678,7 @@ def _index(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return index
 
 
-def _unsynced(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _unsynced(args: argparse.Namespace) -> tuple[Index, LookAhead]:
     """The index, opened, not yet synced, and the look taken ahead of every project's
     files (to sync with, or to check hits found meanwhile against: close it)."""
     store = _store(args)
@@ -757,14 +758,16 @@ def cmd_search(args: argparse.Namespace) -> int:
     query = " ".join(args.query)
     index, ahead = _unsynced(args)
     with index, ahead:
-        # Found while the files are looked at, and kept only if that look says the index
-        # was fresh (``Index.read_ahead``); else the index is synced and searched.
-        found = index.read_ahead(ahead, lambda: list(index.iter_search(
-            query, all_projects=args.all, limit=args.limit)))  # fmt: skip
-        if found is None:
+        # The sessions found while the files are looked at, kept only if that look says
+        # the index was fresh (``Index.read_ahead``); else the index is synced first.
+        def found() -> list[SessionRow]:
+            return index.search_sessions(query, all_projects=args.all, limit=args.limit)
+
+        rows = index.read_ahead(ahead, found)
+        if rows is None:
             index.sync(all_projects=True, progress=_progress_bar(at_least=200), ahead=ahead)
-        hits = iter(found) if found is not None else index.iter_search(
-            query, all_projects=args.all, limit=args.limit)  # fmt: skip
+            rows = found()
+        hits = index.hits(rows, query)  # snippets read from the files as they are printed
         if args.json:
             from chatloop.ui import as_json
 

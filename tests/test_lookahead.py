@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -321,3 +322,58 @@ def test_nothing_is_read_ahead_when_no_answer_will_come(store: Store) -> None:
         assert not ahead.pending
         assert index.read_ahead(ahead, lambda: reads.append(1)) is None
     assert reads == []
+
+
+def test_a_read_ahead_that_fails_as_a_bug_says_so(store: Store) -> None:
+    _populate(store, 1)
+    with Index(store) as index:
+        index.sync()
+    with Index(store) as index, LookAhead(store, True) as ahead:
+
+        def wrong() -> object:
+            return index._db.execute("SELECT ?, ?", (1,)).fetchall()  # a bug: two marks, one value
+
+        with pytest.raises(sqlite3.ProgrammingError):
+            index.read_ahead(ahead, wrong)
+        assert not index._db.in_transaction
+        assert index.sync(ahead=ahead) == 0  # (the index is fine)
+
+
+@pytest.mark.parametrize("stale", [False, True])
+def test_search_prints_each_hit_as_its_snippet_is_read_and_reads_each_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    stale: bool,
+) -> None:
+    """The read ahead of the files' look is the index's only: the snippets are read after,
+    one by one as the hits are printed, once each, fresh index or not."""
+    import chatloop.cli
+    from chatloop.store import index_scan
+    from chatloop.ui import listing
+
+    paths = _populate(store, 4)
+    with Index(store) as index:
+        index.sync()
+    if stale:
+        paths[0].write_bytes(paths[0].read_bytes().replace(b"question", b"questions"))
+    read: list[str] = []
+    at_print: list[int] = []
+    real_hit_in, real_line = index_scan.hit_in, listing.hit_line
+
+    def hit_in(path: Path, word: str) -> tuple[str, str]:
+        read.append(str(path))
+        return real_hit_in(path, word)
+
+    def hit_line(hit: SearchHit) -> str:
+        at_print.append(len(read))
+        return real_line(hit)
+
+    monkeypatch.setattr(index_scan, "hit_in", hit_in)
+    monkeypatch.setattr(listing, "hit_line", hit_line)
+    monkeypatch.setenv("CHATLOOP_HOME", str(store.root))
+    monkeypatch.setenv("CHATLOOP_CONFIG", "")
+    monkeypatch.chdir(store.cwd)
+    assert chatloop.cli.main(["search", "question"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == (3 if stale else 4)  # (a changed file says "questions")
+    assert at_print == [1, 2, 3] if stale else at_print == [1, 2, 3, 4]
+    assert len(read) == len(set(read)) == len(at_print)

@@ -588,21 +588,23 @@ class Index:
         sessions that hold the first word only in copies (summaries, restoration
         prompts) come after the others. The snippet and role come from the message
         where the first word occurs ("summary" or "restored" for a copy)."""
+        yield from self.hits(self.search_sessions(query, all_projects=all_projects,
+                                                  limit=limit), query)  # fmt: skip
+
+    @staticmethod
+    def hits(rows: list[SessionRow], query: str) -> Iterator[SearchHit]:
+        """The hits of ``rows`` (``search_sessions``'s for ``query``): each with the
+        message and snippet where the first word occurs, read from its file as it is
+        yielded (the index is not touched); those that hold it only in copies last."""
         from chatloop.store.index_scan import hit_in, is_copy_label
 
         words = _WORD_RE.findall(query)
         if not words:
             return
-        found = self._matching(words, all_projects, limit)
-        if not found:
-            return
-        numbers = self._numbers_of(found)
-        short = self.handles({raw["id"] for raw in found})
         copies: list[SearchHit] = []  # sessions that hold the words only in copies: last
-        for raw in found:
-            number, live = numbers.get(raw["path"], (None, False))
-            role, snippet = hit_in(Path(raw["path"]), words[0])
-            hit = SearchHit(_row(raw, number, live, short.get(raw["id"], "")), role, snippet)
+        for row in rows:
+            role, snippet = hit_in(Path(row.path), words[0])
+            hit = SearchHit(row, role, snippet)
             if is_copy_label(role):
                 copies.append(hit)
             else:
@@ -614,8 +616,9 @@ class Index:
         at every project) runs; None when its answer may not be used (then sync, and
         read again).
 
-        ``read`` runs in one snapshot of the index, with the marks kept in it; its
-        answer is returned only if those marks equal the look's. Marks are kept only
+        ``read`` runs in one snapshot of the index, with the marks kept in it (keep it
+        to the index: files are read after, outside the snapshot); its answer is
+        returned only if those marks equal the look's. Marks are kept only
         with rows that matched a look, and go whenever a row is written, so the answer
         is the one a sync would have found nothing to re-read for. An index of the
         files in memory, a look of one project, no answer to come from it (then ``read``
@@ -624,15 +627,18 @@ class Index:
             return None
         db = self._db
         try:
-            db.execute("BEGIN")  # one snapshot for the marks and the rows read
-            try:
-                kept = self._kept(True, [])
-                answer = read()
-            finally:
-                db.execute("COMMIT")  # (a read: nothing is kept or lost)
-        except sqlite3.Error:
+            db.execute("BEGIN")  # one snapshot (from the first read) for marks and rows
+            kept = self._kept(True, [])
+            answer = read()
+            db.execute("COMMIT")  # (a read: nothing is kept or lost)
+        except sqlite3.Error as exc:
             self._end_transaction()
+            if _trouble(exc) is None:  # a bug, not the index's state: say so
+                raise
             return None
+        except BaseException:
+            self._end_transaction()
+            raise
         marks = ahead.marks()
         if marks is None or not _same_marks(kept, marks, True):
             return None
