@@ -12,7 +12,7 @@ import io
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from chatloop import __version__
 from chatloop.errors import BackendError, ChatloopError, NotFound, Unreachable, UsageError
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # the settings and backend modules load only when a command n
     from chatloop.backends.base import Backend
     from chatloop.backends.detect import Candidate
     from chatloop.config import Settings
-    from chatloop.store.index import Index, SessionRow
+    from chatloop.store.index import Index
     from chatloop.store.lookahead import LookAhead
     from chatloop.store.store import Store
     from chatloop.ui.repl import Repl
@@ -59,6 +59,7 @@ are markdown files under $CHATLOOP_HOME; settings come from the config file
 """
 
 
+T = TypeVar("T")
 LIST_LIMIT = 50  # sessions listed by default: a screenful or two; --limit shows more
 
 
@@ -678,6 +679,19 @@ def _index(args: argparse.Namespace) -> Index:
     return index
 
 
+def _fresh_read(args: argparse.Namespace, read: Callable[[Index], T]) -> T:
+    """``read(index)`` (it must only read the index) as of a fresh index: done while the
+    child looks at the files, and kept if that look says the index was fresh
+    (``Index.read_ahead``); else done again once the index is synced."""
+    index, ahead = _unsynced(args)
+    with index, ahead:
+        found = index.read_ahead(ahead, lambda: read(index))
+        if found is None:
+            index.sync(all_projects=True, progress=_progress_bar(at_least=200), ahead=ahead)
+            found = read(index)
+    return found
+
+
 def _unsynced(args: argparse.Namespace) -> tuple[Index, LookAhead]:
     """The index, opened, not yet synced, and the look taken ahead of every project's
     files (to sync with, or to check hits found meanwhile against: close it)."""
@@ -703,14 +717,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     from chatloop.ui import listing
 
     fold = not args.expand
-    index, ahead = _unsynced(args)
-    with index, ahead:  # read while the files are looked at (see cmd_search)
-        listed = index.read_ahead(ahead, lambda: index.listing(args.all, args.limit, fold,
-                                                               count=True))  # fmt: skip
-        if listed is None:
-            index.sync(all_projects=True, progress=_progress_bar(at_least=200), ahead=ahead)
-            listed = index.listing(args.all, args.limit, fold, count=True)
-    rows, total = listed
+    rows, total = _fresh_read(args, lambda index: index.listing(args.all, args.limit, fold,
+                                                                 count=True))  # fmt: skip
     if args.json:
         from chatloop.ui import as_json
 
@@ -755,28 +763,21 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     if args.search_resume or args.search_fork:
         return _search_and_resume(args)
+    from chatloop.store.index import Index
+
     query = " ".join(args.query)
-    index, ahead = _unsynced(args)
-    with index, ahead:
-        # The sessions found while the files are looked at, kept only if that look says
-        # the index was fresh (``Index.read_ahead``); else the index is synced first.
-        def found() -> list[SessionRow]:
-            return index.search_sessions(query, all_projects=args.all, limit=args.limit)
+    rows = _fresh_read(args, lambda index: index.search_sessions(
+        query, all_projects=args.all, limit=args.limit))  # fmt: skip
+    hits = Index.hits(rows, query)  # snippets read from the files as they are printed
+    if args.json:
+        from chatloop.ui import as_json
 
-        rows = index.read_ahead(ahead, found)
-        if rows is None:
-            index.sync(all_projects=True, progress=_progress_bar(at_least=200), ahead=ahead)
-            rows = found()
-        hits = index.hits(rows, query)  # snippets read from the files as they are printed
-        if args.json:
-            from chatloop.ui import as_json
-
-            print(as_json.hits_json(list(hits)))
-            return 0
-        shown = 0
-        for hit in hits:  # each as soon as it is found
-            print(listing.hit_line(hit), flush=True)
-            shown += 1
+        print(as_json.hits_json(list(hits)))
+        return 0
+    shown = 0
+    for hit in hits:  # each as soon as it is found
+        print(listing.hit_line(hit), flush=True)
+        shown += 1
     if not shown:
         print(listing.hits_text([]))
     return 0
