@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # the settings and backend modules load only when a command n
     from chatloop.backends.base import Backend
     from chatloop.backends.detect import Candidate
     from chatloop.config import Settings
-    from chatloop.store.index import Index
+    from chatloop.store.index import Index, SessionRow
     from chatloop.store.lookahead import LookAhead
     from chatloop.store.store import Store
     from chatloop.ui.repl import Repl
@@ -682,10 +682,14 @@ def _index(args: argparse.Namespace) -> Index:
 def _fresh_read(args: argparse.Namespace, read: Callable[[Index], T]) -> T:
     """``read(index)`` (it must only read the index) as of a fresh index: done while the
     child looks at the files, and kept if that look says the index was fresh
-    (``Index.read_ahead``); else done again once the index is synced."""
+    (``Index.read_ahead``); else (or if it raised a ChatloopError, such as a session
+    not found) done again once the index is synced."""
     index, ahead = _unsynced(args)
     with index, ahead:
-        found = index.read_ahead(ahead, lambda: read(index))
+        try:
+            found = index.read_ahead(ahead, lambda: read(index))
+        except ChatloopError:  # (a session not found in what may be a stale index: the
+            found = None  # sync says, and the read after it)
         if found is None:
             index.sync(all_projects=True, progress=_progress_bar(at_least=200), ahead=ahead)
             found = read(index)
@@ -738,8 +742,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from chatloop.store.fsio import open_read
     from chatloop.ui import listing
 
-    with _index(args) as index:
-        row = index.find(args.ref)
+    row = _fresh_read(args, lambda index: index.find(args.ref))
     path = Path(row.path)
     with open_read(path) as handle:
         if args.raw:
@@ -853,9 +856,11 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_tree(args: argparse.Namespace) -> int:
     from chatloop.ui import listing
 
-    with _index(args) as index:
+    def lineage(index: Index) -> tuple[SessionRow, list[SessionRow], dict[str, list[SessionRow]]]:
         row = index.find(args.ref)
-        chain, children = index.lineage(row)
+        return (row, *index.lineage(row))
+
+    row, chain, children = _fresh_read(args, lineage)
     print(listing.tree_text(chain[0], children, row.id))
     return 0
 
@@ -870,10 +875,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     from chatloop.store.fsio import open_read
     from chatloop.ui import as_json
 
-    with _index(args) as index:
+    def chosen(index: Index) -> list[SessionRow]:
         row = index.find(args.ref)
-        rows = index.lineage(row)[0] if args.chain else [row]
-    paths = [Path(r.path) for r in rows]
+        return index.lineage(row)[0] if args.chain else [row]
+
+    paths = [Path(r.path) for r in _fresh_read(args, chosen)]
     if args.output:
         try:
             fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
