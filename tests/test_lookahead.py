@@ -377,3 +377,25 @@ def test_search_prints_each_hit_as_its_snippet_is_read_and_reads_each_once(
     assert len(lines) == (3 if stale else 4)  # (a changed file says "questions")
     assert at_print == [1, 2, 3] if stale else at_print == [1, 2, 3, 4]
     assert len(read) == len(set(read)) == len(at_print)
+
+
+def test_show_finds_a_session_the_index_has_not_seen_yet(
+    store: Store, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Looked for ahead of the look in an index that does not list it yet: not an error,
+    but a sync, then found."""
+    import chatloop.cli
+
+    _populate(store, 1)
+    with Index(store) as index:
+        index.sync()
+    (new,) = _populate(store, 1, word="okapi")
+    monkeypatch.setenv("CHATLOOP_HOME", str(store.root))
+    monkeypatch.setenv("CHATLOOP_CONFIG", "")
+    monkeypatch.chdir(store.cwd)
+    assert chatloop.cli.main(["show", new.stem]) == 0
+    assert "okapi0 question" in capsys.readouterr().out
+    assert chatloop.cli.main(["tree", new.stem]) == 0
+    assert new.stem in capsys.readouterr().out
+    assert chatloop.cli.main(["show", "20990101-000000-deadbeef"]) == 1
+    assert "error:" in capsys.readouterr().err
