@@ -540,6 +540,11 @@ def _question(args: argparse.Namespace) -> str | None:
     """The one-shot question: the words on the command line, then what is piped in
     (``git diff | chatloop "review this"``); None for the interactive chat."""
     piped = ""
+    if args.resume == "" and not args.question and not sys.stdin.isatty():
+        raise UsageError(
+            "--resume without a session picks one from a list, which needs a terminal",
+            'Name it: chatloop -r 3 "…", or continue the last: chatloop -c "…"',
+        )
     if not sys.stdin.isatty():
         try:
             piped = sys.stdin.read()
@@ -566,6 +571,10 @@ def _ask_once(agent, backend, store, settings, question: str,  # type: ignore[no
     from chatloop.chat.session import ChatSession
     from chatloop.ui.oneshot import PlainHost, ask_once, settings_once
 
+    if backend.kind == "embedded":  # (on stderr: the answer alone goes to stdout)
+        from chatloop.config import EMBEDDED_NOTE
+
+        print(f"note: {EMBEDDED_NOTE}", file=sys.stderr)
     session = ChatSession(agent, backend, store, settings_once(settings), PlainHost(),
                           assume_yes=True)  # fmt: skip
     if isinstance(target, Path):
@@ -647,7 +656,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         with Index(store) as index:
             index.sync()
             count = len(index.list_sessions(all_projects=True))
-        line(True, f"index {index.path}: {count} sessions")
+        line(True, f"index {index.path}: {count:,} session{'' if count == 1 else 's'}")
     except (ChatloopError, OSError) as exc:
         line(False, f"index: {exc}")
     return 1 if problems else 0
@@ -886,7 +895,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         except FileExistsError:
             raise ChatloopError(f"{args.output} already exists", "Choose another file.") from None
         except OSError as exc:
-            raise ChatloopError(f"Cannot write {args.output}: {exc.strerror}", "") from exc
+            raise ChatloopError(f"Cannot write {args.output}: {exc.strerror}",
+                                "Check that its folder exists and that you may write "
+                                "there, or leave out -o to write to the terminal.") from exc
         sink: BinaryIO = os.fdopen(fd, "wb")
     else:
         sink = sys.stdout.buffer

@@ -49,6 +49,11 @@ DEFAULT_SUMMARY_TIMEOUT = 120.0  # seconds per summary request (then one retry)
 DEFAULT_WINDOW = 4096  # the context window assumed when neither settings nor server say
 DEFAULT_REPLY_RESERVE = 512  # tokens kept free for the reply when no max_tokens is set
 DEFAULT_EMBEDDED_WINDOW = 2048  # the context the embedded model is loaded with
+EMBEDDED_NOTE = (  # said wherever the embedded model answers (the chat, a one-shot question)
+    "Using the embedded Gemma 3 270M demo model: a tiny base model whose replies are often "
+    "nonsense (it loads with your first message, about 2 s). For real work start Ollama or "
+    "LM Studio, or pass --base-url URL --model NAME."
+)
 DEFAULT_TITLES = "model"  # model | first | off: how a new conversation gets its title
 DEFAULT_TITLE_TIMEOUT = 10.0  # seconds for the title request (then the first request's line)
 DEFAULT_TITLE_MAX_TOKENS = 16  # the longest title reply (about 6 words asked for)
@@ -124,6 +129,14 @@ LIMITS: dict[str, tuple[float, float]] = {
 }
 
 
+CHOICES: dict[str, tuple[tuple[str, ...], str]] = {  # the words a key takes, and what they mean
+    "auto_compact": (("ask", "on", "off"), "ask asks before compacting a full window, on "
+                     "compacts without asking, off only says so."),
+    "titles": (("model", "first", "off"), "model asks the model, first takes the first "
+               "request's line, off makes none."),
+}
+
+
 def _coerce(key: str, value: Any, source: str) -> Any:
     kind = KEYS[key]
     try:
@@ -137,6 +150,10 @@ def _coerce(key: str, value: Any, source: str) -> Any:
             text = "" if value is None else str(value)
             if key == "base_url" and text:
                 _check_url(text, source)
+            words, meaning = CHOICES.get(key, ((text,), ""))
+            if text not in words:
+                raise UsageError(f"{source}: {key} must be {', '.join(words[:-1])} or "
+                                 f"{words[-1]}, not {text!r}", meaning)  # fmt: skip
             return text
     except (TypeError, ValueError, OverflowError):
         raise UsageError(
@@ -203,11 +220,4 @@ def load_settings(
     for key, value in (flags or {}).items():
         if key in KEYS and value is not None:
             values[key] = _coerce(key, value, f"--{key.replace('_', '-')}")
-    settings = Settings(**values)
-    if settings.auto_compact not in ("ask", "on", "off"):
-        raise UsageError(f"auto_compact must be ask, on or off, not {settings.auto_compact!r}", "")
-    if settings.titles not in ("model", "first", "off"):
-        raise UsageError(f"titles must be model, first or off, not {settings.titles!r}",
-                         "model asks the model, first takes the first request's line, off "
-                         "makes none.")  # fmt: skip
-    return settings, warnings
+    return Settings(**values), warnings

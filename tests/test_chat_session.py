@@ -370,6 +370,23 @@ def test_a_fork_carries_the_history_up_to_its_point_and_nothing_after(store: Sto
     assert host.said("Forked:")
 
 
+def test_a_compacted_fork_continues_as_a_continuation_not_as_a_fork(store: Store) -> None:
+    backend = FakeBackend("One.", "Two.", STRUCTURED, "Branch answer.", STRUCTURED, "Ready.",
+                          "Later answer.", STRUCTURED)  # fmt: skip
+    session, _ = chat(store, backend)
+    for text in ("first question", "second question"):
+        session.send(text)
+    session.fork(1)
+    session.send("a branch question")
+    session.compact()
+    session.send("after the compaction")
+    session.close()
+    parent, fork, child = files(store)
+    assert fork.meta.extra["forked_at"] == 1 and fork.meta.parent_id == parent.meta.id
+    assert child.meta.parent_id == fork.meta.id
+    assert "forked_at" not in child.meta.extra and "restored" not in child.meta.extra
+
+
 def test_a_fork_too_long_to_carry_whole_carries_a_summary(store: Store) -> None:
     """A session held with a large window, branched with a small one (chatloop -r N
     --fork on another model): its history cannot be carried whole, so a summary is."""

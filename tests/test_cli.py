@@ -214,3 +214,24 @@ def test_a_question_to_a_server_that_is_not_there_saves_nothing(
     assert done.stderr.startswith(f"error: Cannot reach the model server at {url}")
     assert "hint:" in done.stderr and "Saved session" not in done.stderr
     assert not list(chatloop_home.rglob("*.md"))
+
+
+def test_newcomer_errors_name_their_cause_and_say_what_to_do(
+    project: Path, chatloop_home: Path, tmp_path: Path
+) -> None:
+    env = {"CHATLOOP_HOME": str(chatloop_home), "PATH": "/usr/bin:/bin", "HOME": str(chatloop_home)}
+    picker = subprocess.run([sys.executable, "-m", "chatloop.cli", "--resume"], cwd=project,
+                            env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                            timeout=60)  # fmt: skip
+    assert picker.returncode == 2 and "needs a terminal" in picker.stderr
+    assert 'hint: Name it: chatloop -r 3 "…"' in picker.stderr
+    config = tmp_path / "config.yaml"
+    config.write_text("auto_compact: maybe\n")
+    bad = run("sessions", "--config", str(config), cwd=project, home=chatloop_home)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.startswith(f"error: config file {config}: auto_compact must be ask, on "
+                                 "or off, not 'maybe'")  # fmt: skip
+    assert "\nhint: ask asks before compacting" in bad.stderr
+    nowhere = run("export", "1", "-o", str(tmp_path / "no" / "such" / "x.md"), cwd=project,
+                  home=chatloop_home)  # fmt: skip
+    assert nowhere.returncode == 1 and "\nhint: Check that its folder exists" in nowhere.stderr

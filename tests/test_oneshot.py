@@ -155,3 +155,16 @@ def test_only_a_plain_server_url_of_this_machine_is_reused_because_a_file_names_
     from chatloop.backends.detect import held_candidates
 
     assert [f"{c.kind} {c.base_url}" for c in held_candidates(url)] == tried
+
+
+def test_a_question_answered_by_the_embedded_model_says_so(
+    chatloop_home: Path, project: Path  # noqa: F811
+) -> None:
+    """No server: the embedded demo model answers, and stderr says it is the demo model
+    (stdout keeps the answer alone)."""
+    done = subprocess.run([chatloop_bin(), "--backend", "embedded", "The capital of France is"],
+                          cwd=project, env=environment(chatloop_home, 8), capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "note: Using the embedded Gemma 3 270M demo model" in done.stderr
+    assert "demo model" not in done.stdout

@@ -531,6 +531,10 @@ class ChatSession:
         if pending.copies is not None:
             self._begin_fork(pending, template)
             return
+        # how the parent was made (a fork of its own parent, a full restoration) is not
+        # how this child is: a continuation of a fork is a continuation, not a fork
+        template = replace(template, extra={k: v for k, v in template.extra.items()
+                                            if k not in ("forked_at", "restored")})  # fmt: skip
         if pending.history is not None:
             meta = chain.child_meta(template, parent, self.clock(), self.store.project_dir)
             self.writer = self.store.create(replace(meta, extra={**meta.extra, "restored": "full"}))

@@ -276,5 +276,6 @@ def context_table(rows: Sequence[tuple[str, int, str]], window: int | None, tota
         f"{mark}{total:,} of {window:,} tokens ({total / window:.0%})" if window
         else f"{mark}{total:,} tokens"
     )  # fmt: skip
-    table.caption = f"next call: {len(rows)} messages, {budget}"
+    many = "" if len(rows) == 1 else "s"
+    table.caption = f"next call: {len(rows)} message{many}, {budget}"
     return table

@@ -35,7 +35,7 @@ from chatloop.backends.base import Backend
 from chatloop.chat.agent import Agent, agent_dirs, agent_names
 from chatloop.chat.host import Lookup, Picked, Progress, ReplyView, Tone
 from chatloop.chat.session import ChatSession
-from chatloop.config import Settings
+from chatloop.config import EMBEDDED_NOTE, Settings
 from chatloop.errors import ChatloopError
 from chatloop.store.store import Store
 from chatloop.ui import commands, render
@@ -44,11 +44,6 @@ from chatloop.ui.prompt import PROMPT, chat_prompt, file_history
 if TYPE_CHECKING:
     from chatloop.store.index import SessionRow
 
-EMBEDDED_NOTE = (
-    "Using the embedded Gemma 3 270M demo model: a tiny base model whose replies are often "
-    "nonsense (it loads with your first message, about 2 s). For real work start Ollama or "
-    "LM Studio, or pass --base-url URL --model NAME."
-)
 TONES: dict[Tone, str] = {"info": "dim", "warn": "yellow", "ok": "green", "restored": "cyan"}
 YES, NO = ("y", "yes"), ("n", "no")
 _LEAVE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
