@@ -788,7 +788,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         return 0
     shown = 0
     for hit in hits:  # each as soon as it is found
-        print(listing.hit_line(hit), flush=True)
+        print(listing.hit_line(hit, show_project=args.all), flush=True)
         shown += 1
     if not shown:
         print(listing.hits_text([]))

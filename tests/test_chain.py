@@ -235,6 +235,16 @@ def test_resume_by_number(store: Store) -> None:
     assert picker.resume("") is False and host.said("Nothing resumed.")
 
 
+def test_where_it_ended_says_what_a_reply_without_text_did(store: Store) -> None:
+    with store.create(new_meta(title="tools")) as writer:
+        for message in exchange(1)[:-1]:  # the question, a tool call, its result: no answer
+            writer.append(message)
+        writer.finalize()
+    session, host = chat(store, FakeBackend("Ready.", STRUCTURED))
+    assert session.resume("1") is True
+    assert host.said("Simple Sally: (called read_file)") and not host.said("(an empty reply)")
+
+
 def test_resume_full_restores_the_history_when_it_fits(store: Store) -> None:
     first, _ = chat(store, FakeBackend("Answer one.", STRUCTURED))
     first.send("first chat")

@@ -363,9 +363,9 @@ def test_search_prints_each_hit_as_its_snippet_is_read_and_reads_each_once(
         read.append(str(path))
         return real_hit_in(path, word)
 
-    def hit_line(hit: SearchHit) -> str:
+    def hit_line(hit: SearchHit, show_project: bool = False) -> str:
         at_print.append(len(read))
-        return real_line(hit)
+        return real_line(hit, show_project)
 
     monkeypatch.setattr(index_scan, "hit_in", hit_in)
     monkeypatch.setattr(listing, "hit_line", hit_line)
@@ -399,3 +399,21 @@ def test_show_finds_a_session_the_index_has_not_seen_yet(
     assert new.stem in capsys.readouterr().out
     assert chatloop.cli.main(["show", "20990101-000000-deadbeef"]) == 1
     assert "error:" in capsys.readouterr().err
+
+
+def test_search_of_every_project_names_the_project_of_each_hit(
+    store: Store, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Numbers count per project: a hit from another project says which."""
+    import chatloop.cli
+
+    other = _two_projects(store, 1)
+    monkeypatch.setenv("CHATLOOP_HOME", str(store.root))
+    monkeypatch.setenv("CHATLOOP_CONFIG", "")
+    monkeypatch.chdir(store.cwd)
+    assert chatloop.cli.main(["search", "question", "--all"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sorted(line.rsplit("  (", 1)[1] for line in lines) == sorted(
+        [f"{store.project})", f"{other.project})"])  # fmt: skip
+    assert chatloop.cli.main(["search", "question"]) == 0
+    assert "  (" not in capsys.readouterr().out  # one project: no names

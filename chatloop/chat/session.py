@@ -670,7 +670,7 @@ class ChatSession:
             return
         if last:
             lines = [f"{'You' if m.role == 'user' else parent.meta.agent or 'Agent'}: "
-                     f"{_short(m.text) or '(an empty reply)'}"
+                     f"{_short(m.text) or _no_text(m)}"
                      for m in last if m.role != "tool"]  # fmt: skip
             self.host.notice("Where it ended:\n" + "\n".join(lines))
 
@@ -962,6 +962,13 @@ def git_branch(cwd: Path) -> str | None:
             text = head.read_text(encoding="utf-8", errors="replace").strip()
             return text.removeprefix("ref: refs/heads/") if text.startswith("ref:") else None
     return None
+
+
+def _no_text(message: Message) -> str:
+    """What a message without text did: called tools, or replied with nothing."""
+    if message.tool_calls:
+        return "(called " + ", ".join(dict.fromkeys(c.name for c in message.tool_calls)) + ")"
+    return "(an empty reply)"
 
 
 def _short(text: str, limit: int = 300) -> str:

@@ -92,11 +92,13 @@ def hits_text(hits: list[SearchHit]) -> str:
     return "\n".join(hit_line(hit) for hit in hits)
 
 
-def hit_line(hit: SearchHit) -> str:
-    """One search hit as a line: number (``*`` when live), handle (else id), role, snippet."""
+def hit_line(hit: SearchHit, show_project: bool = False) -> str:
+    """One search hit as a line: number (``*`` when live), handle (else id), role, snippet
+    (and the session's project, with ``show_project``: numbers count per project)."""
     number = hit.session.number if hit.session.number is not None else "*"
     name = hit.session.handle or hit.session.id
-    return visible(f"{number:>3}  {name:<6}  {hit.role:<9}  {hit.snippet}")
+    where = f"  ({hit.session.project})" if show_project else ""
+    return visible(f"{number:>3}  {name:<6}  {hit.role:<9}  {hit.snippet}{where}")
 
 
 NO_REPLY = {
