@@ -22,6 +22,16 @@ from tests.test_index import _populate
 from tests.test_index_marks import _statements, _two_projects
 
 
+def _forbid_looking(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on, a look at the folders in this process fails the test (a child
+    already started looks as before)."""
+
+    def looked_again(all_projects: bool = False) -> list[FolderLook]:
+        raise AssertionError("the folders were looked at again")
+
+    monkeypatch.setattr(store, "look", looked_again)
+
+
 def _gone(pid: int) -> bool:
     """True once ``pid`` is no child of ours any more (exited and reaped)."""
     try:
@@ -50,11 +60,7 @@ def test_a_fresh_index_is_known_from_the_marks_taken_ahead(
         index.sync()
         seen = _statements(index)
         with LookAhead(store, True) as ahead:  # (the child is started: it looks as before)
-
-            def looked_again(all_projects: bool = False) -> list[FolderLook]:
-                raise AssertionError("the folders were looked at again")
-
-            monkeypatch.setattr(store, "look", looked_again)
+            _forbid_looking(store, monkeypatch)
             assert index.sync(ahead=ahead) == 0
         assert seen and not [s for s in seen if "FROM sessions" in s], seen
 
@@ -244,11 +250,7 @@ def test_hits_found_ahead_of_a_fresh_index_are_the_synced_search(
         index.sync()
         expected = index.search("unicorn1")
         with LookAhead(store, True) as ahead:
-
-            def looked_again(all_projects: bool = False) -> list[FolderLook]:
-                raise AssertionError("the folders were looked at again")
-
-            monkeypatch.setattr(store, "look", looked_again)
+            _forbid_looking(store, monkeypatch)
             def search() -> list[SearchHit]:
                 return index.search("unicorn1")
 
