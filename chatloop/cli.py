@@ -366,7 +366,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         raise UsageError("--fork carries the history already; drop --full", "")
     if resume is None and not args.question and sys.stdin.isatty() and sys.stdout.isatty():
         return _chat_new(args, settings, store)  # (with a terminal, nothing is piped in)
-    from chatloop.chat.agent import agent_dirs, find_agent_file, load_agent
+    from chatloop.chat.agent import agent_dirs, find_agent_file, load_agent, normalise
     from chatloop.ui.repl import Repl
 
     agent_file = None
@@ -394,10 +394,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
                       f"{row.agent or row.agent_name!r}, which is not in your agent folders; "
                       f"continuing with {settings.agent!r} (--agent chooses another).",
                       file=sys.stderr)  # fmt: skip
+    own = agent_file is not None  # the session's own agent, not the configured one
     if agent_file is None:
         agent_file = find_agent_file(settings.agent, agent_dirs(store.cwd, store.root))
     agent = load_agent(agent_file)
     question = _question(args)  # after the session and agent: a wrong ref fails first
+    if own and question is not None and normalise(agent_file.stem) != normalise(
+            Path(settings.agent).stem):  # no banner in a one-shot run says which agent answers
+        print(f"note: continuing with the session's own agent, {agent.name} (--agent chooses "
+              "another).", file=sys.stderr)  # fmt: skip
     backend = _ready_backend(settings, held_with)
     try:
         if question is not None:

@@ -7,11 +7,13 @@ and the scripted backend; the disk-full cases use a real, size-limited tmpfs.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from chatloop.backends.base import ChatMessage, Event, TextDelta
 from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, Session, Totals, parse_markdown
 from chatloop.store.store import Store
@@ -55,6 +57,34 @@ def test_ctrl_c_before_any_text_is_marked_cancelled(store: Store) -> None:
     (found,) = files(store)
     assert found.messages[1].stop_reason == "cancelled" and found.messages[1].interrupted
     assert "(no reply: interrupted before any text arrived)" in transcript_text(found)
+
+
+class CutMidReply(FakeBackend):
+    """Sends a few words of its first reply, then the person presses Ctrl-C (before
+    the server's usage, which comes last, as real servers send it)."""
+
+    def stream(self, messages: Sequence[ChatMessage], **options: Any) -> Iterator[Event]:
+        if len(self.calls) > 0:
+            yield from super().stream(messages, **options)
+            return
+        self.calls.append({"messages": list(messages)})
+        yield TextDelta("Once upon a time, in a garden of tomatoes, ")
+        raise KeyboardInterrupt
+
+
+def test_a_reply_cut_by_ctrl_c_counts_estimated_tokens_not_none(store: Store) -> None:
+    """The counts after a cut reply were 0 (the toolbar read "0 tok · ctx 0/2,048"):
+    the prompt was read and text came back, so both are estimated, marked so."""
+    session, _host = chat(store, CutMidReply(default=STRUCTURED))
+    assert session.send("tell me a long story").interrupted
+    totals = session.totals
+    assert totals.estimated and totals.tokens_in > 0 and totals.tokens_out > 0
+    assert totals.last_call == totals.tokens_in + totals.tokens_out  # the window's meter
+    session.close()
+    (found,) = files(store)
+    usage = found.messages[1].usage
+    assert usage is not None and usage.estimated and found.messages[1].interrupted
+    assert (found.meta.tokens_in, found.meta.tokens_out) == (usage.input, usage.output)
 
 
 def test_totals_are_one_notion_from_the_file_to_the_toolbar(store: Store) -> None:

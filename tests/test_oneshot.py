@@ -168,3 +168,24 @@ def test_a_question_answered_by_the_embedded_model_says_so(
     assert done.returncode == 0, done.stderr
     assert "note: Using the embedded Gemma 3 270M demo model" in done.stderr
     assert "demo model" not in done.stdout
+
+
+def test_a_one_shot_resume_says_which_agent_answers(
+    llama_server: str, chatloop_home: Path, project: Path  # noqa: F811
+) -> None:
+    """No banner shows the agent in a one-shot run: continuing with the session's own
+    agent (not the configured one), or switching to another with --agent, is said on
+    stderr, never done silently."""
+    agents = project / "agents"
+    agents.mkdir()
+    (agents / "pirate_pete.py").write_text('NAME = "Pirate Pete"\nSYSTEM_PROMPT = "Arr."\n')
+    first = once(llama_server, chatloop_home, project, "--agent", "pirate_pete", "Ahoy")
+    assert first.returncode == 0, first.stderr
+    own = once(llama_server, chatloop_home, project, "-c", "Go on")
+    assert own.returncode == 0, own.stderr
+    assert "continuing with the session's own agent, Pirate Pete" in own.stderr
+    switched = once(llama_server, chatloop_home, project, "-c", "--agent", "simple_sally", "And?")
+    assert switched.returncode == 0, switched.stderr
+    assert "was with Pirate Pete; continuing it with Simple Sally." in switched.stderr
+    assert [s.meta.agent for s in sessions(chatloop_home)] == [
+        "Pirate Pete", "Pirate Pete", "Simple Sally"]  # fmt: skip

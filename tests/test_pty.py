@@ -363,6 +363,45 @@ def test_a_session_file_never_runs_code(chatloop_home: Path, project: Path,
     assert "not in your agent folders" in shown.getvalue()
 
 
+def test_an_empty_reply_is_said_and_an_acknowledgment_is_labelled(
+    chatloop_home: Path, project: Path
+) -> None:
+    """Through the installed program and a scripted server that acknowledges a
+    restoration prompt and sends an empty reply to everything else: after ``-c``, the
+    acknowledgment is labelled as such (it is not the answer) and the empty reply
+    is said to be empty, where before the screen showed nothing."""
+    from chatloop.format import Message, Session, render_markdown
+    from chatloop.store.store import Store
+    from tests.conftest import T0, new_meta
+    from tests.scripted_server import scripted_server
+
+    folder = Store(chatloop_home, cwd=project).project_dir
+    folder.mkdir(parents=True)
+    meta = new_meta(id="20261121-143045-0e0e0e0e", status="closed", queries=1)
+    messages = (Message.create("user", T0, text="Plan the herb pots"),
+                Message.create("assistant", T0, text="Mint and parsley."),
+                Message.create("summary", T0, text="**Pending:** pot sizes"))  # fmt: skip
+    (folder / f"{meta.id}.md").write_bytes(render_markdown(Session(meta, messages)))
+
+    def reply(request: dict[str, object]) -> str:
+        last = str(request["messages"][-1]["content"])  # type: ignore[index]
+        return "Understood, the summary is noted." if "pot sizes" in last else ""
+
+    with scripted_server(reply) as url:
+        shown = io.StringIO()
+        child = spawn(url, chatloop_home, project, 12, "-c", "--yes",
+                      ready_text="Continuing session", log=shown)  # fmt: skip
+        child.sendline("How deep should the pots be?")
+        wait(child, ready(1))
+        child.sendline("exit")
+        child.expect(pexpect.EOF)
+    screen = shown.getvalue()
+    label = screen.index("The model acknowledges the summary:")
+    ack = screen.index("Understood, the summary is noted.")
+    empty = screen.index("(the model sent an empty reply)")
+    assert label < ack < empty
+
+
 def test_a_wheel_in_a_fresh_venv_chats_with_the_real_server(
     llama_server: str, chatloop_home: Path, project: Path, tmp_path: Path
 ) -> None:

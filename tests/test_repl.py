@@ -296,6 +296,8 @@ def test_the_toolbar_keeps_the_counts_and_the_meter_on_a_narrow_terminal() -> No
         assert "1 not yet saved" in line and "Simple Sally" in line
     assert "3d469a99" in shown(100) and "gemma" not in shown(80)  # the model goes first
     assert "3d469a99" not in shown(60)
+    parts["estimated"] = True  # counted by chatloop, not the server: marked as /info does
+    assert " 12q · ~3,456 tok" in shown(80)
 
 
 def test_help_and_completion_come_from_one_table(store: Store) -> None:

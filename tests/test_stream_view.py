@@ -5,10 +5,12 @@ token that does not grow with the reply)."""
 from __future__ import annotations
 
 import io
+from datetime import UTC, datetime
 
 from rich.console import Console
 
-from chatloop.backends.base import Finish, TextDelta
+from chatloop.backends.base import Finish, TextDelta, ToolCallEvent
+from chatloop.format import Message, ToolResult
 from chatloop.ui.render import LIVE_CHARS, LIVE_LINES, StreamView, finished_paragraphs
 
 
@@ -57,3 +59,40 @@ def test_finished_paragraphs_end_at_the_last_blank_line_outside_a_fence() -> Non
     assert finished_paragraphs("one\n\n```\na\n\nb") == len("one\n\n")  # not inside
     assert finished_paragraphs("no break at all") == 0
     assert finished_paragraphs("one\n\n") == 0  # nothing after it yet
+
+
+def shown_by(events: list[object], acknowledgment: bool = False, **close: bool) -> str:
+    out = io.StringIO()
+    view = StreamView(Console(file=out, width=80, force_terminal=False), "Agent", acknowledgment)
+    for event in events:
+        if isinstance(event, Message):
+            view.tool_results(event)
+        else:
+            view.on_event(event)  # type: ignore[arg-type]
+    view.close(**close)
+    return out.getvalue()
+
+
+def test_an_empty_reply_is_said_to_be_empty_and_a_failed_or_cut_one_is_not() -> None:
+    assert "(the model sent an empty reply)" in shown_by([Finish("stop")])
+    assert "(the model sent an empty reply)" in shown_by([TextDelta(" \n "), Finish("stop")])
+    assert "empty" not in shown_by([TextDelta("Hello"), Finish("stop")])
+    assert "empty" not in shown_by([])  # the stream failed: no Finish, the error says it
+    assert "empty" not in shown_by([Finish("stop")], interrupted=True, saved=False)
+    # a reply that called a tool said something; the reply after the results did not
+    result = Message.create("tool", datetime.now(UTC),
+                            tool_results=(ToolResult("c1", "clock", "12:00"),))  # fmt: skip
+    called = [ToolCallEvent("c1", "clock", "{}"), Finish("tool_calls")]
+    assert "empty" not in shown_by(called)
+    assert "(the model sent an empty reply)" in shown_by([*called, result, Finish("stop")])
+    assert "empty" not in shown_by([*called, result, TextDelta("Noon."), Finish("stop")])
+
+
+def test_an_acknowledgment_is_labelled_so_it_does_not_read_as_the_answer() -> None:
+    shown = shown_by([TextDelta("Understood, "), TextDelta("I have the summary."), Finish("stop")],
+                     acknowledgment=True)  # fmt: skip
+    label = shown.index("The model acknowledges the summary:")
+    assert label < shown.index("Understood, I have the summary.")
+    assert "acknowledges" not in shown_by([TextDelta("An answer."), Finish("stop")])
+    assert "(the model sent an empty acknowledgment)" in shown_by([Finish("stop")],
+                                                                   acknowledgment=True)  # fmt: skip

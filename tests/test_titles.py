@@ -106,6 +106,13 @@ def test_the_title_prompt_carries_the_start_of_the_conversation_only() -> None:
         ("“Basil, sun and water” ", "Basil, sun and water"),
         ("Watering basil in clay pots on a sunny balcony through the long hot summer",
          "Watering basil in clay pots on a sunny balcony through the…"),
+        # what the demo (base) model wraps its answers in: template tokens, HTML
+        ("[/INST] Herb pots on a sunny balcony", "Herb pots on a sunny balcony"),
+        ("<h2>Tomato beds</h2>", "Tomato beds"),
+        ("<<SYS>>\n<b>Raised bed depth</b>", "Raised bed depth"),
+        ("<start_of_turn>model\nGarden plan<end_of_turn>", "Garden plan"),
+        ("<|im_start|>Balcony herbs<|im_end|>", "Balcony herbs"),
+        ("Using <vector> in C++", "Using <vector> in C++"),  # no HTML: words kept
     ],
 )  # fmt: skip
 def test_the_models_answer_is_cleaned(store: Store, answer: str, title: str) -> None:

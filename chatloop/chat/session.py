@@ -681,10 +681,11 @@ class ChatSession:
         mine = normalise(Path(self.agent.path).stem)
         if not recorded or normalise(recorded) == mine or meta.agent == self.agent.name:
             return True
-        if self.assume_yes:
+        held = f"Session {meta.id} was with {meta.agent or recorded}"
+        if self.assume_yes:  # --yes, or a one-shot run: said, so nothing changes silently
+            self.host.notice(f"{held}; continuing it with {self.agent.name}.")
             return True
-        return self.host.ask(f"Session {meta.id} was with {meta.agent or recorded}; continue it "
-                             f"with {self.agent.name}?", False)  # fmt: skip
+        return self.host.ask(f"{held}; continue it with {self.agent.name}?", False)
 
     def _summarize_parent(self, parent: chain.Parent) -> chain.Parent:
         """A parent without a usable summary gets one now, written into its file when it can."""

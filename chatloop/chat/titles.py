@@ -98,7 +98,7 @@ def answer(text: str) -> str:
     """The title in a model's answer, or "" when it holds none: its first line that
     has words once cleaned, refused when longer than ``LONGEST_ANSWER`` or when it
     repeats the prompt; cut to ``MAX_CHARS`` at a word boundary."""
-    line = _first_line(text)
+    line = _first_line(_MODEL_MARKUP.sub(" ", text))
     if not line or len(line) > LONGEST_ANSWER or _echoes(line):
         return ""
     return _cut(line)
@@ -115,6 +115,14 @@ def fallback(request: str) -> str:
 # Terminal sequences are removed whole (CSI, OSC up to BEL or ST, two-byte escapes):
 # dropping only the ESC would leave "[31m" in the title.
 _ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+# What a model's answer may carry that is no part of a title: HTML tags and chat
+# template tokens ([INST], <<SYS>>, <|im_end|>, <end_of_turn>). Only a model's answer
+# is cleaned of them: a person's first line keeps its "<vector>" (``fallback``).
+_HTML = ("a|b|big|blockquote|body|br|center|code|div|em|font|h[1-6]|head|hr|html|i|img|li|ol"
+         "|p|pre|s|small|span|strong|sub|sup|table|td|th|title|tr|u|ul")
+_MODEL_MARKUP = re.compile(rf"</?(?:{_HTML})(?:\s[^<>\n]*)?/?>|<</?SYS>>|\[/?INST\]"
+                           r"|<\|[^|<>\n]*\|>|<start_of_turn>(?:model|user)?|<end_of_turn>",
+                           re.IGNORECASE)  # fmt: skip
 _LEAD = re.compile(r"^(?:#{1,6}\s+|>\s*|[-*+•]\s+|\d{1,3}[.)]\s+)+")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _WRAPPED = re.compile(r"(?<!\w)(_{1,2}|~~)(\S(?:.*?\S)?)\1(?!\w)")

@@ -28,6 +28,8 @@ from chatloop.backends.base import (
     ThinkingDelta,
     ToolCallEvent,
     UsageEvent,
+    estimate_prompt,
+    estimate_tokens,
 )
 from chatloop.chat.agent import Agent
 from chatloop.config import DEFAULT_MAX_TOOL_ROUNDS
@@ -113,9 +115,10 @@ def run_turn(
         tools = agent.tool_specs() if agent.tools and rounds < max_rounds else None
         reply = _Reply()
         started = time.monotonic()
+        context = build_context([*history, *result.messages])
         try:
             events = backend.stream(
-                build_context([*history, *result.messages]),
+                context,
                 tools=tools, options={**agent.options, **(options or {})}, cancel=cancel,
             )  # fmt: skip
             for event in events:
@@ -129,6 +132,11 @@ def run_turn(
         interrupted = result.interrupted or result.error is not None
         if interrupted and reply.finish is None:  # say in the file why the reply ended
             reply.finish = "error" if result.error is not None else "cancelled"
+        if interrupted and reply.usage is None and (reply.text or reply.thinking):
+            # cut before the server's count came: the prompt was read and text came back,
+            # so the counts are estimated (and marked so) rather than left at nothing
+            said = "".join(reply.text) + "".join(reply.thinking)
+            reply.usage = Usage(estimate_prompt(context), estimate_tokens(said), True)
         message = reply.message(clock(), backend.model, time.monotonic() - started, interrupted)
         record(message)
         result.messages.append(message)

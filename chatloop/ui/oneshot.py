@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, TextIO
 
-from chatloop.backends.base import Event, TextDelta, ToolCallEvent
+from chatloop.backends.base import Event, Finish, TextDelta, ToolCallEvent
 from chatloop.chat.host import Lookup, Picked, Progress, Tone
 from chatloop.config import Settings
 from chatloop.format import Message
@@ -36,6 +36,7 @@ class PrintedReply:
         self.out = out
         self.terminal = terminal
         self.ended_line = True
+        self.said = self.ended = False  # as in the REPL's view: to say a reply was empty
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, TextDelta):
@@ -43,17 +44,23 @@ class PrintedReply:
             self.out.write(text)
             self.out.flush()
             self.ended_line = text.endswith("\n")
+            self.said = self.said or bool(event.text.strip())
         elif isinstance(event, ToolCallEvent):
+            self.said = True
             print(visible(f"[tool {event.name}]"), file=sys.stderr)
+        elif isinstance(event, Finish):
+            self.ended = True
 
     def tool_results(self, message: Message) -> None:
-        return
+        self.said = self.ended = False
 
     def close(self, interrupted: bool, saved: bool) -> None:
         if not self.ended_line:
             self.out.write("\n")
             self.ended_line = True
         self.out.flush()
+        if self.ended and not self.said and not interrupted:  # on stderr: stdout is the answer
+            print("(the model sent an empty reply)", file=sys.stderr)
 
 
 class PlainHost:
@@ -67,6 +74,11 @@ class PlainHost:
         print(visible(text), file=sys.stderr)
 
     def ask(self, question: str, default: bool) -> bool:
+        """Each question's default answer, said on stderr with the question, so nothing
+        is decided silently (--yes or an explicit option answers ahead)."""
+        answer = "yes" if default else "no"
+        print(visible(f"{question} {answer} (the default: a one-shot run asks nothing)"),
+              file=sys.stderr)  # fmt: skip
         return default
 
     def reply_view(self, acknowledgment: bool = False) -> PrintedReply:

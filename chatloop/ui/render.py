@@ -47,9 +47,14 @@ class StreamView:
     the same at the end of a long reply as at its start: the live region,
     redrawn at each refresh, stays about a screenful."""
 
-    def __init__(self, console: Console, agent: str) -> None:
+    def __init__(self, console: Console, agent: str, acknowledgment: bool = False) -> None:
         self.console = console
         self.agent = agent
+        # the model's acknowledgment of a restoration prompt is labelled and dim, so it
+        # does not read as the answer to the message that follows it
+        self.acknowledgment = acknowledgment
+        self._said = False  # text or a tool call since the view opened or the last results
+        self._ended = False  # and the reply's stream ended as streams do (not cut, not failed)
         self._text: list[str] = []  # the live part of the reply (after what was printed)
         self._lines = 0  # newlines in the live part (since it was last looked at)
         self._chars = 0  # and characters
@@ -61,8 +66,12 @@ class StreamView:
         if isinstance(event, TextDelta):
             self._text.append(event.text)
             piece = visible(event.text)
+            if not self._said and event.text.strip():
+                self._said = True
+                if self.acknowledgment:
+                    self.console.print(Text("The model acknowledges the summary:", style="dim"))
             if self._live is None:
-                self._shown = Text(piece)
+                self._shown = Text(piece, style="dim" if self.acknowledgment else "")
                 self._live = Live(self._shown, console=self.console, refresh_per_second=12,
                                   vertical_overflow="visible")  # fmt: skip
                 self._live.start(refresh=True)  # the first words now, not at the next tick
@@ -78,11 +87,13 @@ class StreamView:
                 self.console.print(Text("thinking…", style="dim italic"))
             self._thinking += len(event.text)
         elif isinstance(event, ToolCallEvent):
+            self._said = True
             self.end_text()
             self.console.print(
                 Text(visible(f"→ {event.name}({_short(event.arguments, 100)})"), style="cyan")
             )
         elif isinstance(event, Finish):
+            self._ended = True
             self.end_text()
 
     def _print_finished(self) -> None:
@@ -100,21 +111,29 @@ class StreamView:
         head, tail = text[:cut], text[cut:]
         self._text, self._lines, self._chars = [tail], tail.count("\n"), len(tail)
         with self._live._lock:
-            self._shown = Text(visible(tail))
+            self._shown = Text(visible(tail), style="dim" if self.acknowledgment else "")
             self._live.update(self._shown, refresh=False)
-        self._live.console.print(Text(visible(head)) if plain else _as_markdown(head))
+        self._live.console.print(self._finished(head, plain))
 
     def end_text(self) -> None:
         """Replace the live text with its markdown rendering; text with angle brackets
         (HTML, ``<<SYS>>``) stays as written, since markdown would drop them."""
         if self._live is None:
             return
-        self._live.update(_as_markdown("".join(self._text)))
+        self._live.update(self._finished("".join(self._text), False))
         self._live.stop()
         self._live = None
         self._text, self._lines, self._chars = [], 0, 0
 
+    def _finished(self, text: str, plain: bool) -> Any:
+        """How finished text is printed: markdown; an acknowledgment (or ``plain``)
+        as the text itself."""
+        if self.acknowledgment:
+            return Text(visible(text), style="dim")
+        return Text(visible(text)) if plain else _as_markdown(text)
+
     def tool_results(self, message: Message) -> None:
+        self._said = self._ended = False  # the next reply is shown (or said to be empty)
         for result in message.tool_results:
             style = "red" if result.is_error else "dim"
             first = result.content.strip().splitlines()[0] if result.content.strip() else "(empty)"
@@ -126,6 +145,9 @@ class StreamView:
         """End the view; ``saved`` says whether any text of an interrupted reply was kept
         (the interruption itself is always recorded)."""
         self.end_text()
+        if self._ended and not self._said and not interrupted:
+            what = "acknowledgment" if self.acknowledgment else "reply"
+            self.console.print(Text(f"(the model sent an empty {what})", style="dim"))
         if interrupted:
             said = (
                 "(interrupted: the partial reply was saved)"
@@ -212,7 +234,8 @@ def toolbar(parts: dict[str, Any], width: int | None = None) -> StyleAndTextTupl
     if parts.get("unsaved"):
         tail.append(("ansired bold", f" · {parts['unsaved']} not yet saved"))
     model = parts["model"] or "?"
-    counts = f"{parts['queries']}q · {parts['tokens']:,} tok"
+    mark = "~" if parts.get("estimated") else ""  # counted by chatloop, not the server
+    counts = f"{parts['queries']}q · {mark}{parts['tokens']:,} tok"
     fits: StyleAndTextTuples = []
     for keep_model, named, with_chain in ((True, session, True), (True, session, False),
                                           (True, _id_tail(session), False),

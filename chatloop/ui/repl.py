@@ -233,7 +233,7 @@ class Repl:
         return False
 
     def reply_view(self, acknowledgment: bool = False) -> ReplyView:
-        return render.StreamView(self.console, self.session.agent.name)
+        return render.StreamView(self.console, self.session.agent.name, acknowledgment)
 
     def working(self, label: str, trace: bool = True) -> AbstractContextManager[Progress]:
         return render.spinner(self.console, label, trace)
@@ -254,7 +254,7 @@ class Repl:
         """The bottom toolbar: agent, model, session, tokens and the window's meter."""
         session = self.session
         writer, totals = session.writer, session.totals
-        tokens = totals.tokens + totals.restoration
+        spent = totals.tokens + totals.restoration  # the chain's total counts the overhead too
         return render.toolbar(
             {
                 "agent": session.agent.name,
@@ -262,8 +262,9 @@ class Repl:
                 "session": writer.meta.id if writer else (
                     f"continues {session.pending.parent.meta.id}" if session.pending else ""),
                 "queries": totals.queries,
-                "tokens": tokens,
-                "chain_tokens": session.chain_base + tokens if session.chain_base else 0,
+                "tokens": totals.tokens,  # the conversation's, as the exit line and listings
+                "estimated": totals.estimated,
+                "chain_tokens": session.chain_base + spent if session.chain_base else 0,
                 "used": totals.last_call,
                 "window": session.window() if writer else None,
                 "unsaved": session.unsaved,
