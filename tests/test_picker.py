@@ -3,6 +3,7 @@ and the numbered fallback (driven with a pipe input, in process)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,22 @@ def test_lines_fit_a_small_terminal_and_show_no_control_characters(
     line = line_for(long, T0, 78)
     assert len(line) == 78 and "\x1b" not in line and line.endswith("…")
     assert matches(row, [row.handle]) and not matches(row, ["zzz"])
+
+
+def test_columns_line_up_when_a_handle_is_eight_digits(sessions: list[SessionRow]) -> None:
+    """A handle of digits only is lengthened to eight (so it reads as no number): the
+    columns after it moved two places on that line alone."""
+    rows = [sessions[0]._replace(handle="20261122"), *sessions[1:]]
+    for drawn in (pick_numbered_lines(rows), [line_for(r, T0, 100, False, 8) for r in rows]):
+        assert len(drawn) == len(rows)
+        starts = {re.search(r" \d+q  ", line).end() for line in drawn}  # type: ignore[union-attr]
+        assert len(starts) == 1, drawn
+
+
+def pick_numbered_lines(rows: list[SessionRow]) -> list[str]:
+    shown: list[str] = []
+    pick_numbered(rows, T0, read=lambda _: "", write=shown.append)
+    return [line for line in shown if re.search(r" \d+q  ", line)]
 
 
 def test_numbered_fallback_takes_a_number_a_handle_or_f_to_fork(

@@ -7,7 +7,7 @@ its output is meant for pipes and greps as much as for eyes.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -65,12 +65,19 @@ def describe(row: SessionRow) -> str:
     return f"(continues {row.parent_id})" if row.parent_id else "(no messages)"
 
 
+def handle_width(rows: Sequence[SessionRow]) -> int:
+    """The handle column's width for ``rows``: 6, or the longest handle listed (8 when
+    a handle is all digits, which ``ids.handles`` lengthens so it reads as no
+    number), so that the columns after it line up."""
+    return max([6, *(len(row.handle) for row in rows)])
+
+
 def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = False) -> str:
     """One line per session: number, handle, age, queries, agent, status, title."""
     if not rows:
         return "No sessions yet. Start one with `chatloop`."
     lines = []
-    width = max([6, *(len(row.handle) for row in rows)])  # a long handle keeps the columns
+    width = handle_width(rows)
     for row in rows:
         number = f"{row.number:>3}" if row.number is not None else "  *"
         status = "" if row.status == "closed" else f" [{row.status}]"

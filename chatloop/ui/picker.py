@@ -36,7 +36,7 @@ from prompt_toolkit.output import Output
 
 from chatloop.chat.host import Lookup, Picked
 from chatloop.store.index import SessionRow
-from chatloop.ui.listing import describe, relative_time, visible
+from chatloop.ui.listing import describe, handle_width, relative_time, visible
 
 PREVIEW_LINES = 4
 NUMBERED_LINES = 30  # sessions the numbered fallback lists before "and N more"
@@ -44,16 +44,19 @@ MAX_LIST_LINES = 12  # with the head, the input, the preview and the footer: 20 
 CHROME_LINES = 4 + PREVIEW_LINES  # everything that is not the list
 
 
-def line_for(row: SessionRow, now: datetime, width: int = 80, project: bool = False) -> str:
+def line_for(row: SessionRow, now: datetime, width: int = 80, project: bool = False,
+             handles: int = 6) -> str:  # fmt: skip
     """One picker line: number, handle, when, queries, agent, branch, title or request
     (and its project, with ``project``: numbers count per project); cut to ``width``
-    characters and made safe to draw."""
+    characters and made safe to draw. ``handles``: the handle column's width
+    (``listing.handle_width`` of the rows drawn), so that the columns line up."""
     branch = f" [{row.git_branch}]" if row.git_branch else ""
     status = "" if row.status == "closed" else f" ({row.status})"
     fork = " (fork)" if row.forked_at is not None else ""
     when = relative_time(row.updated, now)
-    text = (f"{row.number or '*':>3}  {row.handle or '-':<6}  {when:>9}  {row.queries:>3}q  "
-            f"{row.agent[:16]}{branch}{status}{fork}  {describe(row)}")  # fmt: skip
+    text = (f"{row.number or '*':>3}  {row.handle or '-':<{handles}}  {when:>9}  "
+            f"{row.queries:>3}q  {row.agent[:16]}{branch}{status}{fork}  "
+            f"{describe(row)}")  # fmt: skip
     # (the marks before the title: a line cut to the width keeps them)
     if project:
         text += f"  ({row.project})"
@@ -115,8 +118,9 @@ def pick_numbered(
     shown = list(rows)
     several = len({r.project for r in rows}) > 1
     while True:
+        handles = handle_width(shown[:NUMBERED_LINES])
         for row in shown[:NUMBERED_LINES]:
-            write(line_for(row, now, 100, several))
+            write(line_for(row, now, 100, several, handles))
         if len(shown) > NUMBERED_LINES:
             write(f"… and {len(shown) - NUMBERED_LINES} more: a word narrows the list")
         if not shown:
@@ -296,10 +300,12 @@ class _Picker:
         elif state.at >= state.top + height:
             state.top = state.at - height + 1
         out: StyleAndTextTuples = []
-        for i in range(state.top, min(len(state.shown), state.top + height)):
+        drawn = range(state.top, min(len(state.shown), state.top + height))
+        handles = handle_width([state.shown[i] for i in drawn])
+        for i in drawn:
             here = i == state.at
             text = ("> " if here else "  ") + line_for(state.shown[i], self.now, width - 2,
-                                                       self.several)  # fmt: skip
+                                                       self.several, handles)  # fmt: skip
             out += [("reverse" if here else "", text), ("", "\n")]
         return out[:-1]
 
