@@ -639,14 +639,19 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if not args.config and not os.environ.get("CHATLOOP_CONFIG"):
             looked = f"{chatloop_home(os.environ) / CONFIG_NAME} and {config}"
         line(True, f"config file: none (looked for {looked}); defaults apply")
-    from chatloop.store.importer import SEED_FOLDER
+    from chatloop.store.importer import SEED_FOLDER, import_sessions
 
     seed = Path.cwd() / SEED_FOLDER
     if seed.is_dir() and any(seed.glob("*.md")):
-        count = sum(1 for _ in seed.glob("*.md"))
-        print(f"note  the seed project's sessions are here: {seed} ({count} "
-              f"file{'' if count == 1 else 's'}); "
-              f"`chatloop import {SEED_FOLDER}` copies them in")  # fmt: skip
+        outcomes = import_sessions(store, [seed], write=False)  # what an import would do now
+        left = sum(1 for outcome in outcomes if outcome.status == "imported")
+        here = sum(1 for outcome in outcomes if outcome.status == "present")
+        if left:
+            print(f"note  the seed project's sessions are here: {seed} ({left} not imported"
+                  f"{f', {here} already' if here else ''}); `chatloop import {SEED_FOLDER}` "
+                  "copies them in")  # fmt: skip
+        elif here:
+            line(True, f"the seed project's sessions ({seed}): {here} imported, none left")
     root = store.root
     if root.exists():
         mode = stat.S_IMODE(root.stat().st_mode)

@@ -78,3 +78,35 @@ def test_a_number_out_of_range_is_never_read_as_the_start_of_a_handle(store: Sto
         with pytest.raises(NotFound, match="no session number 1234"):
             index.find("1234")
         assert index.find("1234a").id.endswith("1234abcd")  # the handle itself works
+
+
+def test_a_session_copied_into_two_projects_is_named_by_its_id_or_handle(
+    chatloop_home: Path, tmp_path: Path
+) -> None:
+    """One id in two projects (imported into each) could not be named at all: "matches
+    several sessions: X, X", "give more of the id". The copy of the project the
+    command runs in is taken; from elsewhere, the error names the projects."""
+    import pytest
+
+    from chatloop.errors import NotFound
+    from chatloop.store.index import Index
+
+    folders = [tmp_path / name for name in ("garden", "kitchen", "elsewhere")]
+    meta = new_meta(id="20261120-100000-5fe0a1b2", title="Kumquats")
+    for folder in folders[:2]:
+        folder.mkdir()
+        with Store(chatloop_home, cwd=folder).create(meta) as writer:
+            writer.append(Message.create("user", T0, text="Where do the kumquats go?"))
+            writer.finalize()
+    folders[2].mkdir()
+    for folder in folders[:2]:
+        store = Store(chatloop_home, cwd=folder)
+        with Index(store) as index:
+            index.sync(all_projects=True)
+            for ref in (meta.id, "5fe0", "20261120-100000"):
+                assert Path(index.find(ref).path).parent == store.project_dir, ref
+    with Index(Store(chatloop_home, cwd=folders[2])) as index:
+        index.sync(all_projects=True)
+        with pytest.raises(NotFound, match="is in several projects") as raised:
+            index.find("5fe0")
+        assert "garden" in raised.value.message and "kitchen" in raised.value.message

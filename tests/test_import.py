@@ -47,7 +47,7 @@ def test_import_copies_once_keeps_chains_and_reports_every_file(
     env = environment(chatloop_home, 12)
     doctor = subprocess.run([chatloop_bin(), "doctor", "--base-url", "http://127.0.0.1:9/v1"],
                             cwd=project, env=env, capture_output=True, text=True)  # fmt: skip
-    assert "chatloop import .chat-sessions" in doctor.stdout
+    assert "(3 not imported); `chatloop import .chat-sessions`" in doctor.stdout
     first = subprocess.run([chatloop_bin(), "import", ".chat-sessions"], cwd=project, env=env,
                            capture_output=True, text=True)  # fmt: skip
     assert first.returncode == 0, first.stderr
@@ -57,6 +57,10 @@ def test_import_copies_once_keeps_chains_and_reports_every_file(
     again = subprocess.run([chatloop_bin(), "import", ".chat-sessions"], cwd=project, env=env,
                            capture_output=True, text=True)  # fmt: skip
     assert "Nothing new to import (3 already here, 2 skipped)" in again.stdout
+    doctor = subprocess.run([chatloop_bin(), "doctor", "--base-url", "http://127.0.0.1:9/v1"],
+                            cwd=project, env=env, capture_output=True, text=True)  # fmt: skip
+    assert "chatloop import" not in doctor.stdout  # done: no longer suggested
+    assert "3 imported, none left" in doctor.stdout
     imported = {p.stem: p for p in chatloop_home.rglob("*.md")}
     assert set(imported) == {"Simple_Sally_20250614_101500", "Simple_Sally_20250615_090000",
                              parse_markdown((SAMPLES / "format1" / "01-plain-chat.md")

@@ -56,10 +56,11 @@ def candidates(paths: Sequence[Path]) -> Iterator[Path | tuple[Path, str]]:
             yield path, "no such file or folder"
 
 
-def import_sessions(store: Store, paths: Sequence[Path]) -> list[Outcome]:
+def import_sessions(store: Store, paths: Sequence[Path], write: bool = True) -> list[Outcome]:
     """Copy the sessions found under ``paths`` into ``store``'s project folder; one
     ``Outcome`` per file looked at, in order. Raises StoreError only when the project
-    folder itself cannot be written."""
+    folder itself cannot be written. ``write=False`` copies nothing: the outcomes say
+    what an import would do now (``chatloop doctor`` asks)."""
     outcomes: list[Outcome] = []
     taken: dict[str, Path] = {}
     target_dir = store.project_dir
@@ -68,7 +69,7 @@ def import_sessions(store: Store, paths: Sequence[Path]) -> list[Outcome]:
             outcomes.append(Outcome(found[0], "skipped", found[1]))
             continue
         outcome, data = _one(store, found, taken)
-        if outcome.status == "imported":
+        if outcome.status == "imported" and write:
             if not target_dir.exists():
                 ensure_dir(target_dir)
             write_new_file(target_dir / f"{outcome.session_id}.md", data)

@@ -729,8 +729,8 @@ class Index:
                 "`chatloop sessions` lists them with their numbers.",
             )
         if is_handle(ref):
-            if len(by_handle) == 1:
-                return by_handle[0]
+            if len(by_handle) == 1 or self._copies(by_handle):
+                return self._copy_here(by_handle)
             if len(by_handle) > 1:
                 names = ", ".join(f"{r.handle} ({r.id})" for r in by_handle[:5])
                 raise NotFound(f"{ref!r} is the start of several handles: {names}",
@@ -739,8 +739,8 @@ class Index:
         exact = [r for r in rows if r.id == ref]
         if not exact and len(ref) >= 4:
             exact = [r for r in rows if r.id.startswith(ref)]
-        if len(exact) == 1:
-            return exact[0]
+        if len(exact) == 1 or self._copies(exact):
+            return self._copy_here(exact)
         if len(exact) > 1:
             names = ", ".join(r.id for r in exact[:5])
             raise NotFound(f"{ref!r} matches several sessions: {names}", "Give more of the id.")
@@ -753,6 +753,23 @@ class Index:
             else "`chatloop sessions --all` lists them."
         )
         raise NotFound(f"No session with id {ref!r}", hint)
+
+    @staticmethod
+    def _copies(rows: list[SessionRow]) -> bool:
+        """True when ``rows`` are one session's copies (one id, in several projects:
+        ``chatloop import`` into each, or a folder copied by hand)."""
+        return len(rows) > 1 and len({r.id for r in rows}) == 1
+
+    def _copy_here(self, rows: list[SessionRow]) -> SessionRow:
+        """The row of ``rows`` (one session: ``_copies``) in this project, or the only
+        one; raises NotFound naming the projects when the copies are all elsewhere."""
+        here = [r for r in rows if r.project == self.store.project]
+        if len(rows) == 1 or here:
+            return (here or rows)[0]
+        places = ", ".join(sorted({r.project for r in rows}))
+        raise NotFound(f"Session {rows[0].id} is in several projects ({places})",
+                       "Run the command from the folder of the project you mean: its copy "
+                       "is the one taken there.")  # fmt: skip
 
     def lineage(self, row: SessionRow) -> tuple[list[SessionRow], dict[str, list[SessionRow]]]:
         """The compact/resume chain around ``row``: its ancestors (root first, ``row``
