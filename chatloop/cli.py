@@ -852,7 +852,9 @@ def cmd_import(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.project} is not a directory",
                              "--project names the directory the sessions belong to.")  # fmt: skip
         store = Store(store.root, cwd=project.resolve())
-    outcomes = import_sessions(store, [Path(p).expanduser() for p in args.paths])
+    # a file of another home goes into its own project, unless --project names one
+    outcomes = import_sessions(store, [Path(p).expanduser() for p in args.paths],
+                               keep_projects=not args.project)  # fmt: skip
     counts = {status: sum(o.status == status for o in outcomes)
               for status in ("imported", "present", "skipped")}  # fmt: skip
     for outcome in outcomes:
@@ -866,9 +868,14 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"Nothing new to import ({counts['present']} already here, "
               f"{counts['skipped']} skipped).")  # fmt: skip
     else:
-        print(f"Imported {counts['imported']} session(s) into {store.project_dir} "
-              f"({counts['present']} already here, {counts['skipped']} skipped). "
-              "`chatloop sessions` lists them.")  # fmt: skip
+        into = sorted({o.project for o in outcomes if o.status == "imported"})
+        where = (f"into {store.project_dir}" if into == [store.project] else
+                 f"into {len(into)} project{'s' if len(into) > 1 else ''} under "
+                 f"{store.root / 'projects'} ({', '.join(into)})")  # fmt: skip
+        more = "" if into == [store.project] else " --all"
+        print(visible(f"Imported {counts['imported']} session(s) {where} ({counts['present']} "
+                      f"already here, {counts['skipped']} skipped). `chatloop sessions{more}` "
+                      "lists them."))  # fmt: skip
     return 0
 
 

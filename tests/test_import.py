@@ -96,3 +96,40 @@ def test_import_into_another_project_and_a_different_file_with_a_taken_id(
     bad = subprocess.run([chatloop_bin(), "import", str(LEGACY), "--project", "/nonexistent"],
                          cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
     assert bad.returncode == 2 and "not a directory" in bad.stderr
+
+
+def test_another_home_keeps_its_projects_apart(chatloop_home: Path, tmp_path: Path) -> None:
+    """`chatloop import OTHER_HOME` put every project's sessions into the current one;
+    each now goes into the project of the same name (the name is the folder's path
+    and its hash, the same on both machines), and `--project` still gathers them."""
+    from chatloop.format import Message
+    from chatloop.store.store import Store
+    from tests.conftest import T0, new_meta
+
+    other = tmp_path / "other-home"
+    made = {}
+    for n, name in enumerate(("garden", "kitchen")):
+        folder = tmp_path / name
+        folder.mkdir()
+        store = Store(other, cwd=folder)
+        meta = new_meta(id=f"20261120-10000{n}-5fe0a1b{n}", title=name)
+        with store.create(meta) as writer:
+            writer.append(Message.create("user", T0, text=f"about the {name}"))
+            writer.finalize()
+        made[meta.id] = store.project
+    here = tmp_path / "here"
+    here.mkdir()
+    env = environment(chatloop_home, 12)
+    done = subprocess.run([chatloop_bin(), "import", str(other)], cwd=here, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "into 2 projects" in done.stdout and "sessions --all" in done.stdout
+    placed = {p.stem: p.parent.name for p in (chatloop_home / "projects").rglob("*.md")}
+    assert placed == made
+    gathered = tmp_path / "gathered"
+    gathered.mkdir()
+    done = subprocess.run([chatloop_bin(), "import", str(other), "--project", str(gathered)],
+                          cwd=here, env=env, capture_output=True, text=True)  # fmt: skip
+    assert "Imported 2 session(s) into " in done.stdout
+    project = Store(chatloop_home, cwd=gathered.resolve()).project_dir
+    assert sorted(p.stem for p in project.glob("*.md")) == sorted(made)

@@ -12,8 +12,9 @@ an id already present is reported as a duplicate, never written over.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -21,7 +22,7 @@ from chatloop.errors import StoreError
 from chatloop.format import parse_markdown
 from chatloop.ids import is_file_stem
 from chatloop.store.fsio import ensure_dir, read_bytes, write_new_file
-from chatloop.store.store import Store
+from chatloop.store.store import PROJECTS, Store
 
 MAX_IMPORT_BYTES = 256 << 20  # a larger file is not read into memory to be checked
 SEED_FOLDER = ".chat-sessions"  # where the seed project keeps a directory's sessions
@@ -38,6 +39,7 @@ class Outcome:
     status: Status
     reason: str = ""
     session_id: str = ""
+    project: str = ""  # the project folder it went (or would go) into
 
 
 def candidates(paths: Sequence[Path]) -> Iterator[Path | tuple[Path, str]]:
@@ -56,30 +58,49 @@ def candidates(paths: Sequence[Path]) -> Iterator[Path | tuple[Path, str]]:
             yield path, "no such file or folder"
 
 
-def import_sessions(store: Store, paths: Sequence[Path], write: bool = True) -> list[Outcome]:
+def import_sessions(store: Store, paths: Sequence[Path], write: bool = True,
+                    keep_projects: bool = False) -> list[Outcome]:  # fmt: skip
     """Copy the sessions found under ``paths`` into ``store``'s project folder; one
-    ``Outcome`` per file looked at, in order. Raises StoreError only when the project
+    ``Outcome`` per file looked at, in order. Raises StoreError only when a project
     folder itself cannot be written. ``write=False`` copies nothing: the outcomes say
-    what an import would do now (``chatloop doctor`` asks)."""
+    what an import would do now (``chatloop doctor`` asks). ``keep_projects``: a file
+    of another chatloop home (``…/projects/NAME/ID.md``) goes into the project of
+    the same name here (``Outcome.project``), so a home's projects stay apart."""
     outcomes: list[Outcome] = []
-    taken: dict[str, Path] = {}
-    target_dir = store.project_dir
+    taken: dict[tuple[Path, str], Path] = {}
     for found in candidates(paths):
         if isinstance(found, tuple):
             outcomes.append(Outcome(found[0], "skipped", found[1]))
             continue
-        outcome, data = _one(store, found, taken)
+        project = (home_project(found) if keep_projects else None) or store.project
+        target_dir = store.root / PROJECTS / project
+        outcome, data = _one(target_dir, found, taken)
+        outcome = replace(outcome, project=project)
         if outcome.status == "imported" and write:
             if not target_dir.exists():
                 ensure_dir(target_dir)
             write_new_file(target_dir / f"{outcome.session_id}.md", data)
         if outcome.session_id and outcome.status != "skipped":
-            taken[outcome.session_id] = found
+            taken[(target_dir, outcome.session_id)] = found
         outcomes.append(outcome)
     return outcomes
 
 
-def _one(store: Store, path: Path, taken: dict[str, Path]) -> tuple[Outcome, bytes]:
+_PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}\Z")
+
+
+def home_project(path: Path) -> str | None:
+    """The project a file of a chatloop home belongs to: NAME in ``…/projects/NAME/ID.md``
+    (a plain folder name only); None for a file anywhere else."""
+    folder = path.parent
+    if folder.parent.name == PROJECTS and _PROJECT_NAME.match(folder.name):
+        return folder.name
+    return None
+
+
+def _one(
+    target_dir: Path, path: Path, taken: dict[tuple[Path, str], Path]
+) -> tuple[Outcome, bytes]:
     """What to do with one file, and its bytes (nothing is written here)."""
     try:
         if path.stat().st_size > MAX_IMPORT_BYTES:
@@ -87,11 +108,13 @@ def _one(store: Store, path: Path, taken: dict[str, Path]) -> tuple[Outcome, byt
         data = read_bytes(path)
     except (OSError, StoreError) as exc:
         return Outcome(path, "skipped", f"cannot be read: {getattr(exc, 'message', exc)}"), b""
-    return _decide(store, path, data, taken), data
+    return _decide(target_dir, path, data, taken), data
 
 
-def _decide(store: Store, path: Path, data: bytes, taken: dict[str, Path]) -> Outcome:
-    """What to do with one file's bytes."""
+def _decide(
+    target_dir: Path, path: Path, data: bytes, taken: dict[tuple[Path, str], Path]
+) -> Outcome:
+    """What to do with one file's bytes, going into ``target_dir``."""
     result = parse_markdown(data, path.stem)
     session = result.session
     session_id = session.meta.id
@@ -103,10 +126,10 @@ def _decide(store: Store, path: Path, data: bytes, taken: dict[str, Path]) -> Ou
                        session_id)  # fmt: skip
     if not is_file_stem(session_id):
         return Outcome(path, "skipped", f"its id {session_id!r} cannot name a file")
-    if session_id in taken:
-        return Outcome(path, "skipped", f"duplicate: {taken[session_id]} has the same id",
-                       session_id)  # fmt: skip
-    target = store.project_dir / f"{session_id}.md"
+    if (target_dir, session_id) in taken:
+        return Outcome(path, "skipped", f"duplicate: {taken[(target_dir, session_id)]} has "
+                       "the same id", session_id)  # fmt: skip
+    target = target_dir / f"{session_id}.md"
     if target.exists() or target.is_symlink():
         try:
             same = read_bytes(target) == data
