@@ -20,6 +20,7 @@ from chatloop.errors import BackendError, ChatloopError, NotFound, Unreachable, 
 if TYPE_CHECKING:  # the settings and backend modules load only when a command needs them
     from chatloop.backends.base import Backend
     from chatloop.backends.detect import Candidate
+    from chatloop.chat.host import Picked
     from chatloop.config import Settings
     from chatloop.store.index import Index, SessionRow
     from chatloop.store.lookahead import LookAhead
@@ -366,6 +367,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
         raise UsageError("--fork carries the history already; drop --full", "")
     if resume is None and not args.question and sys.stdin.isatty() and sys.stdout.isatty():
         return _chat_new(args, settings, store)  # (with a terminal, nothing is piped in)
+    if resume == "" and not args.question and sys.stdin.isatty() and sys.stdout.isatty():
+        picked = _pick(store)  # first: the session picked names its agent and its server
+        if picked is None:
+            print("Nothing resumed.", file=sys.stderr)
+            return 0
+        resume, args.fork = picked.row.id, args.fork or picked.fork
     from chatloop.chat.agent import agent_dirs, find_agent_file, load_agent, normalise
     from chatloop.ui.repl import Repl
 
@@ -412,6 +419,22 @@ def cmd_chat(args: argparse.Namespace) -> int:
         return repl.run(resume=target, full=args.full, fork=args.fork)
     finally:
         backend.close()
+
+
+def _pick(store: Store) -> Picked | None:
+    """``chatloop --resume`` alone: the person picks a session of this project (the
+    picker, searching the index as they type) before anything else is loaded."""
+    from datetime import datetime
+
+    from chatloop.chat.lookup import IndexLookup
+    from chatloop.chat.session import PICK_LIMIT
+    from chatloop.store.index import Index
+    from chatloop.ui.picker import pick
+
+    with Index(store) as index:
+        index.sync(all_projects=True)
+        rows = index.list_sessions(limit=PICK_LIMIT)
+        return pick(rows, datetime.now().astimezone(), IndexLookup(index, store, PICK_LIMIT))
 
 
 def _chat_new(args: argparse.Namespace, settings: Settings, store: Store) -> int:

@@ -719,6 +719,28 @@ def test_the_picker_filters_searches_previews_resumes_and_forks(
     assert [r["id"] for r in again] == [r["id"] for r in listed]
 
 
+def test_the_picker_goes_back_to_the_picked_sessions_own_server(
+    llama_server: str, chatloop_home: Path, project: Path
+) -> None:
+    """``chatloop -r`` with no backend configured: the session is picked first, so the
+    chat goes back to the server it was held with (it chose a backend before the
+    pick, and never probed that server: the embedded model answered)."""
+    first = run("--base-url", llama_server, "Once upon a time", home=chatloop_home, cwd=project)
+    assert first.returncode == 0, first.stderr
+    env = {**environment(chatloop_home, 12), "COLUMNS": "80", "CHATLOOP_BACKEND": "auto"}
+    child = pexpect.spawn(chatloop_bin(), ["-r"], cwd=str(project), env=env, encoding="utf-8",
+                          timeout=60, dimensions=(24, 80))  # fmt: skip
+    child.delaybeforesend = 0
+    screen = Screen(child)
+    screen.wait("Resume which session?")
+    child.send("\r")
+    screen.wait("Continuing session")
+    screen.wait("you>")
+    assert "(openai)" in screen.text() and "embedded" not in screen.text()
+    child.sendline("exit")
+    child.expect(pexpect.EOF)
+
+
 def test_retry_edit_model_and_new_in_the_installed_program(
     llama_server: str, chatloop_home: Path, project: Path
 ) -> None:
