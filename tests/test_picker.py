@@ -17,6 +17,7 @@ from chatloop.chat.host import Lookup, Picked
 from chatloop.chat.lookup import summary_digest
 from chatloop.store.index import Index, SessionRow
 from chatloop.store.store import Store
+from chatloop.ui.listing import handle_width
 from chatloop.ui.picker import line_for, matches, pick, pick_numbered
 from tests.conftest import T0
 from tests.fakes import STRUCTURED, FakeBackend
@@ -217,7 +218,8 @@ def test_search_hits_beyond_the_first_list_are_drawn_and_live_sessions_left_out(
     assert picker.state.shown == sessions
     picker.state.at = 2
     drawn = "".join(text for _, text in picker._list())
-    assert f"> {line_for(sessions[2], T0, 77)}" in drawn  # the chosen row is on screen
+    wide = handle_width(sessions)  # 8 when a random handle is all digits
+    assert f"> {line_for(sessions[2], T0, 77, False, wide)}" in drawn  # the chosen row is drawn
     assert picker._list_height().preferred == 3
     assert drive(sessions[:1], TAB + "x" + DOWN + DOWN + ENTER, Found([*sessions, live])) == (
         Picked(sessions[2], False))  # fmt: skip
