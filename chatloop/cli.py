@@ -354,8 +354,10 @@ def _backend(settings: Settings, candidates: tuple[Candidate, ...] | None = None
     )
 
 
-def cmd_chat(args: argparse.Namespace) -> int:
-    """Start the interactive REPL, or answer a one-shot question."""
+def cmd_chat(args: argparse.Namespace, picked: SessionRow | None = None) -> int:
+    """Start the interactive REPL, or answer a one-shot question. ``picked``: the
+    session a picker chose (resumed as it is: its id is not looked up again, since
+    the same id may name a copy in another project)."""
     settings = _settings(args)
     store = _store(args, settings)
     resume = "1" if args.continue_ else args.resume
@@ -368,11 +370,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if resume is None and not args.question and sys.stdin.isatty() and sys.stdout.isatty():
         return _chat_new(args, settings, store)  # (with a terminal, nothing is piped in)
     if resume == "" and not args.question and sys.stdin.isatty() and sys.stdout.isatty():
-        picked = _pick(store)  # first: the session picked names its agent and its server
-        if picked is None:
+        chosen = _pick(store)  # first: the session picked names its agent and its server
+        if chosen is None:
             print("Nothing resumed.", file=sys.stderr)
             return 0
-        resume, args.fork = picked.row.id, args.fork or picked.fork
+        picked, resume, args.fork = chosen.row, chosen.row.id, args.fork or chosen.fork
     from chatloop.chat.agent import agent_dirs, find_agent_file, load_agent, normalise
     from chatloop.ui.repl import Repl
 
@@ -382,13 +384,17 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if resume:  # find the session before anything slow; a wrong ref fails here
         from chatloop.store.index import Index
 
-        with Index(store) as index:
-            index.sync(all_projects=True)
-            if args.continue_ and not index.count():
-                raise NotFound("There is no session to continue in this project yet",
-                               "Start one with `chatloop`; `chatloop sessions --all` lists "
-                               "other projects' sessions (`-r HANDLE` resumes one).")  # fmt: skip
-            row = index.find(resume)
+        row = picked
+        if row is None:
+            with Index(store) as index:
+                index.sync(all_projects=True)
+                if args.continue_ and not index.count():
+                    raise NotFound(
+                        "There is no session to continue in this project yet",
+                        "Start one with `chatloop`; `chatloop sessions --all` lists other "
+                        "projects' sessions (`-r HANDLE` resumes one).",
+                    )
+                row = index.find(resume)
         target = Path(row.path)
         held_with = _held_with(store, target)
         if args.agent is None and row.agent_name:  # the agent the session was held with
@@ -398,9 +404,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
             except ChatloopError:  # no agent of that name here: the configured one
                 agent_file = None
                 print(f"note: session {row.id} was held with the agent "
-                      f"{row.agent or row.agent_name!r}, which is not in your agent folders; "
-                      f"continuing with {settings.agent!r} (--agent chooses another).",
-                      file=sys.stderr)  # fmt: skip
+                      f"{row.agent or row.agent_name!r}, which is not in your agent folders "
+                      "(--agent chooses the one to continue with).", file=sys.stderr)  # fmt: skip
     own = agent_file is not None  # the session's own agent, not the configured one
     if agent_file is None:
         agent_file = find_agent_file(settings.agent, agent_dirs(store.cwd, store.root))
@@ -859,7 +864,7 @@ def _search_and_resume(args: argparse.Namespace) -> int:
             row, fork = picked.row, picked.fork or bool(args.search_fork)
     args.resume, args.continue_, args.fork, args.full = row.id, False, fork, False
     args.question = None
-    return cmd_chat(args)
+    return cmd_chat(args, row)
 
 
 def cmd_import(args: argparse.Namespace) -> int:

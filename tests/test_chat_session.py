@@ -18,7 +18,7 @@ from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, Session, Totals, parse_markdown
 from chatloop.store.store import Store
 from chatloop.ui.listing import transcript_text
-from tests.conftest import Clock, fill
+from tests.conftest import T0, Clock, fill
 from tests.fakes import STRUCTURED, FakeBackend
 from tests.hosts import chat
 
@@ -495,3 +495,22 @@ def test_counts_of_queries_read_as_english(store: Store) -> None:
     assert host.said("with its summary: 1 query,")  # the parent, at the compaction
     assert host.said("with its summary: 2 queries,")  # the child, at the end
     assert not host.said("1 queries")
+
+
+def test_ctrl_c_while_the_call_is_planned_is_a_cancelled_reply(store: Store) -> None:
+    """Planning may ask the server to count tokens: Ctrl-C there is recorded as a
+    cancelled reply, as during the stream (it escaped the turn, leaving the message
+    unanswered and unmarked)."""
+    from chatloop.chat.turn import run_turn
+
+    recorded: list[Message] = []
+
+    def planning(messages: Sequence[Message]) -> list[ChatMessage]:
+        raise KeyboardInterrupt
+
+    session, _host = chat(store, FakeBackend("unused"))
+    result = run_turn(session.agent, session.backend, [Message.create("user", T0, text="hi")],
+                      build_context=planning, record=recorded.append, clock=Clock())  # fmt: skip
+    assert result.interrupted
+    (reply,) = recorded
+    assert reply.interrupted and reply.stop_reason == "cancelled" and reply.usage is None

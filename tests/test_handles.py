@@ -93,17 +93,19 @@ def test_a_session_copied_into_two_projects_is_named_by_its_id_or_handle(
 
     folders = [tmp_path / name for name in ("garden", "kitchen", "elsewhere")]
     meta = new_meta(id="20261120-100000-5fe0a1b2", title="Kumquats")
+    digits = new_meta(id="20261120-110000-12345678", title="Figs")  # its handle: 8 digits
     for folder in folders[:2]:
         folder.mkdir()
-        with Store(chatloop_home, cwd=folder).create(meta) as writer:
-            writer.append(Message.create("user", T0, text="Where do the kumquats go?"))
-            writer.finalize()
+        for made in (meta, digits):
+            with Store(chatloop_home, cwd=folder).create(made) as writer:
+                writer.append(Message.create("user", T0, text="Where do the kumquats go?"))
+                writer.finalize()
     folders[2].mkdir()
     for folder in folders[:2]:
         store = Store(chatloop_home, cwd=folder)
         with Index(store) as index:
             index.sync(all_projects=True)
-            for ref in (meta.id, "5fe0", "20261120-100000"):
+            for ref in (meta.id, "5fe0", "20261120-100000", "12345678"):
                 assert Path(index.find(ref).path).parent == store.project_dir, ref
     with Index(Store(chatloop_home, cwd=folders[2])) as index:
         index.sync(all_projects=True)

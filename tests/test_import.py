@@ -133,3 +133,26 @@ def test_another_home_keeps_its_projects_apart(chatloop_home: Path, tmp_path: Pa
     assert "Imported 2 session(s) into " in done.stdout
     project = Store(chatloop_home, cwd=gathered.resolve()).project_dir
     assert sorted(p.stem for p in project.glob("*.md")) == sorted(made)
+
+
+def test_a_folder_only_called_projects_is_imported_into_this_project(
+    chatloop_home: Path, tmp_path: Path
+) -> None:
+    """``~/projects/chat-exports/x.md`` is not a chatloop home's project: its sessions
+    come into the current project (they went to a project named chat-exports, which
+    no folder maps to)."""
+    from chatloop.store.store import Store
+
+    exports = tmp_path / "u" / "projects" / "chat-exports"
+    exports.mkdir(parents=True)
+    shutil.copy(LEGACY, exports)
+    here = tmp_path / "here"
+    here.mkdir()
+    for named in (exports, tmp_path / "u"):
+        done = subprocess.run([chatloop_bin(), "import", str(named)], cwd=here,
+                              env=environment(chatloop_home, 12), capture_output=True,
+                              text=True)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    project = Store(chatloop_home, cwd=here).project_dir
+    assert [p.name for p in (chatloop_home / "projects").iterdir()] == [project.name]
+    assert [p.name for p in project.glob("*.md")] == [LEGACY.name]

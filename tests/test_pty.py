@@ -741,6 +741,60 @@ def test_the_picker_goes_back_to_the_picked_sessions_own_server(
     child.expect(pexpect.EOF)
 
 
+def test_a_picked_session_is_the_one_resumed_not_another_its_id_could_name(
+    chatloop_home: Path, project: Path, tmp_path: Path
+) -> None:
+    """The session picked is resumed as it is: a legacy session whose id is "1" is not
+    read as session number 1, and a search hit in another project's copy of a
+    session is not swapped for this project's copy (both happened when the pick was
+    turned back into its id and looked up again)."""
+    from chatloop.format import Message
+    from chatloop.store.store import Store
+    from tests.conftest import T0, new_meta
+    from tests.scripted_server import scripted_server
+
+    store = Store(chatloop_home, cwd=project)
+    store.project_dir.mkdir(parents=True)
+    (store.project_dir / "1.md").write_text(
+        "# Simple Sally Conversation\n\n**Session ID:** 1\n\n**Date:** 2025-06-14T10:15:00\n\n"
+        "**Agent:** Simple Sally\n\n---\n\n## Query 1 (10:15:12)\n**You:** Where do the figs "
+        "go?\n\n**Simple Sally:** In the sun.\n\n---\n", encoding="utf-8")  # fmt: skip
+    with store.create(new_meta(id="20261121-120000-aaaa0001", title="Newer")) as writer:
+        writer.append(Message.create("user", T0, text="Say hi"))
+        writer.finalize()
+    other = tmp_path / "other"
+    other.mkdir()
+    copy = new_meta(id="20261120-100000-5fe0a1b2", title="Copy")
+    for folder, text in ((project, "Where do the apples go?"),
+                         (other, "Where do the kumquats go?")):  # fmt: skip
+        with Store(chatloop_home, cwd=folder).create(copy) as writer:
+            writer.append(Message.create("user", T0, text=text))
+            writer.finalize()
+
+    def picker(url: str, *args: str, ready: str = "Resume which session?") -> Screen:
+        child = pexpect.spawn(chatloop_bin(), [*args, "--base-url", url], cwd=str(project),
+                              env={**environment(chatloop_home, 12), "COLUMNS": "80"},
+                              encoding="utf-8", timeout=60, dimensions=(24, 80))  # fmt: skip
+        child.delaybeforesend = 0
+        screen = Screen(child)
+        screen.wait(ready)
+        return screen
+
+    with scripted_server(lambda request: "Ready.") as url:
+        screen = picker(url, "-r")
+        screen.child.send("figs")
+        screen.wait("(1 of 3)")
+        screen.child.send("\r")
+        screen.wait("you>")
+        assert "Continuing session 1 (" in screen.text() and "Say hi" not in screen.text()
+        screen.child.sendline("exit")
+        screen.child.expect(pexpect.EOF)
+        screen = picker(url, "search", "kumquats", "--all", "--resume", ready="you>")
+        assert "kumquats" in screen.text() and "apples" not in screen.text()
+        screen.child.sendline("exit")
+        screen.child.expect(pexpect.EOF)
+
+
 def test_retry_edit_model_and_new_in_the_installed_program(
     llama_server: str, chatloop_home: Path, project: Path
 ) -> None:

@@ -330,3 +330,36 @@ def test_info_names_the_continuation_a_resume_has_made_ready(store: Store) -> No
     _, shown = drive(store, FakeBackend("Ready.", STRUCTURED), "/resume 1\r/info\r/exit\r")
     flat = " ".join(shown.split())
     assert f"session (your next message continues {parent} from its summary)" in flat
+
+
+def test_info_and_the_toolbar_count_tokens_alike_after_a_compaction(store: Store) -> None:
+    """After /compact and one message: /info's tokens are the toolbar's and the exit
+    line's (what the replies used, the file's tokens_in + tokens_out); the
+    restoration prompt and its acknowledgment are listed apart."""
+    backend = FakeBackend("One.", STRUCTURED, "Understood.", "Two.", STRUCTURED)
+    _, shown = drive(store, backend, "first\r/compact\rsecond\r/info\rexit\r")
+    child = max((parse_markdown(Path(e.path).read_bytes()).session for e in store.session_files()),
+                key=lambda s: s.meta.created)  # fmt: skip
+    used = child.meta.tokens_in + child.meta.tokens_out
+    assert child.meta.restoration_tokens > 0 and used > 0
+    assert re.search(rf"tokens +{used:,} \(in", shown), shown
+    assert re.search(rf"restoration +{child.meta.restoration_tokens:,} tokens", shown)
+    assert f"1 query, {used:,} tokens" in shown  # the exit line
+
+
+def test_the_toolbar_counts_what_the_replies_used_and_the_chain_the_rest(store: Store) -> None:
+    backend = FakeBackend("One.", STRUCTURED, "Understood.", "Two.", STRUCTURED)
+    with create_pipe_input() as pipe:
+        repl = Repl(load_agent(AGENTS / "simple_sally.py"), backend, store, TEST_SETTINGS,  # type: ignore[arg-type]
+                    Console(file=io.StringIO(), width=240), input=pipe, output=DummyOutput(),
+                    clock=Clock())  # fmt: skip
+        session = repl.session
+        session.send("first")
+        session.compact()
+        session.send("second")
+        totals, before = session.totals, session.chain_base
+        bar = "".join(text for _, text in repl.toolbar())
+        session.close()
+    assert totals.restoration > 0 and totals.tokens > 0 and before > 0
+    assert f" 1q · {totals.tokens:,} tok" in bar, bar  # not with the restoration's
+    assert f"(chain {before + totals.tokens + totals.restoration:,})" in bar, bar

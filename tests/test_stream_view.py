@@ -7,9 +7,10 @@ from __future__ import annotations
 import io
 from datetime import UTC, datetime
 
+import pytest
 from rich.console import Console
 
-from chatloop.backends.base import Finish, TextDelta, ToolCallEvent
+from chatloop.backends.base import Finish, TextDelta, ThinkingDelta, ToolCallEvent
 from chatloop.format import Message, ToolResult
 from chatloop.ui.render import LIVE_CHARS, LIVE_LINES, StreamView, finished_paragraphs
 
@@ -96,3 +97,25 @@ def test_an_acknowledgment_is_labelled_so_it_does_not_read_as_the_answer() -> No
     assert "acknowledges" not in shown_by([TextDelta("An answer."), Finish("stop")])
     assert "(the model sent an empty acknowledgment)" in shown_by([Finish("stop")],
                                                                    acknowledgment=True)  # fmt: skip
+
+
+def test_a_reply_that_only_thought_or_hit_its_limit_says_so_not_empty() -> None:
+    thought = [ThinkingDelta("let me see"), Finish("stop")]
+    assert "(the model thought, then sent no reply)" in shown_by(thought)
+    limited = [ThinkingDelta("let me see"), Finish("length")]
+    assert "(no reply: the model reached its token limit while thinking)" in shown_by(limited)
+    assert "(no reply: the model reached its token limit)" in shown_by([Finish("length")])
+
+
+def test_a_one_shot_says_an_empty_acknowledgment_is_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from chatloop.ui.oneshot import PlainHost
+
+    host = PlainHost(io.StringIO())
+    for acknowledgment, text in ((True, ""), (False, "The answer.")):
+        view = host.reply_view(acknowledgment)
+        if text:
+            view.on_event(TextDelta(text))
+        view.on_event(Finish("stop"))
+        view.close(False, False)
+    said = capsys.readouterr().err
+    assert "(the model sent an empty acknowledgment)" in said and "empty reply" not in said

@@ -113,6 +113,9 @@ def test_the_title_prompt_carries_the_start_of_the_conversation_only() -> None:
         ("<start_of_turn>model\nGarden plan<end_of_turn>", "Garden plan"),
         ("<|im_start|>Balcony herbs<|im_end|>", "Balcony herbs"),
         ("Using <vector> in C++", "Using <vector> in C++"),  # no HTML: words kept
+        ("<|im_start|>assistant\nCompost ratios<|im_end|>", "Compost ratios"),
+        ("<|start_header_id|>assistant<|end_header_id|>\n\nCompost ratios", "Compost ratios"),
+        ("<think>they want a title\nshort</think>Compost ratios", "Compost ratios"),
     ],
 )  # fmt: skip
 def test_the_models_answer_is_cleaned(store: Store, answer: str, title: str) -> None:

@@ -120,9 +120,13 @@ _ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?
 # is cleaned of them: a person's first line keeps its "<vector>" (``fallback``).
 _HTML = ("a|b|big|blockquote|body|br|center|code|div|em|font|h[1-6]|head|hr|html|i|img|li|ol"
          "|p|pre|s|small|span|strong|sub|sup|table|td|th|title|tr|u|ul")
-_MODEL_MARKUP = re.compile(rf"</?(?:{_HTML})(?:\s[^<>\n]*)?/?>|<</?SYS>>|\[/?INST\]"
-                           r"|<\|[^|<>\n]*\|>|<start_of_turn>(?:model|user)?|<end_of_turn>",
-                           re.IGNORECASE)  # fmt: skip
+_ROLE = r"(?:\s*(?:assistant|model|user|system)\b)?"  # the role a template token opens
+_MODEL_MARKUP = re.compile(
+    rf"<think>.*?(?:</think>|\Z)|</?(?:{_HTML})(?:\s[^<>\n]*)?/?>|<</?SYS>>|\[/?INST\]"
+    rf"|<\|start_header_id\|>[^<\n]*<\|end_header_id\|>|<\|im_start\|>{_ROLE}"
+    rf"|<start_of_turn>{_ROLE}|<\|[^|<>\n]*\|>|<end_of_turn>",
+    re.IGNORECASE | re.DOTALL,
+)  # fmt: skip
 _LEAD = re.compile(r"^(?:#{1,6}\s+|>\s*|[-*+•]\s+|\d{1,3}[.)]\s+)+")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _WRAPPED = re.compile(r"(?<!\w)(_{1,2}|~~)(\S(?:.*?\S)?)\1(?!\w)")

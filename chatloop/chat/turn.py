@@ -115,8 +115,9 @@ def run_turn(
         tools = agent.tool_specs() if agent.tools and rounds < max_rounds else None
         reply = _Reply()
         started = time.monotonic()
-        context = build_context([*history, *result.messages])
-        try:
+        context: list[ChatMessage] = []
+        try:  # planning may ask the server to count tokens: Ctrl-C there is a cancel too
+            context = build_context([*history, *result.messages])
             events = backend.stream(
                 context,
                 tools=tools, options={**agent.options, **(options or {})}, cancel=cancel,
@@ -132,7 +133,7 @@ def run_turn(
         interrupted = result.interrupted or result.error is not None
         if interrupted and reply.finish is None:  # say in the file why the reply ended
             reply.finish = "error" if result.error is not None else "cancelled"
-        if interrupted and reply.usage is None and (reply.text or reply.thinking):
+        if interrupted and reply.usage is None and context and (reply.text or reply.thinking):
             # cut before the server's count came: the prompt was read and text came back,
             # so the counts are estimated (and marked so) rather than left at nothing
             said = "".join(reply.text) + "".join(reply.thinking)

@@ -63,16 +63,17 @@ def import_sessions(store: Store, paths: Sequence[Path], write: bool = True,
     """Copy the sessions found under ``paths`` into ``store``'s project folder; one
     ``Outcome`` per file looked at, in order. Raises StoreError only when a project
     folder itself cannot be written. ``write=False`` copies nothing: the outcomes say
-    what an import would do now (``chatloop doctor`` asks). ``keep_projects``: a file
-    of another chatloop home (``…/projects/NAME/ID.md``) goes into the project of
-    the same name here (``Outcome.project``), so a home's projects stay apart."""
+    what an import would do now (``chatloop doctor`` asks). ``keep_projects``: when
+    a path named is another chatloop home, each file of one of its projects
+    (``HOME/projects/NAME-1a2b3c4d/ID.md``) goes into the project of the same name
+    here (``Outcome.project``), so the home's projects stay apart."""
     outcomes: list[Outcome] = []
     taken: dict[tuple[Path, str], Path] = {}
-    for found in candidates(paths):
+    for named, found in ((p, f) for p in paths for f in candidates([p])):
         if isinstance(found, tuple):
             outcomes.append(Outcome(found[0], "skipped", found[1]))
             continue
-        project = (home_project(found) if keep_projects else None) or store.project
+        project = (home_project(named, found) if keep_projects else None) or store.project
         target_dir = store.root / PROJECTS / project
         outcome, data = _one(target_dir, found, taken)
         outcome = replace(outcome, project=project)
@@ -86,16 +87,18 @@ def import_sessions(store: Store, paths: Sequence[Path], write: bool = True,
     return outcomes
 
 
-_PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}\Z")
+_PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,40}-[0-9a-f]{8}\Z")  # ids.project_name
 
 
-def home_project(path: Path) -> str | None:
-    """The project a file of a chatloop home belongs to: NAME in ``…/projects/NAME/ID.md``
-    (a plain folder name only); None for a file anywhere else."""
+def home_project(named: Path, path: Path) -> str | None:
+    """The project ``path`` belongs to when ``named`` (a path given to import) is a
+    chatloop home and ``path`` is one of its projects' files: NAME in
+    ``named/projects/NAME/ID.md``, a name as chatloop makes them (base name, then
+    eight hex digits); None otherwise (a folder that is only called "projects")."""
     folder = path.parent
-    if folder.parent.name == PROJECTS and _PROJECT_NAME.match(folder.name):
-        return folder.name
-    return None
+    if folder.parent != named / PROJECTS or not _PROJECT_NAME.match(folder.name):
+        return None
+    return folder.name
 
 
 def _one(

@@ -722,8 +722,8 @@ class Index:
             if 1 <= int(ref) <= len(numbered):
                 return numbered[int(ref) - 1]
             exact = [r for r in rows if r.handle == ref]  # a handle of eight digits
-            if len(exact) == 1:
-                return exact[0]
+            if len(exact) == 1 or self._copies(exact):
+                return self._copy_here(exact)
             raise NotFound(
                 f"There is no session number {ref} in this project ({len(numbered)} sessions)",
                 "`chatloop sessions` lists them with their numbers.",

@@ -133,7 +133,6 @@ def _info(shell: Shell, arg: str) -> None:
     meta, totals, window = session.meta(), session.totals, session.window()
     backend, agent = session.backend, session.agent
     mark = "~" if totals.estimated else ""
-    restore = f", restoration {totals.restoration:,}" if totals.restoration else ""
     pending = session.pending if session.writer is None else None
     if pending is not None:  # a continuation decided: it begins with the next message
         how = ("a fork of it" if pending.copies is not None else
@@ -150,9 +149,13 @@ def _info(shell: Shell, arg: str) -> None:
          f"unknown: the server does not say; planned as {DEFAULT_WINDOW:,} (set context_window "
          "to the server's)"),
         ("queries", str(totals.queries)),
-        ("tokens", f"{mark}{totals.tokens + totals.restoration:,} (in {totals.tokens_in:,}, "
-                   f"out {totals.tokens_out:,}{restore})"),
+        # as the toolbar and the exit line count them: what the replies used
+        ("tokens", f"{mark}{totals.tokens:,} (in {totals.tokens_in:,}, "
+                   f"out {totals.tokens_out:,})"),
     ]  # fmt: skip
+    if totals.restoration:  # overhead, counted apart (and in the chain's total)
+        facts.append(("restoration", f"{totals.restoration:,} tokens (the summary brought in "
+                                     "and its acknowledgment)"))  # fmt: skip
     if session.unsaved:
         facts.append(("not yet saved", f"{session.unsaved} message(s), written before the next"))
     if meta.parent_id:

@@ -65,6 +65,17 @@ def describe(row: SessionRow) -> str:
     return f"(continues {row.parent_id})" if row.parent_id else "(no messages)"
 
 
+def empty_reply(acknowledgment: bool, reason: str | None, thought: bool) -> str:
+    """What to say of a reply that ended with no text and no tool call: ``reason`` is
+    how its stream ended (``length``: the token limit), ``thought``: thinking came."""
+    what = "acknowledgment" if acknowledgment else "reply"
+    if reason == "length":
+        return f"(no {what}: the model reached its token limit{' while thinking' * thought})"
+    if thought:
+        return f"(the model thought, then sent no {what})"
+    return f"(the model sent an empty {what})"
+
+
 def handle_width(rows: Sequence[SessionRow]) -> int:
     """The handle column's width for ``rows``: 6, or the longest handle listed (8 when
     a handle is all digits, which ``ids.handles`` lengthens so it reads as no

@@ -18,11 +18,11 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, TextIO
 
-from chatloop.backends.base import Event, Finish, TextDelta, ToolCallEvent
+from chatloop.backends.base import Event, Finish, TextDelta, ThinkingDelta, ToolCallEvent
 from chatloop.chat.host import Lookup, Picked, Progress, Tone
 from chatloop.config import Settings
 from chatloop.format import Message
-from chatloop.ui.listing import visible
+from chatloop.ui.listing import empty_reply, visible
 
 if TYPE_CHECKING:
     from chatloop.chat.session import ChatSession
@@ -32,11 +32,13 @@ if TYPE_CHECKING:
 class PrintedReply:
     """A reply streamed as plain text to ``out``."""
 
-    def __init__(self, out: TextIO, terminal: bool) -> None:
+    def __init__(self, out: TextIO, terminal: bool, acknowledgment: bool = False) -> None:
         self.out = out
         self.terminal = terminal
+        self.acknowledgment = acknowledgment
         self.ended_line = True
-        self.said = self.ended = False  # as in the REPL's view: to say a reply was empty
+        self.said = self.thought = False  # as in the REPL's view: to say a reply was empty
+        self.ended: str | None = None
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, TextDelta):
@@ -48,19 +50,22 @@ class PrintedReply:
         elif isinstance(event, ToolCallEvent):
             self.said = True
             print(visible(f"[tool {event.name}]"), file=sys.stderr)
+        elif isinstance(event, ThinkingDelta):
+            self.thought = True
         elif isinstance(event, Finish):
-            self.ended = True
+            self.ended = event.reason
 
     def tool_results(self, message: Message) -> None:
-        self.said = self.ended = False
+        self.said = self.thought = False
+        self.ended = None
 
     def close(self, interrupted: bool, saved: bool) -> None:
         if not self.ended_line:
             self.out.write("\n")
             self.ended_line = True
         self.out.flush()
-        if self.ended and not self.said and not interrupted:  # on stderr: stdout is the answer
-            print("(the model sent an empty reply)", file=sys.stderr)
+        if self.ended is not None and not self.said and not interrupted:  # stdout: the answer
+            print(empty_reply(self.acknowledgment, self.ended, self.thought), file=sys.stderr)
 
 
 class PlainHost:
@@ -84,7 +89,7 @@ class PlainHost:
     def reply_view(self, acknowledgment: bool = False) -> PrintedReply:
         """The answer on stdout; an acknowledgment of a restoration prompt on stderr."""
         if acknowledgment:
-            return PrintedReply(sys.stderr, sys.stderr.isatty())
+            return PrintedReply(sys.stderr, sys.stderr.isatty(), acknowledgment=True)
         return PrintedReply(self.out, self.terminal)
 
     @contextlib.contextmanager

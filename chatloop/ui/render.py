@@ -23,7 +23,7 @@ from rich.text import Text
 from chatloop.backends.base import Event, Finish, TextDelta, ThinkingDelta, ToolCallEvent
 from chatloop.errors import ChatloopError
 from chatloop.format import Message
-from chatloop.ui.listing import describe, relative_time, visible
+from chatloop.ui.listing import describe, empty_reply, relative_time, visible
 
 if TYPE_CHECKING:  # sqlite3 and rich.markdown load only when used
     from chatloop.store.index import SessionRow
@@ -54,7 +54,7 @@ class StreamView:
         # does not read as the answer to the message that follows it
         self.acknowledgment = acknowledgment
         self._said = False  # text or a tool call since the view opened or the last results
-        self._ended = False  # and the reply's stream ended as streams do (not cut, not failed)
+        self._ended: str | None = None  # how the reply's stream ended (None: not yet, cut, failed)
         self._text: list[str] = []  # the live part of the reply (after what was printed)
         self._lines = 0  # newlines in the live part (since it was last looked at)
         self._chars = 0  # and characters
@@ -93,7 +93,7 @@ class StreamView:
                 Text(visible(f"→ {event.name}({_short(event.arguments, 100)})"), style="cyan")
             )
         elif isinstance(event, Finish):
-            self._ended = True
+            self._ended = event.reason
             self.end_text()
 
     def _print_finished(self) -> None:
@@ -133,7 +133,7 @@ class StreamView:
         return Text(visible(text)) if plain else _as_markdown(text)
 
     def tool_results(self, message: Message) -> None:
-        self._said = self._ended = False  # the next reply is shown (or said to be empty)
+        self._said, self._ended, self._thinking = False, None, 0  # the next reply's own
         for result in message.tool_results:
             style = "red" if result.is_error else "dim"
             first = result.content.strip().splitlines()[0] if result.content.strip() else "(empty)"
@@ -145,9 +145,9 @@ class StreamView:
         """End the view; ``saved`` says whether any text of an interrupted reply was kept
         (the interruption itself is always recorded)."""
         self.end_text()
-        if self._ended and not self._said and not interrupted:
-            what = "acknowledgment" if self.acknowledgment else "reply"
-            self.console.print(Text(f"(the model sent an empty {what})", style="dim"))
+        if self._ended is not None and not self._said and not interrupted:
+            said = empty_reply(self.acknowledgment, self._ended, self._thinking > 0)
+            self.console.print(Text(said, style="dim"))
         if interrupted:
             said = (
                 "(interrupted: the partial reply was saved)"
