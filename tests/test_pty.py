@@ -366,10 +366,10 @@ def test_a_session_file_never_runs_code(chatloop_home: Path, project: Path,
 def test_an_empty_reply_is_said_and_an_acknowledgment_is_labelled(
     chatloop_home: Path, project: Path
 ) -> None:
-    """Through the installed program and a scripted server that acknowledges a
-    restoration prompt and sends an empty reply to everything else: after ``-c``, the
-    acknowledgment is labelled as such (it is not the answer) and the empty reply
-    is said to be empty, where before the screen showed nothing."""
+    """Through the installed program and a scripted server: after ``-c``, the
+    acknowledgment of the restoration prompt is labelled as such, and the answer
+    after it as the answer (they differ only in style otherwise); an empty reply is
+    said to be empty, where before the screen showed nothing."""
     from chatloop.format import Message, Session, render_markdown
     from chatloop.store.store import Store
     from tests.conftest import T0, new_meta
@@ -383,9 +383,13 @@ def test_an_empty_reply_is_said_and_an_acknowledgment_is_labelled(
                 Message.create("summary", T0, text="**Pending:** pot sizes"))  # fmt: skip
     (folder / f"{meta.id}.md").write_bytes(render_markdown(Session(meta, messages)))
 
+    answers = iter(["Thirty centimetres.", ""])
+
     def reply(request: dict[str, object]) -> str:
         last = str(request["messages"][-1]["content"])  # type: ignore[index]
-        return "Understood, the summary is noted." if "pot sizes" in last else ""
+        if "pot sizes" in last:
+            return "Understood, the summary is noted."
+        return next(answers, "") if "progressive summary" not in last else ""
 
     with scripted_server(reply) as url:
         shown = io.StringIO()
@@ -393,13 +397,18 @@ def test_an_empty_reply_is_said_and_an_acknowledgment_is_labelled(
                       ready_text="Continuing session", log=shown)  # fmt: skip
         child.sendline("How deep should the pots be?")
         wait(child, ready(1))
+        child.sendline("And how wide?")
+        wait(child, ready(2))
         child.sendline("exit")
         child.expect(pexpect.EOF)
     screen = shown.getvalue()
     label = screen.index("The model acknowledges the summary:")
     ack = screen.index("Understood, the summary is noted.")
+    answer = screen.index("Thirty centimetres.")
     empty = screen.index("(the model sent an empty reply)")
-    assert label < ack < empty
+    # the reply after an acknowledgment is labelled as the answer (that one only)
+    assert label < ack < screen.index("Its answer to your message:") < answer < empty
+    assert screen.count("Its answer to your message:") == 1
 
 
 def test_a_wheel_in_a_fresh_venv_chats_with_the_real_server(

@@ -47,12 +47,15 @@ class StreamView:
     the same at the end of a long reply as at its start: the live region,
     redrawn at each refresh, stays about a screenful."""
 
-    def __init__(self, console: Console, agent: str, acknowledgment: bool = False) -> None:
+    def __init__(self, console: Console, agent: str, acknowledgment: bool = False,
+                 label: str = "") -> None:  # fmt: skip
         self.console = console
         self.agent = agent
         # the model's acknowledgment of a restoration prompt is labelled and dim, so it
-        # does not read as the answer to the message that follows it
+        # does not read as the answer to the message that follows it (which may be
+        # labelled too: ``label`` is printed above the reply's first words)
         self.acknowledgment = acknowledgment
+        self.label = "The model acknowledges the summary:" if acknowledgment else label
         self._said = False  # text or a tool call since the view opened or the last results
         self._ended: str | None = None  # how the reply's stream ended (None: not yet, cut, failed)
         self._text: list[str] = []  # the live part of the reply (after what was printed)
@@ -68,8 +71,9 @@ class StreamView:
             piece = visible(event.text)
             if not self._said and event.text.strip():
                 self._said = True
-                if self.acknowledgment:
-                    self.console.print(Text("The model acknowledges the summary:", style="dim"))
+                if self.label:
+                    self.console.print(Text(self.label, style="dim"))
+                    self.label = ""
             if self._live is None:
                 self._shown = Text(piece, style="dim" if self.acknowledgment else "")
                 self._live = Live(self._shown, console=self.console, refresh_per_second=12,

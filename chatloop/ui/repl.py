@@ -82,6 +82,7 @@ class Repl:
         self.signalled = 0  # the signal that asked chatloop to leave, once one has
         self._leave = False
         self._typed_ahead: list[str] = []  # lines typed while a question waited
+        self._acknowledged = False  # the last reply view was an acknowledgment
         self._first: Callable[[], str] | None = None
         if prompt is None:  # the terminal's, unless the first prompt made it already
             history = None if input is not None else file_history(store.project_dir)
@@ -233,7 +234,11 @@ class Repl:
         return False
 
     def reply_view(self, acknowledgment: bool = False) -> ReplyView:
-        return render.StreamView(self.console, self.session.agent.name, acknowledgment)
+        # the reply that follows an acknowledgment is labelled too: the two differ only
+        # in style, which a plain or colourless terminal does not show
+        label = "Its answer to your message:" if self._acknowledged else ""
+        self._acknowledged = acknowledgment
+        return render.StreamView(self.console, self.session.agent.name, acknowledgment, label)
 
     def working(self, label: str, trace: bool = True) -> AbstractContextManager[Progress]:
         return render.spinner(self.console, label, trace)
