@@ -249,13 +249,20 @@ def _mistyped(word: str, commands: set[str]) -> str | None:
     """The command ``word`` is a typo of: one letter dropped, added, changed or two
     swapped, in a lowercase word of letters only, for commands of six letters or
     more (``sesions``, ``serach``, ``docter``). Short commands (``show``, ``tree``)
-    sit too close to ordinary words (``snow``, ``three``) to guess."""
+    sit too close to ordinary words (``snow``, ``three``, ``tee``) to guess more
+    than two neighbouring letters swapped (``shwo``), which makes no word."""
     if not (word.isalpha() and word.islower()):
         return None
     for command in sorted(commands):
-        if len(command) >= 6 and _one_edit(word, command):
+        if _one_edit(word, command) and (len(command) >= 6 or _swapped(word, command)):
             return command
     return None
+
+
+def _swapped(a: str, b: str) -> bool:
+    """True when ``a`` is ``b`` with two neighbouring letters swapped."""
+    diff = [i for i in range(len(a)) if len(a) == len(b) and a[i] != b[i]]
+    return len(diff) == 2 and diff[1] == diff[0] + 1
 
 
 def _one_edit(a: str, b: str) -> bool:
@@ -302,7 +309,9 @@ def _positive(text: str) -> int:
     return value
 
 
-def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _settings(args: argparse.Namespace, said: list[str] | None = None):  # type: ignore[no-untyped-def]
+    """The settings of this run; their warnings (a config file's unknown keys) on
+    stderr, and in ``said`` when given."""
     from chatloop.config import load_settings
 
     flags = {k: getattr(args, k, None) for k in ("agent", "model", "backend", "base_url")}
@@ -310,6 +319,8 @@ def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     settings, warnings = load_settings(flags, config_file=args.config, read_yaml=_read_yaml)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    if said is not None:
+        said.extend(warnings)
     return settings
 
 
@@ -625,7 +636,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from chatloop.backends.embedded import embedded_available
     from chatloop.store.index import Index
 
-    settings = _settings(args)
+    config_warnings: list[str] = []
+    settings = _settings(args, config_warnings)
     store = _store(args, settings)
     problems = 0
 
@@ -660,7 +672,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from chatloop.config import CONFIG_NAME, chatloop_home, config_path
 
     config = config_path(args.config, os.environ)
-    if config.is_file():
+    if config.is_file() and config_warnings:  # it works: what it says is partly ignored
+        said = '; '.join(w.removeprefix(f"{config}: ") for w in config_warnings)
+        print(f"warn  config file {config}: {said}")
+    elif config.is_file():
         line(True, f"config file {config}")
     else:  # with neither named, both places were looked at
         looked = str(config)
@@ -800,9 +815,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         for chunk in listing.transcript_lines(doc.meta, doc.messages()):
             write(chunk + "\n")
     sys.stdout.flush()
-    for problem in doc.problems:
-        if problem.kind not in ("unknown_key", "legacy"):
-            print(f"note: {problem}", file=sys.stderr)
+    shown = [p for p in doc.problems if p.kind not in ("unknown_key", "legacy")]
+    for problem in shown:
+        print(f"note: {problem}", file=sys.stderr)
+    if any(p.kind in ("checksum", "decoration") for p in shown) and not doc.legacy:
+        print(f"hint: edited by hand on purpose? `chatloop reseal {row.handle or row.id}` "
+              "accepts the edits (the original is kept).", file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -869,7 +887,7 @@ def _search_and_resume(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     """Copy sessions from files or folders into a project; report each file."""
-    from chatloop.store.importer import import_sessions
+    from chatloop.store.importer import NO_SUCH_PATH, import_sessions
     from chatloop.store.store import Store
     from chatloop.ui.listing import visible
 
@@ -904,6 +922,10 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(visible(f"Imported {counts['imported']} session(s) {where} ({counts['present']} "
                       f"already here, {counts['skipped']} skipped). `chatloop sessions{more}` "
                       "lists them."))  # fmt: skip
+    missing = [str(o.source) for o in outcomes if o.reason == NO_SUCH_PATH]
+    if missing:  # as cp does: the rest is imported, and the exit says a path was wrong
+        raise NotFound(visible(f"No such file or folder: {', '.join(missing)}"),
+                       "Check the path (the others named were imported).")  # fmt: skip
     return 0
 
 

@@ -127,6 +127,9 @@ LIMITS: dict[str, tuple[float, float]] = {
     "summary_timeout": (1, 86_400),
     "title_timeout": (0.1, 3600),
 }
+# where 0 is no size at all but "the default": the server's window, the agent's or a
+# share of the window for the caps
+_ZERO_IS_DEFAULT = ("context_window", "max_tokens", "summary_max_tokens")
 
 
 CHOICES: dict[str, tuple[tuple[str, ...], str]] = {  # the words a key takes, and what they mean
@@ -135,6 +138,11 @@ CHOICES: dict[str, tuple[tuple[str, ...], str]] = {  # the words a key takes, an
     "titles": (("model", "first", "off"), "model asks the model, first takes the first "
                "request's line, off makes none."),
 }
+
+
+def _said(number: float) -> str:
+    """A limit as a person reads it: 10,000,000, not 1e+07; 0.1 as it is."""
+    return f"{int(number):,}" if number == int(number) else f"{number:g}"
 
 
 def _coerce(key: str, value: Any, source: str) -> Any:
@@ -163,8 +171,12 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         ) from None
     low, high = LIMITS.get(key, (float("-inf"), float("inf")))
     if not low <= number <= high:  # also false for NaN
-        raise UsageError(f"{source}: {key} must be between {low:g} and {high:g}, not {value!r}",
-                         "Fix the value and try again.")  # fmt: skip
+        zero = " (0: the default)" if low == 0 and key in _ZERO_IS_DEFAULT else ""
+        raise UsageError(
+            f"{source}: {key} must be between {_said(low)}{zero} and {_said(high)}, not "
+            f"{value!r}",
+            "Fix the value and try again.",
+        )
     return number
 
 
@@ -201,10 +213,11 @@ def load_settings(
     if path.is_file():
         try:
             data = read_yaml(path.read_text(encoding="utf-8"))
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError) as exc:  # (the YAML reader speaks of front matter)
+            said = str(exc).replace("front matter", "it", 1)
             raise UsageError(
-                f"Cannot read the config file {path}: {exc}",
-                "Fix or remove it (`chatloop --help` lists the keys).",
+                f"Cannot read the config file {path}: {said}",
+                f"Fix or remove it; the keys it may set: {', '.join(KEYS)}.",
             ) from exc
         for key, value in data.items():
             if key in KEYS:

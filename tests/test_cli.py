@@ -173,6 +173,16 @@ def test_config_warnings_are_printed_once(project: Path, chatloop_home: Path,
     config.write_text("colour: blue\n")
     out = run("--config", str(config), "doctor", cwd=project, home=chatloop_home)
     assert out.stderr.count("unknown key 'colour'") == 1
+    # doctor's own line says it too: not "ok" for a file it partly ignores
+    assert f"warn  config file {config}: unknown key 'colour' ignored" in out.stdout
+    config.write_text("context_window: [\n")  # not YAML: no "front matter" in a config
+    out = run("--config", str(config), "doctor", cwd=project, home=chatloop_home)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"Cannot read the config file {config}: it is not valid YAML" in out.stderr
+    assert "front matter" not in out.stderr and "context_window" in out.stderr  # the keys
+    config.write_text("context_window: 1000000000\n")
+    out = run("--config", str(config), "doctor", cwd=project, home=chatloop_home)
+    assert "between 0 (0: the default) and 10,000,000" in out.stderr
 
 
 def test_a_one_shot_question_is_told_from_options_and_their_values() -> None:

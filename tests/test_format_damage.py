@@ -182,6 +182,7 @@ def test_reseal_accepts_hand_edits_and_keeps_the_original(
     cwd = store.cwd
     before = run("show", "1", cwd=cwd, home=store.root)
     assert before.returncode == 0 and "checksum" in before.stderr
+    assert "`chatloop reseal " in before.stderr  # says how to accept the edits
     done = run("reseal", "1", cwd=cwd, home=store.root)
     assert done.returncode == 0 and "2 frame(s)" in done.stdout, done.stdout + done.stderr
     kept = writer.path.with_name(writer.path.name + ".orig")

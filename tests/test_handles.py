@@ -75,8 +75,9 @@ def test_a_number_out_of_range_is_never_read_as_the_start_of_a_handle(store: Sto
             writer.finalize()
     with Index(store) as index:
         index.sync()
-        with pytest.raises(NotFound, match="no session number 1234"):
+        with pytest.raises(NotFound, match="no session number 1234") as raised:
             index.find("1234")
+        assert "written whole: 1234a" in raised.value.hint  # the handle it may have meant
         assert index.find("1234a").id.endswith("1234abcd")  # the handle itself works
 
 

@@ -92,7 +92,8 @@ def test_import_into_another_project_and_a_different_file_with_a_taken_id(
     assert "duplicate: a different session" in done.stdout
     missing = subprocess.run([chatloop_bin(), "import", str(tmp_path / "nope")], cwd=tmp_path,
                              env=env, capture_output=True, text=True)  # fmt: skip
-    assert missing.returncode == 0 and "no such file or folder" in missing.stdout
+    assert missing.returncode == 1 and "no such file or folder" in missing.stdout
+    assert "error: No such file or folder" in missing.stderr and "Traceback" not in missing.stderr
     bad = subprocess.run([chatloop_bin(), "import", str(LEGACY), "--project", "/nonexistent"],
                          cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
     assert bad.returncode == 2 and "not a directory" in bad.stderr

@@ -95,10 +95,12 @@ def test_a_lone_word_close_to_a_command_is_a_typo_not_a_question(
 
     assert split_prompt(build_parser(), ["--", "sesions"]) == ([], "sesions")
     assert split_prompt(build_parser(), ["why", "is", "it"]) == ([], "why is it")
-    for typo, meant in (("serach", "search"), ("docter", "doctor"), ("sessons", "sessions")):
+    for typo, meant in (("serach", "search"), ("docter", "doctor"), ("sessons", "sessions"),
+                        ("shwo", "show"), ("tere", "tree")):  # short: only a swap of two
         with pytest.raises(UsageError, match=typo) as refused:
             split_prompt(build_parser(), [typo])
         assert f"chatloop {meant}`" in refused.value.hint
     for word in ("research", "report", "seasons", "lessons", "snow", "three", "how?",
-                 "Show", "sessions?", "index", "resale", "hello"):  # fmt: skip
+                 "Show", "sessions?", "index", "resale", "hello", "tee", "trees", "shoe",
+                 "tre"):  # fmt: skip
         assert split_prompt(build_parser(), [word]) == ([], word), word

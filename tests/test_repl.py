@@ -363,3 +363,9 @@ def test_the_toolbar_counts_what_the_replies_used_and_the_chain_the_rest(store: 
     assert totals.restoration > 0 and totals.tokens > 0 and before > 0
     assert f" 1q · {totals.tokens:,} tok" in bar, bar  # not with the restoration's
     assert f"(chain {before + totals.tokens + totals.restoration:,})" in bar, bar
+
+
+def test_a_resume_that_finds_nothing_hints_at_the_chats_own_listing(store: Store) -> None:
+    _, shown = drive(store, FakeBackend("A.", STRUCTURED), "/resume zzzz\rexit\r")
+    flat = " ".join(shown.split())
+    assert "No session with id 'zzzz'" in flat and "/sessions" in flat

@@ -119,3 +119,41 @@ def test_a_one_shot_says_an_empty_acknowledgment_is_one(capsys: pytest.CaptureFi
         view.close(False, False)
     said = capsys.readouterr().err
     assert "(the model sent an empty acknowledgment)" in said and "empty reply" not in said
+
+
+def test_a_one_shot_acknowledgment_is_labelled_on_stderr(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from chatloop.ui.oneshot import PlainHost
+
+    view = PlainHost(io.StringIO()).reply_view(acknowledgment=True)
+    view.on_event(TextDelta("Noted: the pots."))
+    view.on_event(Finish("stop"))
+    view.close(False, False)
+    err = capsys.readouterr().err
+    assert err.index("The model acknowledges the summary:") < err.index("Noted: the pots.")
+
+
+def test_search_hits_keep_their_columns_whatever_the_handles() -> None:
+    from chatloop.store.index import SearchHit, SessionRow
+    from chatloop.ui.listing import hit_line
+
+    def row(handle: str) -> SessionRow:
+        return SessionRow(1, "20261122-113134-" + handle.ljust(8, "0"), "/x.md", "p", "", "A",
+                          "a", "m", "", "", "closed", 1, 0, 0, 0, None, None, None, "", True,
+                          False, 0, handle)  # fmt: skip
+
+    lines = [hit_line(SearchHit(row(h), "user", "the [word]")) for h in ("6f07", "2696241b")]
+    assert len({line.index("user") for line in lines}) == 1, lines
+
+
+def test_a_reply_that_only_calls_tools_has_no_empty_speaker_line() -> None:
+    from chatloop.format import Session, ToolCall
+    from chatloop.ui.listing import transcript_text
+    from tests.conftest import T0, new_meta
+
+    calls = Message.create("assistant", T0, tool_calls=(ToolCall("c1", "list_dir", "{}"),))
+    empty = Message.create("assistant", T0)
+    shown = transcript_text(Session(new_meta(agent="File Fiona"), (calls, empty)))
+    assert "File Fiona: \n" not in shown + "\n" and "  → list_dir({})" in shown
+    assert "File Fiona: (an empty reply)" in shown  # said, as in the chat

@@ -25,6 +25,7 @@ from chatloop.store.fsio import ensure_dir, read_bytes, write_new_file
 from chatloop.store.store import PROJECTS, Store
 
 MAX_IMPORT_BYTES = 256 << 20  # a larger file is not read into memory to be checked
+NO_SUCH_PATH = "no such file or folder"
 SEED_FOLDER = ".chat-sessions"  # where the seed project keeps a directory's sessions
 
 Status = Literal["imported", "present", "skipped"]
@@ -55,7 +56,7 @@ def candidates(paths: Sequence[Path]) -> Iterator[Path | tuple[Path, str]]:
         elif path.is_file():
             yield path
         else:
-            yield path, "no such file or folder"
+            yield path, NO_SUCH_PATH
 
 
 def import_sessions(store: Store, paths: Sequence[Path], write: bool = True,

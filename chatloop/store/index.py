@@ -724,9 +724,14 @@ class Index:
             exact = [r for r in rows if r.handle == ref]  # a handle of eight digits
             if len(exact) == 1 or self._copies(exact):
                 return self._copy_here(exact)
+            if by_handle:  # digits only: a number, unless the whole handle is written
+                names = ", ".join(r.handle or r.id for r in by_handle[:3])
+                hint = f"Digits alone are a number; a handle of digits is written whole: {names}."
+            else:
+                hint = "`chatloop sessions` lists them with their numbers."
             raise NotFound(
                 f"There is no session number {ref} in this project ({len(numbered)} sessions)",
-                "`chatloop sessions` lists them with their numbers.",
+                hint,
             )
         if is_handle(ref):
             if len(by_handle) == 1 or self._copies(by_handle):

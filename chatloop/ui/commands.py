@@ -27,7 +27,7 @@ from rich.console import Console
 
 from chatloop.chat.session import ChatSession
 from chatloop.config import DEFAULT_WINDOW
-from chatloop.errors import BackendError, ChatloopError
+from chatloop.errors import BackendError, ChatloopError, NotFound
 from chatloop.format.front_matter import MAX_TITLE_CHARS
 from chatloop.store.fsio import FILE_MODE
 from chatloop.ui import render
@@ -95,7 +95,12 @@ def _compact(shell: Shell, arg: str) -> None:
 
 
 def _resume(shell: Shell, arg: str) -> None:
-    shell.session.resume(arg)
+    try:
+        shell.session.resume(arg)
+    except NotFound as exc:  # its hints name the shell's commands: here, the chat's
+        hint = exc.hint.replace("`chatloop sessions --all`", "/sessions (or `chatloop "
+                                "sessions --all`)").replace("`chatloop sessions`", "/sessions")
+        raise NotFound(exc.message, hint) from exc
 
 
 def _sessions(shell: Shell, arg: str) -> None:
@@ -144,7 +149,8 @@ def _info(shell: Shell, arg: str) -> None:
         ("session", meta.id or started),
         ("file", str(session.writer.path) if session.writer else "-"),
         ("agent", f"{agent.name} ({agent.path})"),
-        ("model", f"{render.model_label(backend.model)} via {backend.kind} {backend.base_url}"),
+        ("model", f"{render.model_label(backend.model)} via {backend.kind} "
+                  f"{backend.base_url.removeprefix(backend.kind + ':')}"),  # (embedded: a path)
         ("context window", f"{window:,} tokens" if window else
          f"unknown: the server does not say; planned as {DEFAULT_WINDOW:,} (set context_window "
          "to the server's)"),

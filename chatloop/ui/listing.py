@@ -112,11 +112,13 @@ def hits_text(hits: list[SearchHit]) -> str:
 
 def hit_line(hit: SearchHit, show_project: bool = False) -> str:
     """One search hit as a line: number (``*`` when live), handle (else id), role, snippet
-    (and the session's project, with ``show_project``: numbers count per project)."""
+    (and the session's project, with ``show_project``: numbers count per project).
+    Hits stream, so the handle column is as wide as a handle can be (8), whatever
+    the handles that come."""
     number = hit.session.number if hit.session.number is not None else "*"
     name = hit.session.handle or hit.session.id
     where = f"  ({hit.session.project})" if show_project else ""
-    return visible(f"{number:>3}  {name:<6}  {hit.role:<9}  {hit.snippet}{where}")
+    return visible(f"{number:>3}  {name:<8}  {hit.role:<9}  {hit.snippet}{where}")
 
 
 NO_REPLY = {
@@ -149,11 +151,13 @@ def transcript_lines(meta: SessionMeta, messages: Iterable[Message]) -> Iterator
             out += ["", f"── {label} ({clock}) ──{cut}", f"You: {v(m.text)}"]
         elif role == "assistant":
             out += [f"  [thinking] {v(t.text)}" for t in m.thinking]
-            if m.text or m.thinking or not m.interrupted:
+            if m.text:
                 out.append(f"{speaker}: {v(m.text)}{cut}")
-            else:  # nothing arrived: say why the exchange has no reply
+            elif m.interrupted and not m.thinking:  # nothing arrived: say why
                 why = NO_REPLY.get(m.stop_reason or "", "(no reply: interrupted)")
                 out.append(f"{speaker}: {why}")
+            elif not m.tool_calls:  # (a reply that only calls tools: its arrows say it)
+                out.append(f"{speaker}: (an empty reply){cut}")
             out += [f"  → {v(c.name)}({v(c.arguments)})" for c in m.tool_calls]
         elif role == "tool":
             for r in m.tool_results:

@@ -42,6 +42,8 @@ class PrintedReply:
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, TextDelta):
+            if self.acknowledgment and not self.said and event.text.strip():
+                self.out.write("The model acknowledges the summary:\n")  # as the chat says
             text = visible(event.text) if self.terminal else event.text
             self.out.write(text)
             self.out.flush()
