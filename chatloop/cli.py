@@ -311,16 +311,17 @@ def _positive(text: str) -> int:
 
 def _settings(args: argparse.Namespace, said: list[str] | None = None):  # type: ignore[no-untyped-def]
     """The settings of this run; their warnings (a config file's unknown keys) on
-    stderr, and in ``said`` when given."""
+    stderr, or into ``said`` when given."""
     from chatloop.config import load_settings
 
     flags = {k: getattr(args, k, None) for k in ("agent", "model", "backend", "base_url")}
     flags["sessions_dir"] = args.sessions_dir
     settings, warnings = load_settings(flags, config_file=args.config, read_yaml=_read_yaml)
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    if said is not None:
+    if said is not None:  # the caller says them (doctor, in its own lines)
         said.extend(warnings)
+    else:
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr)
     return settings
 
 
@@ -924,8 +925,9 @@ def cmd_import(args: argparse.Namespace) -> int:
                       "lists them."))  # fmt: skip
     missing = [str(o.source) for o in outcomes if o.reason == NO_SUCH_PATH]
     if missing:  # as cp does: the rest is imported, and the exit says a path was wrong
+        done = " (what the other paths held was imported)" if counts["imported"] else ""
         raise NotFound(visible(f"No such file or folder: {', '.join(missing)}"),
-                       "Check the path (the others named were imported).")  # fmt: skip
+                       f"Check the path{done}.")  # fmt: skip
     return 0
 
 

@@ -77,7 +77,10 @@ def test_a_number_out_of_range_is_never_read_as_the_start_of_a_handle(store: Sto
         index.sync()
         with pytest.raises(NotFound, match="no session number 1234") as raised:
             index.find("1234")
-        assert "written whole: 1234a" in raised.value.hint  # the handle it may have meant
+        assert "written whole: 1234a" not in raised.value.hint  # 1234abcd has letters
+        with pytest.raises(NotFound, match="no session number 5") as raised:
+            index.find("5")  # 5678ef01 begins with it: no handle is named for one digit
+        assert raised.value.hint == "`chatloop sessions` lists them with their numbers."
         assert index.find("1234a").id.endswith("1234abcd")  # the handle itself works
 
 

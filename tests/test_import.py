@@ -109,7 +109,7 @@ def test_another_home_keeps_its_projects_apart(chatloop_home: Path, tmp_path: Pa
 
     other = tmp_path / "other-home"
     made = {}
-    for n, name in enumerate(("garden", "kitchen")):
+    for n, name in enumerate(("garden", "kitchen", "_work")):
         folder = tmp_path / name
         folder.mkdir()
         store = Store(other, cwd=folder)
@@ -124,7 +124,7 @@ def test_another_home_keeps_its_projects_apart(chatloop_home: Path, tmp_path: Pa
     done = subprocess.run([chatloop_bin(), "import", str(other)], cwd=here, env=env,
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "into 2 projects" in done.stdout and "sessions --all" in done.stdout
+    assert "into 3 projects" in done.stdout and "sessions --all" in done.stdout
     placed = {p.stem: p.parent.name for p in (chatloop_home / "projects").rglob("*.md")}
     assert placed == made
     gathered = tmp_path / "gathered"
@@ -134,6 +134,11 @@ def test_another_home_keeps_its_projects_apart(chatloop_home: Path, tmp_path: Pa
     assert "Imported 2 session(s) into " in done.stdout
     project = Store(chatloop_home, cwd=gathered.resolve()).project_dir
     assert sorted(p.stem for p in project.glob("*.md")) == sorted(made)
+    link = tmp_path / "link-to-home"
+    link.symlink_to(other)
+    done = subprocess.run([chatloop_bin(), "import", str(link)], cwd=here, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0 and "a symbolic link to a folder (not followed" in done.stdout
 
 
 def test_a_folder_only_called_projects_is_imported_into_this_project(

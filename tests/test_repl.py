@@ -369,3 +369,17 @@ def test_a_resume_that_finds_nothing_hints_at_the_chats_own_listing(store: Store
     _, shown = drive(store, FakeBackend("A.", STRUCTURED), "/resume zzzz\rexit\r")
     flat = " ".join(shown.split())
     assert "No session with id 'zzzz'" in flat and "/sessions" in flat
+
+
+@pytest.mark.parametrize("ack", ["Understood.", "failed"])
+def test_the_answer_is_labelled_only_after_an_acknowledgment_that_showed(
+    store: Store, ack: str
+) -> None:
+    from chatloop.errors import BackendError
+
+    said: object = BackendError("server down", "") if ack == "failed" else ack
+    backend = FakeBackend("One.", STRUCTURED, said, "Two.", STRUCTURED)  # type: ignore[arg-type]
+    _, shown = drive(store, backend, "first\r/compact\rsecond\rexit\r")
+    assert "Two." in shown
+    labelled = "Its answer to your message:" in shown
+    assert labelled == (ack != "failed"), shown

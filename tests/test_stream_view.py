@@ -148,7 +148,7 @@ def test_search_hits_keep_their_columns_whatever_the_handles() -> None:
 
 
 def test_a_reply_that_only_calls_tools_has_no_empty_speaker_line() -> None:
-    from chatloop.format import Session, ToolCall
+    from chatloop.format import Session, Thinking, ToolCall
     from chatloop.ui.listing import transcript_text
     from tests.conftest import T0, new_meta
 
@@ -156,4 +156,11 @@ def test_a_reply_that_only_calls_tools_has_no_empty_speaker_line() -> None:
     empty = Message.create("assistant", T0)
     shown = transcript_text(Session(new_meta(agent="File Fiona"), (calls, empty)))
     assert "File Fiona: \n" not in shown + "\n" and "  → list_dir({})" in shown
-    assert "File Fiona: (an empty reply)" in shown  # said, as in the chat
+    assert "File Fiona: (the model sent an empty reply)" in shown  # said, as in the chat
+    # cut by Ctrl-C after thinking and a call, before any text: said, before its arrow
+    cut = Message.create("assistant", T0, thinking=(Thinking("let me look"),),
+                         tool_calls=(ToolCall("c2", "read_file", "{}"),), interrupted=True,
+                         stop_reason="cancelled")  # fmt: skip
+    lines = transcript_text(Session(new_meta(agent="File Fiona"), (cut,))).splitlines()
+    said = lines.index("File Fiona: (no reply: interrupted before any text arrived)")
+    assert said < lines.index("  → read_file({})")

@@ -116,6 +116,7 @@ def test_the_title_prompt_carries_the_start_of_the_conversation_only() -> None:
         ("<|im_start|>assistant\nCompost ratios<|im_end|>", "Compost ratios"),
         ("<|start_header_id|>assistant<|end_header_id|>\n\nCompost ratios", "Compost ratios"),
         ("<think>they want a title\nshort</think>Compost ratios", "Compost ratios"),
+        ("Using <think> tags in Qwen", "Using <think> tags in Qwen"),  # not a block: words
     ],
 )  # fmt: skip
 def test_the_models_answer_is_cleaned(store: Store, answer: str, title: str) -> None:

@@ -122,7 +122,7 @@ _HTML = ("a|b|big|blockquote|body|br|center|code|div|em|font|h[1-6]|head|hr|html
          "|p|pre|s|small|span|strong|sub|sup|table|td|th|title|tr|u|ul")
 _ROLE = r"(?:\s*(?:assistant|model|user|system)\b)?"  # the role a template token opens
 _MODEL_MARKUP = re.compile(
-    rf"<think>.*?(?:</think>|\Z)|</?(?:{_HTML})(?:\s[^<>\n]*)?/?>|<</?SYS>>|\[/?INST\]"
+    rf"\A\s*(?-i:<think>).*?(?:</think>|\Z)|</?(?:{_HTML})(?:\s[^<>\n]*)?/?>|<</?SYS>>|\[/?INST\]"
     rf"|<\|start_header_id\|>[^<\n]*<\|end_header_id\|>|<\|im_start\|>{_ROLE}"
     rf"|<start_of_turn>{_ROLE}|<\|[^|<>\n]*\|>|<end_of_turn>",
     re.IGNORECASE | re.DOTALL,

@@ -55,6 +55,8 @@ def candidates(paths: Sequence[Path]) -> Iterator[Path | tuple[Path, str]]:
                         yield Path(folder) / name
         elif path.is_file():
             yield path
+        elif path.is_symlink() and path.exists():
+            yield path, "a symbolic link to a folder (not followed: name the folder itself)"
         else:
             yield path, NO_SUCH_PATH
 
@@ -88,7 +90,7 @@ def import_sessions(store: Store, paths: Sequence[Path], write: bool = True,
     return outcomes
 
 
-_PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,40}-[0-9a-f]{8}\Z")  # ids.project_name
+_PROJECT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,39}-[0-9a-f]{8}\Z")  # ids.project_name
 
 
 def home_project(named: Path, path: Path) -> str | None:

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from chatloop.errors import NotFound
-from chatloop.ids import handle_between, is_handle, tail_of, validate_session_id
+from chatloop.ids import MIN_HANDLE, handle_between, is_handle, tail_of, validate_session_id
 from chatloop.store.fsio import FILE_MODE, ensure_dir, is_locked, lock_path
 from chatloop.store.store import FolderLook, Store
 
@@ -724,8 +724,9 @@ class Index:
             exact = [r for r in rows if r.handle == ref]  # a handle of eight digits
             if len(exact) == 1 or self._copies(exact):
                 return self._copy_here(exact)
-            if by_handle:  # digits only: a number, unless the whole handle is written
-                names = ", ".join(r.handle or r.id for r in by_handle[:3])
+            digits = [r for r in by_handle if r.handle.isdigit()]  # (handles of 8 digits)
+            if digits and len(ref) >= MIN_HANDLE:  # a number, unless written whole
+                names = ", ".join(r.handle for r in digits[:3])
                 hint = f"Digits alone are a number; a handle of digits is written whole: {names}."
             else:
                 hint = "`chatloop sessions` lists them with their numbers."

@@ -153,11 +153,12 @@ def transcript_lines(meta: SessionMeta, messages: Iterable[Message]) -> Iterator
             out += [f"  [thinking] {v(t.text)}" for t in m.thinking]
             if m.text:
                 out.append(f"{speaker}: {v(m.text)}{cut}")
-            elif m.interrupted and not m.thinking:  # nothing arrived: say why
+            elif m.interrupted:  # no text arrived: say why (its calls, if any, never ran)
                 why = NO_REPLY.get(m.stop_reason or "", "(no reply: interrupted)")
                 out.append(f"{speaker}: {why}")
             elif not m.tool_calls:  # (a reply that only calls tools: its arrows say it)
-                out.append(f"{speaker}: (an empty reply){cut}")
+                said = empty_reply(m.restore, m.stop_reason, bool(m.thinking))
+                out.append(f"{speaker}: {said}")
             out += [f"  → {v(c.name)}({v(c.arguments)})" for c in m.tool_calls]
         elif role == "tool":
             for r in m.tool_results:

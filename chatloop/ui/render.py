@@ -129,6 +129,11 @@ class StreamView:
         self._live = None
         self._text, self._lines, self._chars = [], 0, 0
 
+    @property
+    def said(self) -> bool:
+        """True once the reply showed text or a tool call (since the last results)."""
+        return self._said
+
     def _finished(self, text: str, plain: bool) -> Any:
         """How finished text is printed: markdown; an acknowledgment (or ``plain``)
         as the text itself."""

@@ -82,7 +82,7 @@ class Repl:
         self.signalled = 0  # the signal that asked chatloop to leave, once one has
         self._leave = False
         self._typed_ahead: list[str] = []  # lines typed while a question waited
-        self._acknowledged = False  # the last reply view was an acknowledgment
+        self._acknowledgment: render.StreamView | None = None  # the last view, if one
         self._first: Callable[[], str] | None = None
         if prompt is None:  # the terminal's, unless the first prompt made it already
             history = None if input is not None else file_history(store.project_dir)
@@ -236,9 +236,11 @@ class Repl:
     def reply_view(self, acknowledgment: bool = False) -> ReplyView:
         # the reply that follows an acknowledgment is labelled too: the two differ only
         # in style, which a plain or colourless terminal does not show
-        label = "Its answer to your message:" if self._acknowledged else ""
-        self._acknowledged = acknowledgment
-        return render.StreamView(self.console, self.session.agent.name, acknowledgment, label)
+        acked = self._acknowledgment is not None and self._acknowledgment.said
+        view = render.StreamView(self.console, self.session.agent.name, acknowledgment,
+                                 "Its answer to your message:" if acked else "")  # fmt: skip
+        self._acknowledgment = view if acknowledgment else None
+        return view
 
     def working(self, label: str, trace: bool = True) -> AbstractContextManager[Progress]:
         return render.spinner(self.console, label, trace)
