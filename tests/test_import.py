@@ -131,7 +131,7 @@ def test_another_home_keeps_its_projects_apart(chatloop_home: Path, tmp_path: Pa
     gathered.mkdir()
     done = subprocess.run([chatloop_bin(), "import", str(other), "--project", str(gathered)],
                           cwd=here, env=env, capture_output=True, text=True)  # fmt: skip
-    assert "Imported 2 session(s) into " in done.stdout
+    assert "Imported 3 session(s) into " in done.stdout
     project = Store(chatloop_home, cwd=gathered.resolve()).project_dir
     assert sorted(p.stem for p in project.glob("*.md")) == sorted(made)
     link = tmp_path / "link-to-home"
