@@ -813,7 +813,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             return 0
         doc = open_document(handle, path.stem)
         write = sys.stdout.write
-        for chunk in listing.transcript_lines(doc.meta, doc.messages()):
+        heading = listing.describe(row) if row.title or row.preview else ""  # as listed
+        for chunk in listing.transcript_lines(doc.meta, doc.messages(), heading):
             write(chunk + "\n")
     sys.stdout.flush()
     shown = [p for p in doc.problems if p.kind not in ("unknown_key", "legacy")]

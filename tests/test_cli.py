@@ -245,3 +245,21 @@ def test_newcomer_errors_name_their_cause_and_say_what_to_do(
     nowhere = run("export", "1", "-o", str(tmp_path / "no" / "such" / "x.md"), cwd=project,
                   home=chatloop_home)  # fmt: skip
     assert nowhere.returncode == 1 and "\nhint: Check that its folder exists" in nowhere.stderr
+
+
+def test_show_names_an_untitled_session_as_the_listing_does(
+    project: Path, chatloop_home: Path
+) -> None:
+    """An untitled session is listed by its last question; ``show`` headed it with the
+    agent's name, so the two did not match."""
+    from chatloop.format import Message
+    from chatloop.store.store import Store
+    from tests.conftest import T0, new_meta
+
+    with Store(chatloop_home, cwd=project).create(new_meta(title="")) as writer:
+        writer.append(Message.create("user", T0, text="Where do the kumquats go?"))
+        writer.finalize()
+    listed = run("sessions", "--json", cwd=project, home=chatloop_home).stdout
+    number = next(r["number"] for r in json.loads(listed) if r["id"] == writer.meta.id)
+    shown = run("show", str(number), cwd=project, home=chatloop_home)
+    assert shown.stdout.splitlines()[0].startswith("Where do the kumquats go?  ("), shown.stdout

@@ -127,15 +127,19 @@ NO_REPLY = {
 }
 
 
-def transcript_lines(meta: SessionMeta, messages: Iterable[Message]) -> Iterator[str]:
+def transcript_lines(
+    meta: SessionMeta, messages: Iterable[Message], heading: str = ""
+) -> Iterator[str]:
     """A session as a person reads it in a terminal, one chunk per message as the
     messages stream in: who said what, tools, summary, and what was interrupted.
+    ``heading``: what the session is known by (``describe`` of its row, as the
+    listings name it), else its title, else its agent.
 
     Every piece of text from the file goes through ``visible``, field by field (the
     frame around it is ours): a message's text on its own is often ASCII, which
     ``visible`` checks fastest, where the chunk with our rules and arrows is not."""
     v = visible
-    yield v(f"{meta.title or meta.agent or 'Session'}  ({meta.id}, {meta.status})")
+    yield v(f"{heading or meta.title or meta.agent or 'Session'}  ({meta.id}, {meta.status})")
     if meta.parent_id:
         yield v(f"continues {meta.parent_id}")
     speaker = v(meta.agent or "Assistant")
