@@ -260,9 +260,9 @@ def _mistyped(word: str, commands: set[str]) -> str | None:
 
 
 def _swapped(a: str, b: str) -> bool:
-    """True when ``a`` is ``b`` with two neighbouring letters swapped."""
-    diff = [i for i in range(len(a)) if len(a) == len(b) and a[i] != b[i]]
-    return len(diff) == 2 and diff[1] == diff[0] + 1
+    """True when ``a`` and ``b`` (one edit apart: ``_one_edit``) differ by two
+    neighbouring letters swapped, not by one letter."""
+    return len(a) == len(b) and sum(x != y for x, y in zip(a, b, strict=True)) == 2
 
 
 def _one_edit(a: str, b: str) -> bool:
