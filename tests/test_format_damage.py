@@ -14,9 +14,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatloop.format import Message, Session, parse_markdown, render_markdown, skim
+from chatloop.format import (
+    Message,
+    Plain,
+    Session,
+    open_document,
+    parse_markdown,
+    render_markdown,
+    skim,
+)
 from chatloop.store.index import Index
 from chatloop.store.store import Store
+from chatloop.ui.listing import transcript_text
 from tests.conftest import T0, exchange, new_meta
 from tests.test_transcript import sessions
 
@@ -197,15 +206,22 @@ def test_reseal_accepts_hand_edits_and_keeps_the_original(
 
 
 def test_show_and_export_stream_every_message(store: Store, tmp_path: Path) -> None:
-    writer = store.create(new_meta(title="long one"))
+    at = T0.replace(microsecond=0)  # on the first day, to the second: most frames are plain
+    writer = store.create(new_meta(title="long one", created=at))
     for n in range(1, 201):
-        for m in exchange(n):
+        for m in exchange(n, at):
+            if m.role == "assistant" and not m.tool_calls:  # a reply that ended normally
+                m = replace(m, stop_reason="stop", model=writer.meta.model or None)
             writer.append(m)
     writer.finalize(Message.create("summary", T0, text="**Pending:** none"))
     writer.close()
     cwd, home = store.cwd, store.root
     shown = run("show", "1", cwd=cwd, home=home)
     assert shown.returncode == 0 and shown.stdout.count("── Query ") == 200
+    session = parse_markdown(writer.path.read_bytes()).session  # shown as its messages are
+    assert shown.stdout == transcript_text(session) + "\n" and shown.stderr == ""
+    views = list(open_document(writer.path.read_bytes(), "x").views())
+    assert sum(isinstance(v, Plain) for v in views) == 400  # (the questions and the answers)
     exported = run("export", "1", "--format", "json", cwd=cwd, home=home)
     (session,) = json.loads(exported.stdout)
     assert session["meta"]["title"] == "long one"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from chatloop.format.body import SUMMARY_END, SUMMARY_START, display_name
 from chatloop.format.document import (
     Document,
+    Plain,
     Skim,
     SummaryLookup,
     find_summary,
@@ -47,7 +48,7 @@ from chatloop.format.values import (
 
 __all__ = [
     "FORMAT_VERSION", "KNOWN_KEYS", "ROLES", "STATUSES", "SUMMARY_END", "SUMMARY_START",
-    "Document", "Flaw", "Frame", "Message", "ParseResult", "Problem", "Role", "Session",
+    "Document", "Flaw", "Frame", "Message", "ParseResult", "Plain", "Problem", "Role", "Session",
     "SessionMeta", "Skim", "SummaryLookup", "Thinking", "ToolCall", "ToolResult", "Totals", "Usage",
     "display_name", "find_summary", "front_matter_end", "iter_frames", "message_from",
     "new_key", "open_document", "parse_markdown", "render_frame", "render_front_matter",

@@ -36,7 +36,8 @@ THINK_OPEN = "<details><summary>Thinking</summary>\n\n"
 
 __all__ = [
     "DETAILS_CLOSE", "RESTORE_OPEN", "SUMMARY_END", "SUMMARY_START", "THINK_OPEN", "Content",
-    "compact_json", "display_name", "read_body", "read_json", "render_body", "searchable",
+    "compact_json", "display_name", "plain_text", "read_body", "read_json", "render_body",
+    "searchable",
 ]  # fmt: skip
 
 _LEAD_RE = {
@@ -223,6 +224,20 @@ def read_body(
         else:
             raise ValueError(f"unknown part kind {kind!r}")
     return text, tuple(thinking), tuple(calls), tuple(results)
+
+
+_PLAIN_LEAD = {"user": _LEAD_RE[2], "assistant": _SPEAKER_RE[2]}
+
+
+def plain_text(role: str, key: str, body: str) -> str | None:
+    """The text of a format 2 body that holds only text, decorated as chatloop writes
+    it (a question's heading, a reply's speaker line); None for any other body.
+    When it is a string, it is what ``read_body`` returns as the text of that body
+    (with no thinking, calls or results, and no note)."""
+    lead = _PLAIN_LEAD[role].match(body)
+    if lead is None or f"<!-- {key} " in body:
+        return None
+    return body[lead.end() :]
 
 
 def _strip_text(

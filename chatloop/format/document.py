@@ -25,7 +25,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, time, timezone
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from chatloop.config import DEFAULT_PREVIEW_CHARS
 from chatloop.format import legacy
@@ -33,6 +33,7 @@ from chatloop.format.body import (
     compact_json,
     display_name,
     has_footer,
+    plain_text,
     read_body,
     read_json,
     render_body,
@@ -67,9 +68,9 @@ HEAD_BYTES = 70 * 1024  # front matter is capped at 64 KiB; the heading follows
 MAX_HEAD_BYTES = 1 << 20  # how far an oversized head is read to find its end
 
 __all__ = [
-    "HEAD_BYTES", "Document", "Skim", "SummaryLookup", "find_summary", "frame_info",
-    "message_from", "open_document", "parse_markdown", "render_frame", "render_header",
-    "render_markdown", "reseal", "skim", "summary_offset",
+    "HEAD_BYTES", "Document", "Plain", "Skim", "SummaryLookup", "find_summary", "frame_info",
+    "message_from", "open_document", "parse_markdown", "plain_of", "render_frame",
+    "render_header", "render_markdown", "reseal", "skim", "summary_offset",
 ]  # fmt: skip
 
 
@@ -238,6 +239,44 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
         role, at, key, text, thinking, calls, results, model, stop,  # type: ignore[arg-type]
         usage, duration, interrupted, restore, fallback,
     )  # fmt: skip
+
+
+class Plain(NamedTuple):
+    """A frame that holds only text as chatloop writes it, read without building its
+    message: a question (``user``), or a reply (``assistant``) that ended normally
+    with no thinking or tool call. No flag, no problem: its checksum is good.
+    ``clock`` is its time as written (``HH:MM:SS``, on the session's first day) and
+    ``text`` is its message's text: ``message_from`` of the same frame gives a
+    Message with that role, text and time of day, a stop reason of ``stop`` for a
+    reply and none for a question, and every flag false."""
+
+    role: str
+    clock: str
+    text: str
+
+
+# The open lines of a plain frame: the time of day, then the duration and usage if any
+# (a subset of what _HEAD_V2 reads on its fast path, with no JSON).
+_PLAIN_HEAD = re.compile(
+    rb"((?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d)(?: \d{1,15}\.\d{1,17}s)?(?: ~?\d{1,15}/\d{1,15})?\Z"
+)
+
+
+def plain_of(frame: Frame, version: int) -> Plain | None:
+    """``frame`` as a ``Plain`` if it is one (format 2), else None (read it with
+    ``message_from``). Cheap: no time, usage or message is built."""
+    role = frame.role
+    if version < 2 or not frame.crc_ok or (role != "user" and role != "assistant"):
+        return None
+    head = _PLAIN_HEAD.match(frame.info)
+    if head is None:
+        return None
+    try:
+        body = frame.body.decode()
+    except UnicodeDecodeError:
+        return None
+    text = plain_text(role, frame.key, body)
+    return None if text is None else Plain(role, head.group(1).decode(), text)
 
 
 _NO_INFO: dict[str, object] = {}
@@ -422,9 +461,33 @@ class Document:
         for frame in self.frames():
             try:
                 yield message_from(frame, meta, problems)
-            except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
-                detail = f"unreadable frame ({exc}); skipped"
-                self.problems.append(Problem("damaged", frame.offset, detail))
+            except _UNREADABLE as exc:
+                self._unreadable(frame, exc)
+
+    def views(self) -> Iterator[Message | Plain]:
+        """``messages()``, except that a frame holding only text comes as a ``Plain``
+        (no message built for it): for readers that only show what was said, such
+        as ``show``. Problems and ``end`` are the same as ``messages()``'s."""
+        if self._legacy is not None or self.meta.format < 2:
+            yield from self.messages()
+            return
+        meta, problems, version = self.meta, self.problems, self.meta.format
+        for frame in self.frames():
+            plain = plain_of(frame, version)
+            if plain is not None:
+                yield plain
+                continue
+            try:
+                yield message_from(frame, meta, problems)
+            except _UNREADABLE as exc:
+                self._unreadable(frame, exc)
+
+    def _unreadable(self, frame: Frame, exc: Exception) -> None:
+        detail = f"unreadable frame ({exc}); skipped"
+        self.problems.append(Problem("damaged", frame.offset, detail))
+
+
+_UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, OverflowError)
 
 
 def open_document(source: bytes | BinaryIO, name: str = "") -> Document:

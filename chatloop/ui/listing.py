@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from chatloop.store.index import SearchHit, SessionRow
 
 if TYPE_CHECKING:  # a listing from a fresh index imports no parser
-    from chatloop.format import Message, Session, SessionMeta
+    from chatloop.format import Message, Plain, Session, SessionMeta
 
 # C0 controls (but tab and newline), DEL and C1 controls become visible pictures or
 # escapes; bidirectional overrides too: none of them may reach a terminal as such.
@@ -128,23 +128,34 @@ NO_REPLY = {
 
 
 def transcript_lines(
-    meta: SessionMeta, messages: Iterable[Message], heading: str = ""
+    meta: SessionMeta, messages: Iterable[Message | Plain], heading: str = ""
 ) -> Iterator[str]:
     """A session as a person reads it in a terminal, one chunk per message as the
     messages stream in: who said what, tools, summary, and what was interrupted.
     ``heading``: what the session is known by (``describe`` of its row, as the
-    listings name it), else its title, else its agent.
+    listings name it), else its title, else its agent. A ``Plain`` (from
+    ``Document.views``) is shown exactly as its message would be.
 
     Every piece of text from the file goes through ``visible``, field by field (the
     frame around it is ours): a message's text on its own is often ASCII, which
     ``visible`` checks fastest, where the chunk with our rules and arrows is not."""
+    from chatloop.format import Plain  # (here: a listing from the index loads no parser)
+
     v = visible
     yield v(f"{heading or meta.title or meta.agent or 'Session'}  ({meta.id}, {meta.status})")
     if meta.parent_id:
         yield v(f"continues {meta.parent_id}")
     speaker = v(meta.agent or "Assistant")
+    silent = f"{speaker}: {empty_reply(False, 'stop', False)}"
     query = 0
     for m in messages:
+        if isinstance(m, Plain):  # most messages: only text, nothing interrupted
+            if m.role == "user":
+                query += 1
+                yield f"\n── Query {query} ({m.clock}) ──\nYou: {v(m.text)}"
+            else:
+                yield f"{speaker}: {v(m.text)}" if m.text else silent
+            continue
         out: list[str] = []
         cut = "  (interrupted)" if m.interrupted else ""
         role = m.role

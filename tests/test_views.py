@@ -1,0 +1,139 @@
+"""``Document.views``: a frame that holds only text is read without building its
+message (``show`` is built on it), and says exactly what that message says."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chatloop.format import (
+    Message,
+    Plain,
+    Session,
+    ToolCall,
+    open_document,
+    render_markdown,
+)
+from chatloop.format.document import message_from, plain_of
+from chatloop.ui.listing import transcript_lines
+from tests.conftest import T0, new_meta
+from tests.test_transcript import messages, sessions
+
+
+@st.composite
+def mostly_plain(draw: st.DrawFn) -> Session:
+    """A session (format 2 mostly) whose messages are often plain: a question or a
+    reply with text only, on the session's first day, with no flag; others are put
+    on that day too, with what makes them not plain (parts, flags, a stop reason)."""
+    meta = draw(sessions()).meta
+    if draw(st.integers(0, 3)):
+        meta = replace(meta, format=2, agent_path="", agent_name="simple_sally")
+    out = []
+    for m in draw(st.lists(messages(), min_size=2, max_size=8)):
+        clock = draw(st.times()).replace(microsecond=0)
+        at = datetime.combine(meta.created.date(), clock, meta.created.tzinfo)
+        role = draw(st.sampled_from(["user", "assistant"]))
+        plain = Message.create(
+            role, at, text=m.text if draw(st.integers(0, 4)) else "",
+            model=None if role == "user" else meta.model or None,
+            stop_reason=None if role == "user" else "stop", usage=m.usage,
+            duration=m.duration,
+        )  # fmt: skip
+        kind = draw(st.sampled_from(["plain", "plain", "parts", "flags", "as drawn"]))
+        if kind == "parts":
+            calls = m.tool_calls or (ToolCall("c1", "look", "{}"),)  # at least one part
+            m = Message.create(role, at, text=plain.text or "text", thinking=m.thinking,
+                               tool_calls=calls, tool_results=m.tool_results,
+                               model=plain.model, stop_reason=plain.stop_reason)  # fmt: skip
+        elif kind == "flags":
+            m = Message.create(role, at, text=plain.text, model=plain.model,
+                               stop_reason=m.stop_reason, interrupted=m.interrupted,
+                               restore=m.restore, fallback=m.fallback)  # fmt: skip
+        elif kind == "plain":
+            m = plain
+        out.append(m)
+    return Session(meta, tuple(out))
+
+
+def _damaged(raw: bytes, at: int | None) -> bytes:
+    """``raw`` with one byte of its body changed (a hand edit), if ``at`` is given."""
+    if at is None:
+        return raw
+    body = raw.index(b"\n---\n", 4) + 5
+    if body >= len(raw):
+        return raw
+    where = body + at % (len(raw) - body)
+    return raw[:where] + (b"Y" if raw[where : where + 1] != b"Y" else b"Z") + raw[where + 1 :]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mostly_plain(), st.none() | st.integers(0, 10**6))
+def test_a_plain_frame_says_what_its_message_says(session: Session, at: int | None) -> None:
+    raw = _damaged(render_markdown(session), at)
+    by_message, by_view = open_document(raw, "x"), open_document(raw, "x")
+    expected = list(transcript_lines(by_message.meta, by_message.messages()))
+    assert list(transcript_lines(by_view.meta, by_view.views())) == expected
+    assert by_view.problems == by_message.problems and by_view.end == by_message.end
+    doc = open_document(raw, "x")
+    for frame in doc.frames():  # what a Plain promises, frame by frame
+        plain = plain_of(frame, doc.meta.format)
+        if plain is None:
+            continue
+        problems: list[object] = []
+        m = message_from(frame, doc.meta, problems)  # type: ignore[arg-type]
+        assert problems == []
+        assert (m.role, m.text, m.at.isoformat()[11:19]) == (plain.role, plain.text, plain.clock)
+        assert m.at.date() == doc.meta.created.date()
+        assert m.stop_reason == ("stop" if m.role == "assistant" else None)
+        assert not (m.thinking or m.tool_calls or m.tool_results)
+        assert not (m.interrupted or m.restore or m.fallback)
+
+
+def _sealed_by_hand(raw: bytes, key: str) -> bytes:
+    """``raw`` with the checksum of frame ``key`` made right again, as a person who
+    knows the format could (``reseal`` would also rewrite the frame's decoration)."""
+    start = raw.index(b"<!-- %s " % key.encode())
+    close = raw.index(b"\n<!-- /%s " % key.encode())
+    crc = b"%08x" % zlib.crc32(raw[start:close])
+    hex_at = close + len(b"\n<!-- /") + len(key) + 1
+    return raw[:hex_at] + crc + raw[hex_at + 8 :]
+
+
+def test_only_text_as_written_is_plain() -> None:
+    at = T0.replace(microsecond=0)  # (a time with a fraction is written in full)
+    meta = new_meta(format=2, agent_name="simple_sally", agent_path="", created=at)
+    said = [
+        Message.create("user", at, text="hello <!-- x --> ## Query 9\n"),
+        Message.create("assistant", at, text="hi", model=meta.model, stop_reason="stop"),
+        Message.create("assistant", at, text="", model=meta.model, stop_reason="stop"),
+    ]
+    other = [
+        Message.create("user", at, text="again", restore=True),
+        Message.create("assistant", at, text="cut", stop_reason="length"),
+        Message.create("assistant", at, text="late", interrupted=True, stop_reason="stop"),
+        Message.create("assistant", at, tool_calls=(ToolCall("c1", "read", "{}"),)),
+        Message.create("user", at + timedelta(days=1), text="the next day"),
+        Message.create("summary", at, text="**Pending:** none"),
+    ]
+    raw = render_markdown(Session(meta, (*said, *other)))
+    views = list(open_document(raw, "x").views())
+    assert [type(v) for v in views] == [Plain] * len(said) + [Message] * len(other)
+    assert [v.text for v in views[: len(said)]] == [m.text for m in said]
+    hand_edited = raw.replace(b"\nhi\n", b"\nhey\n")
+    again = list(open_document(hand_edited, "x").views())
+    assert type(again[1]) is Message and again[1].text == "hey"  # checksum: read in full
+    # a part marker added by hand under the speaker line, then resealed: read in full
+    part = b'<!-- %s call {"id":"c2","name":"look"} -->\n```json\n{}\n```\n' % said[1].key.encode()
+    sealed = _sealed_by_hand(raw.replace(b"\nhi\n", b"\nhi\n" + part), said[1].key)
+    (_, reply, *_) = open_document(sealed, "x").views()
+    assert type(reply) is Message and reply.tool_calls[0].name == "look"
+
+
+def test_format_1_frames_are_never_plain() -> None:
+    meta = new_meta(format=1)
+    raw = render_markdown(Session(meta, (Message.create("user", T0, text="hello"),)))
+    assert [type(v) for v in open_document(raw, "x").views()] == [Message]
