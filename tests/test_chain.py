@@ -14,6 +14,7 @@ from chatloop.config import DEFAULT_SUMMARY_MAX_TOKENS
 from chatloop.errors import BackendError, ChatloopError
 from chatloop.format import Message, Session, ToolCall, ToolResult, Usage
 from chatloop.store.store import Store
+from chatloop.ui.listing import transcript_text
 from tests.conftest import T0, exchange, new_meta
 from tests.fakes import STRUCTURED, FakeBackend
 from tests.hosts import TEST_SETTINGS, chat
@@ -242,7 +243,27 @@ def test_where_it_ended_says_what_a_reply_without_text_did(store: Store) -> None
         writer.finalize()
     session, host = chat(store, FakeBackend("Ready.", STRUCTURED))
     assert session.resume("1") is True
-    assert host.said("Simple Sally: (called read_file)") and not host.said("(an empty reply)")
+    assert host.said("Simple Sally: (called read_file)") and not host.said("empty reply")
+
+
+@pytest.mark.parametrize(("reply", "said"), [
+    ({}, "(the model sent an empty reply)"),
+    ({"stop_reason": "length"}, "(no reply: the model reached its token limit)"),
+    ({"interrupted": True, "stop_reason": "cancelled",
+      "tool_calls": (ToolCall("c1", "read_file", "{}"),)},
+     "(no reply: interrupted before any text arrived)"),
+])  # fmt: skip
+def test_where_it_ended_says_what_show_says_of_a_reply_without_text(
+    store: Store, reply: dict[str, object], said: str
+) -> None:
+    with store.create(new_meta(title="quiet")) as writer:
+        writer.append(Message.create("user", T0, text="anyone there?"))
+        writer.append(Message.create("assistant", T0, **reply))
+        writer.finalize()
+    session, host = chat(store, FakeBackend("Ready.", STRUCTURED))
+    assert session.resume("1") is True
+    assert host.said(f"Simple Sally: {said}")
+    assert said in transcript_text(files(store)[0])  # the same words as `show`
 
 
 def test_resume_full_restores_the_history_when_it_fits(store: Store) -> None:

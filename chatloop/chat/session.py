@@ -42,7 +42,7 @@ from chatloop.chat.tokens import TokenCount
 from chatloop.chat.turn import TurnResult, respond, run_turn
 from chatloop.config import Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
-from chatloop.format import Message, SessionMeta, Totals
+from chatloop.format import Message, SessionMeta, Totals, no_text
 from chatloop.format.front_matter import MAX_PIN_CHARS, MAX_PINS, MAX_TITLE_CHARS
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
@@ -966,10 +966,11 @@ def git_branch(cwd: Path) -> str | None:
 
 
 def _no_text(message: Message) -> str:
-    """What a message without text did: called tools, or replied with nothing."""
-    if message.tool_calls:
+    """What a message without text did: called tools, else what the chat and ``show``
+    say of it (``format.no_text``)."""
+    if message.tool_calls and not message.interrupted:
         return "(called " + ", ".join(dict.fromkeys(c.name for c in message.tool_calls)) + ")"
-    return "(an empty reply)"
+    return no_text(message)
 
 
 def _short(text: str, limit: int = 300) -> str:

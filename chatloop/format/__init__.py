@@ -43,14 +43,17 @@ from chatloop.format.values import (
     ToolResult,
     Totals,
     Usage,
+    empty_reply,
     new_key,
+    no_text,
 )
 
 __all__ = [
     "FORMAT_VERSION", "KNOWN_KEYS", "ROLES", "STATUSES", "SUMMARY_END", "SUMMARY_START",
     "Document", "Flaw", "Frame", "Message", "ParseResult", "Plain", "Problem", "Role", "Session",
     "SessionMeta", "Skim", "SummaryLookup", "Thinking", "ToolCall", "ToolResult", "Totals", "Usage",
-    "display_name", "find_summary", "front_matter_end", "iter_frames", "message_from",
-    "new_key", "open_document", "parse_markdown", "render_frame", "render_front_matter",
-    "render_header", "render_markdown", "reseal", "skim", "skim_of", "words_of",
+    "display_name", "empty_reply", "find_summary", "front_matter_end", "iter_frames",
+    "message_from", "new_key", "no_text", "open_document", "parse_markdown", "render_frame",
+    "render_front_matter", "render_header", "render_markdown", "reseal", "skim", "skim_of",
+    "words_of",
 ]  # fmt: skip

@@ -24,7 +24,7 @@ FORMATS: tuple[int, ...] = (1, 2)
 __all__ = [
     "FORMATS", "FORMAT_VERSION", "ROLES", "STATUSES", "Message", "ParseResult", "Problem",
     "Role", "Session", "SessionMeta", "Thinking", "ToolCall", "ToolResult", "Totals", "Usage",
-    "build_message", "build_usage", "content_of", "is_key", "new_key",
+    "build_message", "build_usage", "content_of", "empty_reply", "is_key", "new_key", "no_text",
 ]  # fmt: skip
 
 
@@ -338,3 +338,30 @@ def content_of(message: Message) -> str:
     for r in message.tool_results:
         bits += [r.call_id, r.name, r.content]
     return "\x00".join(bits)
+
+
+# What a reply with no text is said as, wherever it is shown (the chat, show, where a
+# resumed session ended, a one-shot answer): the file holds only what happened.
+_NO_REPLY = {
+    "error": "(no reply: the request failed)",
+    "cancelled": "(no reply: interrupted before any text arrived)",
+}
+
+
+def empty_reply(acknowledgment: bool, reason: str | None, thought: bool) -> str:
+    """What to say of a reply that ended with no text and no tool call: ``reason`` is
+    how its stream ended (``length``: the token limit), ``thought``: thinking came."""
+    what = "acknowledgment" if acknowledgment else "reply"
+    if reason == "length":
+        return f"(no {what}: the model reached its token limit{' while thinking' * thought})"
+    if thought:
+        return f"(the model thought, then sent no {what})"
+    return f"(the model sent an empty {what})"
+
+
+def no_text(message: Message) -> str:
+    """What to say of a reply with no text: why it was cut short (its tool calls, if
+    any, never ran), else ``empty_reply``."""
+    if message.interrupted:
+        return _NO_REPLY.get(message.stop_reason or "", "(no reply: interrupted)")
+    return empty_reply(message.restore, message.stop_reason, bool(message.thinking))

@@ -65,17 +65,6 @@ def describe(row: SessionRow) -> str:
     return f"(continues {row.parent_id})" if row.parent_id else "(no messages)"
 
 
-def empty_reply(acknowledgment: bool, reason: str | None, thought: bool) -> str:
-    """What to say of a reply that ended with no text and no tool call: ``reason`` is
-    how its stream ended (``length``: the token limit), ``thought``: thinking came."""
-    what = "acknowledgment" if acknowledgment else "reply"
-    if reason == "length":
-        return f"(no {what}: the model reached its token limit{' while thinking' * thought})"
-    if thought:
-        return f"(the model thought, then sent no {what})"
-    return f"(the model sent an empty {what})"
-
-
 def handle_width(rows: Sequence[SessionRow]) -> int:
     """The handle column's width for ``rows``: 6, or the longest handle listed (8 when
     a handle is all digits, which ``ids.handles`` lengthens so it reads as no
@@ -121,12 +110,6 @@ def hit_line(hit: SearchHit, show_project: bool = False) -> str:
     return visible(f"{number:>3}  {name:<8}  {hit.role:<9}  {hit.snippet}{where}")
 
 
-NO_REPLY = {
-    "error": "(no reply: the request failed)",
-    "cancelled": "(no reply: interrupted before any text arrived)",
-}
-
-
 def transcript_lines(
     meta: SessionMeta, messages: Iterable[Message | Plain], heading: str = ""
 ) -> Iterator[str]:
@@ -139,7 +122,7 @@ def transcript_lines(
     Every piece of text from the file goes through ``visible``, field by field (the
     frame around it is ours): a message's text on its own is often ASCII, which
     ``visible`` checks fastest, where the chunk with our rules and arrows is not."""
-    from chatloop.format import Plain  # (here: a listing from the index loads no parser)
+    from chatloop.format import Plain, empty_reply, no_text  # (here: `sessions` loads no parser)
 
     v = visible
     yield v(f"{heading or meta.title or meta.agent or 'Session'}  ({meta.id}, {meta.status})")
@@ -168,12 +151,8 @@ def transcript_lines(
             out += [f"  [thinking] {v(t.text)}" for t in m.thinking]
             if m.text:
                 out.append(f"{speaker}: {v(m.text)}{cut}")
-            elif m.interrupted:  # no text arrived: say why (its calls, if any, never ran)
-                why = NO_REPLY.get(m.stop_reason or "", "(no reply: interrupted)")
-                out.append(f"{speaker}: {why}")
-            elif not m.tool_calls:  # (a reply that only calls tools: its arrows say it)
-                said = empty_reply(m.restore, m.stop_reason, bool(m.thinking))
-                out.append(f"{speaker}: {said}")
+            elif m.interrupted or not m.tool_calls:  # (a reply that only calls tools: its
+                out.append(f"{speaker}: {no_text(m)}")  # arrows say it)
             out += [f"  → {v(c.name)}({v(c.arguments)})" for c in m.tool_calls]
         elif role == "tool":
             for r in m.tool_results:

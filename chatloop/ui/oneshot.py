@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, TextIO
 from chatloop.backends.base import Event, Finish, TextDelta, ThinkingDelta, ToolCallEvent
 from chatloop.chat.host import Lookup, Picked, Progress, Tone
 from chatloop.config import Settings
-from chatloop.format import Message
-from chatloop.ui.listing import empty_reply, visible
+from chatloop.format import Message, empty_reply
+from chatloop.ui.listing import visible
 
 if TYPE_CHECKING:
     from chatloop.chat.session import ChatSession

@@ -22,8 +22,8 @@ from rich.text import Text
 
 from chatloop.backends.base import Event, Finish, TextDelta, ThinkingDelta, ToolCallEvent
 from chatloop.errors import ChatloopError
-from chatloop.format import Message
-from chatloop.ui.listing import describe, empty_reply, relative_time, visible
+from chatloop.format import Message, empty_reply
+from chatloop.ui.listing import describe, relative_time, visible
 
 if TYPE_CHECKING:  # sqlite3 and rich.markdown load only when used
     from chatloop.store.index import SessionRow
