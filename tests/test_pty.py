@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pexpect
@@ -75,10 +76,14 @@ class Screen:
 
     def wait(self, text: str, timeout: float = 60) -> None:
         """Read until ``text`` is on the screen, answering cursor-position requests."""
+        self.wait_until(lambda shown: text in shown, repr(text), timeout)
+
+    def wait_until(self, seen: Callable[[str], bool], what: str, timeout: float = 60) -> None:
+        """Read until ``seen(the screen's text)``, answering cursor-position requests."""
         deadline = time.monotonic() + timeout
-        while text not in self.text():
+        while not seen(self.text()):
             if time.monotonic() > deadline:
-                raise AssertionError(f"{text!r} not on the screen:\n{self.text()}")
+                raise AssertionError(f"{what} not on the screen:\n{self.text()}")
             try:
                 data = self.child.read_nonblocking(65536, timeout=0.5)
             except pexpect.TIMEOUT:
@@ -158,10 +163,21 @@ def test_chat_list_search_show(llama_server: str, chatloop_home: Path, project: 
 def test_ctrl_c_keeps_the_partial_reply(llama_server: str, chatloop_home: Path,
                                         project: Path) -> None:  # fmt: skip
     child = spawn(llama_server, chatloop_home, project, max_tokens=400)
+    screen = Screen(child, 30, 100)
+
+    def replying(typed: str) -> Callable[[str], bool]:
+        def seen(shown: str) -> bool:  # a line with text under the typed one: the reply's
+            lines = shown.splitlines()
+            at = [i for i, line in enumerate(lines) if typed in line]
+            return bool(at) and any(line.strip() for line in lines[at[-1] + 1 :])
+
+        return seen
+
     for attempt in range(6):
-        child.sendline(f"Once upon a time, in story {attempt}, there")
-        time.sleep(1.5)
-        child.sendintr()
+        typed = f"Once upon a time, in story {attempt}, there"
+        child.sendline(typed)
+        screen.wait_until(replying(typed), "the reply's first words", timeout=90)
+        child.sendintr()  # (the reply may have ended meanwhile: then it is tried again)
         outcome = wait(child, "partial reply was saved", "marked so in the file", "Leave chatloop")
         if outcome == 0:
             break
