@@ -798,7 +798,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """Print a session, streaming: memory stays flat whatever the file's size."""
+    """Print a session, streaming: memory is bounded by the largest message, whatever
+    the file's size."""
     import shutil
 
     from chatloop.format import open_document
@@ -814,14 +815,19 @@ def cmd_show(args: argparse.Namespace) -> int:
         doc = open_document(handle, path.stem)
         write = sys.stdout.write
         heading = listing.describe(row) if row.title or row.preview else ""  # as listed
-        batch: list[str] = []  # written a few hundred messages at a time: fewer writes
-        for chunk in listing.transcript_lines(doc.meta, doc.views(), heading):
-            batch.append(chunk)
-            if len(batch) == 256:
+        batch: list[str] = []  # written 64 kB at a time (a bigger message at once)
+        size = 0
+        try:
+            for chunk in listing.transcript_lines(doc.meta, doc.views(), heading):
+                batch.append(chunk)
+                size += len(chunk)
+                if size >= 1 << 16:
+                    write("\n".join(batch) + "\n")
+                    batch.clear()
+                    size = 0
+        finally:  # what was read is shown, whatever stops the reading
+            if batch:
                 write("\n".join(batch) + "\n")
-                batch.clear()
-        if batch:
-            write("\n".join(batch) + "\n")
     sys.stdout.flush()
     shown = [p for p in doc.problems if p.kind not in ("unknown_key", "legacy")]
     for problem in shown:

@@ -196,6 +196,17 @@ def test_malformed_chunk_is_an_error() -> None:
         list(openai(streamed([b"data: {not json\n\n"])).stream(MESSAGES))
 
 
+def test_json_nested_deeper_than_the_stack_from_a_server_is_a_clear_error() -> None:
+    deep = b"[" * 100_000 + b"]" * 100_000
+    with pytest.raises(StreamInterrupted, match="malformed"):
+        list(openai(streamed([b"data: " + deep + b"\n\n"])).stream(MESSAGES))
+    with pytest.raises(StreamInterrupted, match="malformed"):
+        list(ollama(streamed([deep + b"\n"])).stream(MESSAGES))
+    with pytest.raises(BackendError) as info:
+        list(openai(lambda r: httpx.Response(500, content=deep), retries=1).stream(MESSAGES))
+    assert "500" in info.value.message and "[[[" in info.value.message  # its body, as text
+
+
 def test_stream_dying_halfway_keeps_what_arrived() -> None:
     backend = openai(streamed([sse(chunk("partial ")), sse(chunk("text"))], then_fail=True))
     seen = []

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
+import zlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -231,6 +233,46 @@ def test_show_and_export_stream_every_message(store: Store, tmp_path: Path) -> N
     assert raw.stdout.encode() == writer.path.read_bytes()
     md = run("export", "1", cwd=cwd, home=home)
     assert md.stdout.encode() == writer.path.read_bytes()
+
+
+def _sealed_by_hand(raw: bytes, key: bytes) -> bytes:
+    """``raw`` with frame ``key``'s checksum made right again after an edit."""
+    start = raw.index(b"<!-- %s " % key)
+    close = raw.index(b"\n<!-- /%s " % key, start)
+    at = close + len(b"\n<!-- /") + len(key) + 1
+    return raw[:at] + b"%08x" % zlib.crc32(raw[start:close]) + raw[at + 8 :]
+
+
+@pytest.mark.parametrize("where", ["open line", "part marker"])
+def test_json_nested_deeper_than_the_stack_damages_one_frame(store: Store, where: str) -> None:
+    at = T0.replace(microsecond=0)
+    writer = store.create(new_meta(title="deep", created=at))
+    for n in range(1, 4):
+        for m in exchange(n, at):
+            writer.append(m)
+    writer.close()
+    raw = writer.path.read_bytes()
+    deep = b"[" * 100_000 + b"]" * 100_000
+    if where == "open line":  # the second question's open line gains a key
+        key = re.findall(rb"<!-- ([a-z2-7]{8}) user ", raw)[1]
+        end = raw.index(b" -->\n", raw.index(b"<!-- %s " % key))
+        raw = raw[:end] + b' {"x":' + deep + b"}" + raw[end:]
+    else:  # the tool call's part marker
+        part = re.search(rb"<!-- ([a-z2-7]{8}) call (\{[^\n]*\}) -->", raw)
+        assert part is not None
+        key = part.group(1)
+        raw = raw[: part.start(2)] + b'{"id":' + deep + b',"name":"x"}' + raw[part.end(2) :]
+    writer.path.write_bytes(_sealed_by_hand(raw, key))
+    result = parse_markdown(writer.path.read_bytes())
+    assert [p.kind for p in result.problems] == ["damaged"]
+    assert len(result.session.messages) == 9  # every other message kept
+    with writer.path.open("rb") as handle:
+        assert skim(handle, writer.path.stem).queries == 3 - (where == "open line")
+    shown = run("show", "1", cwd=store.cwd, home=store.root)
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr
+    assert "unreadable frame" in shown.stderr and shown.stdout.count("── Query ") >= 2
+    found = run("search", "Answer", cwd=store.cwd, home=store.root)
+    assert found.returncode == 0 and "Traceback" not in found.stderr
 
 
 def test_show_into_a_closed_pipe_is_quiet(store: Store) -> None:

@@ -96,7 +96,7 @@ def server_message(response: httpx.Response) -> str:
         return response.reason_phrase
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return " ".join(body.split())[:300] or response.reason_phrase
     if isinstance(data, dict):
         error = data.get("error", data.get("detail", data.get("message")))
@@ -249,7 +249,7 @@ def iter_sse(lines: Iterator[str]) -> Iterator[str]:
 def load_chunk(payload: str, base_url: str) -> dict[str, Any]:
     try:
         chunk = json.loads(payload)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise StreamInterrupted(
             f"The server at {base_url} sent a malformed chunk: {payload[:80]!r}",
             "This server may not be OpenAI-compatible; try --backend ollama or check its version.",

@@ -222,7 +222,7 @@ class OllamaBackend:
 def _load(line: str, base_url: str) -> dict[str, Any]:
     try:
         data = json.loads(line)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise StreamInterrupted(
             f"Ollama at {base_url} sent a malformed line: {line[:80]!r}",
             "Is this an Ollama server? Try --backend openai for OpenAI-compatible servers.",

@@ -967,7 +967,9 @@ def git_branch(cwd: Path) -> str | None:
 
 def _no_text(message: Message) -> str:
     """What a message without text did: called tools, else what the chat and ``show``
-    say of it (``format.no_text``)."""
+    say of a reply without text (``format.no_text``)."""
+    if message.role != "assistant":
+        return "(an empty message)"
     if message.tool_calls and not message.interrupted:
         return "(called " + ", ".join(dict.fromkeys(c.name for c in message.tool_calls)) + ")"
     return no_text(message)

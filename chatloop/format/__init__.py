@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from chatloop.format.body import SUMMARY_END, SUMMARY_START, display_name
 from chatloop.format.document import (
+    UNREADABLE,
     Document,
     Plain,
     Skim,
@@ -50,6 +51,7 @@ from chatloop.format.values import (
 
 __all__ = [
     "FORMAT_VERSION", "KNOWN_KEYS", "ROLES", "STATUSES", "SUMMARY_END", "SUMMARY_START",
+    "UNREADABLE",
     "Document", "Flaw", "Frame", "Message", "ParseResult", "Plain", "Problem", "Role", "Session",
     "SessionMeta", "Skim", "SummaryLookup", "Thinking", "ToolCall", "ToolResult", "Totals", "Usage",
     "display_name", "empty_reply", "find_summary", "front_matter_end", "iter_frames",

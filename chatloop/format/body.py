@@ -320,5 +320,5 @@ def _part_words(match: re.Match[bytes]) -> bytes:
     try:
         info = read_json(match.group(2))
         return str(info["name"]).encode() + b"\n" if isinstance(info, dict) else b""
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, RecursionError):  # (JSON nested too deep: damage)
         return b""

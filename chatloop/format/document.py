@@ -68,8 +68,8 @@ HEAD_BYTES = 70 * 1024  # front matter is capped at 64 KiB; the heading follows
 MAX_HEAD_BYTES = 1 << 20  # how far an oversized head is read to find its end
 
 __all__ = [
-    "HEAD_BYTES", "Document", "Plain", "Skim", "SummaryLookup", "find_summary", "frame_info",
-    "message_from", "open_document", "parse_markdown", "plain_of", "render_frame",
+    "HEAD_BYTES", "UNREADABLE", "Document", "Plain", "Skim", "SummaryLookup", "find_summary",
+    "frame_info", "message_from", "open_document", "parse_markdown", "plain_of", "render_frame",
     "render_header", "render_markdown", "reseal", "skim", "summary_offset",
 ]  # fmt: skip
 
@@ -461,7 +461,7 @@ class Document:
         for frame in self.frames():
             try:
                 yield message_from(frame, meta, problems)
-            except _UNREADABLE as exc:
+            except UNREADABLE as exc:
                 self._unreadable(frame, exc)
 
     def views(self) -> Iterator[Message | Plain]:
@@ -479,7 +479,7 @@ class Document:
                 continue
             try:
                 yield message_from(frame, meta, problems)
-            except _UNREADABLE as exc:
+            except UNREADABLE as exc:
                 self._unreadable(frame, exc)
 
     def _unreadable(self, frame: Frame, exc: Exception) -> None:
@@ -487,7 +487,9 @@ class Document:
         self.problems.append(Problem("damaged", frame.offset, detail))
 
 
-_UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, OverflowError)
+# What reading a frame's content can raise for damage (RecursionError: JSON nested
+# deeper than the interpreter's stack, in an open line or a part marker).
+UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError)
 
 
 def open_document(source: bytes | BinaryIO, name: str = "") -> Document:
@@ -610,7 +612,7 @@ def reseal(data: bytes, name: str = "") -> tuple[bytes, int]:
         problems: list[Problem] = []
         try:
             message = message_from(frame, meta, problems)
-        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+        except UNREADABLE:
             out.append(source[pos : frame.end])
             body_len += frame.end - pos
             pos = frame.end
@@ -712,13 +714,13 @@ def skim(
     if last_query is not None:
         try:
             preview = message_from(last_query, meta, problems).text
-        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+        except UNREADABLE:
             preview = ""
     updated = meta.updated
     if last is not None:
         try:
             updated = max(updated, message_from(last, meta, problems).at)
-        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+        except UNREADABLE:
             updated = meta.updated  # an unreadable last frame: the front matter's time
     text = _utf8(b"\n".join(bodies))
     if words is not None:
@@ -834,7 +836,7 @@ def find_summary(source: BinaryIO, name: str = "") -> SummaryLookup:
     problems: list[Problem] = []
     try:
         message = message_from(last, meta, problems)
-    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+    except UNREADABLE:
         return SummaryLookup(meta, None, note_prefix + "its summary block cannot be read")
     return SummaryLookup(meta, message, note_prefix.rstrip("; ") or None, not last.crc_ok)
 
@@ -859,6 +861,6 @@ def _pointed(doc: Document, start: int, meta: SessionMeta) -> SummaryLookup | No
     problems: list[Problem] = []
     try:
         message = message_from(first, meta, problems)
-    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+    except UNREADABLE:
         return None
     return SummaryLookup(meta, message, None, not first.crc_ok)

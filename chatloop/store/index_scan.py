@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from chatloop.errors import ChatloopError
-from chatloop.format import Skim, message_from, open_document, skim, words_of
+from chatloop.format import UNREADABLE, Skim, message_from, open_document, skim, words_of
 from chatloop.store.fsio import open_read
 
 _SNIPPET_CHARS = 60  # of context each side of a search hit
@@ -73,7 +73,7 @@ def hit_in(path: Path, word: str) -> tuple[str, str]:
                     continue
                 try:
                     message = message_from(frame, doc.meta, [])
-                except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+                except UNREADABLE:
                     continue
                 found = _first_hit(iter([message]), pattern)
                 if not found[0]:

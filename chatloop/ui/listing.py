@@ -137,7 +137,7 @@ def transcript_lines(
                 query += 1
                 yield f"\n── Query {query} ({m.clock}) ──\nYou: {v(m.text)}"
             else:
-                yield f"{speaker}: {v(m.text)}" if m.text else silent
+                yield f"{speaker}: {v(m.text)}" if m.text and not m.text.isspace() else silent
             continue
         out: list[str] = []
         cut = "  (interrupted)" if m.interrupted else ""
@@ -149,7 +149,7 @@ def transcript_lines(
             out += ["", f"── {label} ({clock}) ──{cut}", f"You: {v(m.text)}"]
         elif role == "assistant":
             out += [f"  [thinking] {v(t.text)}" for t in m.thinking]
-            if m.text:
+            if m.text and not m.text.isspace():  # (blank text: as the chat, "empty")
                 out.append(f"{speaker}: {v(m.text)}{cut}")
             elif m.interrupted or not m.tool_calls:  # (a reply that only calls tools: its
                 out.append(f"{speaker}: {no_text(m)}")  # arrows say it)
