@@ -450,7 +450,7 @@ def _pick(store: Store) -> Picked | None:
 
     with Index(store) as index:
         index.sync(all_projects=True)
-        rows = index.list_sessions(limit=PICK_LIMIT)
+        rows = index.list_sessions(limit=PICK_LIMIT, fold=True)  # a chain: its last file
         return pick(rows, datetime.now().astimezone(), IndexLookup(index, store, PICK_LIMIT))
 
 

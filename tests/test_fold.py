@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from chatloop.cli import main
+from chatloop.store.index import Index
 from chatloop.store.store import Store
 from tests.fakes import STRUCTURED, FakeBackend
 from tests.hosts import chat
@@ -55,6 +56,35 @@ def test_a_chain_is_one_line_with_its_length_and_forks_stay_apart(
     assert len(json.loads("\n".join(listing(capsys, "--json", "--expand")))) == 5
     limited = listing(capsys, "--limit", "2")
     assert len(limited) == 3 and limited[-1].startswith("… 1 older")
+
+
+def test_the_picker_lists_a_chain_as_its_last_file_as_sessions_does(store: Store) -> None:
+    from datetime import datetime
+
+    from chatloop.ui.picker import line_for
+
+    session, _ = chat(store, FakeBackend(default=STRUCTURED))
+    session.send("first part about compost")
+    session.compact()
+    session.send("second part")
+    session.compact()
+    session.send("third part")
+    session.close()
+    alone, _ = chat(store, FakeBackend(default=STRUCTURED))
+    alone.send("a lone question")
+    alone.close()
+    picker, host = chat(store, FakeBackend(default=STRUCTURED))
+    host.pick_none = True
+    assert picker.resume("") is False
+    rows = sorted(host.picked_from, key=lambda row: row.chain)
+    assert [row.chain for row in rows] == [1, 3]  # the lone one, and the chain's last file
+    with Index(store) as index:  # under the number and handle `sessions` gives it
+        last = index.find(rows[1].id)
+    assert rows[1].parent_id is not None and (rows[1].number, rows[1].handle) == (
+        last.number, last.handle)  # fmt: skip
+    now = datetime.now().astimezone()
+    assert "(chain of 3)" in line_for(rows[1], now, width=200)
+    assert "(chain of" not in line_for(rows[0], now, width=200)
 
 
 def write(store: Store, session_id: str, parent: str | None, minute: int) -> None:

@@ -589,14 +589,15 @@ class ChatSession:
             return index.find(ref)
 
     def choose(self) -> Picked | None:
-        """Let the person pick a session (of this project, most recent first) to resume
-        or fork, searching the index as they type; None: they picked none."""
+        """Let the person pick a session (of this project, most recent first; a chain
+        of compactions and resumes as its last file, as ``sessions`` lists it) to
+        resume or fork, searching the index as they type; None: they picked none."""
         from chatloop.chat.lookup import IndexLookup
         from chatloop.store.index import Index
 
         with Index(self.store) as index:
             index.sync(all_projects=True)
-            listed = index.list_sessions(limit=PICK_LIMIT)
+            listed = index.list_sessions(limit=PICK_LIMIT, fold=True)  # as `sessions` lists
             return self.host.pick(listed, IndexLookup(index, self.store, PICK_LIMIT))
 
     def resume(self, ref: str, full: bool = False, fork: bool = False) -> bool:

@@ -53,9 +53,10 @@ def line_for(row: SessionRow, now: datetime, width: int = 80, project: bool = Fa
     branch = f" [{row.git_branch}]" if row.git_branch else ""
     status = "" if row.status == "closed" else f" ({row.status})"
     fork = " (fork)" if row.forked_at is not None else ""
+    chain = f" (chain of {row.chain})" if row.chain > 1 else ""
     when = relative_time(row.updated, now)
     text = (f"{row.number or '*':>3}  {row.handle or '-':<{handles}}  {when:>9}  "
-            f"{row.queries:>3}q  {row.agent[:16]}{branch}{status}{fork}  "
+            f"{row.queries:>3}q  {row.agent[:16]}{branch}{status}{fork}{chain}  "
             f"{describe(row)}")  # fmt: skip
     # (the marks before the title: a line cut to the width keeps them)
     if project:
