@@ -702,7 +702,8 @@ def test_the_picker_filters_searches_previews_resumes_and_forks(
     screen = picker("-r")
     child = screen.child
     child.send("compost")
-    screen.wait("(3 of 8)")
+    screen.wait("(1 of 5)")  # the three composting files are one chain: one line, its last
+    screen.wait("chain of 3")
     screen.wait("Mix finished compost into the top 5 cm")  # part 3's summary, in the preview
     assert all(len(line) <= 80 for line in screen.text().splitlines())
     child.send("\t")  # search every word: the raised-bed sessions mention compost too
@@ -720,18 +721,18 @@ def test_the_picker_filters_searches_previews_resumes_and_forks(
 
     screen = picker("-r")
     child = screen.child
-    child.send("part 2")
-    screen.wait("(2 of 8)")  # "Composting, part 1" holds a 2 in its last request
-    screen.wait(">   4  5e4b")  # part 2 first
+    child.send("part 3")
+    screen.wait("(1 of 5)")
+    screen.wait(">   3  db19")  # the chain's last file, under its number in `sessions`
     child.send("\x06")  # Ctrl-F: fork it
-    screen.wait("Forking session 20261120-100314-5e4b9cdd after query 2")
+    screen.wait("Forking session 20261120-100526-db19524b after query 2")
     screen.wait("you>")
     child.sendline("and then?")
     screen.wait("Forked: ")
     leave(child)
     listed = json.loads(run("sessions", "--json", home=chatloop_home, cwd=project).stdout)
     fork = listed[0]
-    assert fork["parent_id"] == "20261120-100314-5e4b9cdd" and fork["forked_at"] == 2
+    assert fork["parent_id"] == "20261120-100526-db19524b" and fork["forked_at"] == 2
 
     screen = picker("search", "compost", "--resume")
     screen.wait("(6 of 6)")  # the fork holds the word too
