@@ -20,10 +20,8 @@ def listing(capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
     return capsys.readouterr().out.splitlines()
 
 
-def test_a_chain_is_one_line_with_its_length_and_forks_stay_apart(
-    store: Store, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:  # fmt: skip
-    monkeypatch.chdir(store.cwd)
+def chain_and_lone(store: Store) -> None:
+    """A chain of three files (two compactions), then a lone session."""
     session, _ = chat(store, FakeBackend(default=STRUCTURED))
     session.send("first part about compost")
     session.compact()
@@ -34,6 +32,13 @@ def test_a_chain_is_one_line_with_its_length_and_forks_stay_apart(
     alone, _ = chat(store, FakeBackend(default=STRUCTURED))
     alone.send("a lone question")
     alone.close()
+
+
+def test_a_chain_is_one_line_with_its_length_and_forks_stay_apart(
+    store: Store, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    monkeypatch.chdir(store.cwd)
+    chain_and_lone(store)
     brancher, _ = chat(store, FakeBackend(default=STRUCTURED))
     assert brancher.resume("2", fork=True)  # 2: the chain's last file
     brancher.send("a branch of it")
@@ -63,16 +68,7 @@ def test_the_picker_lists_a_chain_as_its_last_file_as_sessions_does(store: Store
 
     from chatloop.ui.picker import line_for
 
-    session, _ = chat(store, FakeBackend(default=STRUCTURED))
-    session.send("first part about compost")
-    session.compact()
-    session.send("second part")
-    session.compact()
-    session.send("third part")
-    session.close()
-    alone, _ = chat(store, FakeBackend(default=STRUCTURED))
-    alone.send("a lone question")
-    alone.close()
+    chain_and_lone(store)
     picker, host = chat(store, FakeBackend(default=STRUCTURED))
     host.pick_none = True
     assert picker.resume("") is False
