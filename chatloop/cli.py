@@ -818,7 +818,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         batch: list[str] = []  # written 64 kB at a time (a bigger message at once)
         size = 0
         try:
-            for chunk in listing.transcript_lines(doc.meta, doc.views(), heading):
+            for chunk in listing.transcript_lines(doc.meta, doc.views(), heading,
+                                                  row.forked_at):
                 batch.append(chunk)
                 size += len(chunk)
                 if size >= 1 << 16:

@@ -111,12 +111,14 @@ def hit_line(hit: SearchHit, show_project: bool = False) -> str:
 
 
 def transcript_lines(
-    meta: SessionMeta, messages: Iterable[Message | Plain], heading: str = ""
+    meta: SessionMeta, messages: Iterable[Message | Plain], heading: str = "",
+    forked_at: int | None = None,
 ) -> Iterator[str]:
     """A session as a person reads it in a terminal, one chunk per message as the
     messages stream in: who said what, tools, summary, and what was interrupted.
     ``heading``: what the session is known by (``describe`` of its row, as the
-    listings name it), else its title, else its agent. A ``Plain`` (from
+    listings name it), else its title, else its agent; ``forked_at``: the query of
+    its parent it branches after, when it is a fork (its row's). A ``Plain`` (from
     ``Document.views``) is shown exactly as its message would be.
 
     Every piece of text from the file goes through ``visible``, field by field (the
@@ -126,7 +128,9 @@ def transcript_lines(
 
     v = visible
     yield v(f"{heading or meta.title or meta.agent or 'Session'}  ({meta.id}, {meta.status})")
-    if meta.parent_id:
+    if meta.parent_id and forked_at is not None:
+        yield v(f"branches from {meta.parent_id} after query {forked_at}")
+    elif meta.parent_id:
         yield v(f"continues {meta.parent_id}")
     speaker = v(meta.agent or "Assistant")
     silent = f"{speaker}: {empty_reply(False, 'stop', False)}"
