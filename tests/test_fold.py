@@ -172,3 +172,30 @@ def test_the_chat_listing_keeps_number_and_handle_at_80_columns(store: Store) ->
     header, line = out.getvalue().splitlines()[:2]
     assert header.split()[:2] == ["#", "handle"]
     assert line.split()[:2] == ["1", row.handle] and line.rstrip().endswith("…")
+
+
+def test_resuming_a_file_a_later_one_continues_says_it_starts_a_second_line(
+    store: Store,
+) -> None:
+    chain_and_lone(store)
+    with Index(store) as index:
+        index.sync()
+        rows = index.list_sessions()  # unfolded: the chain's three files, the lone one
+        roots = [r for r in rows if r.parent_id is None]
+        first = next(r for r in roots if index.continued_by(r.id))  # the chain's first file
+        lone = next(r for r in roots if not index.continued_by(r.id))
+        second = index.continued_by(first.id)
+        last = next(r for r in rows if r.parent_id == second[0])
+    older, host = chat(store, FakeBackend("Ready.", default=STRUCTURED))
+    assert older.resume(first.id) is True
+    assert host.said(f"Session {first.id} was continued already, in {second[0]}")
+    newest, quiet = chat(store, FakeBackend("Ready.", default=STRUCTURED))
+    assert newest.resume(last.id) is True and not quiet.said("continued already")
+    forked, _ = chat(store, FakeBackend("Ready.", default=STRUCTURED))
+    assert forked.resume(lone.id, fork=True)
+    forked.send("a branch")  # the fork's file is written: a branch, not a continuation
+    forked.close()
+    with Index(store) as index:
+        index.sync()
+        assert index.continued_by(lone.id) == []
+        assert [r.forked_at for r in index.list_sessions() if r.parent_id == lone.id] == [1]

@@ -646,6 +646,7 @@ class ChatSession:
         template = replace(self.meta(), title="")  # the child takes the parent's title
         self.close()
         self._show_last_exchange(parent)
+        self._say_if_continued(parent.meta.id)
         if history is not None:
             self._continue_full(parent, history, template)
         else:
@@ -663,6 +664,26 @@ class ChatSession:
         except (ChatloopError, OSError):
             raise ChatloopError(f"The session file {path} is gone or unreadable",
                                 "`chatloop reindex` refreshes the list.") from None  # fmt: skip
+
+    def _say_if_continued(self, session_id: str) -> None:
+        """Resuming a session that another already continues (an older file of a chain,
+        picked by its number or found by a search) starts a second line from it: say
+        so, and where the first one went on. Nothing is said when the index cannot be
+        read: this is a courtesy, not a check."""
+        import sqlite3
+
+        from chatloop.store.index import Index
+
+        try:
+            with Index(self.store) as index:
+                later = index.continued_by(session_id)
+        except (ChatloopError, OSError, sqlite3.Error):
+            return
+        if later:
+            self.host.notice(
+                f"Session {session_id} was continued already, in {later[-1]}: this resume "
+                "starts a second line from it (`chatloop tree` shows both; `chatloop -r "
+                f"{later[-1]}` goes on with the later one).", "warn")  # fmt: skip
 
     def _show_last_exchange(self, parent: chain.Parent) -> None:
         try:

@@ -777,6 +777,14 @@ class Index:
                        "Run the command from the folder of the project you mean: its copy "
                        "is the one taken there.")  # fmt: skip
 
+    def continued_by(self, session_id: str) -> list[str]:
+        """The ids of the sessions (any project) that continue ``session_id``: a
+        compaction's or a resume's child, not a fork; oldest first."""
+        found = self._db.execute(
+            "SELECT id FROM sessions WHERE parent_id = ? AND id != parent_id "
+            "AND forked_at IS NULL ORDER BY created, id", (session_id,))  # fmt: skip
+        return [str(row[0]) for row in found]
+
     def lineage(self, row: SessionRow) -> tuple[list[SessionRow], dict[str, list[SessionRow]]]:
         """The compact/resume chain around ``row``: its ancestors (root first, ``row``
         last) and every session's children, by id, across all projects."""
