@@ -248,6 +248,7 @@ def test_where_it_ended_says_what_a_reply_without_text_did(store: Store) -> None
 
 @pytest.mark.parametrize(("reply", "said"), [
     ({}, "(the model sent an empty reply)"),
+    ({"text": " \n "}, "(the model sent an empty reply)"),  # blank: empty, as in the chat
     ({"stop_reason": "length"}, "(no reply: the model reached its token limit)"),
     ({"interrupted": True, "stop_reason": "cancelled",
       "tool_calls": (ToolCall("c1", "read_file", "{}"),)},
@@ -264,6 +265,16 @@ def test_where_it_ended_says_what_show_says_of_a_reply_without_text(
     assert session.resume("1") is True
     assert host.said(f"Simple Sally: {said}")
     assert said in transcript_text(files(store)[0])  # the same words as `show`
+
+
+def test_where_it_ended_says_a_blank_question_was_an_empty_message(store: Store) -> None:
+    with store.create(new_meta(title="blank")) as writer:
+        writer.append(Message.create("user", T0, text=" "))
+        writer.append(Message.create("assistant", T0, text="fine"))
+        writer.finalize()
+    session, host = chat(store, FakeBackend("Ready.", STRUCTURED))
+    assert session.resume("1") is True
+    assert host.said("You: (an empty message)\nSimple Sally: fine")
 
 
 def test_resume_full_restores_the_history_when_it_fits(store: Store) -> None:

@@ -8,7 +8,6 @@ import re
 import stat
 import subprocess
 import sys
-import zlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from chatloop.format import (
 from chatloop.store.index import Index
 from chatloop.store.store import Store
 from chatloop.ui.listing import transcript_text
-from tests.conftest import T0, exchange, new_meta
+from tests.conftest import T0, exchange, new_meta, sealed_by_hand
 from tests.test_transcript import sessions
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
@@ -235,14 +234,6 @@ def test_show_and_export_stream_every_message(store: Store, tmp_path: Path) -> N
     assert md.stdout.encode() == writer.path.read_bytes()
 
 
-def _sealed_by_hand(raw: bytes, key: bytes) -> bytes:
-    """``raw`` with frame ``key``'s checksum made right again after an edit."""
-    start = raw.index(b"<!-- %s " % key)
-    close = raw.index(b"\n<!-- /%s " % key, start)
-    at = close + len(b"\n<!-- /") + len(key) + 1
-    return raw[:at] + b"%08x" % zlib.crc32(raw[start:close]) + raw[at + 8 :]
-
-
 @pytest.mark.parametrize("where", ["open line", "part marker"])
 def test_json_nested_deeper_than_the_stack_damages_one_frame(store: Store, where: str) -> None:
     at = T0.replace(microsecond=0)
@@ -262,7 +253,7 @@ def test_json_nested_deeper_than_the_stack_damages_one_frame(store: Store, where
         assert part is not None
         key = part.group(1)
         raw = raw[: part.start(2)] + b'{"id":' + deep + b',"name":"x"}' + raw[part.end(2) :]
-    writer.path.write_bytes(_sealed_by_hand(raw, key))
+    writer.path.write_bytes(sealed_by_hand(raw, key))
     result = parse_markdown(writer.path.read_bytes())
     assert [p.kind for p in result.problems] == ["damaged"]
     assert len(result.session.messages) == 9  # every other message kept

@@ -3,7 +3,6 @@ message (``show`` is built on it), and says exactly what that message says."""
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -20,7 +19,7 @@ from chatloop.format import (
 )
 from chatloop.format.document import message_from, plain_of
 from chatloop.ui.listing import transcript_lines
-from tests.conftest import T0, new_meta
+from tests.conftest import T0, new_meta, sealed_by_hand
 from tests.test_transcript import messages, sessions
 
 
@@ -93,16 +92,6 @@ def test_a_plain_frame_says_what_its_message_says(session: Session, at: int | No
         assert not (m.interrupted or m.restore or m.fallback)
 
 
-def _sealed_by_hand(raw: bytes, key: str) -> bytes:
-    """``raw`` with the checksum of frame ``key`` made right again, as a person who
-    knows the format could (``reseal`` would also rewrite the frame's decoration)."""
-    start = raw.index(b"<!-- %s " % key.encode())
-    close = raw.index(b"\n<!-- /%s " % key.encode())
-    crc = b"%08x" % zlib.crc32(raw[start:close])
-    hex_at = close + len(b"\n<!-- /") + len(key) + 1
-    return raw[:hex_at] + crc + raw[hex_at + 8 :]
-
-
 def test_only_text_as_written_is_plain() -> None:
     at = T0.replace(microsecond=0)  # (a time with a fraction is written in full)
     meta = new_meta(format=2, agent_name="simple_sally", agent_path="", created=at)
@@ -128,7 +117,7 @@ def test_only_text_as_written_is_plain() -> None:
     assert type(again[1]) is Message and again[1].text == "hey"  # checksum: read in full
     # a part marker added by hand under the speaker line, then resealed: read in full
     part = b'<!-- %s call {"id":"c2","name":"look"} -->\n```json\n{}\n```\n' % said[1].key.encode()
-    sealed = _sealed_by_hand(raw.replace(b"\nhi\n", b"\nhi\n" + part), said[1].key)
+    sealed = sealed_by_hand(raw.replace(b"\nhi\n", b"\nhi\n" + part), said[1].key)
     (_, reply, *_) = open_document(sealed, "x").views()
     assert type(reply) is Message and reply.tool_calls[0].name == "look"
 
