@@ -992,7 +992,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 for path in paths:
                     with open_read(path) as handle:
                         doc = open_document(handle, path.stem)
-                        yield doc.meta, doc.messages()
+                        yield doc.meta, doc.views()
 
             as_json.write_sessions_json(documents(), text.write)  # type: ignore[arg-type]
             text.flush()

@@ -3,9 +3,11 @@ message (``show`` is built on it), and says exactly what that message says."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,10 +16,12 @@ from chatloop.format import (
     Plain,
     Session,
     ToolCall,
+    Usage,
     open_document,
     render_markdown,
 )
-from chatloop.format.document import message_from, plain_of
+from chatloop.format.document import message_from, plain_facts, plain_of
+from chatloop.ui.as_json import message_json, plain_json, write_sessions_json
 from chatloop.ui.listing import transcript_lines
 from tests.conftest import T0, new_meta, sealed_by_hand
 from tests.test_transcript import messages, sessions
@@ -77,6 +81,7 @@ def test_a_plain_frame_says_what_its_message_says(session: Session, at: int | No
     expected = list(transcript_lines(by_message.meta, by_message.messages()))
     assert list(transcript_lines(by_view.meta, by_view.views())) == expected
     assert by_view.problems == by_message.problems and by_view.end == by_message.end
+    assert _exported(raw, "views") == _exported(raw, "messages")
     doc = open_document(raw, "x")
     for frame in doc.frames():  # what a Plain promises, frame by frame
         plain = plain_of(frame, doc.meta.format)
@@ -90,6 +95,38 @@ def test_a_plain_frame_says_what_its_message_says(session: Session, at: int | No
         assert m.stop_reason == ("stop" if m.role == "assistant" else None)
         assert not (m.thinking or m.tool_calls or m.tool_results)
         assert not (m.interrupted or m.restore or m.fallback)
+        facts = (m.at.isoformat(), m.model, m.stop_reason, m.usage, m.duration)
+        assert tuple(plain_facts(plain, doc.meta)) == facts
+        assert plain_json(plain, doc.meta) == message_json(m)
+
+
+def _exported(raw: bytes, how: str) -> str:
+    """``export --format json`` of ``raw`` read by ``views()`` or ``messages()``."""
+    doc, out = open_document(raw, "x"), []
+    write_sessions_json([(doc.meta, getattr(doc, how)())], out.append)
+    return "".join(out)
+
+
+def test_export_reads_plain_frames_as_their_messages_in_any_time_zone() -> None:
+    """Every field a plain frame's message has, time, usage (estimated or not) and
+    duration included, in an offset of whole minutes and in one with seconds."""
+    for tz in (timezone(timedelta(hours=-9, minutes=-30)),
+               timezone(timedelta(hours=5, seconds=7))):  # fmt: skip
+        at = datetime(2026, 3, 1, 23, 59, 58, tzinfo=tz)
+        meta = new_meta(format=2, agent_name="simple_sally", agent_path="", created=at)
+        said = (
+            Message.create("user", at, text="hi", usage=Usage(3, 0, True)),
+            Message.create("assistant", at + timedelta(seconds=1), text="yo", model=meta.model,
+                           stop_reason="stop", usage=Usage(12, 7, False), duration=0.25),
+            Message.create("assistant", at, text="bare", model=meta.model, stop_reason="stop"),
+        )  # fmt: skip
+        raw = render_markdown(Session(meta, said))
+        views = list(open_document(raw, "x").views())
+        assert [type(v) for v in views] == [Plain] * 3
+        for plain, m in zip(views, said, strict=True):
+            assert plain_json(plain, meta) == message_json(m)  # type: ignore[arg-type]
+        assert _exported(raw, "views") == _exported(raw, "messages")
+        assert '"estimated": true' in _exported(raw, "views")
 
 
 def test_only_text_as_written_is_plain() -> None:
@@ -126,3 +163,21 @@ def test_format_1_frames_are_never_plain() -> None:
     meta = new_meta(format=1)
     raw = render_markdown(Session(meta, (Message.create("user", T0, text="hello"),)))
     assert [type(v) for v in open_document(raw, "x").views()] == [Message]
+
+
+def test_export_writes_what_it_built_when_reading_stops() -> None:
+    """Export writes in 64 kB pieces; an error while reading (a disk that fails, a
+    Ctrl-C) still leaves every message read before it in the output."""
+    meta = new_meta(format=2, agent_name="simple_sally", agent_path="", created=T0)
+    said = [Message.create("user", T0, text=f"line {i}") for i in range(3)]
+
+    def failing() -> Iterator[Message]:
+        yield from said
+        raise OSError("the disk went away")
+
+    out: list[str] = []
+    with pytest.raises(OSError):
+        write_sessions_json([(meta, failing())], out.append)
+    written = "".join(out)
+    assert all(message_json(m) in written for m in said)
+    assert len(out) == 1  # (small: one piece, written at the end)

@@ -12,6 +12,7 @@ from chatloop.format.body import SUMMARY_END, SUMMARY_START, display_name
 from chatloop.format.document import (
     UNREADABLE,
     Document,
+    Facts,
     Plain,
     Skim,
     SummaryLookup,
@@ -19,6 +20,7 @@ from chatloop.format.document import (
     message_from,
     open_document,
     parse_markdown,
+    plain_facts,
     render_frame,
     render_header,
     render_markdown,
@@ -52,10 +54,11 @@ from chatloop.format.values import (
 __all__ = [
     "FORMAT_VERSION", "KNOWN_KEYS", "ROLES", "STATUSES", "SUMMARY_END", "SUMMARY_START",
     "UNREADABLE",
-    "Document", "Flaw", "Frame", "Message", "ParseResult", "Plain", "Problem", "Role", "Session",
-    "SessionMeta", "Skim", "SummaryLookup", "Thinking", "ToolCall", "ToolResult", "Totals", "Usage",
+    "Document", "Facts", "Flaw", "Frame", "Message", "ParseResult", "Plain", "Problem", "Role",
+    "Session", "SessionMeta", "Skim", "SummaryLookup", "Thinking", "ToolCall", "ToolResult",
+    "Totals", "Usage",
     "display_name", "empty_reply", "find_summary", "front_matter_end", "iter_frames",
-    "message_from", "new_key", "no_text", "open_document", "parse_markdown", "render_frame",
-    "render_front_matter", "render_header", "render_markdown", "reseal", "skim", "skim_of",
-    "words_of",
+    "message_from", "new_key", "no_text", "open_document", "parse_markdown", "plain_facts",
+    "render_frame", "render_front_matter", "render_header", "render_markdown", "reseal", "skim",
+    "skim_of", "words_of",
 ]  # fmt: skip

@@ -23,6 +23,7 @@ import math
 import re
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, time, timezone
 from typing import BinaryIO, NamedTuple
@@ -68,8 +69,9 @@ HEAD_BYTES = 70 * 1024  # front matter is capped at 64 KiB; the heading follows
 MAX_HEAD_BYTES = 1 << 20  # how far an oversized head is read to find its end
 
 __all__ = [
-    "HEAD_BYTES", "UNREADABLE", "Document", "Plain", "Skim", "SummaryLookup", "find_summary",
-    "frame_info", "message_from", "open_document", "parse_markdown", "plain_of", "render_frame",
+    "HEAD_BYTES", "UNREADABLE", "Document", "Facts", "Plain", "Skim", "SummaryLookup",
+    "find_summary", "frame_info", "message_from", "open_document", "parse_markdown", "plain_facts",
+    "plain_of", "render_frame",
     "render_header", "render_markdown", "reseal", "skim", "summary_offset",
 ]  # fmt: skip
 
@@ -224,9 +226,15 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
     except UnicodeDecodeError:
         body = raw_body.decode("utf-8", errors="replace")
         body_notes.append("invalid UTF-8 replaced")
-    text, thinking, calls, results = read_body(
-        role, key, restore, footer, body, version, body_notes
-    )
+    plain = None
+    if version >= 2 and (role == "user" or role == "assistant"):
+        plain = plain_text(role, key, body)  # most frames: text only, as written
+    if plain is None:
+        text, thinking, calls, results = read_body(
+            role, key, restore, footer, body, version, body_notes
+        )
+    else:
+        text, thinking, calls, results = plain, (), (), ()
     if not crc_ok:  # one problem per damaged frame, saying all that was seen
         said = [detail for _, detail in notes] + body_notes
         detail = "; ".join(["checksum mismatch: edited by hand or damaged", *said])
@@ -253,13 +261,50 @@ class Plain(NamedTuple):
     role: str
     clock: str
     text: str
+    key: str = ""
+    tail: bytes = b""  # the open line after the time, as written: read by ``plain_facts``
+
+
+class Facts(NamedTuple):
+    """What ``message_from`` gives of a plain frame beside its role and text:
+    ``at`` as ISO text (``Message.at.isoformat()``), model, stop reason, usage and
+    duration."""
+
+    at: str
+    model: str | None
+    stop_reason: str | None
+    usage: Usage | None
+    duration: float | None
 
 
 # The open lines of a plain frame: the time of day, then the duration and usage if any
 # (a subset of what _HEAD_V2 reads on its fast path, with no JSON).
 _PLAIN_HEAD = re.compile(
-    rb"((?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d)(?: \d{1,15}\.\d{1,17}s)?(?: ~?\d{1,15}/\d{1,15})?\Z"
+    rb"((?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d)((?: \d{1,15}\.\d{1,17}s)?(?: ~?\d{1,15}/\d{1,15})?)\Z"
 )
+_PLAIN_TAIL = re.compile(rb"(?: (\d+\.\d+)s)?(?: (~?)(\d+)/(\d+))?")
+_new_plain = tuple.__new__  # (Plain(...) runs a generated __new__ in Python: slower)
+
+
+def plain_facts(plain: Plain, meta: SessionMeta) -> Facts:
+    """What the message of ``plain``'s frame holds beside its role and text (the
+    session's ``meta``), for readers that need every field, such as ``export``,
+    without building the message."""
+    day = _day_of(meta.created)
+    if day is None:
+        at = _on_first_day(plain.clock.encode(), meta.created).isoformat()
+    else:
+        at = day[0] + plain.clock + day[1]
+    usage = duration = None
+    if plain.tail:
+        secs, tilde, got_in, got_out = _PLAIN_TAIL.match(plain.tail).groups()  # type: ignore[union-attr]
+        if secs is not None:
+            duration = float(secs)
+        if got_in is not None:
+            usage = build_usage(int(got_in), int(got_out), tilde == b"~")
+    if plain.role == "assistant":  # format 2 leaves out the front matter's model, "stop"
+        return _new_plain(Facts, (at, meta.model or None, "stop", usage, duration))
+    return _new_plain(Facts, (at, None, None, usage, duration))
 
 
 def plain_of(frame: Frame, version: int) -> Plain | None:
@@ -275,8 +320,12 @@ def plain_of(frame: Frame, version: int) -> Plain | None:
         body = frame.body.decode()
     except UnicodeDecodeError:
         return None
-    text = plain_text(role, frame.key, body)
-    return None if text is None else Plain(role, head.group(1).decode(), text)
+    key = frame.key
+    text = plain_text(role, key, body)
+    if text is None:
+        return None
+    clock, tail = head.groups()
+    return _new_plain(Plain, (role, clock.decode(), text, key, tail))
 
 
 _NO_INFO: dict[str, object] = {}
@@ -299,17 +348,28 @@ def _on_first_day(clock: bytes, created: datetime) -> datetime:
     """``HH:MM:SS`` (valid, ASCII) on the day of ``created``, in its offset: the
     same value as ``datetime.combine(created.date(), time, created.tzinfo)``, read
     as ISO text with the day and offset of the session kept from its last frame."""
+    day = _day_of(created)
+    if day is None:
+        hours, minutes, seconds = int(clock[:2]), int(clock[3:5]), int(clock[6:8])
+        return datetime.combine(created.date(), time(hours, minutes, seconds), created.tzinfo)
+    return datetime.fromisoformat(day[0] + clock.decode() + day[1])
+
+
+def _day_of(created: datetime) -> tuple[str, str] | None:
+    """The ISO text before and after the time of day on the day of ``created``, in
+    its offset (``YYYY-MM-DDT``, ``+HH:MM``), kept for the last session asked about;
+    None for an unusual time zone (not a fixed offset of whole minutes)."""
     global _first_day
     known = _first_day  # read once: another thread may be reading another session
-    if known is None or known[0] is not created:
-        text = created.isoformat()  # YYYY-MM-DDTHH:MM:SS[.ffffff][+HH:MM[...]]
-        offset = text[26:] if text[19:20] == "." else text[19:]
-        tz = created.tzinfo
-        if tz is not None and (type(tz) is not timezone or len(offset) != 6):  # unusual
-            hours, minutes, seconds = int(clock[:2]), int(clock[3:5]), int(clock[6:8])
-            return datetime.combine(created.date(), time(hours, minutes, seconds), tz)
-        known = _first_day = (created, text[:11], offset)
-    return datetime.fromisoformat(known[1] + clock.decode() + known[2])
+    if known is not None and known[0] is created:
+        return known[1], known[2]
+    text = created.isoformat()  # YYYY-MM-DDTHH:MM:SS[.ffffff][+HH:MM[...]]
+    offset = text[26:] if text[19:20] == "." else text[19:]
+    tz = created.tzinfo
+    if tz is not None and (type(tz) is not timezone or len(offset) != 6):  # unusual
+        return None
+    _first_day = (created, text[:11], offset)
+    return text[:11], offset
 
 
 def _head_v2(
@@ -566,18 +626,38 @@ def _sniff_format(head: bytes, body_start: int) -> int:
     return 2
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Build many objects that hold no cycles without the cycle collector's help.
+
+    Messages hold no reference cycles, so the collector's passes over them find
+    nothing: with it running, each young message is traced as it is built, again
+    on promotion, and all of them once more when collection resumes (about a
+    tenth of a parse). Paused here, and then frozen and unfrozen, they go straight
+    to the oldest generation untraced (``gc.unfreeze``), as if they had survived,
+    and the young generations' counts restart from zero. Only when nobody else has
+    frozen objects (``unfreeze`` would release theirs too) and collection was on.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            gc.unfreeze()
+        gc.enable()
+
+
 def parse_markdown(data: bytes, name: str = "") -> ParseResult:
     """Read a whole session file in memory. Never raises for damage: it is listed in
     ``problems``. Files in the legacy bold-key format are read by
     ``chatloop.format.legacy`` into the same values, marked ``legacy=True``."""
     doc = open_document(data, name)
-    collecting = gc.isenabled()
-    gc.disable()  # messages hold no cycles: the collector's passes over them are waste
-    try:
+    with _collector_paused():
         messages = tuple(doc.messages())
-    finally:
-        if collecting:
-            gc.enable()
     end = doc.end if doc.end >= 0 else len(data)
     session = Session(doc.meta, messages)
     return ParseResult(session, tuple(doc.problems), end, doc.legacy, doc.exact)

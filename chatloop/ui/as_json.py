@@ -13,9 +13,12 @@ from typing import TYPE_CHECKING
 from chatloop.store.index import SearchHit, SessionRow
 
 if TYPE_CHECKING:
-    from chatloop.format import Message, SessionMeta
+    from chatloop.format import Message, Plain, SessionMeta, Usage
 
-__all__ = ["hits_json", "message_dict", "message_json", "sessions_json", "write_sessions_json"]
+__all__ = [
+    "hits_json", "message_dict", "message_json", "plain_json", "sessions_json",
+    "write_sessions_json",
+]  # fmt: skip
 
 
 def sessions_json(rows: list[SessionRow]) -> str:
@@ -66,18 +69,51 @@ def message_json(m: Message) -> str:
         plain = plain and type(usage.estimated) is bool
     if m.thinking or m.tool_calls or m.tool_results or not plain:
         return _ENCODE(message_dict(m))
+    model, stop = m.model, m.stop_reason
+    return _text_only(_JSON_TEXT(m.role), m.at.isoformat(), _JSON_TEXT(m.key), m.text,
+                      "null" if model is None else _JSON_TEXT(model),
+                      "null" if stop is None else _JSON_TEXT(stop), usage, duration,
+                      m.interrupted, m.restore, m.fallback)  # fmt: skip
+
+
+def plain_json(p: Plain, meta: SessionMeta) -> str:
+    """``message_json`` of the message of ``p``'s frame (``meta``: its session's), the
+    same text, without building the message (see ``chatloop.format.plain_facts``)."""
+    from chatloop.format import plain_facts
+
+    at, model, stop, usage, duration = plain_facts(p, meta)
+    said = _MODELS.get(model)  # (the same one or two on every frame: encoded once)
+    if said is None:
+        if len(_MODELS) >= 64:
+            _MODELS.clear()
+        said = _MODELS[model] = "null" if model is None else _JSON_TEXT(model)
+    return _text_only(_FIXED[p.role], at, f'"{p.key}"', p.text, said, _FIXED[stop], usage,
+                      duration, False, False, False)  # fmt: skip
+
+
+_MODELS: dict[str | None, str] = {}
+# What needs no escaping: a role, a stop of "stop", a frame key ([a-z2-7]{8}, as is).
+_FIXED = {"user": '"user"', "assistant": '"assistant"', "stop": '"stop"', None: "null"}
+
+
+def _text_only(
+    role: str, at: str, key: str, text: str, model: str, stop_reason: str,
+    usage: Usage | None, duration: float | None, interrupted: bool, restore: bool,
+    fallback: bool,
+) -> str:  # fmt: skip
+    """A message with text only as JSON; ``role``, ``key``, ``model`` and
+    ``stop_reason`` come as JSON already, ``text`` as it is."""
     used = "null" if usage is None else (
         f'{{"input": {usage.input}, "output": {usage.output}, '
         f'"estimated": {_JSON_FLAG[usage.estimated]}}}'
     )  # fmt: skip
     return (
-        f'{{"role": {_JSON_TEXT(m.role)}, "at": "{m.at.isoformat()}", "key": {_JSON_TEXT(m.key)}, '
-        f'"text": {_JSON_TEXT(m.text)}, "thinking": [], "tool_calls": [], "tool_results": [], '
-        f'"model": {"null" if m.model is None else _JSON_TEXT(m.model)}, '
-        f'"stop_reason": {"null" if m.stop_reason is None else _JSON_TEXT(m.stop_reason)}, '
-        f'"usage": {used}, "duration": {"null" if duration is None else repr(duration)}, '
-        f'"interrupted": {_JSON_FLAG[m.interrupted]}, "restore": {_JSON_FLAG[m.restore]}, '
-        f'"fallback": {_JSON_FLAG[m.fallback]}}}'
+        f'{{"role": {role}, "at": "{at}", "key": {key}, "text": {_JSON_TEXT(text)}, '
+        f'"thinking": [], "tool_calls": [], "tool_results": [], "model": {model}, '
+        f'"stop_reason": {stop_reason}, "usage": {used}, '
+        f'"duration": {"null" if duration is None else repr(duration)}, '
+        f'"interrupted": {_JSON_FLAG[interrupted]}, "restore": {_JSON_FLAG[restore]}, '
+        f'"fallback": {_JSON_FLAG[fallback]}}}'
     )
 
 
@@ -85,22 +121,42 @@ _ENCODE = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
 
 
 def write_sessions_json(
-    sessions: Iterable[tuple[SessionMeta, Iterable[Message]]], write: Callable[[str], object]
+    sessions: Iterable[tuple[SessionMeta, Iterable[Message | Plain]]],
+    write: Callable[[str], object],
 ) -> None:
     """Sessions as one JSON array, ``[{"meta": {...}, "messages": [...]}, ...]``, written
-    a message at a time (a 200 MB transcript never sits in memory as one string)."""
+    in pieces of about 64 kB (a 200 MB transcript never sits in memory as one string;
+    what was built is written whatever stops the reading). A ``Plain`` is written as
+    its message would be (``Document.views()`` gives them)."""
     from dataclasses import asdict  # (here: a listing as JSON never loads it)
 
-    write("[")
-    for i, (meta, messages) in enumerate(sessions):
-        head = json.dumps(_plain(asdict(meta)), ensure_ascii=False)
-        write(f'{"," if i else ""}\n{{"meta": {head}, "messages": [')
-        separator = "\n  "
-        for message in messages:
-            write(separator + message_json(message))
-            separator = ",\n  "
-        write("\n]}")
-    write("\n]\n")
+    from chatloop.format import Plain
+
+    batch: list[str] = ["["]
+    size = 0
+    try:
+        for i, (meta, messages) in enumerate(sessions):
+            head = json.dumps(_plain(asdict(meta)), ensure_ascii=False)
+            batch.append(f'{"," if i else ""}\n{{"meta": {head}, "messages": [')
+            separator = "\n  "
+            for m in messages:
+                text = plain_json(m, meta) if type(m) is Plain else message_json(m)  # type: ignore[arg-type]
+                batch.append(separator)
+                batch.append(text)
+                separator = ",\n  "
+                size += len(text)
+                if size >= _BATCH_CHARS:
+                    write("".join(batch))
+                    batch.clear()
+                    size = 0
+            batch.append("\n]}")
+        batch.append("\n]\n")
+    finally:
+        if batch:
+            write("".join(batch))
+
+
+_BATCH_CHARS = 1 << 16
 
 
 def _plain(value: object) -> object:
