@@ -817,18 +817,23 @@ def cmd_show(args: argparse.Namespace) -> int:
         heading = listing.describe(row) if row.title or row.preview else ""  # as listed
         batch: list[str] = []  # written 64 kB at a time (a bigger message at once)
         size = 0
+
+        def flush() -> None:
+            piece = "\n".join(batch) + "\n"
+            batch.clear()  # (first: a write that fails is not tried again)
+            write(piece)
+
         try:
             for chunk in listing.transcript_lines(doc.meta, doc.views(), heading,
                                                   row.forked_at):
                 batch.append(chunk)
                 size += len(chunk)
                 if size >= 1 << 16:
-                    write("\n".join(batch) + "\n")
-                    batch.clear()
+                    flush()
                     size = 0
-        finally:  # what was read is shown, whatever stops the reading
+        finally:  # what was read is shown when reading stops with an error
             if batch:
-                write("\n".join(batch) + "\n")
+                flush()
     sys.stdout.flush()
     shown = [p for p in doc.problems if p.kind not in ("unknown_key", "legacy")]
     for problem in shown:

@@ -181,3 +181,23 @@ def test_export_writes_what_it_built_when_reading_stops() -> None:
     written = "".join(out)
     assert all(message_json(m) in written for m in said)
     assert len(out) == 1  # (small: one piece, written at the end)
+
+
+def test_export_never_writes_a_piece_twice_and_bounds_every_piece() -> None:
+    """A piece whose writing fails (a full disk, a Ctrl-C in a blocked pipe) is not
+    written again on the way out; sessions without messages count toward a piece."""
+    meta = new_meta(format=2, agent_name="simple_sally", agent_path="", created=T0)
+    said = [Message.create("user", T0, text="x" * 5000) for _ in range(40)]
+    tried: list[str] = []
+
+    def full_disk(piece: str) -> None:
+        tried.append(piece)
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        write_sessions_json([(meta, iter(said))], full_disk)
+    assert len(tried) == 1
+    pieces: list[str] = []
+    titled = replace(meta, title="t" * 1000)
+    write_sessions_json([(titled, iter(()))] * 300, pieces.append)
+    assert len(pieces) > 1 and max(map(len, pieces)) < 2 * 65536

@@ -23,7 +23,6 @@ import math
 import re
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, time, timezone
 from typing import BinaryIO, NamedTuple
@@ -526,8 +525,9 @@ class Document:
 
     def views(self) -> Iterator[Message | Plain]:
         """``messages()``, except that a frame holding only text comes as a ``Plain``
-        (no message built for it): for readers that only show what was said, such
-        as ``show``. Problems and ``end`` are the same as ``messages()``'s."""
+        (no message built for it): for readers of many frames, such as ``show`` and
+        ``export`` (``plain_facts`` gives the rest of what its message holds).
+        Problems and ``end`` are the same as ``messages()``'s."""
         if self._legacy is not None or self.meta.format < 2:
             yield from self.messages()
             return
@@ -626,38 +626,18 @@ def _sniff_format(head: bytes, body_start: int) -> int:
     return 2
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Build many objects that hold no cycles without the cycle collector's help.
-
-    Messages hold no reference cycles, so the collector's passes over them find
-    nothing: with it running, each young message is traced as it is built, again
-    on promotion, and all of them once more when collection resumes (about a
-    tenth of a parse). Paused here, and then frozen and unfrozen, they go straight
-    to the oldest generation untraced (``gc.unfreeze``), as if they had survived,
-    and the young generations' counts restart from zero. Only when nobody else has
-    frozen objects (``unfreeze`` would release theirs too) and collection was on.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        if gc.get_freeze_count() == 0:
-            gc.freeze()
-            gc.unfreeze()
-        gc.enable()
-
-
 def parse_markdown(data: bytes, name: str = "") -> ParseResult:
     """Read a whole session file in memory. Never raises for damage: it is listed in
     ``problems``. Files in the legacy bold-key format are read by
     ``chatloop.format.legacy`` into the same values, marked ``legacy=True``."""
     doc = open_document(data, name)
-    with _collector_paused():
+    collecting = gc.isenabled()
+    gc.disable()  # messages hold no cycles: the collector's passes over them are waste
+    try:
         messages = tuple(doc.messages())
+    finally:
+        if collecting:
+            gc.enable()
     end = doc.end if doc.end >= 0 else len(data)
     session = Session(doc.meta, messages)
     return ParseResult(session, tuple(doc.problems), end, doc.legacy, doc.exact)

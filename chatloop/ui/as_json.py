@@ -125,35 +125,45 @@ def write_sessions_json(
     write: Callable[[str], object],
 ) -> None:
     """Sessions as one JSON array, ``[{"meta": {...}, "messages": [...]}, ...]``, written
-    in pieces of about 64 kB (a 200 MB transcript never sits in memory as one string;
-    what was built is written whatever stops the reading). A ``Plain`` is written as
-    its message would be (``Document.views()`` gives them)."""
+    in pieces of about 64 kB (a 200 MB transcript never sits in memory as one string).
+    What was built is written when reading stops with an error; a piece whose writing
+    failed is not written again. A ``Plain`` is written as its message would be
+    (``Document.views()`` gives them)."""
     from dataclasses import asdict  # (here: a listing as JSON never loads it)
 
     from chatloop.format import Plain
 
     batch: list[str] = ["["]
     size = 0
+
+    def flush() -> None:
+        nonlocal size
+        piece = "".join(batch)
+        batch.clear()  # (first: a write that fails is not tried again)
+        size = 0
+        write(piece)
+
     try:
         for i, (meta, messages) in enumerate(sessions):
             head = json.dumps(_plain(asdict(meta)), ensure_ascii=False)
             batch.append(f'{"," if i else ""}\n{{"meta": {head}, "messages": [')
+            size += len(head)
             separator = "\n  "
             for m in messages:
-                text = plain_json(m, meta) if type(m) is Plain else message_json(m)  # type: ignore[arg-type]
+                if size >= _BATCH_CHARS:
+                    flush()
+                text = plain_json(m, meta) if isinstance(m, Plain) else message_json(m)
                 batch.append(separator)
                 batch.append(text)
                 separator = ",\n  "
                 size += len(text)
-                if size >= _BATCH_CHARS:
-                    write("".join(batch))
-                    batch.clear()
-                    size = 0
             batch.append("\n]}")
+            if size >= _BATCH_CHARS:
+                flush()
         batch.append("\n]\n")
     finally:
         if batch:
-            write("".join(batch))
+            flush()
 
 
 _BATCH_CHARS = 1 << 16
