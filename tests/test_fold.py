@@ -60,6 +60,7 @@ def test_a_chain_is_one_line_with_its_length_and_forks_stay_apart(
     shown = capsys.readouterr() if main(["show", fork.split()[0]]) == 0 else None
     assert shown is not None and "branches from " in shown.out and " after query 1\n" in shown.out
     assert "\ncontinues " not in shown.out  # (the chain's files continue; a fork branches)
+    assert "── Carried over (" in shown.out and "Session restored" not in shown.out
     assert main(["show", chain.split()[0]]) == 0 and "\ncontinues " in capsys.readouterr().out
     assert len(json.loads("\n".join(listing(capsys, "--json")))) == 3
     assert len(json.loads("\n".join(listing(capsys, "--json", "--expand")))) == 5

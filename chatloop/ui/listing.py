@@ -134,6 +134,8 @@ def transcript_lines(
         yield v(f"continues {meta.parent_id}")
     speaker = v(meta.agent or "Assistant")
     silent = f"{speaker}: {empty_reply(False, 'stop', False)}"
+    # a fork's first messages are copies of its parent's (or a summary of them)
+    restored = "Carried over" if meta.parent_id and forked_at is not None else "Session restored"
     query = 0
     for m in messages:
         if isinstance(m, Plain):  # most messages: only text, nothing interrupted
@@ -148,7 +150,7 @@ def transcript_lines(
         role = m.role
         if role == "user":
             query += not m.restore
-            label = "Session restored" if m.restore else f"Query {query}"
+            label = restored if m.restore else f"Query {query}"
             clock = m.at.isoformat()[11:19]  # HH:MM:SS (strftime costs three times this)
             out += ["", f"── {label} ({clock}) ──{cut}", f"You: {v(m.text)}"]
         elif role == "assistant":
