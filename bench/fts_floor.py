@@ -1,14 +1,17 @@
 """What SQLite's FTS5 alone costs on this machine: the floor under `chatloop reindex`.
 
 Writes N sessions the way bench/search.py does (default 1,000, about 75 MB), reads
-them into memory, then inserts their whole text, as it is, into contentless FTS5
-tables of each ``detail`` level (``full``: positions, what bm25 needs; ``column``
-and ``none``: no positions) and reports, per level, the CPU seconds of the inserts
-and of the final merge, scaled to 10,000 sessions, the table's size as a share of
-the text, and whether bm25 ranks anything (distinct scores for a common word).
-Nothing of chatloop runs here but the writing of the sessions: no skim, no frame
-scanner, no Python per word. A design that tokenizes every word with FTS5 cannot
-index faster than the ``none`` row, nor smaller than the ``full`` row and still rank.
+their searchable text into memory (what ``chatloop reindex`` inserts: the words of
+every message, no markup, read by ``chatloop.format.skim`` before anything is
+timed), then inserts it into contentless FTS5 tables of each ``detail`` level
+(``full``: positions, what bm25 needs; ``column`` and ``none``: no positions), and
+at ``full`` with the two other tokenizers SQLite has (``ascii``, and
+``unicode61`` keeping diacritics). Reports, per table, the CPU seconds of the
+inserts and of the final merge, scaled to 10,000 sessions, the table's size as a
+share of the text, and whether bm25 ranks anything (distinct scores for a common
+word). Nothing of chatloop is timed: no skim, no frame scanner, no Python per
+word. A design that tokenizes every word with FTS5 cannot index faster than the
+fastest row, nor smaller than the smallest row that ranks.
 
     python bench/fts_floor.py                 # 1,000 sessions, 3 rounds (medians)
     python bench/fts_floor.py --sessions 300 --rounds 1
@@ -30,14 +33,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from search import COMMON, write_sessions  # the same corpus as bench/search.py
 
+from chatloop.format import skim
 
-def measure(detail: str, texts: list[bytes], where: Path) -> tuple[float, float, float, int]:
+TABLES = {  # label: the options of the FTS5 table after its column
+    "full": "detail=full",
+    "column": "detail=column",
+    "none": "detail=none",
+    "full, ascii": "detail=full, tokenize='ascii'",
+    "full, unicode61 keeping diacritics": "detail=full, tokenize='unicode61 remove_diacritics 0'",
+}
+
+
+def measure(options: str, texts: list[bytes], where: Path) -> tuple[float, float, float, int]:
     """CPU seconds of the inserts and of the merge, the file's size, distinct scores."""
-    path = where / f"{detail}.db"
+    path = where / "floor.db"
     db = sqlite3.connect(path)
     db.execute("PRAGMA journal_mode=off")
     db.execute("PRAGMA synchronous=off")
-    db.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, content='', detail={detail})")
+    db.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, content='', {options})")
     started = time.process_time()
     with db:
         db.executemany("INSERT INTO t(rowid, text) VALUES (?, ?)",
@@ -64,18 +77,25 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="chatloop-fts-floor-") as tmp:
         where = Path(tmp)
-        size = write_sessions(where / "sessions", args.sessions, random.Random(11))
-        texts = [p.read_bytes() for p in sorted((where / "sessions").iterdir())]
+        files = write_sessions(where / "sessions", args.sessions, random.Random(11))
+        paths = sorted((where / "sessions").iterdir())
+        started = time.process_time()
+        texts = [skim(p.read_bytes(), p.stem).text for p in paths]
+        skimmed = time.process_time() - started
+        size = sum(map(len, texts))
         scale = 10_000 / args.sessions
-        print(f"{args.sessions:,} sessions, {size / 1e6:.1f} MB; SQLite {sqlite3.sqlite_version}; "
+        print(f"{args.sessions:,} sessions, {files / 1e6:.1f} MB, {size / 1e6:.1f} MB of "
+              f"searchable text; SQLite {sqlite3.sqlite_version}; "
               f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+        print(f"reading them (chatloop.format.skim, one process): {skimmed * scale:.1f} s of "
+              "CPU at 10,000 (what reindex spends besides SQLite)")  # fmt: skip
         runs: dict[str, list[tuple[float, float, float, int]]] = {}
-        for _ in range(args.rounds):  # the levels interleaved, round after round
-            for detail in ("full", "column", "none"):
-                runs.setdefault(detail, []).append(measure(detail, texts, where))
-                (where / f"{detail}.db").unlink()
+        for _ in range(args.rounds):  # the tables interleaved, round after round
+            for label, options in TABLES.items():
+                runs.setdefault(label, []).append(measure(options, texts, where))
+                (where / "floor.db").unlink()
         print(f"medians of {args.rounds} rounds")
-        print("| detail | insert, CPU s at 10,000 | merge, CPU s at 10,000 | size / text "
+        print("| table | insert, CPU s at 10,000 | merge, CPU s at 10,000 | size / text "
               "| bm25 ranks |")  # fmt: skip
         print("| --- | --- | --- | --- | --- |")
         for detail, results in runs.items():

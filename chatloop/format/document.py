@@ -255,13 +255,15 @@ class Plain(NamedTuple):
     ``clock`` is its time as written (``HH:MM:SS``, on the session's first day) and
     ``text`` is its message's text: ``message_from`` of the same frame gives a
     Message with that role, text and time of day, a stop reason of ``stop`` for a
-    reply and none for a question, and every flag false."""
+    reply and none for a question, and every flag false. ``key`` is the frame's key
+    and ``tail`` the rest of its open line as written (a duration and usage, or
+    nothing): ``plain_facts`` reads the rest of the message from them."""
 
     role: str
     clock: str
     text: str
     key: str = ""
-    tail: bytes = b""  # the open line after the time, as written: read by ``plain_facts``
+    tail: bytes = b""
 
 
 class Facts(NamedTuple):
