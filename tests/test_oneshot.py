@@ -5,12 +5,14 @@ where the reply goes and what is saved, never the wording."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from chatloop.format import Session, parse_markdown
+from tests.scripted_server import scripted_server
 from tests.test_pty import chatloop_bin, environment, project  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.e2e
@@ -189,3 +191,48 @@ def test_a_one_shot_resume_says_which_agent_answers(
     assert "was with Pirate Pete; continuing it with Simple Sally." in switched.stderr
     assert [s.meta.agent for s in sessions(chatloop_home)] == [
         "Pirate Pete", "Pirate Pete", "Simple Sally"]  # fmt: skip
+
+
+def _closed_reader() -> int:
+    """The write end of a pipe whose reader has already left (``| head`` done)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    return write_end
+
+
+def test_a_reader_that_leaves_keeps_the_reply_that_came_and_the_session(
+    chatloop_home: Path, project: Path  # noqa: F811
+) -> None:
+    """``chatloop "…" | head -1``: the reply stops at the first write that fails, and is
+    kept in the file marked interrupted, with the text that had come; the session is
+    closed as usual. With stderr's reader gone too (``2>&1 | head``), a resume's
+    notices are dropped and the continuation is still written."""
+    text = "Basil likes warm sun and moist soil; pinch the flowers to keep it leafy."
+    with scripted_server(lambda request: text) as url:
+        env = environment(chatloop_home, 12)
+        out = _closed_reader()
+        try:
+            done = subprocess.run([chatloop_bin(), "--base-url", url, "Tell me about basil"],
+                                  cwd=project, env=env, stdout=out, stderr=subprocess.PIPE,
+                                  text=True, timeout=120)  # fmt: skip
+        finally:
+            os.close(out)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        (first,) = sessions(chatloop_home)
+        reply = [m for m in first.messages if m.role == "assistant"]
+        assert [m.text for m in first.messages if m.is_query] == ["Tell me about basil"]
+        assert len(reply) == 1 and reply[0].interrupted and reply[0].stop_reason == "cancelled"
+        assert reply[0].text and text.startswith(reply[0].text)
+        assert first.meta.status == "closed" and first.summary is not None
+        out, err = _closed_reader(), _closed_reader()
+        try:
+            again = subprocess.run([chatloop_bin(), "--base-url", url, "-c", "And mint?"],
+                                   cwd=project, env=env, stdout=out, stderr=err,
+                                   timeout=120)  # fmt: skip
+        finally:
+            os.close(out)
+            os.close(err)
+        assert again.returncode == 0
+        parent, child = sessions(chatloop_home)
+        assert child.meta.parent_id == parent.meta.id
+        assert [m.text for m in child.messages if m.is_query] == ["And mint?"]

@@ -9,16 +9,29 @@ like any other (written before the request, closed with its summary), so
 ``chatloop -c "…"`` continues it. No question is ever asked: a one-shot run
 takes each question's default answer. Nor is the model asked for a title: a new
 session is named by the first line of the question (``settings_once``).
+
+When the reader of the output leaves (``chatloop "…" | head -1``), nothing is
+lost: the reply stops there and is kept, marked interrupted, as after Ctrl-C,
+and the session is saved and closed as usual; what would have been written to
+that reader goes nowhere. Notices on a stderr whose reader left are dropped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, TextIO
 
-from chatloop.backends.base import Event, Finish, TextDelta, ThinkingDelta, ToolCallEvent
+from chatloop.backends.base import (
+    Cancelled,
+    Event,
+    Finish,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallEvent,
+)
 from chatloop.chat.host import Lookup, Picked, Progress, Tone
 from chatloop.config import Settings
 from chatloop.format import Message, empty_reply
@@ -45,13 +58,17 @@ class PrintedReply:
             if self.acknowledgment and not self.said and event.text.strip():
                 self.out.write("The model acknowledges the summary:\n")  # as the chat says
             text = visible(event.text) if self.terminal else event.text
-            self.out.write(text)
-            self.out.flush()
+            try:
+                self.out.write(text)
+                self.out.flush()
+            except BrokenPipeError:  # the reader left: the reply ends here, kept as it is
+                _gone(self.out)
+                raise Cancelled("the reader of the output left") from None
             self.ended_line = text.endswith("\n")
             self.said = self.said or bool(event.text.strip())
         elif isinstance(event, ToolCallEvent):
             self.said = True
-            print(visible(f"[tool {event.name}]"), file=sys.stderr)
+            _say(visible(f"[tool {event.name}]"))
         elif isinstance(event, ThinkingDelta):
             self.thought = True
         elif isinstance(event, Finish):
@@ -62,12 +79,15 @@ class PrintedReply:
         self.ended = None
 
     def close(self, interrupted: bool, saved: bool) -> None:
-        if not self.ended_line:
-            self.out.write("\n")
-            self.ended_line = True
-        self.out.flush()
+        try:
+            if not self.ended_line:
+                self.out.write("\n")
+                self.ended_line = True
+            self.out.flush()
+        except BrokenPipeError:
+            _gone(self.out)
         if self.ended is not None and not self.said and not interrupted:  # stdout: the answer
-            print(empty_reply(self.acknowledgment, self.ended, self.thought), file=sys.stderr)
+            _say(empty_reply(self.acknowledgment, self.ended, self.thought))
 
 
 class PlainHost:
@@ -78,14 +98,13 @@ class PlainHost:
         self.terminal = self.out.isatty()
 
     def notice(self, text: str, tone: Tone = "info") -> None:
-        print(visible(text), file=sys.stderr)
+        _say(visible(text))
 
     def ask(self, question: str, default: bool) -> bool:
         """Each question's default answer, said on stderr with the question, so nothing
         is decided silently (--yes or an explicit option answers ahead)."""
         answer = "yes" if default else "no"
-        print(visible(f"{question} {answer} (the default: a one-shot run asks nothing)"),
-              file=sys.stderr)  # fmt: skip
+        _say(visible(f"{question} {answer} (the default: a one-shot run asks nothing)"))
         return default
 
     def reply_view(self, acknowledgment: bool = False) -> PrintedReply:
@@ -97,7 +116,7 @@ class PlainHost:
     @contextlib.contextmanager
     def working(self, label: str, trace: bool = True) -> Iterator[Progress]:
         if trace:
-            print(visible(label), file=sys.stderr)
+            _say(visible(label))
         yield lambda step: None
 
     def pick(self, rows: list[SessionRow], lookup: Lookup | None = None) -> Picked | None:
@@ -120,5 +139,22 @@ def ask_once(session: ChatSession, text: str) -> int:
     finally:
         closed = session.close()
         for message in closed.unsaved:
-            print(visible(f"not saved [{message.role}]: {message.text}"), file=sys.stderr)
+            _say(visible(f"not saved [{message.role}]: {message.text}"))
     return 0
+
+
+def _say(line: str) -> None:
+    """One line on stderr, unless its reader left (``2>&1 | head``): then nothing."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except BrokenPipeError:
+        _gone(sys.stderr)
+
+
+def _gone(stream: TextIO) -> None:
+    """The reader of ``stream`` left: what is written to it from now on (and what its
+    buffer still holds, flushed at exit) goes to the null device, without an error."""
+    with contextlib.suppress(OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
