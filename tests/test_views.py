@@ -201,3 +201,22 @@ def test_export_never_writes_a_piece_twice_and_bounds_every_piece() -> None:
     titled = replace(meta, title="t" * 1000)
     write_sessions_json([(titled, iter(()))] * 300, pieces.append)
     assert len(pieces) > 1 and max(map(len, pieces)) < 2 * 65536
+
+
+def test_a_forks_copies_are_carried_over_not_restored() -> None:
+    """In ``show``, a fork's first messages are copies of its parent's: headed
+    "Carried over", an empty one an empty reply, not an acknowledgment; a child of a
+    compaction or resume keeps "Session restored" and its acknowledgment."""
+    meta = replace(new_meta(format=2, created=T0), parent_id="20260101-000000-aaaaaaaa")
+    said = (
+        Message.create("user", T0, text="Name a herb.", restore=True),
+        Message.create("assistant", T0, text="", restore=True, stop_reason="stop"),
+        Message.create("user", T0, text="And another?"),
+    )
+    fork = "\n".join(transcript_lines(meta, said, forked_at=1))
+    assert "branches from 20260101-000000-aaaaaaaa after query 1" in fork
+    assert "── Carried over (" in fork and "Session restored" not in fork
+    assert "(the model sent an empty reply)" in fork and "acknowledgment" not in fork
+    child = "\n".join(transcript_lines(meta, said))
+    assert "continues 20260101-000000-aaaaaaaa" in child and "── Session restored (" in child
+    assert "(the model sent an empty acknowledgment)" in child and "Carried over" not in child

@@ -359,9 +359,11 @@ def empty_reply(acknowledgment: bool, reason: str | None, thought: bool) -> str:
     return f"(the model sent an empty {what})"
 
 
-def no_text(message: Message) -> str:
+def no_text(message: Message, copy: bool = False) -> str:
     """What to say of a reply with no text: why it was cut short (its tool calls, if
-    any, never ran), else ``empty_reply``."""
+    any, never ran), else ``empty_reply``. ``copy``: a ``restore`` reply is a copy of
+    an earlier reply (a fork carries them), not an acknowledgment."""
     if message.interrupted:
         return _NO_REPLY.get(message.stop_reason or "", "(no reply: interrupted)")
-    return empty_reply(message.restore, message.stop_reason, bool(message.thinking))
+    return empty_reply(message.restore and not copy, message.stop_reason,
+                       bool(message.thinking))  # fmt: skip

@@ -135,7 +135,8 @@ def transcript_lines(
     speaker = v(meta.agent or "Assistant")
     silent = f"{speaker}: {empty_reply(False, 'stop', False)}"
     # a fork's first messages are copies of its parent's (or a summary of them)
-    restored = "Carried over" if meta.parent_id and forked_at is not None else "Session restored"
+    fork = bool(meta.parent_id) and forked_at is not None
+    restored = "Carried over" if fork else "Session restored"
     query = 0
     for m in messages:
         if isinstance(m, Plain):  # most messages: only text, nothing interrupted
@@ -158,7 +159,7 @@ def transcript_lines(
             if m.text and not m.text.isspace():  # (blank text: as the chat, "empty")
                 out.append(f"{speaker}: {v(m.text)}{cut}")
             elif m.interrupted or not m.tool_calls:  # (a reply that only calls tools: its
-                out.append(f"{speaker}: {no_text(m)}")  # arrows say it)
+                out.append(f"{speaker}: {no_text(m, fork)}")  # arrows say it)
             out += [f"  → {v(c.name)}({v(c.arguments)})" for c in m.tool_calls]
         elif role == "tool":
             for r in m.tool_results:
