@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -292,3 +292,21 @@ def test_search_hits_carry_the_numbers_and_handles_of_the_listing(
         assert {r.path: (r.number, r.handle, r.status) for r in found} == listed
     finally:
         live.close()
+
+
+def test_sessions_written_in_other_time_zones_are_listed_by_the_moment(store: Store) -> None:
+    """A session written under another time zone (a laptop that travelled, a shell
+    without TZ) is placed by when it happened, not by its time's text: `-c` (number 1)
+    continues the one most recently updated."""
+    west = timezone(timedelta(hours=-5))
+    earlier = datetime(2026, 11, 22, 16, 34, 34, tzinfo=UTC)  # its text sorts last
+    later = datetime(2026, 11, 22, 11, 35, 49, tzinfo=west)  # 16:35:49 UTC
+    for when, title in ((later, "in New York"), (earlier, "in London")):
+        there = Store(store.root, cwd=store.cwd, clock=lambda when=when: when)
+        with there.create(new_meta(title=title, created=when, updated=when)) as writer:
+            writer.append(Message.create("user", when, text=f"written {title}"))
+            writer.finalize()
+    with Index(store) as index:
+        index.sync()
+        assert [r.title for r in index.list_sessions()] == ["in New York", "in London"]
+        assert index.find("1").title == "in New York"

@@ -53,10 +53,12 @@ from chatloop.store.fsio import FILE_MODE, ensure_dir, is_locked, lock_path
 from chatloop.store.store import FolderLook, Store
 
 if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
+    from datetime import datetime
+
     from chatloop.format import Skim as Scanned
     from chatloop.store.lookahead import LookAhead, Marks
 
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 INDEX_FILE = "index.db"
 BUSY_TIMEOUT_MS = 5000
 PARALLEL_FROM = 64  # stale files from which a sync scans in worker processes
@@ -78,8 +80,8 @@ CREATE TABLE IF NOT EXISTS sessions(
     queries INTEGER, tokens_in INTEGER, tokens_out INTEGER, restoration_tokens INTEGER,
     parent_id TEXT, parent_file TEXT, git_branch TEXT, preview TEXT, has_summary INTEGER,
     legacy INTEGER, problems INTEGER, size INTEGER, mtime_ns INTEGER, forked_at INTEGER,
-    tail TEXT);
-CREATE INDEX IF NOT EXISTS sessions_by_project ON sessions(project, updated, id);
+    tail TEXT, updated_at REAL, created_at REAL);
+CREATE INDEX IF NOT EXISTS sessions_by_project ON sessions(project, updated_at, id);
 CREATE INDEX IF NOT EXISTS sessions_by_id ON sessions(id);
 CREATE INDEX IF NOT EXISTS sessions_by_tail ON sessions(tail);
 CREATE TABLE IF NOT EXISTS chunks(
@@ -103,7 +105,9 @@ _TRIGGERS = tuple(
         ("UPDATE", f"'{_MARK}' || OLD.project, '{_MARK}' || NEW.project"),
     )
 )
-_ORDER = " ORDER BY updated DESC, id DESC, num DESC"  # total: copies of a file tie on the rest
+# Most recent first, by the moment (``updated_at``: seconds since the epoch), not by the
+# ISO text, whose offsets differ between sessions written under different time zones.
+_ORDER = " ORDER BY updated_at DESC, id DESC, num DESC"  # total: copies of a file tie on the rest
 
 
 class SessionRow(NamedTuple):
@@ -534,7 +538,7 @@ class Index:
             "SELECT c.parent_id, c.status, c.path FROM sessions c WHERE c.parent_id IS NOT "
             "NULL AND c.forked_at IS NULL AND c.parent_id != c.id" + where + " AND EXISTS "
             "(SELECT 1 FROM sessions p WHERE p.id = c.parent_id AND p.project = c.project AND "
-            "(p.updated, p.id) < (c.updated, c.id))",
+            "(p.updated_at, p.id) < (c.updated_at, c.id))",
             () if all_projects else (self.store.project,),
         ).fetchall()
         hidden = {parent for parent, status, path in found
@@ -782,7 +786,7 @@ class Index:
         compaction's or a resume's child, not a fork; oldest first."""
         found = self._db.execute(
             "SELECT id FROM sessions WHERE parent_id = ? AND id != parent_id "
-            "AND forked_at IS NULL ORDER BY created, id", (session_id,))  # fmt: skip
+            "AND forked_at IS NULL ORDER BY created_at, id", (session_id,))  # fmt: skip
         return [str(row[0]) for row in found]
 
     def lineage(self, row: SessionRow) -> tuple[list[SessionRow], dict[str, list[SessionRow]]]:
@@ -791,7 +795,7 @@ class Index:
         rows = self.list_sessions(all_projects=True)
         by_id = {r.id: r for r in rows}
         children: dict[str, list[SessionRow]] = {}
-        for r in sorted(rows, key=lambda r: r.created):
+        for r in sorted(rows, key=lambda r: _moment(r.created)):
             if r.parent_id:
                 children.setdefault(r.parent_id, []).append(r)
         chain = [row]
@@ -892,7 +896,7 @@ class Index:
             self._forget(path)
         meta = scanned.meta
         cursor = self._db.execute(
-            "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 num, path, meta.id or Path(path).stem, Path(path).parent.name, meta.title,
                 meta.agent, meta.agent_ref, meta.model, meta.created.isoformat(),
@@ -900,7 +904,8 @@ class Index:
                 meta.tokens_out, meta.restoration_tokens, meta.parent_id, meta.parent_file,
                 meta.git_branch, scanned.preview, scanned.has_summary, scanned.legacy,
                 scanned.problems, size, mtime_ns, _forked_at(meta.extra.get("forked_at")),
-                tail_of(meta.id or Path(path).stem),
+                tail_of(meta.id or Path(path).stem), _seconds(scanned.updated),
+                _seconds(meta.created),
             ),
         )  # fmt: skip
         if num is None and cursor.lastrowid is not None:
@@ -908,6 +913,24 @@ class Index:
 
 
 _WORD_RE = re.compile(r"[^\W_]+")  # a word as FTS5's unicode61 sees it: "_" separates
+
+
+def _moment(iso: str) -> float:
+    """Seconds since the epoch of a row's ISO time (0 for one that cannot be read)."""
+    from datetime import datetime
+
+    try:
+        return _seconds(datetime.fromisoformat(iso))
+    except ValueError:
+        return 0.0
+
+
+def _seconds(when: datetime) -> float:
+    """Seconds since the epoch (0 where the platform cannot say: a naive time in year 1)."""
+    try:
+        return when.timestamp()
+    except (OverflowError, OSError, ValueError):
+        return 0.0
 
 
 def _same_marks(kept: dict[str, object], marks: Marks, all_projects: bool) -> bool:
