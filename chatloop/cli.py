@@ -1035,15 +1035,28 @@ def _progress_bar(at_least: int) -> Callable[[int, int], None]:
 
 
 def cmd_reseal(args: argparse.Namespace) -> int:
+    """Accept hand edits; exit 1 when some of the file is too damaged to read (it is
+    left as it is, each part named, and ``show`` still notes it)."""
+    from chatloop.ui.listing import visible
+
     with _index(args) as index:
         row = index.find(args.ref)
-        changed, kept = index.store.reseal(Path(row.path))
-    if kept is None:
+        changed, kept, left = index.store.reseal(Path(row.path))
+    if kept is None and not left:
         print(f"Nothing to reseal: every frame of {row.id} checks out.")
         return 0
-    print(f"Resealed {row.id}: {changed} frame(s) given new checksums; the original is "
-          f"kept as {kept}")  # fmt: skip
-    return 0
+    if kept is not None:
+        print(f"Resealed {row.id}: {changed} frame(s) given new checksums; the file as it "
+              f"was is kept as {kept}")  # fmt: skip
+    if not left:
+        return 0
+    for problem in left:
+        print(visible(f"note: {problem}"), file=sys.stderr)
+    print(f"error: {len(left)} part(s) of {row.id} cannot be read, so they are left as they "
+          f"are (offsets in the file as it was)\nhint: mend them by hand (`chatloop show "
+          f"{row.handle or row.id} --raw` shows the file), then reseal again; everything "
+          "else reads as it is.", file=sys.stderr)  # fmt: skip
+    return 1
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:

@@ -206,6 +206,26 @@ def test_reseal_accepts_hand_edits_and_keeps_the_original(
     assert "Nothing to reseal" in again.stdout
 
 
+def test_reseal_says_what_it_cannot_read_and_fails(store: Store) -> None:
+    """A frame whose end marker was deleted by hand cannot be read, so reseal cannot
+    vouch for it: it names it, leaves it as it is, and exits 1 (it said "checks out")."""
+    writer = store.create(new_meta(format=2))
+    for m in exchange(1) + exchange(2):
+        writer.append(m)
+    writer.finalize(Message.create("summary", T0, text="**Pending:** nothing"))
+    writer.close()
+    lines = writer.path.read_bytes().split(b"\n")
+    close = next(i for i, line in enumerate(lines) if line.startswith(b"<!-- /"))
+    writer.path.write_bytes(b"\n".join(lines[:close] + lines[close + 1 :]))
+    for _ in range(2):  # the second time: nothing left to reseal, the damage stays
+        done = run("reseal", "1", cwd=store.cwd, home=store.root)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "note: damaged at byte " in done.stderr and "cannot be read" in done.stderr
+        assert "checks out" not in done.stdout and "Traceback" not in done.stderr
+    shown = run("show", "1", cwd=store.cwd, home=store.root)
+    assert shown.returncode == 0 and "damaged" in shown.stderr
+
+
 def test_show_and_export_stream_every_message(store: Store, tmp_path: Path) -> None:
     at = T0.replace(microsecond=0)  # on the first day, to the second: most frames are plain
     writer = store.create(new_meta(title="long one", created=at))

@@ -648,14 +648,15 @@ def parse_markdown(data: bytes, name: str = "") -> ParseResult:
 # ----------------------------------------------------------------------------- reseal
 
 
-def reseal(data: bytes, name: str = "") -> tuple[bytes, int]:
+def reseal(data: bytes, name: str = "") -> tuple[bytes, int, tuple[Problem, ...]]:
     """A file with a person's hand edits accepted: every frame whose checksum or
     decoration no longer matches is written anew around its content as found
     (its key renewed if the person typed it into the content); every other byte,
     notes between frames included, stays as it was. A CRLF file becomes LF and a
     byte order mark is dropped. In format 2 the summary pointer is set again.
-    Returns the new bytes and how many frames were rewritten; frames too damaged
-    to read are left as they are (the caller reports them).
+    Returns the new bytes, how many frames were rewritten, and the damage left as
+    it is (frames too damaged to read, a torn end: its problems, at their offsets
+    in ``data``), for the caller to report.
     """
     doc = open_document(data, name)
     if doc.legacy:
@@ -701,7 +702,8 @@ def reseal(data: bytes, name: str = "") -> tuple[bytes, int]:
         key, at = (last[2], last[1]) if last is not None and last[0] == "summary" else (None, None)
         if (key, at) != (meta.summary_key, meta.summary_at):
             head = render_front_matter(replace(meta, summary_key=key, summary_at=at))
-    return head + b"".join(out), changed
+    left = tuple(p for p in doc.problems if p.kind in ("damaged", "torn_tail"))
+    return head + b"".join(out), changed, left
 
 
 # ----------------------------------------------------------------------------- skim

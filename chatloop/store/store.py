@@ -32,7 +32,7 @@ from chatloop.store.fsio import (
 
 if TYPE_CHECKING:  # the format (and YAML) load when a file is read or written, so a
     # listing from a fresh index never imports a parser
-    from chatloop.format import Message, ParseResult, SessionMeta, SummaryLookup
+    from chatloop.format import Message, ParseResult, Problem, SessionMeta, SummaryLookup
     from chatloop.store.writer import SessionWriter
 
 Clock = Callable[[], datetime]
@@ -159,30 +159,31 @@ class Store:
 
         return parse_markdown(read_bytes(path), path.stem)
 
-    def reseal(self, path: Path) -> tuple[int, Path | None]:
+    def reseal(self, path: Path) -> tuple[int, Path | None, tuple[Problem, ...]]:
         """Accept a person's hand edits to a session nobody is writing: the frames they
         changed get new checksums (``chatloop.format.reseal``). The original is kept
         beside it as ``{id}.md.orig`` (0600) first, then the file is replaced
-        atomically. Returns how many frames were resealed and where the original is
-        (None when nothing needed it)."""
+        atomically. Returns how many frames were resealed, where the original is
+        (None when nothing needed it), and the damage that could not be read, left
+        as it is."""
         lock_fd = take_lock(path)
         try:
             data = read_bytes(path)
             try:
                 from chatloop.format import reseal
 
-                new, changed = reseal(data, path.stem)
+                new, changed, left = reseal(data, path.stem)
             except ValueError as exc:
                 raise StoreError(f"Cannot reseal {path.name}: {exc}", "") from exc
             if new == data:
-                return 0, None
+                return 0, None, left
             keep = path.with_name(path.name + ".orig")
             if keep.exists() or keep.is_symlink():
                 stamp = self.clock().strftime("%Y%m%dT%H%M%S")
                 keep = path.with_name(f"{path.name}.orig-{stamp}")
             write_new_file(keep, data)
             atomic_rewrite(path, new)
-            return changed, keep
+            return changed, keep, left
         finally:
             os.close(lock_fd)
 
