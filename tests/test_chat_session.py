@@ -400,6 +400,43 @@ def test_a_fork_carries_the_history_up_to_its_point_and_nothing_after(store: Sto
     assert host.said("Forked:")
 
 
+def test_a_forks_summary_covers_what_it_carried_and_its_child_says_it_branched(
+    store: Store,
+) -> None:
+    """The copies a fork carries are its own past: its summary covers them (by the
+    model, or built from the transcript), so resuming the branch keeps them; the
+    restoration prompt of its child says the fork branched from its parent."""
+    backend = FakeBackend("One.", "Two.", STRUCTURED, "Branch answer.", STRUCTURED, "Ready.",
+                          "Later.", STRUCTURED)  # fmt: skip
+    session, _ = chat(store, backend)
+    session.send("tomatoes need six hours of sun")
+    session.send("the second question")
+    session.fork(1)
+    session.send("should I use a trellis")
+    session.close()
+    asked = " ".join(str(m["content"]) for m in backend.calls[4]["messages"])  # its summary
+    assert "tomatoes need six hours of sun" in asked and "should I use a trellis" in asked
+    assert "the second question" not in asked
+    parent, fork = files(store)
+    again, _ = chat(store, backend)
+    assert again.resume(fork.meta.id)
+    again.send("go on")
+    again.close()
+    (child,) = [s for s in files(store) if s.meta.parent_id == fork.meta.id]
+    assert f"it branched from session {parent.meta.id}" in child.messages[0].text
+    # built from the transcript (leaving on a signal): the carried question is the goal
+    third, _ = chat(store, FakeBackend("Three.", STRUCTURED, "Four."))
+    third.send("cucumbers climb")
+    third.fork(1)
+    third.send("what about shade")
+    third.leaving = True
+    third.close()
+    (branch,) = [s for s in files(store) if s.meta.extra.get("forked_at") and
+                 s.meta.parent_id not in (parent.meta.id,)]  # fmt: skip
+    assert branch.summary is not None
+    assert "Goal (first request): cucumbers climb" in branch.summary.text
+
+
 def test_a_compacted_fork_continues_as_a_continuation_not_as_a_fork(store: Store) -> None:
     backend = FakeBackend("One.", "Two.", STRUCTURED, "Branch answer.", STRUCTURED, "Ready.",
                           "Later answer.", STRUCTURED)  # fmt: skip
@@ -514,3 +551,23 @@ def test_ctrl_c_while_the_call_is_planned_is_a_cancelled_reply(store: Store) -> 
     assert result.interrupted
     (reply,) = recorded
     assert reply.interrupted and reply.stop_reason == "cancelled" and reply.usage is None
+
+
+def test_what_a_summary_counts_as_said_in_a_fork_of_a_continued_session() -> None:
+    """A fork of a continued session carries its restoration prompt and acknowledgment
+    too: those stay apart (the summary they hold is given separately); the copies of
+    what was said count as said."""
+    from chatloop.chat import prompts
+
+    prompt = prompts.restoration_prompt(session_id="s1", date="2026-11-21 10:00", queries=1,
+                                        tokens=10, summary="**Background Context:** x")
+    carried = [
+        Message.create("user", T0, text=prompt, restore=True),
+        Message.create("assistant", T0, text="Ready.", restore=True),
+        Message.create("user", T0, text="a question said in the parent", restore=True),
+        Message.create("assistant", T0, text="its answer", restore=True),
+        Message.create("user", T0, text="said in the branch"),
+    ]
+    said = prompts.as_said(carried)
+    assert [m.restore for m in said] == [True, True, False, False, False]
+    assert [m.text for m in said] == [m.text for m in carried]

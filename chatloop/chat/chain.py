@@ -256,6 +256,7 @@ def restoration(parent: Parent, summary: str, unanswered: str | None = None,
         grandparent=parent.meta.parent_id,
         unanswered=unanswered,
         pins=pins,
+        branched="forked_at" in parent.meta.extra,
     )
 
 

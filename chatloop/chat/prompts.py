@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from chatloop.format import Message
 
@@ -153,14 +154,17 @@ def restoration_prompt(
     grandparent: str | None = None,
     unanswered: str | None = None,
     pins: Sequence[str] = (),
+    branched: bool = False,
 ) -> str:
-    """The first message of a continued session: who the parent was and its summary."""
+    """The first message of a continued session: who the parent was and its summary
+    (``branched``: the parent is a fork of ``grandparent``, not a continuation)."""
     return RESTORE_PROMPT.format(
         id=session_id,
         date=date,
         queries=f"{queries:,} {'query' if queries == 1 else 'queries'}",
         tokens=tokens,
-        grandparent=f"; it continued session {grandparent}" if grandparent else "",
+        grandparent=(f"; it {'branched from' if branched else 'continued'} session "
+                     f"{grandparent}" if grandparent else ""),
         summary=summary.strip(),
         unanswered=UNANSWERED.format(text=unanswered.strip()) if unanswered else "",
         pins=PINS.format(facts="\n".join(f"- {p}" for p in pins)) if pins else "",
@@ -172,6 +176,32 @@ def title_prompt(request: str, reply: str, limit: int = TITLE_SOURCE_CHARS) -> s
     ``reply``, each cut to ``limit`` characters (the opening says what it is about)."""
     return TITLE_PROMPT.format(words=TITLE_WORDS, request=_clip(request.strip(), limit),
                                reply=_clip(reply.strip(), limit) or "(no text)")  # fmt: skip
+
+
+def is_restoration(message: Message) -> bool:
+    """Whether ``message`` is a restoration prompt as chatloop writes it (a continued
+    session's first message: its parent's summary), not a copy of something said."""
+    return (message.role == "user" and message.restore
+            and message.text.startswith(RESTORE_PROMPT[:RESTORE_PROMPT.index(":")]))  # fmt: skip
+
+
+def as_said(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` with the copies a fork carries counted as said in this session.
+
+    A fork writes its parent's messages into its own file marked ``restore`` (so
+    they are never numbered as its queries), and a summary leaves out what is
+    marked so: the restoration prompt, whose summary is given apart, and the
+    acknowledgment that answers it. The other copies are the branch's own past,
+    and its summary must cover them, or resuming the branch loses them."""
+    out: list[Message] = []
+    prompt = False  # the message before was a restoration prompt
+    for m in messages:
+        if m.restore and not is_restoration(m) and not (prompt and m.role == "assistant"):
+            out.append(replace(m, restore=False))
+        else:
+            out.append(m)
+        prompt = is_restoration(m)
+    return out
 
 
 def transcript_lines(messages: Sequence[Message], limit: int = 2000) -> list[str]:

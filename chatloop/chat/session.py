@@ -377,7 +377,9 @@ class ChatSession:
                   instructions: str = "") -> chain.SummaryOutcome:  # fmt: skip
         """The summary of ``messages``; never raises for the model, never hangs forever.
         Cut short (Ctrl-C), or while leaving on a signal, the one built from the
-        transcript is used."""
+        transcript is used. What a fork carried over counts as said
+        (``prompts.as_said``)."""
+        messages = prompts.as_said(messages)
         if self.leaving:
             text = prompts.fit(prompts.fallback_summary(messages, previous), self._summary_words())
             return chain.SummaryOutcome(text, True, 0)
