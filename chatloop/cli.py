@@ -206,8 +206,9 @@ def _shared_options() -> argparse.ArgumentParser:
 def split_prompt(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], str]:
     """``argv`` without the words of a one-shot question, and the question ("" when the
     first word that is not an option names a subcommand, or there is none). Raises
-    UsageError for a lone word that is nearly a subcommand (``sesions``): ``--``
-    before it sends it as a question."""
+    UsageError for a lone word that is nearly a subcommand (``sesions``), or such a
+    word followed only by session numbers or ids (``shwo 1``): ``--`` before it sends
+    it as a question."""
     takes: dict[str, object] = {}
     commands: set[str] = set()
     for action in parser._actions:
@@ -236,12 +237,15 @@ def split_prompt(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list
         else:
             words.append(token)
         i += 1
-    if len(words) == 1:  # one word that is almost a command is a typo, not a question
+    # One word that is almost a command is a typo, not a question; so is such a word
+    # followed only by what names a session (`shwo 1`, `exprot 8c1d`).
+    if words and (len(words) == 1 or all(_is_ref(w) for w in words[1:3])) and len(words) <= 3:
         meant = _mistyped(words[0], commands)
         if meant:
+            said, typed = " ".join([meant, *words[1:]]), " ".join(words)
             raise UsageError(f"{words[0]!r} is not a command",
-                             f"Did you mean `chatloop {meant}`? To ask it as a question: "
-                             f"chatloop -- {words[0]}")  # fmt: skip
+                             f"Did you mean `chatloop {said}`? To ask it as a question: "
+                             f"chatloop -- {typed}")  # fmt: skip
     return kept, " ".join(words)
 
 

@@ -104,3 +104,12 @@ def test_a_lone_word_close_to_a_command_is_a_typo_not_a_question(
                  "Show", "sessions?", "index", "resale", "hello", "tee", "trees", "shoe",
                  "tre"):  # fmt: skip
         assert split_prompt(build_parser(), [word]) == ([], word), word
+    # the usual typo: the command mistyped, then what it acts on
+    for typed, meant in (("shwo 1", "show 1"), ("exprot 8c1d", "export 8c1d"),
+                         ("--agent x tere 2", "tree 2")):  # fmt: skip
+        with pytest.raises(UsageError) as refused:
+            split_prompt(build_parser(), typed.split())
+        assert f"chatloop {meant}`" in refused.value.hint, refused.value.hint
+    for question in ("shwo me around", "serach mint leaves", "snow 2", "three 4",
+                     "tell me 1", "shwo 1 2 3 4"):  # fmt: skip
+        assert split_prompt(build_parser(), question.split()) == ([], question), question
