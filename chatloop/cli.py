@@ -153,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ref", metavar="N|ID", help="session number (1 = most recent) or id")
     p.add_argument("--chain", action="store_true", help="include every ancestor, oldest first")
     p.add_argument("--format", choices=("md", "json"), default="md", help="md (default) or json")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (never overwritten)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write to FILE (never overwritten; - is stdout)")
     p.set_defaults(run=cmd_export)
 
     p = sub.add_parser(
@@ -968,26 +969,29 @@ def cmd_tree(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Write a session (or its chain) as markdown (the files as they are) or JSON,
-    streaming to stdout or to a new file that is never overwritten."""
+    streaming to stdout (``-o -`` too) or to a new file that is never overwritten.
+    JSON is read from the files: what ``show`` would note of them is noted on stderr."""
     import os
     import shutil
 
-    from chatloop.format import open_document
+    from chatloop.format import Document, open_document
     from chatloop.store.fsio import open_read
     from chatloop.ui import as_json
+    from chatloop.ui.listing import visible
 
     def chosen(index: Index) -> list[SessionRow]:
         row = index.find(args.ref)
         return index.lineage(row)[0] if args.chain else [row]
 
     paths = [Path(r.path) for r in _fresh_read(args, chosen)]
-    if args.output:
+    output = None if args.output in (None, "", "-") else args.output
+    if output:
         try:
-            fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
-            raise ChatloopError(f"{args.output} already exists", "Choose another file.") from None
+            raise ChatloopError(f"{output} already exists", "Choose another file.") from None
         except OSError as exc:
-            raise ChatloopError(f"Cannot write {args.output}: {exc.strerror}",
+            raise ChatloopError(f"Cannot write {output}: {exc.strerror}",
                                 "Check that its folder exists and that you may write "
                                 "there, or leave out -o to write to the terminal.") from exc
         sink: BinaryIO = os.fdopen(fd, "wb")
@@ -997,15 +1001,22 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.format == "json":
             text = io.TextIOWrapper(sink, encoding="utf-8", write_through=False)
 
+            read: list[Document] = []
+
             def documents() -> Iterator[tuple[object, Iterator[object]]]:
                 for path in paths:
                     with open_read(path) as handle:
                         doc = open_document(handle, path.stem)
+                        read.append(doc)
                         yield doc.meta, doc.views()
 
             as_json.write_sessions_json(documents(), text.write)  # type: ignore[arg-type]
             text.flush()
             text.detach()
+            for doc in read:
+                for problem in doc.problems:
+                    if problem.kind not in ("unknown_key", "legacy"):
+                        print(visible(f"note: {doc.meta.id}: {problem}"), file=sys.stderr)
         else:
             for i, path in enumerate(paths):
                 if i:
@@ -1014,10 +1025,10 @@ def cmd_export(args: argparse.Namespace) -> int:
                     shutil.copyfileobj(handle, sink, 1 << 20)
         sink.flush()
     finally:
-        if args.output:
+        if output:
             sink.close()
-    if args.output:
-        print(f"Wrote {len(paths)} session(s) to {args.output}", file=sys.stderr)
+    if output:
+        print(f"Wrote {len(paths)} session(s) to {output}", file=sys.stderr)
     return 0
 
 

@@ -193,6 +193,10 @@ def test_reseal_accepts_hand_edits_and_keeps_the_original(
     before = run("show", "1", cwd=cwd, home=store.root)
     assert before.returncode == 0 and "checksum" in before.stderr
     assert "`chatloop reseal " in before.stderr  # says how to accept the edits
+    exported = run("export", "1", "--format", "json", "-o", "-", cwd=cwd, home=store.root)
+    assert exported.returncode == 0 and "(fixed by hand)" in exported.stdout  # -o -: stdout
+    assert f"note: {writer.meta.id}: checksum" in exported.stderr  # as show notes it
+    assert not (cwd / "-").exists()
     done = run("reseal", "1", cwd=cwd, home=store.root)
     assert done.returncode == 0 and "2 frame(s)" in done.stdout, done.stdout + done.stderr
     kept = writer.path.with_name(writer.path.name + ".orig")
