@@ -8,11 +8,12 @@ that needs them, so ``chatloop --version`` and ``--help`` stay fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO, TypeVar
 
 from chatloop import __version__
 from chatloop.errors import BackendError, ChatloopError, NotFound, Unreachable, UsageError
@@ -207,9 +208,9 @@ def _shared_options() -> argparse.ArgumentParser:
 def split_prompt(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], str]:
     """``argv`` without the words of a one-shot question, and the question ("" when the
     first word that is not an option names a subcommand, or there is none). Raises
-    UsageError for a lone word that is nearly a subcommand (``sesions``), or such a
-    word followed only by session numbers or ids (``shwo 1``): ``--`` before it sends
-    it as a question."""
+    UsageError for a lone word that is nearly a subcommand (``sesions``), or a word
+    nearly a subcommand that acts on a session followed by a session's number or id
+    (``shwo 1``): ``--`` before it sends it as a question."""
     takes: dict[str, object] = {}
     commands: set[str] = set()
     for action in parser._actions:
@@ -238,16 +239,21 @@ def split_prompt(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list
         else:
             words.append(token)
         i += 1
-    # One word that is almost a command is a typo, not a question; so is such a word
-    # followed only by what names a session (`shwo 1`, `exprot 8c1d`).
-    if words and (len(words) == 1 or all(_is_ref(w) for w in words[1:3])) and len(words) <= 3:
+    # One word that is almost a command is a typo, not a question; so is a word almost
+    # a command that acts on a session, then a session's number or id (`shwo 1`; one
+    # with a digit: `cafe` is a handle, and a word).
+    named = len(words) == 2 and _is_ref(words[1]) and any(c.isdigit() for c in words[1])
+    if len(words) == 1 or named:
         meant = _mistyped(words[0], commands)
-        if meant:
+        if meant and (len(words) == 1 or meant in _ACT_ON_A_SESSION):
             said, typed = " ".join([meant, *words[1:]]), " ".join(words)
             raise UsageError(f"{words[0]!r} is not a command",
                              f"Did you mean `chatloop {said}`? To ask it as a question: "
                              f"chatloop -- {typed}")  # fmt: skip
     return kept, " ".join(words)
+
+
+_ACT_ON_A_SESSION = frozenset({"show", "export", "reseal", "tree"})  # `chatloop show N`
 
 
 def _mistyped(word: str, commands: set[str]) -> str | None:
@@ -1096,11 +1102,48 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     argv = list(sys.argv[1:] if argv is None else argv)
     ahead = _look_ahead(argv)
+    stderr = sys.stderr
+    sys.stderr = _Notices(stderr)
     try:
         return _main(argv, ahead)
     finally:
         if ahead is not None:
             ahead.close()
+        sys.stderr = stderr
+
+
+class _Notices:
+    """``sys.stderr`` while chatloop runs: notices and errors go to it as they would,
+    but one that finds its reader gone (``chatloop "…" 2>&1 | head -2``) sends the
+    rest to the null device instead of stopping the run, so a one-shot question is
+    still sent and saved. Everything else is the stream's own."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._drop()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._drop()
+
+    def _drop(self) -> None:
+        import os
+
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
 
 
 INDEX_COMMANDS = ("sessions", "show", "search", "tree", "export")  # they read the index first

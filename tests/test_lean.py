@@ -111,5 +111,6 @@ def test_a_lone_word_close_to_a_command_is_a_typo_not_a_question(
             split_prompt(build_parser(), typed.split())
         assert f"chatloop {meant}`" in refused.value.hint, refused.value.hint
     for question in ("shwo me around", "serach mint leaves", "snow 2", "three 4",
-                     "tell me 1", "shwo 1 2 3 4"):  # fmt: skip
+                     "tell me 1", "shwo 1 2 3 4", "imports 2023", "doctors 911",
+                     "session 3", "exports 2023 2024", "expert cafe"):  # fmt: skip
         assert split_prompt(build_parser(), question.split()) == ([], question), question

@@ -236,3 +236,27 @@ def test_a_reader_that_leaves_keeps_the_reply_that_came_and_the_session(
         parent, child = sessions(chatloop_home)
         assert child.meta.parent_id == parent.meta.id
         assert [m.text for m in child.messages if m.is_query] == ["And mint?"]
+
+
+def test_a_notice_to_a_stderr_whose_reader_left_does_not_stop_the_question(
+    chatloop_home: Path, project: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    """``chatloop "…" 2>&1 | head -1``: a warning printed before the question is sent
+    (here: an unknown key in the config) finds stderr's reader gone; the question is
+    sent, answered and saved all the same."""
+    config = tmp_path / "config.yaml"
+    config.write_text("no_such_setting: 1\n")
+    with scripted_server(lambda request: "Mint spreads fast.") as url:
+        env = {**environment(chatloop_home, 12), "CHATLOOP_CONFIG": str(config)}
+        err = _closed_reader()
+        try:
+            done = subprocess.run([chatloop_bin(), "--base-url", url, "And mint?"], cwd=project,
+                                  env=env, stdout=subprocess.PIPE, stderr=err, text=True,
+                                  timeout=120)  # fmt: skip
+        finally:
+            os.close(err)
+    assert done.returncode == 0 and done.stdout.strip() == "Mint spreads fast."
+    (session,) = sessions(chatloop_home)
+    assert [m.text for m in session.messages if m.is_query] == ["And mint?"]
+    assert [m.text for m in session.messages if m.role == "assistant"] == ["Mint spreads fast."]
+

@@ -55,10 +55,10 @@ class PrintedReply:
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, TextDelta):
-            if self.acknowledgment and not self.said and event.text.strip():
-                self.out.write("The model acknowledges the summary:\n")  # as the chat says
             text = visible(event.text) if self.terminal else event.text
             try:
+                if self.acknowledgment and not self.said and event.text.strip():
+                    self.out.write("The model acknowledges the summary:\n")  # as the chat says
                 self.out.write(text)
                 self.out.flush()
             except BrokenPipeError:  # the reader left: the reply ends here, kept as it is
