@@ -571,3 +571,24 @@ def test_what_a_summary_counts_as_said_in_a_fork_of_a_continued_session() -> Non
     said = prompts.as_said(carried)
     assert [m.restore for m in said] == [True, True, False, False, False]
     assert [m.text for m in said] == [m.text for m in carried]
+
+
+def test_a_chat_writes_each_time_to_the_second(store: Store) -> None:
+    """A chat's own clock keeps whole seconds, so each frame's time is written as a
+    short ``HH:MM:SS`` on the session's first day (format 2), not as full ISO text
+    with microseconds (which also kept `show` and `export` off their fast path)."""
+    import re
+
+    from chatloop.chat.agent import load_agent
+    from chatloop.chat.session import ChatSession
+    from tests.hosts import AGENTS, TEST_SETTINGS, ScriptedHost
+
+    session = ChatSession(load_agent(AGENTS / "simple_sally.py"), FakeBackend("Fine."),
+                          store, TEST_SETTINGS, ScriptedHost())  # fmt: skip
+    session.send("what time is it")
+    session.close()
+    (found,) = files(store)
+    assert found.meta.created.microsecond == 0
+    raw = Path(next(iter(store.session_files())).path).read_bytes()
+    heads = re.findall(rb"\n<!-- [a-z2-7]{8} (user|assistant|summary) (\S+)", raw)
+    assert heads and all(re.fullmatch(rb"\d\d:\d\d:\d\d", at) for _, at in heads), heads

@@ -44,6 +44,7 @@ from chatloop.config import Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta, Totals, no_text
 from chatloop.format.front_matter import MAX_PIN_CHARS, MAX_PINS, MAX_TITLE_CHARS
+from chatloop.store.fsio import local_now
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
@@ -87,7 +88,7 @@ class ChatSession:
     store: Store
     settings: Settings
     host: Host
-    clock: Clock = field(default=lambda: datetime.now().astimezone())
+    clock: Clock = local_now  # whole seconds: a frame's time is then written HH:MM:SS
     title: str = ""
     assume_yes: bool = False  # --yes: accept the questions a resume may ask
     leaving: bool = False  # set when a signal asked chatloop to leave: no model calls now
