@@ -310,3 +310,29 @@ def test_sessions_written_in_other_time_zones_are_listed_by_the_moment(store: St
         index.sync()
         assert [r.title for r in index.list_sessions()] == ["in New York", "in London"]
         assert index.find("1").title == "in New York"
+
+
+def test_sessions_updated_in_the_same_second_put_the_one_written_last_first(
+    store: Store,
+) -> None:
+    """Times are whole seconds: a compaction's child and its parent often share one.
+    The file written last (its modification time) is then the most recent."""
+    when = datetime(2026, 11, 22, 16, 34, 34, tzinfo=UTC)
+    paths = []
+    for title in ("parent", "child"):
+        there = Store(store.root, cwd=store.cwd, clock=lambda: when)
+        with there.create(new_meta(title=title, created=when, updated=when)) as writer:
+            writer.append(Message.create("user", when, text=f"said in the {title}"))
+            writer.finalize()
+        paths.append(writer.path)
+    for path, ns in zip(paths, (2_000_000_000, 1_000_000_000), strict=True):
+        os.utime(path, ns=(ns, ns))  # the parent written last, whatever the ids say
+    with Index(store) as index:
+        index.sync()
+        assert [r.title for r in index.list_sessions()] == ["parent", "child"]
+    for path, ns in zip(paths, (1_000_000_000, 2_000_000_000), strict=True):
+        os.utime(path, ns=(ns, ns))
+    with Index(store) as index:
+        index.sync()
+        assert [r.title for r in index.list_sessions()] == ["child", "parent"]
+        assert index.find("1").title == "child"

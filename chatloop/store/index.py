@@ -58,7 +58,7 @@ if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
     from chatloop.format import Skim as Scanned
     from chatloop.store.lookahead import LookAhead, Marks
 
-SCHEMA_VERSION = "8"
+SCHEMA_VERSION = "9"
 INDEX_FILE = "index.db"
 BUSY_TIMEOUT_MS = 5000
 PARALLEL_FROM = 64  # stale files from which a sync scans in worker processes
@@ -81,7 +81,7 @@ CREATE TABLE IF NOT EXISTS sessions(
     parent_id TEXT, parent_file TEXT, git_branch TEXT, preview TEXT, has_summary INTEGER,
     legacy INTEGER, problems INTEGER, size INTEGER, mtime_ns INTEGER, forked_at INTEGER,
     tail TEXT, updated_at REAL, created_at REAL);
-CREATE INDEX IF NOT EXISTS sessions_by_project ON sessions(project, updated_at, id);
+CREATE INDEX IF NOT EXISTS sessions_by_project ON sessions(project, updated_at, mtime_ns, id);
 CREATE INDEX IF NOT EXISTS sessions_by_id ON sessions(id);
 CREATE INDEX IF NOT EXISTS sessions_by_tail ON sessions(tail);
 CREATE TABLE IF NOT EXISTS chunks(
@@ -107,7 +107,9 @@ _TRIGGERS = tuple(
 )
 # Most recent first, by the moment (``updated_at``: seconds since the epoch), not by the
 # ISO text, whose offsets differ between sessions written under different time zones.
-_ORDER = " ORDER BY updated_at DESC, id DESC, num DESC"  # total: copies of a file tie on the rest
+# Times are whole seconds: within one, the file written last (a compaction's child,
+# written after its parent closed) comes first.
+_ORDER = " ORDER BY updated_at DESC, mtime_ns DESC, id DESC, num DESC"  # total
 
 
 class SessionRow(NamedTuple):
@@ -538,7 +540,7 @@ class Index:
             "SELECT c.parent_id, c.status, c.path FROM sessions c WHERE c.parent_id IS NOT "
             "NULL AND c.forked_at IS NULL AND c.parent_id != c.id" + where + " AND EXISTS "
             "(SELECT 1 FROM sessions p WHERE p.id = c.parent_id AND p.project = c.project AND "
-            "(p.updated_at, p.id) < (c.updated_at, c.id))",
+            "(p.updated_at, p.mtime_ns, p.id) < (c.updated_at, c.mtime_ns, c.id))",
             () if all_projects else (self.store.project,),
         ).fetchall()
         hidden = {parent for parent, status, path in found
