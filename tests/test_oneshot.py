@@ -28,7 +28,8 @@ def once(
 
 def sessions(home: Path) -> list[Session]:
     found = [parse_markdown(p.read_bytes()).session for p in home.rglob("*.md")]
-    return sorted(found, key=lambda s: s.meta.created)
+    # (times are whole seconds: a quick follow-up can start in its parent's second)
+    return sorted(found, key=lambda s: (s.meta.created, s.meta.parent_id is not None))
 
 
 def answer(session: Session) -> str:

@@ -531,7 +531,7 @@ def test_disk_full_during_automatic_compaction_in_the_installed_program(
     shown = log.getvalue()
     assert child.exitstatus == 0 and "Traceback" not in shown, shown[-3000:]
     sessions = sorted((parse_markdown(p.read_bytes()).session for p in home.rglob("*.md")),
-                      key=lambda s: s.meta.created)  # fmt: skip
+                      key=lambda s: (s.meta.created, s.meta.parent_id is not None))  # fmt: skip
     assert [m.text for s in sessions for m in s.messages if m.is_query] == typed
     assert len(sessions) >= 2 and all(s.meta.status == "closed" for s in sessions)
 
