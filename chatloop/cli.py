@@ -8,12 +8,11 @@ that needs them, so ``chatloop --version`` and ``--help`` stay fast.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from chatloop import __version__
 from chatloop.errors import BackendError, ChatloopError, NotFound, Unreachable, UsageError
@@ -23,6 +22,7 @@ if TYPE_CHECKING:  # the settings and backend modules load only when a command n
     from chatloop.backends.detect import Candidate
     from chatloop.chat.host import Picked
     from chatloop.config import Settings
+    from chatloop.format import Problem
     from chatloop.store.index import Index, SessionRow
     from chatloop.store.lookahead import LookAhead
     from chatloop.store.store import Store
@@ -846,13 +846,19 @@ def cmd_show(args: argparse.Namespace) -> int:
             if batch:
                 flush()
     sys.stdout.flush()
-    shown = [p for p in doc.problems if p.kind not in ("unknown_key", "legacy")]
+    shown = _worth_noting(doc.problems)
     for problem in shown:
         print(f"note: {problem}", file=sys.stderr)
     if any(p.kind in ("checksum", "decoration") for p in shown) and not doc.legacy:
         print(f"hint: edited by hand on purpose? `chatloop reseal {row.handle or row.id}` "
               "accepts the edits (the original is kept).", file=sys.stderr)  # fmt: skip
     return 0
+
+
+def _worth_noting(problems: Iterable[Problem]) -> list[Problem]:
+    """The problems of a file read that a person is told of (``show``, ``export``): not
+    keys a newer chatloop wrote, nor a file being of the legacy format."""
+    return [p for p in problems if p.kind not in ("unknown_key", "legacy")]
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -1020,9 +1026,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             text.flush()
             text.detach()
             for doc in read:
-                for problem in doc.problems:
-                    if problem.kind not in ("unknown_key", "legacy"):
-                        print(visible(f"note: {doc.meta.id}: {problem}"), file=sys.stderr)
+                for problem in _worth_noting(doc.problems):
+                    print(visible(f"note: {doc.meta.id}: {problem}"), file=sys.stderr)
         else:
             for i, path in enumerate(paths):
                 if i:
@@ -1102,48 +1107,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     argv = list(sys.argv[1:] if argv is None else argv)
     ahead = _look_ahead(argv)
+    from chatloop.ui.streams import Notices
+
     stderr = sys.stderr
-    sys.stderr = _Notices(stderr)
+    sys.stderr = Notices(stderr)
     try:
         return _main(argv, ahead)
     finally:
         if ahead is not None:
             ahead.close()
         sys.stderr = stderr
-
-
-class _Notices:
-    """``sys.stderr`` while chatloop runs: notices and errors go to it as they would,
-    but one that finds its reader gone (``chatloop "…" 2>&1 | head -2``) sends the
-    rest to the null device instead of stopping the run, so a one-shot question is
-    still sent and saved. Everything else is the stream's own."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        try:
-            return self._stream.write(text)
-        except BrokenPipeError:
-            self._drop()
-            return len(text)
-
-    def flush(self) -> None:
-        try:
-            self._stream.flush()
-        except BrokenPipeError:
-            self._drop()
-
-    def _drop(self) -> None:
-        import os
-
-        with contextlib.suppress(OSError, ValueError):
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, self._stream.fileno())
-            os.close(null)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._stream, name)
 
 
 INDEX_COMMANDS = ("sessions", "show", "search", "tree", "export")  # they read the index first
@@ -1186,9 +1159,9 @@ def _main(argv: list[str], ahead: LookAhead | None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader left (`chatloop show 1 | head`): stop quietly
-        import os
+        from chatloop.ui.streams import write_nowhere
 
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        write_nowhere(sys.stdout)
         return 0
     except OSError as exc:  # the home itself is unusable: a file, unreadable, a full disk
         where = f": {exc.filename}" if exc.filename else ""

@@ -194,13 +194,12 @@ def as_said(messages: Sequence[Message]) -> list[Message]:
     acknowledgment that answers it. The other copies are the branch's own past,
     and its summary must cover them, or resuming the branch loses them."""
     out: list[Message] = []
-    prompt = False  # the message before was a restoration prompt
+    after_prompt = False  # the message before was a restoration prompt
     for m in messages:
-        if m.restore and not is_restoration(m) and not (prompt and m.role == "assistant"):
-            out.append(replace(m, restore=False))
-        else:
-            out.append(m)
         prompt = is_restoration(m)
+        copy = m.restore and not prompt and not (after_prompt and m.role == "assistant")
+        out.append(replace(m, restore=False) if copy else m)
+        after_prompt = prompt
     return out
 
 

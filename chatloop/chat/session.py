@@ -44,7 +44,6 @@ from chatloop.config import Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta, Totals, no_text
 from chatloop.format.front_matter import MAX_PIN_CHARS, MAX_PINS, MAX_TITLE_CHARS
-from chatloop.store.fsio import local_now
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
@@ -88,7 +87,7 @@ class ChatSession:
     store: Store
     settings: Settings
     host: Host
-    clock: Clock = local_now  # whole seconds: a frame's time is then written HH:MM:SS
+    clock: Clock = None  # type: ignore[assignment]  # None: the store's (__post_init__)
     title: str = ""
     assume_yes: bool = False  # --yes: accept the questions a resume may ask
     leaving: bool = False  # set when a signal asked chatloop to leave: no model calls now
@@ -107,6 +106,10 @@ class ChatSession:
     _made: Sent = field(default_factory=Sent)  # this conversation's plans so far, reused
 
     # ------------------------------------------------------------------ state
+    def __post_init__(self) -> None:
+        if self.clock is None:  # the store's: whole seconds, so a frame's time is HH:MM:SS
+            self.clock = self.store.clock
+
     @property
     def unsaved(self) -> int:
         """Messages in hand that are not on disk yet."""

@@ -13,13 +13,13 @@ session is named by the first line of the question (``settings_once``).
 When the reader of the output leaves (``chatloop "…" | head -1``), nothing is
 lost: the reply stops there and is kept, marked interrupted, as after Ctrl-C,
 and the session is saved and closed as usual; what would have been written to
-that reader goes nowhere. Notices on a stderr whose reader left are dropped.
+that reader goes nowhere. (Notices on a stderr whose reader left are dropped by
+``chatloop.ui.streams.Notices``, which the CLI puts around ``sys.stderr``.)
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, TextIO
@@ -36,6 +36,7 @@ from chatloop.chat.host import Lookup, Picked, Progress, Tone
 from chatloop.config import Settings
 from chatloop.format import Message, empty_reply
 from chatloop.ui.listing import visible
+from chatloop.ui.streams import write_nowhere
 
 if TYPE_CHECKING:
     from chatloop.chat.session import ChatSession
@@ -62,13 +63,13 @@ class PrintedReply:
                 self.out.write(text)
                 self.out.flush()
             except BrokenPipeError:  # the reader left: the reply ends here, kept as it is
-                _gone(self.out)
+                write_nowhere(self.out)
                 raise Cancelled("the reader of the output left") from None
             self.ended_line = text.endswith("\n")
             self.said = self.said or bool(event.text.strip())
         elif isinstance(event, ToolCallEvent):
             self.said = True
-            _say(visible(f"[tool {event.name}]"))
+            print(visible(f"[tool {event.name}]"), file=sys.stderr)
         elif isinstance(event, ThinkingDelta):
             self.thought = True
         elif isinstance(event, Finish):
@@ -85,9 +86,9 @@ class PrintedReply:
                 self.ended_line = True
             self.out.flush()
         except BrokenPipeError:
-            _gone(self.out)
+            write_nowhere(self.out)
         if self.ended is not None and not self.said and not interrupted:  # stdout: the answer
-            _say(empty_reply(self.acknowledgment, self.ended, self.thought))
+            print(empty_reply(self.acknowledgment, self.ended, self.thought), file=sys.stderr)
 
 
 class PlainHost:
@@ -98,13 +99,14 @@ class PlainHost:
         self.terminal = self.out.isatty()
 
     def notice(self, text: str, tone: Tone = "info") -> None:
-        _say(visible(text))
+        print(visible(text), file=sys.stderr)
 
     def ask(self, question: str, default: bool) -> bool:
         """Each question's default answer, said on stderr with the question, so nothing
         is decided silently (--yes or an explicit option answers ahead)."""
         answer = "yes" if default else "no"
-        _say(visible(f"{question} {answer} (the default: a one-shot run asks nothing)"))
+        print(visible(f"{question} {answer} (the default: a one-shot run asks nothing)"),
+              file=sys.stderr)  # fmt: skip
         return default
 
     def reply_view(self, acknowledgment: bool = False) -> PrintedReply:
@@ -116,7 +118,7 @@ class PlainHost:
     @contextlib.contextmanager
     def working(self, label: str, trace: bool = True) -> Iterator[Progress]:
         if trace:
-            _say(visible(label))
+            print(visible(label), file=sys.stderr)
         yield lambda step: None
 
     def pick(self, rows: list[SessionRow], lookup: Lookup | None = None) -> Picked | None:
@@ -139,22 +141,6 @@ def ask_once(session: ChatSession, text: str) -> int:
     finally:
         closed = session.close()
         for message in closed.unsaved:
-            _say(visible(f"not saved [{message.role}]: {message.text}"))
+            print(visible(f"not saved [{message.role}]: {message.text}"), file=sys.stderr)
     return 0
 
-
-def _say(line: str) -> None:
-    """One line on stderr, unless its reader left (``2>&1 | head``): then nothing."""
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except BrokenPipeError:
-        _gone(sys.stderr)
-
-
-def _gone(stream: TextIO) -> None:
-    """The reader of ``stream`` left: what is written to it from now on (and what its
-    buffer still holds, flushed at exit) goes to the null device, without an error."""
-    with contextlib.suppress(OSError, ValueError):
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, stream.fileno())
-        os.close(null)
