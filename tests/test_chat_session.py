@@ -574,15 +574,17 @@ def test_what_a_summary_counts_as_said_in_a_fork_of_a_continued_session() -> Non
 
 
 def test_a_chat_writes_each_time_to_the_second(store: Store) -> None:
-    """A chat's own clock keeps whole seconds, so each frame's time is written as a
-    short ``HH:MM:SS`` on the session's first day (format 2), not as full ISO text
-    with microseconds (which also kept `show` and `export` off their fast path)."""
+    """A chat's clock is its store's, which keeps whole seconds by default, so each
+    frame's time is written as a short ``HH:MM:SS`` on the session's first day
+    (format 2), not as full ISO text with microseconds (which also kept `show` and
+    `export` off their fast path)."""
     import re
 
     from chatloop.chat.agent import load_agent
     from chatloop.chat.session import ChatSession
     from tests.hosts import AGENTS, TEST_SETTINGS, ScriptedHost
 
+    store = Store(store.root, cwd=store.cwd)  # (the fixture's clock has microseconds)
     session = ChatSession(load_agent(AGENTS / "simple_sally.py"), FakeBackend("Fine."),
                           store, TEST_SETTINGS, ScriptedHost())  # fmt: skip
     session.send("what time is it")
