@@ -175,12 +175,30 @@ def test_a_message_exported_as_json_is_what_json_dumps_writes(
 ) -> None:
     # export writes text-only messages without building a dict: the same text, always
     # (durations include NaN, infinities and ints, which take json's own path)
-    plain = replace(message, thinking=(), tool_calls=(), tool_results=())
-    ints = (replace(plain, interrupted=1, usage=None),  # type: ignore[arg-type]
-            replace(plain, usage=Usage(1, 2, 0)))  # type: ignore[arg-type]  # fmt: skip
-    for m in (message, plain, replace(plain, duration=duration), *ints):
+    plain = message._replace(thinking=(), tool_calls=(), tool_results=())
+    ints = (plain._replace(interrupted=1, usage=None),  # type: ignore[arg-type]
+            plain._replace(usage=Usage(1, 2, 0)))  # type: ignore[arg-type]  # fmt: skip
+    for m in (message, plain, plain._replace(duration=duration), *ints):
         assert message_json(m) == json.dumps(message_dict(m), ensure_ascii=False)
         assert json.loads(message_json(m))["text"] == m.text
+
+
+@pytest.mark.parametrize("odd", ["int flag", "int signature", "none argument"])
+def test_a_message_with_parts_of_odd_types_is_exported_as_json_dumps_writes(odd: str) -> None:
+    # parts are written directly too; a value of another type than declared takes json's path
+    parts = {"thinking": (Thinking("hmm \"x\"\n", "s1"), Thinking("b", None)),
+             "tool_calls": (ToolCall("c1", "read", '{"p": 1}'),),
+             "tool_results": (ToolResult("c1", "read", "out\n", True),
+                              ToolResult("c2", "r\u2028", "é", False))}  # fmt: skip
+    m = Message.create("assistant", T0, text="t", usage=Usage(3, 4), duration=1.5, **parts)
+    assert message_json(m) == json.dumps(message_dict(m), ensure_ascii=False)
+    if odd == "int flag":
+        m = m._replace(tool_results=(ToolResult("c1", "read", "o", 1),))  # type: ignore[arg-type]
+    elif odd == "int signature":
+        m = m._replace(thinking=(Thinking("t", 7),))  # type: ignore[arg-type]
+    else:
+        m = m._replace(tool_calls=(ToolCall("c1", "read", None),))  # type: ignore[arg-type]
+    assert message_json(m) == json.dumps(message_dict(m), ensure_ascii=False)
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])

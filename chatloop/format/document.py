@@ -191,18 +191,34 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
     version = meta.format
     notes: list[tuple[str, str]] = []
     if version == 1:
-        info = read_json(raw_info)
-        if not isinstance(info, dict):
-            raise ValueError("frame metadata is not an object")
-        get = info.get
-        at = check_time(get("at"), "the message time", notes) or meta.created
-        secs, usage_raw = get("secs"), get("usage")
-        usage = _usage(usage_raw, notes)
-        duration = _duration(secs, notes)
-        interrupted, fallback = get("interrupted") is True, get("fallback") is True
-        restore = get("restore") is True
-        footer = has_footer(1, secs is not None, usage_raw is not None, interrupted, fallback)
-        model, stop = _opt_str(get("model")), _opt_str(get("stop"))
+        written = _INFO_V1.match(raw_info) if raw_info.isascii() else None
+        if written is not None:  # as chatloop wrote it: the values json would give
+            (at_raw, model_raw, stop_raw, secs_raw, got_in, got_out, est, interrupted_raw,
+             restore_raw, fallback_raw) = written.groups()  # fmt: skip
+            at = check_time(at_raw.decode(), "the message time", notes) or meta.created
+            duration = None if secs_raw is None else float(secs_raw)  # within MAX_COUNT
+            usage = None if got_in is None else build_usage(int(got_in), int(got_out),
+                                                            est is not None)  # fmt: skip
+            interrupted, restore = interrupted_raw is not None, restore_raw is not None
+            fallback = fallback_raw is not None
+            footer = has_footer(1, duration is not None, usage is not None, interrupted,
+                                fallback)  # fmt: skip
+            model = None if model_raw is None else model_raw.decode()
+            stop = None if stop_raw is None else stop_raw.decode()
+        else:
+            info = read_json(raw_info)
+            if not isinstance(info, dict):
+                raise ValueError("frame metadata is not an object")
+            get = info.get
+            at = check_time(get("at"), "the message time", notes) or meta.created
+            secs, usage_raw = get("secs"), get("usage")
+            usage = _usage(usage_raw, notes)
+            duration = _duration(secs, notes)
+            interrupted, fallback = get("interrupted") is True, get("fallback") is True
+            restore = get("restore") is True
+            footer = has_footer(1, secs is not None, usage_raw is not None, interrupted,
+                                fallback)  # fmt: skip
+            model, stop = _opt_str(get("model")), _opt_str(get("stop"))
     else:
         at, duration, usage, info = _head_v2(raw_info, meta.created, notes)
         footer = False
@@ -246,6 +262,18 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
         role, at, key, text, thinking, calls, results, model, stop,  # type: ignore[arg-type]
         usage, duration, interrupted, restore, fallback,
     )  # fmt: skip
+
+
+# A format 1 open line's JSON as chatloop wrote it (``frame_info``): keys in its order,
+# strings with nothing to unescape, numbers as json writes them (no leading zero, no
+# exponent; a duration with its point). Anything else is read by json.
+_STRING = rb'"([^"\\\x00-\x1f]*)"'
+_INFO_V1 = re.compile(
+    rb'\{"at":' + _STRING + rb'(?:,"model":' + _STRING + rb')?(?:,"stop":' + _STRING + rb')?'
+    rb'(?:,"secs":((?:0|[1-9]\d{0,14})\.\d{1,17}))?'
+    rb'(?:,"usage":\{"in":(0|[1-9]\d{0,14}),"out":(0|[1-9]\d{0,14})(,"est":true)?\})?'
+    rb'(,"interrupted":true)?(,"restore":true)?(,"fallback":true)?\}\Z'
+)
 
 
 class Plain(NamedTuple):
@@ -486,22 +514,35 @@ class Document:
 
     def frames(self) -> Iterator[Frame]:
         """Every complete frame; flaws become problems (a torn tail sets ``end``)."""
-        if self._legacy is not None or not self._has_front_matter:
-            self.end = self.body_start
-            return
-        self.end = -1
         last: Frame | None = None
-        if not isinstance(self.source, bytes | bytearray):
-            self.source.seek(self.body_start)  # a second walk starts from the top too
-        for item in iter_frames(self.source, self.body_start, self.meta.format):
+        for item in self._walk():
             if isinstance(item, Flaw):
-                self.problems.append(Problem(item.kind, item.offset, item.detail))
-                if item.kind == "torn_tail":
-                    self.end = item.offset
+                self._flaw(item)
                 continue
             last = item
             yield item
-        if self.end < 0:
+        self._ended(last)
+
+    def _walk(self) -> Iterator[Frame | Flaw]:
+        """The scanner over the body, from its start (empty for a legacy file or one
+        without front matter); ``frames()`` and the readers that inline its loop for
+        speed (``views()``) go through here, ``_flaw`` and ``_ended``."""
+        self.end = -1
+        if self._legacy is not None or not self._has_front_matter:
+            return iter(())
+        if not isinstance(self.source, bytes | bytearray):
+            self.source.seek(self.body_start)  # a second walk starts from the top too
+        return iter_frames(self.source, self.body_start, self.meta.format)
+
+    def _flaw(self, flaw: Flaw) -> None:
+        self.problems.append(Problem(flaw.kind, flaw.offset, flaw.detail))
+        if flaw.kind == "torn_tail":
+            self.end = flaw.offset
+
+    def _ended(self, last: Frame | None) -> None:
+        if self._legacy is not None or not self._has_front_matter:
+            self.end = self.body_start
+        elif self.end < 0:
             self.end = max(self.body_start if last is None else last.end, self._size_hint())
 
     def _size_hint(self) -> int:
@@ -519,11 +560,17 @@ class Document:
             yield from self._legacy.session.messages
             return
         meta, problems = self.meta, self.problems
-        for frame in self.frames():
+        last: Frame | None = None
+        for frame in self._walk():  # (frames(), inlined: a generator fewer per frame)
+            if isinstance(frame, Flaw):
+                self._flaw(frame)
+                continue
+            last = frame
             try:
                 yield message_from(frame, meta, problems)
             except UNREADABLE as exc:
                 self._unreadable(frame, exc)
+        self._ended(last)
 
     def views(self) -> Iterator[Message | Plain]:
         """``messages()``, except that a frame holding only text comes as a ``Plain``
@@ -534,7 +581,12 @@ class Document:
             yield from self.messages()
             return
         meta, problems, version = self.meta, self.problems, self.meta.format
-        for frame in self.frames():
+        last: Frame | None = None
+        for frame in self._walk():  # (frames(), inlined: a generator fewer per frame)
+            if isinstance(frame, Flaw):
+                self._flaw(frame)
+                continue
+            last = frame
             plain = plain_of(frame, version)
             if plain is not None:
                 yield plain
@@ -543,6 +595,7 @@ class Document:
                 yield message_from(frame, meta, problems)
             except UNREADABLE as exc:
                 self._unreadable(frame, exc)
+        self._ended(last)
 
     def _unreadable(self, frame: Frame, exc: Exception) -> None:
         detail = f"unreadable frame ({exc}); skipped"
@@ -685,7 +738,7 @@ def reseal(data: bytes, name: str = "") -> tuple[bytes, int, tuple[Problem, ...]
         record = source[frame.offset : frame.end]
         if problems or not frame.crc_ok:
             if message.key in content_of(message):
-                message = replace(message, key=new_key(content_of(message)))
+                message = message._replace(key=new_key(content_of(message)))
             record = render_frame(message, meta, query)[1:]
             changed += 1
         out.append(gap)

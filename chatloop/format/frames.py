@@ -182,6 +182,7 @@ class _Scanner:
 # its cost, and the scanner builds one per frame.
 _new_frame = tuple.__new__
 _CLOSE_FORMAT = {1: b"<!-- /chatloop:%s %08x -->", 2: b"<!-- /%s %08x -->"}
+_SEALED = {version: close + b"\n" for version, close in _CLOSE_FORMAT.items()}
 _ROLES = {role.encode(): role for role in ("user", "assistant", "tool", "summary")}
 _NO_START = "a frame whose start marker is unreadable; skipped"
 _TORN = "the last record is incomplete"
@@ -204,26 +205,28 @@ def iter_frames(
         buf, base, pos, final = b"", start, 0, False
         reader = source
     open_match, close_prefix = scanner.open_re.match, scanner.close_prefix
-    close_format, crc32 = scanner.close_format, zlib.crc32
+    sealed, crc32 = _SEALED[scanner.version], zlib.crc32
     while True:
-        # The common case, inline: a whole, well-formed frame after one blank line.
+        # The common case, inline: a whole frame with its good checksum after one blank
+        # line. ``KEY`` occurs nowhere in the content, so the first ``/KEY`` after the
+        # open line is the close marker's; any other case (a checksum that does not
+        # match, a close line edited by hand) is read by ``step``, the general path.
         here = pos + 1 if buf.startswith(b"\n<!-- ", pos) else pos
         match = open_match(buf, here)
         if match is not None:
             key, role, info = match.groups()
             body_from = match.end()
-            close_at = buf.find(close_prefix + key + b" ", body_from)
-            close_end = buf.find(b"\n", close_at + 1) if close_at >= 0 else -1
-            if close_end >= 0:
-                crc_ok = buf[close_at + 1 : close_end] == close_format % (
-                    key, crc32(buf[here:close_at])
-                )
-                yield _new_frame(Frame, (base + here, base + close_end + 1, key.decode(),
-                                         _ROLES[role], info, buf[body_from:close_at], crc_ok))
-                pos = close_end + 1
-                if final and pos >= len(buf):
-                    return
-                continue
+            close_at = buf.find(close_prefix + key, body_from)
+            if close_at >= 0:
+                close = sealed % (key, crc32(buf[here:close_at]))
+                if buf.startswith(close, close_at + 1):
+                    yield _new_frame(Frame, (base + here, base + close_at + 1 + len(close),
+                                             key.decode(), _ROLES[role], info,
+                                             buf[body_from:close_at], True))  # fmt: skip
+                    pos = close_at + 1 + len(close)
+                    if final and pos >= len(buf):
+                        return
+                    continue
         out = scanner.step(buf, pos, final, base)  # everything else: gaps, damage, more data
         if out is None:
             assert reader is not None

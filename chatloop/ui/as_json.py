@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from chatloop.store.index import SearchHit, SessionRow
 
 if TYPE_CHECKING:
-    from chatloop.format import Message, Plain, SessionMeta, Usage
+    from chatloop.format import Facts, Message, Plain, SessionMeta, Usage
 
 __all__ = [
     "hits_json", "message_dict", "message_json", "plain_json", "sessions_json",
@@ -58,22 +58,56 @@ _JSON_FLAG = {False: "false", True: "true"}
 
 
 def message_json(m: Message) -> str:
-    """``json.dumps(message_dict(m), ensure_ascii=False)``, the same text: a message with
-    text only (most of them) is written directly, the rest through ``json``. Export
-    writes one per message, and building the dict to encode it was half its cost."""
+    """``json.dumps(message_dict(m), ensure_ascii=False)``, the same text: a message
+    whose values have the types ``Message`` declares is written directly, any other
+    through ``json``. Export writes one per message, and building the dict to encode
+    it was half its cost."""
     usage, duration = m.usage, m.duration
     plain = (type(duration) is float and math.isfinite(duration)) or duration is None
     plain = plain and type(m.interrupted) is type(m.restore) is type(m.fallback) is bool
     if usage is not None:
         plain = plain and type(usage.input) is type(usage.output) is int
         plain = plain and type(usage.estimated) is bool
-    if m.thinking or m.tool_calls or m.tool_results or not plain:
+    if not plain:
+        return _ENCODE(message_dict(m))
+    parts = _parts(m) if m.thinking or m.tool_calls or m.tool_results else _NO_PARTS
+    if parts is None:
         return _ENCODE(message_dict(m))
     model, stop = m.model, m.stop_reason
     return _text_only(_JSON_TEXT(m.role), m.at.isoformat(), _JSON_TEXT(m.key), m.text,
                       "null" if model is None else _JSON_TEXT(model),
                       "null" if stop is None else _JSON_TEXT(stop), usage, duration,
-                      m.interrupted, m.restore, m.fallback)  # fmt: skip
+                      m.interrupted, m.restore, m.fallback, parts)  # fmt: skip
+
+
+_NO_PARTS = '"thinking": [], "tool_calls": [], "tool_results": []'
+
+
+def _parts(m: Message) -> str | None:
+    """The message's thinking, tool calls and tool results as ``message_dict``'s JSON
+    writes them, or None where a value is not what ``Message`` declares (json then
+    writes it, or says why it cannot)."""
+    text = _JSON_TEXT
+    try:
+        thinking = ", ".join(
+            f'{{"text": {text(t.text)}, "signature": '
+            f'{"null" if t.signature is None else text(t.signature)}}}'
+            for t in m.thinking
+        )  # fmt: skip
+        calls = ", ".join(
+            f'{{"id": {text(c.id)}, "name": {text(c.name)}, "arguments": {text(c.arguments)}}}'
+            for c in m.tool_calls
+        )  # fmt: skip
+        if not all(type(r.is_error) is bool for r in m.tool_results):
+            return None
+        results = ", ".join(
+            f'{{"call_id": {text(r.call_id)}, "name": {text(r.name)}, '
+            f'"content": {text(r.content)}, "is_error": {_JSON_FLAG[r.is_error]}}}'
+            for r in m.tool_results
+        )  # fmt: skip
+    except TypeError:  # not a string where one belongs
+        return None
+    return f'"thinking": [{thinking}], "tool_calls": [{calls}], "tool_results": [{results}]'
 
 
 def plain_json(p: Plain, meta: SessionMeta) -> str:
@@ -81,6 +115,14 @@ def plain_json(p: Plain, meta: SessionMeta) -> str:
     same text, without building the message (see ``chatloop.format.plain_facts``)."""
     from chatloop.format import plain_facts
 
+    return _plain_json(p, meta, plain_facts)
+
+
+def _plain_json(
+    p: Plain, meta: SessionMeta, plain_facts: Callable[[Plain, SessionMeta], Facts]
+) -> str:
+    """``plain_json``, given ``chatloop.format.plain_facts`` (export writes one per
+    frame: importing it each time was a tenth of the cost)."""
     at, model, stop, usage, duration = plain_facts(p, meta)
     said = _MODELS.get(model)  # (the same one or two on every frame: encoded once)
     if said is None:
@@ -88,7 +130,7 @@ def plain_json(p: Plain, meta: SessionMeta) -> str:
             _MODELS.clear()
         said = _MODELS[model] = "null" if model is None else _JSON_TEXT(model)
     return _text_only(_FIXED[p.role], at, f'"{p.key}"', p.text, said, _FIXED[stop], usage,
-                      duration, False, False, False)  # fmt: skip
+                      duration, False, False, False, _NO_PARTS)  # fmt: skip
 
 
 _MODELS: dict[str | None, str] = {}
@@ -99,17 +141,17 @@ _FIXED = {"user": '"user"', "assistant": '"assistant"', "stop": '"stop"', None: 
 def _text_only(
     role: str, at: str, key: str, text: str, model: str, stop_reason: str,
     usage: Usage | None, duration: float | None, interrupted: bool, restore: bool,
-    fallback: bool,
+    fallback: bool, parts: str,
 ) -> str:  # fmt: skip
-    """A message with text only as JSON; ``role``, ``key``, ``model`` and
-    ``stop_reason`` come as JSON already, ``text`` as it is."""
+    """A message as JSON; ``role``, ``key``, ``model``, ``stop_reason`` and ``parts``
+    (its thinking, tool calls and results) come as JSON already, ``text`` as it is."""
     used = "null" if usage is None else (
         f'{{"input": {usage.input}, "output": {usage.output}, '
         f'"estimated": {_JSON_FLAG[usage.estimated]}}}'
     )  # fmt: skip
     return (
         f'{{"role": {role}, "at": "{at}", "key": {key}, "text": {_JSON_TEXT(text)}, '
-        f'"thinking": [], "tool_calls": [], "tool_results": [], "model": {model}, '
+        f'{parts}, "model": {model}, '
         f'"stop_reason": {stop_reason}, "usage": {used}, '
         f'"duration": {"null" if duration is None else repr(duration)}, '
         f'"interrupted": {_JSON_FLAG[interrupted]}, "restore": {_JSON_FLAG[restore]}, '
@@ -131,7 +173,7 @@ def write_sessions_json(
     (``Document.views()`` gives them)."""
     from dataclasses import asdict  # (here: a listing as JSON never loads it)
 
-    from chatloop.format import Plain
+    from chatloop.format import Plain, plain_facts
 
     batch: list[str] = ["["]
     size = 0
@@ -152,7 +194,8 @@ def write_sessions_json(
             for m in messages:
                 if size >= _BATCH_CHARS:
                     flush()
-                text = plain_json(m, meta) if isinstance(m, Plain) else message_json(m)
+                text = (_plain_json(m, meta, plain_facts) if type(m) is Plain
+                        else message_json(m))  # type: ignore[arg-type]
                 batch.append(separator)
                 batch.append(text)
                 separator = ",\n  "
