@@ -190,7 +190,7 @@ def read_body(
         else:
             notes.append("footer line missing; content kept")
     marker = f"<!-- {key} "
-    if marker not in body:
+    if "<" not in body or marker not in body:  # (a search for one character is fastest)
         return _strip_text(role, restore, body, version, notes, True), (), (), ()
     first = body.index(marker)
     pieces = ("\n" + body[first:]).split("\n" + marker)[1:]
@@ -235,7 +235,7 @@ def plain_text(role: str, key: str, body: str) -> str | None:
     When it is a string, it is what ``read_body`` returns as the text of that body
     (with no thinking, calls or results, and no note)."""
     lead = _PLAIN_LEAD[role].match(body)
-    if lead is None or f"<!-- {key} " in body:
+    if lead is None or ("<" in body and f"<!-- {key} " in body):  # (memchr first)
         return None
     return body[lead.end() :]
 

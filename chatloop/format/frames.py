@@ -209,14 +209,17 @@ def iter_frames(
     while True:
         # The common case, inline: a whole frame with its good checksum after one blank
         # line. ``KEY`` occurs nowhere in the content, so the first ``/KEY`` after the
-        # open line is the close marker's; any other case (a checksum that does not
-        # match, a close line edited by hand) is read by ``step``, the general path.
+        # open line is the close marker's (found first as the body's first "<", when
+        # it is); any other case (a checksum that does not match, a close line edited
+        # by hand) is read by ``step``, the general path.
         here = pos + 1 if buf.startswith(b"\n<!-- ", pos) else pos
         match = open_match(buf, here)
         if match is not None:
             key, role, info = match.groups()
             body_from = match.end()
-            close_at = buf.find(close_prefix + key, body_from)
+            close_at = buf.find(b"<", body_from) - 1  # (memchr: most bodies hold no "<")
+            if close_at < body_from or not buf.startswith(close_prefix + key, close_at):
+                close_at = buf.find(close_prefix + key, body_from)
             if close_at >= 0:
                 close = sealed % (key, crc32(buf[here:close_at]))
                 if buf.startswith(close, close_at + 1):
