@@ -1061,8 +1061,10 @@ def _progress_bar(at_least: int) -> Callable[[int, int], None]:
 
 
 def cmd_reseal(args: argparse.Namespace) -> int:
-    """Accept hand edits; exit 1 when some of the file is too damaged to read (it is
-    left as it is, each part named, and ``show`` still notes it)."""
+    """Accept hand edits; exit 1 when some of the file is too damaged to read, or its
+    front matter has problems (those are left as they are, each named, and ``show``
+    still notes them)."""
+    from chatloop.format import HEAD_DAMAGE
     from chatloop.ui.listing import visible
 
     with _index(args) as index:
@@ -1078,10 +1080,16 @@ def cmd_reseal(args: argparse.Namespace) -> int:
         return 0
     for problem in left:
         print(visible(f"note: {problem}"), file=sys.stderr)
-    print(f"error: {len(left)} part(s) of {row.id} cannot be read, so they are left as they "
-          f"are (offsets in the file as it was)\nhint: mend them by hand (`chatloop show "
-          f"{row.handle or row.id} --raw` shows the file), then reseal again; everything "
-          "else reads as it is.", file=sys.stderr)  # fmt: skip
+    raw = f"`chatloop show {row.handle or row.id} --raw` shows the file"
+    frames = [p for p in left if p.kind not in HEAD_DAMAGE]
+    if frames:
+        print(f"error: {len(frames)} part(s) of {row.id} cannot be read, so they are left as "
+              f"they are (offsets in the file as it was)\nhint: mend them by hand ({raw}), "
+              "then reseal again; everything else reads as it is.", file=sys.stderr)  # fmt: skip
+    else:
+        print(f"error: the front matter of {row.id} has problems that reseal cannot mend\n"
+              f"hint: edit those lines by hand ({raw}; docs/format.md lists each key), then "
+              "run `chatloop show` again: it is quiet when they read.", file=sys.stderr)  # fmt: skip
     return 1
 
 

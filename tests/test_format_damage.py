@@ -230,6 +230,33 @@ def test_reseal_says_what_it_cannot_read_and_fails(store: Store) -> None:
     assert shown.returncode == 0 and "damaged" in shown.stderr
 
 
+def test_reseal_names_a_broken_front_matter_and_fails(store: Store) -> None:
+    """Reseal mends frames, not the front matter: a `created` a person broke is named and
+    reseal exits 1 each time (it said "checks out", and show still noted it). A key of
+    the person's own is no problem."""
+    writer = store.create(new_meta(format=2))
+    for m in exchange(1):
+        writer.append(m)
+    writer.close()
+    data = writer.path.read_bytes()
+    mine = data.replace(b"\ncreated: ", b"\nmy_note: keep me\ncreated: ", 1)
+    writer.path.write_bytes(mine)
+    done = run("reseal", "1", cwd=store.cwd, home=store.root)
+    assert done.returncode == 0 and "checks out" in done.stdout, done.stdout + done.stderr
+    broken = re.sub(rb"\ncreated: [^\n]*", b"\ncreated: yesterday", mine, count=1)
+    broken = broken.replace(b"Question number 1", b"Question number one")  # a hand edit
+    writer.path.write_bytes(broken)
+    for time in range(2):  # the second time: the frame is sealed, the front matter is not
+        done = run("reseal", "1", cwd=store.cwd, home=store.root)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "note: front_matter at byte 0: created is not an ISO 8601 time" in done.stderr
+        assert "front matter of" in done.stderr and "cannot mend" in done.stderr
+        assert ("Resealed" in done.stdout) == (time == 0) and "checks out" not in done.stdout
+        assert "Traceback" not in done.stderr
+    shown = run("show", "1", cwd=store.cwd, home=store.root)
+    assert "checksum" not in shown.stderr and "created is not" in shown.stderr
+
+
 def test_show_and_export_stream_every_message(store: Store, tmp_path: Path) -> None:
     at = T0.replace(microsecond=0)  # on the first day, to the second: most frames are plain
     writer = store.create(new_meta(title="long one", created=at))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from chatloop.format.body import SUMMARY_END, SUMMARY_START, display_name
 from chatloop.format.document import (
+    HEAD_DAMAGE,
     UNREADABLE,
     Document,
     Facts,
@@ -53,7 +54,7 @@ from chatloop.format.values import (
 
 __all__ = [
     "FORMAT_VERSION", "KNOWN_KEYS", "ROLES", "STATUSES", "SUMMARY_END", "SUMMARY_START",
-    "UNREADABLE",
+    "HEAD_DAMAGE", "UNREADABLE",
     "Document", "Facts", "Flaw", "Frame", "Message", "ParseResult", "Plain", "Problem", "Role",
     "Session", "SessionMeta", "Skim", "SummaryLookup", "Thinking", "ToolCall", "ToolResult",
     "Totals", "Usage",

@@ -708,8 +708,9 @@ def reseal(data: bytes, name: str = "") -> tuple[bytes, int, tuple[Problem, ...]
     notes between frames included, stays as it was. A CRLF file becomes LF and a
     byte order mark is dropped. In format 2 the summary pointer is set again.
     Returns the new bytes, how many frames were rewritten, and the damage left as
-    it is (frames too damaged to read, a torn end: its problems, at their offsets
-    in ``data``), for the caller to report.
+    it is, for the caller to report: frames too damaged to read and a torn end (at
+    their offsets in ``data``), then what is wrong with the front matter (kinds in
+    ``HEAD_DAMAGE``, at offset 0), which only a person can mend.
     """
     doc = open_document(data, name)
     if doc.legacy:
@@ -755,8 +756,16 @@ def reseal(data: bytes, name: str = "") -> tuple[bytes, int, tuple[Problem, ...]
         key, at = (last[2], last[1]) if last is not None and last[0] == "summary" else (None, None)
         if (key, at) != (meta.summary_key, meta.summary_at):
             head = render_front_matter(replace(meta, summary_key=key, summary_at=at))
-    left = tuple(p for p in doc.problems if p.kind in ("damaged", "torn_tail"))
-    return head + b"".join(out), changed, left
+    resealed = head + b"".join(out)
+    left = [p for p in doc.problems if p.kind in ("damaged", "torn_tail")]
+    # The front matter is not rewritten, so what is wrong with it stays: read it again
+    # to name it (a person's own keys are kept on purpose, and are not named).
+    left += [p for p in open_document(resealed, name).problems if p.kind in HEAD_DAMAGE]
+    return resealed, changed, tuple(left)
+
+
+# What may be wrong with a front matter that ``reseal`` leaves for a person to mend.
+HEAD_DAMAGE = ("front_matter", "naive_time", "range")
 
 
 # ----------------------------------------------------------------------------- skim
