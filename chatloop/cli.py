@@ -1088,8 +1088,9 @@ def cmd_reseal(args: argparse.Namespace) -> int:
               "then reseal again; everything else reads as it is.", file=sys.stderr)  # fmt: skip
     else:
         print(f"error: the front matter of {row.id} has problems that reseal cannot mend\n"
-              f"hint: edit those lines by hand ({raw}; docs/format.md lists each key), then "
-              "run `chatloop show` again: it is quiet when they read.", file=sys.stderr)  # fmt: skip
+              f"hint: edit those lines by hand ({raw}; docs/format.md lists each key), "
+              "then run `chatloop show` again: it is quiet when they read.",
+              file=sys.stderr)  # fmt: skip
     return 1
 
 

@@ -53,8 +53,8 @@ from chatloop.format.values import (
 )
 
 __all__ = [
-    "FORMAT_VERSION", "KNOWN_KEYS", "ROLES", "STATUSES", "SUMMARY_END", "SUMMARY_START",
-    "HEAD_DAMAGE", "UNREADABLE",
+    "FORMAT_VERSION", "HEAD_DAMAGE", "KNOWN_KEYS", "ROLES", "STATUSES", "SUMMARY_END",
+    "SUMMARY_START", "UNREADABLE",
     "Document", "Facts", "Flaw", "Frame", "Message", "ParseResult", "Plain", "Problem", "Role",
     "Session", "SessionMeta", "Skim", "SummaryLookup", "Thinking", "ToolCall", "ToolResult",
     "Totals", "Usage",
