@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -16,16 +17,23 @@ from chatloop.format import (
     KNOWN_KEYS,
     SUMMARY_END,
     SUMMARY_START,
+    UNREADABLE,
+    Frame,
     Message,
+    Problem,
     Session,
     Thinking,
     ToolCall,
     ToolResult,
     Usage,
+    document,
+    iter_frames,
+    message_from,
     parse_markdown,
+    render_frame,
     render_markdown,
 )
-from chatloop.format.body import read_json
+from chatloop.format.body import compact_json, read_json
 from chatloop.ui.as_json import message_dict, message_json
 from tests.conftest import T0, new_meta
 
@@ -199,6 +207,99 @@ def test_a_message_with_parts_of_odd_types_is_exported_as_json_dumps_writes(odd:
     else:
         m = m._replace(tool_calls=(ToolCall("c1", "read", None),))  # type: ignore[arg-type]
     assert message_json(m) == json.dumps(message_dict(m), ensure_ascii=False)
+
+
+_V1_VALUE = st.one_of(
+    text_st, st.integers(-5, 10**16), st.floats(allow_nan=False), st.booleans(), st.none(),
+    st.sampled_from(["2026-11-18T09:12:34-05:00", "2026-11-18T09:12:34", "2026-13-01T00:00:00Z",
+                     "2026-11-18T09:12:34.5+00:00"]),
+)  # fmt: skip
+_V1_EDITS = [(b'":', b'": '), (b'"in":', b'"in":0'), (b'"secs":', b'"secs":0'),
+             (b'"out":', b'"out":00'), (b"true", b"True"),
+             (b'"at":', b'"at":"x","at":'), (b"}", b" }"), (b'"in":', b'"in":-'),
+             (b".", b"e1"), (b'"', b'\\u0022'), (b"a", b"\\u0061")]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages(), st.dictionaries(st.sampled_from(
+    ["at", "model", "stop", "secs", "usage", "in", "out", "est", "interrupted", "restore",
+     "fallback"]), _V1_VALUE, max_size=4), st.lists(st.sampled_from(_V1_EDITS), max_size=2),
+    st.sampled_from([None, "llama3.2:3b"]), st.sampled_from([None, "stop", "length"]),
+    st.booleans())  # fmt: skip
+def test_a_format_1_open_line_reads_the_same_without_json(
+    message: Message, changes: dict[str, object], edits: list[tuple[bytes, bytes]],
+    model: str | None, stop: str | None, as_written: bool,
+) -> None:  # fmt: skip
+    # chatloop's own open lines are read without json: any line, as written or edited by
+    # hand, gives the same message and problems (or the same error) as json's reading
+    meta = new_meta(format=1, agent_path="agents/simple_sally.py", agent_name="")
+    if as_written:  # the values chatloop writes (else any text, mostly read by json)
+        message = message._replace(model=model, stop_reason=stop)
+    frame = next(iter_frames(render_frame(message, meta, 1), 0, 1))
+    assert isinstance(frame, Frame)
+    info = json.loads(frame.info)
+    for name, value in changes.items():
+        (info["usage"] if name in ("in", "out", "est") and isinstance(info.get("usage"), dict)
+         else info)[name] = value  # fmt: skip
+    raw = compact_json(info).encode()
+    for old, new in edits:
+        raw = raw.replace(old, new, 1)
+
+    def read() -> object:
+        problems: list[Problem] = []
+        try:
+            return message_from(frame._replace(info=raw), meta, problems), problems
+        except UNREADABLE as exc:
+            return type(exc)
+
+    fast = read()
+    kept = document._INFO_V1
+    document._INFO_V1 = re.compile(rb"(?!)")  # json reads every line
+    try:
+        assert read() == fast
+    finally:
+        document._INFO_V1 = kept
+
+
+_V1_LINE = (b'{"at":"2026-11-18T09:12:34.100000-05:00","model":"llama3.2:3b","stop":"stop",'
+            b'"secs":4.1,"usage":{"in":58,"out":121,"est":true},"interrupted":true,'
+            b'"restore":true,"fallback":true}')  # fmt: skip
+
+
+@pytest.mark.parametrize("edit", [
+    (b"", b""), (b'"secs":4.1', b'"secs":04.1'), (b'"secs":4.1', b'"secs":4'),
+    (b'"secs":4.1', b'"secs":4.1e2'), (b'"in":58', b'"in":058'), (b'"out":121', b'"out":-1'),
+    (b'"in":58', b'"in":99999999999999999'), (b',"est":true', b',"est":false'),
+    (b'"stop":"stop"', b'"stop":"st\\u006fp"'), (b'"model":', b'"model": '),
+    (b',"restore":true', b''), (b'"fallback":true', b'"fallback":1'),
+    (b'"at":"2026-11-18T09:12:34.100000-05:00"', b'"at":"2026-11-18T09:12:34"'),
+    (b'"at":"2026-11-18T09:12:34.100000-05:00"', b'"at":"yesterday"'),
+    (b'"model":"llama3.2:3b"', b'"model":"caf\xc3\xa9"'), (b"}", b"}}"),
+    (b'"model":"llama3.2:3b"', b'"model":"x\xed\xa0\x80y"'),  # a lone surrogate: json keeps it
+])  # fmt: skip
+def test_a_format_1_open_line_edited_by_hand_reads_as_json_reads_it(
+    edit: tuple[bytes, bytes],
+) -> None:
+    meta = new_meta(format=1, agent_path="agents/simple_sally.py", agent_name="")
+    frame = next(iter_frames(render_frame(Message.create("assistant", T0, text="hi"), meta, 1),
+                             0, 1))  # fmt: skip
+    assert isinstance(frame, Frame)
+    frame = frame._replace(info=_V1_LINE.replace(*edit))
+
+    def read() -> object:
+        problems: list[Problem] = []
+        try:
+            return message_from(frame, meta, problems), problems
+        except UNREADABLE as exc:
+            return type(exc)
+
+    fast = read()
+    kept = document._INFO_V1
+    document._INFO_V1 = re.compile(rb"(?!)")
+    try:
+        assert read() == fast
+    finally:
+        document._INFO_V1 = kept
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
