@@ -183,10 +183,10 @@ def test_a_message_exported_as_json_is_what_json_dumps_writes(
 ) -> None:
     # export writes text-only messages without building a dict: the same text, always
     # (durations include NaN, infinities and ints, which take json's own path)
-    plain = message._replace(thinking=(), tool_calls=(), tool_results=())
-    ints = (plain._replace(interrupted=1, usage=None),  # type: ignore[arg-type]
-            plain._replace(usage=Usage(1, 2, 0)))  # type: ignore[arg-type]  # fmt: skip
-    for m in (message, plain, plain._replace(duration=duration), *ints):
+    plain = replace(message, thinking=(), tool_calls=(), tool_results=())
+    ints = (replace(plain, interrupted=1, usage=None),  # type: ignore[arg-type]
+            replace(plain, usage=Usage(1, 2, 0)))  # type: ignore[arg-type]  # fmt: skip
+    for m in (message, plain, replace(plain, duration=duration), *ints):
         assert message_json(m) == json.dumps(message_dict(m), ensure_ascii=False)
         assert json.loads(message_json(m))["text"] == m.text
 
@@ -201,11 +201,11 @@ def test_a_message_with_parts_of_odd_types_is_exported_as_json_dumps_writes(odd:
     m = Message.create("assistant", T0, text="t", usage=Usage(3, 4), duration=1.5, **parts)
     assert message_json(m) == json.dumps(message_dict(m), ensure_ascii=False)
     if odd == "int flag":
-        m = m._replace(tool_results=(ToolResult("c1", "read", "o", 1),))  # type: ignore[arg-type]
+        m = replace(m, tool_results=(ToolResult("c1", "read", "o", 1),))  # type: ignore[arg-type]
     elif odd == "int signature":
-        m = m._replace(thinking=(Thinking("t", 7),))  # type: ignore[arg-type]
+        m = replace(m, thinking=(Thinking("t", 7),))  # type: ignore[arg-type]
     else:
-        m = m._replace(tool_calls=(ToolCall("c1", "read", None),))  # type: ignore[arg-type]
+        m = replace(m, tool_calls=(ToolCall("c1", "read", None),))  # type: ignore[arg-type]
     assert message_json(m) == json.dumps(message_dict(m), ensure_ascii=False)
 
 
@@ -234,7 +234,7 @@ def test_a_format_1_open_line_reads_the_same_without_json(
     # hand, gives the same message and problems (or the same error) as json's reading
     meta = new_meta(format=1, agent_path="agents/simple_sally.py", agent_name="")
     if as_written:  # the values chatloop writes (else any text, mostly read by json)
-        message = message._replace(model=model, stop_reason=stop)
+        message = replace(message, model=model, stop_reason=stop)
     frame = next(iter_frames(render_frame(message, meta, 1), 0, 1))
     assert isinstance(frame, Frame)
     info = json.loads(frame.info)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from chatloop.format import Message
 
@@ -197,7 +198,7 @@ def as_said(messages: Sequence[Message]) -> list[Message]:
     for m in messages:
         prompt = is_restoration(m)
         copy = m.restore and not prompt and not (after_prompt and m.role == "assistant")
-        out.append(m._replace(restore=False) if copy else m)
+        out.append(replace(m, restore=False) if copy else m)
         after_prompt = prompt
     return out
 

@@ -577,7 +577,7 @@ class ChatSession:
                              "warn")  # fmt: skip
             return
         view.close(False, False)
-        ack = reply._replace(restore=True)
+        ack = replace(reply, restore=True)
         try:
             writer.append(ack)
         except StoreError:
@@ -852,7 +852,7 @@ class ChatSession:
         writer = self.store.create(meta)
         try:
             for message in pending.copies:
-                writer.append(message._replace(restore=True))  # copies: never queries here
+                writer.append(replace(message, restore=True))  # copies: never queries here
         except ChatloopError:
             self.store.discard(writer)  # a branch that never began leaves no file
             raise
