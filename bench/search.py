@@ -145,7 +145,8 @@ def measure(sessions: int, rounds: int, text: str, report: Report) -> None:
     target, met)``, the ratio chatloop ÷ baseline (below 1: chatloop is faster)."""
     chatloop, rg = shutil.which("chatloop"), shutil.which("rg")
     if chatloop is None or rg is None:
-        raise SystemExit("needs chatloop and rg (ripgrep) on PATH")
+        raise SystemExit("needs chatloop and rg (ripgrep) on PATH: `pip install -e .` for "
+                         "chatloop, `apt install ripgrep` (Debian) for rg")
     rng = random.Random(11)
     with tempfile.TemporaryDirectory() as tmp:
         home, cwd = Path(tmp) / "home", Path(tmp) / "proj"
