@@ -191,7 +191,7 @@ def test_a_message_exported_as_json_is_what_json_dumps_writes(
         assert json.loads(message_json(m))["text"] == m.text
 
 
-@pytest.mark.parametrize("odd", ["int flag", "int signature", "none argument"])
+@pytest.mark.parametrize("odd", ["int flag", "int signature", "none argument", "int model"])
 def test_a_message_with_parts_of_odd_types_is_exported_as_json_dumps_writes(odd: str) -> None:
     # parts are written directly too; a value of another type than declared takes json's path
     parts = {"thinking": (Thinking("hmm \"x\"\n", "s1"), Thinking("b", None)),
@@ -204,8 +204,10 @@ def test_a_message_with_parts_of_odd_types_is_exported_as_json_dumps_writes(odd:
         m = replace(m, tool_results=(ToolResult("c1", "read", "o", 1),))  # type: ignore[arg-type]
     elif odd == "int signature":
         m = replace(m, thinking=(Thinking("t", 7),))  # type: ignore[arg-type]
-    else:
+    elif odd == "none argument":
         m = replace(m, tool_calls=(ToolCall("c1", "read", None),))  # type: ignore[arg-type]
+    else:
+        m = replace(m, model=5)  # type: ignore[arg-type]
     assert message_json(m) == json.dumps(message_dict(m), ensure_ascii=False)
 
 

@@ -70,14 +70,17 @@ def message_json(m: Message) -> str:
         plain = plain and type(usage.estimated) is bool
     if not plain:
         return _ENCODE(message_dict(m))
-    parts = _parts(m) if m.thinking or m.tool_calls or m.tool_results else _NO_PARTS
-    if parts is None:
+    try:
+        parts = _parts(m) if m.thinking or m.tool_calls or m.tool_results else _NO_PARTS
+        if parts is None:
+            return _ENCODE(message_dict(m))
+        model, stop = m.model, m.stop_reason
+        return _written(_JSON_TEXT(m.role), m.at.isoformat(), _JSON_TEXT(m.key), m.text,
+                        "null" if model is None else _JSON_TEXT(model),
+                        "null" if stop is None else _JSON_TEXT(stop), usage, duration,
+                        m.interrupted, m.restore, m.fallback, parts)  # fmt: skip
+    except TypeError:  # not a string where one belongs: json writes it, or says why not
         return _ENCODE(message_dict(m))
-    model, stop = m.model, m.stop_reason
-    return _text_only(_JSON_TEXT(m.role), m.at.isoformat(), _JSON_TEXT(m.key), m.text,
-                      "null" if model is None else _JSON_TEXT(model),
-                      "null" if stop is None else _JSON_TEXT(stop), usage, duration,
-                      m.interrupted, m.restore, m.fallback, parts)  # fmt: skip
 
 
 _NO_PARTS = '"thinking": [], "tool_calls": [], "tool_results": []'
@@ -85,28 +88,25 @@ _NO_PARTS = '"thinking": [], "tool_calls": [], "tool_results": []'
 
 def _parts(m: Message) -> str | None:
     """The message's thinking, tool calls and tool results as ``message_dict``'s JSON
-    writes them, or None where a value is not what ``Message`` declares (json then
-    writes it, or says why it cannot)."""
+    writes them; None for a flag that is not a bool, and TypeError for a string field
+    that holds something else (json then writes the message, or says why not)."""
     text = _JSON_TEXT
-    try:
-        thinking = ", ".join(
-            f'{{"text": {text(t.text)}, "signature": '
-            f'{"null" if t.signature is None else text(t.signature)}}}'
-            for t in m.thinking
-        )  # fmt: skip
-        calls = ", ".join(
-            f'{{"id": {text(c.id)}, "name": {text(c.name)}, "arguments": {text(c.arguments)}}}'
-            for c in m.tool_calls
-        )  # fmt: skip
-        if not all(type(r.is_error) is bool for r in m.tool_results):
-            return None
-        results = ", ".join(
-            f'{{"call_id": {text(r.call_id)}, "name": {text(r.name)}, '
-            f'"content": {text(r.content)}, "is_error": {_JSON_FLAG[r.is_error]}}}'
-            for r in m.tool_results
-        )  # fmt: skip
-    except TypeError:  # not a string where one belongs
+    if not all(type(r.is_error) is bool for r in m.tool_results):
         return None
+    thinking = ", ".join(
+        f'{{"text": {text(t.text)}, "signature": '
+        f'{"null" if t.signature is None else text(t.signature)}}}'
+        for t in m.thinking
+    )  # fmt: skip
+    calls = ", ".join(
+        f'{{"id": {text(c.id)}, "name": {text(c.name)}, "arguments": {text(c.arguments)}}}'
+        for c in m.tool_calls
+    )  # fmt: skip
+    results = ", ".join(
+        f'{{"call_id": {text(r.call_id)}, "name": {text(r.name)}, '
+        f'"content": {text(r.content)}, "is_error": {_JSON_FLAG[r.is_error]}}}'
+        for r in m.tool_results
+    )  # fmt: skip
     return f'"thinking": [{thinking}], "tool_calls": [{calls}], "tool_results": [{results}]'
 
 
@@ -129,8 +129,8 @@ def _plain_json(
         if len(_MODELS) >= 64:
             _MODELS.clear()
         said = _MODELS[model] = "null" if model is None else _JSON_TEXT(model)
-    return _text_only(_FIXED[p.role], at, f'"{p.key}"', p.text, said, _FIXED[stop], usage,
-                      duration, False, False, False, _NO_PARTS)  # fmt: skip
+    return _written(_FIXED[p.role], at, f'"{p.key}"', p.text, said, _FIXED[stop], usage,
+                    duration, False, False, False, _NO_PARTS)  # fmt: skip
 
 
 _MODELS: dict[str | None, str] = {}
@@ -138,7 +138,7 @@ _MODELS: dict[str | None, str] = {}
 _FIXED = {"user": '"user"', "assistant": '"assistant"', "stop": '"stop"', None: "null"}
 
 
-def _text_only(
+def _written(
     role: str, at: str, key: str, text: str, model: str, stop_reason: str,
     usage: Usage | None, duration: float | None, interrupted: bool, restore: bool,
     fallback: bool, parts: str,
@@ -194,8 +194,8 @@ def write_sessions_json(
             for m in messages:
                 if size >= _BATCH_CHARS:
                     flush()
-                text = (_plain_json(m, meta, plain_facts) if type(m) is Plain
-                        else message_json(m))  # type: ignore[arg-type]
+                text = (_plain_json(m, meta, plain_facts) if isinstance(m, Plain)
+                        else message_json(m))  # fmt: skip
                 batch.append(separator)
                 batch.append(text)
                 separator = ",\n  "
