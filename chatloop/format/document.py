@@ -25,7 +25,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, time, timezone
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO, NamedTuple, cast
 
 from chatloop.config import DEFAULT_PREVIEW_CHARS
 from chatloop.format import legacy
@@ -525,8 +525,8 @@ class Document:
 
     def _walk(self) -> Iterator[Frame | Flaw]:
         """The scanner over the body, from its start (empty for a legacy file or one
-        without front matter); ``frames()`` and the readers that inline its loop for
-        speed (``views()``) go through here, ``_flaw`` and ``_ended``."""
+        without front matter); ``frames()`` and ``_read()`` go through here, then
+        ``_flaw`` for each flaw and ``_ended`` at the end."""
         self.end = -1
         if self._legacy is not None or not self._has_front_matter:
             return iter(())
@@ -556,21 +556,8 @@ class Document:
     def messages(self) -> Iterator[Message]:
         """Every readable message in file order (legacy files included)."""
         if self._legacy is not None:
-            self.end = self._legacy.end
-            yield from self._legacy.session.messages
-            return
-        meta, problems = self.meta, self.problems
-        last: Frame | None = None
-        for frame in self._walk():  # (frames(), inlined: a generator fewer per frame)
-            if isinstance(frame, Flaw):
-                self._flaw(frame)
-                continue
-            last = frame
-            try:
-                yield message_from(frame, meta, problems)
-            except UNREADABLE as exc:
-                self._unreadable(frame, exc)
-        self._ended(last)
+            return self._legacy_messages()
+        return cast("Iterator[Message]", self._read(plain=False))  # (no Plain without plain)
 
     def views(self) -> Iterator[Message | Plain]:
         """``messages()``, except that a frame holding only text comes as a ``Plain``
@@ -578,19 +565,30 @@ class Document:
         ``export`` (``plain_facts`` gives the rest of what its message holds).
         Problems and ``end`` are the same as ``messages()``'s."""
         if self._legacy is not None or self.meta.format < 2:
-            yield from self.messages()
-            return
+            return self.messages()
+        return self._read(plain=True)
+
+    def _legacy_messages(self) -> Iterator[Message]:
+        assert self._legacy is not None
+        self.end = self._legacy.end
+        yield from self._legacy.session.messages
+
+    def _read(self, plain: bool) -> Iterator[Message | Plain]:
+        """The message of every frame, or with ``plain`` its ``Plain`` when it is one:
+        one loop over the scanner (``frames()``'s, inlined: a generator fewer per
+        frame, for readers of many)."""
         meta, problems, version = self.meta, self.problems, self.meta.format
         last: Frame | None = None
-        for frame in self._walk():  # (frames(), inlined: a generator fewer per frame)
+        for frame in self._walk():
             if isinstance(frame, Flaw):
                 self._flaw(frame)
                 continue
             last = frame
-            plain = plain_of(frame, version)
-            if plain is not None:
-                yield plain
-                continue
+            if plain:
+                view = plain_of(frame, version)
+                if view is not None:
+                    yield view
+                    continue
             try:
                 yield message_from(frame, meta, problems)
             except UNREADABLE as exc:
