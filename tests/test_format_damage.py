@@ -231,21 +231,27 @@ def test_reseal_says_what_it_cannot_read_and_fails(store: Store) -> None:
 
 
 def test_reseal_names_a_broken_front_matter_and_fails(store: Store) -> None:
-    """Reseal mends frames, not the front matter: a `created` a person broke is named and
-    reseal exits 1 each time (it said "checks out", and show still noted it). A key of
-    the person's own is no problem."""
+    """Reseal mends frames, not the front matter: a `created` a person broke is named, the
+    front matter is left byte for byte (its summary pointer too: re-rendering it would
+    put salvaged values in place of theirs), and reseal exits 1 each time (it said
+    "checks out", and show still noted it). Mended by hand, a reseal sets the pointer
+    and the summary is trusted again. A key of the person's own is no problem."""
     writer = store.create(new_meta(format=2))
     for m in exchange(1):
         writer.append(m)
+    writer.finalize(Message.create("summary", T0, text="**Pending:** nothing"))
     writer.close()
     data = writer.path.read_bytes()
     mine = data.replace(b"\ncreated: ", b"\nmy_note: keep me\ncreated: ", 1)
     writer.path.write_bytes(mine)
     done = run("reseal", "1", cwd=store.cwd, home=store.root)
     assert done.returncode == 0 and "checks out" in done.stdout, done.stdout + done.stderr
-    broken = re.sub(rb"\ncreated: [^\n]*", b"\ncreated: yesterday", mine, count=1)
-    broken = broken.replace(b"Question number 1", b"Question number one")  # a hand edit
+    created = re.search(rb"\ncreated: [^\n]*", mine)
+    assert created is not None
+    broken = mine.replace(created.group(), b"\ncreated: yesterday", 1)
+    broken = broken.replace(b"Question number 1", b"Question number one")  # moves the summary
     writer.path.write_bytes(broken)
+    head = broken[: broken.index(b"\n---\n", 4) + 5]
     for time in range(2):  # the second time: the frame is sealed, the front matter is not
         done = run("reseal", "1", cwd=store.cwd, home=store.root)
         assert done.returncode == 1, done.stdout + done.stderr
@@ -253,8 +259,40 @@ def test_reseal_names_a_broken_front_matter_and_fails(store: Store) -> None:
         assert "front matter of" in done.stderr and "cannot mend" in done.stderr
         assert ("Resealed" in done.stdout) == (time == 0) and "checks out" not in done.stdout
         assert "Traceback" not in done.stderr
+        assert writer.path.read_bytes().startswith(head)
     shown = run("show", "1", cwd=store.cwd, home=store.root)
     assert "checksum" not in shown.stderr and "created is not" in shown.stderr
+    writer.path.write_bytes(writer.path.read_bytes().replace(b"\ncreated: yesterday",
+                                                             created.group(), 1))  # fmt: skip
+    done = run("reseal", "1", cwd=store.cwd, home=store.root)
+    assert done.returncode == 0 and "Resealed" in done.stdout, done.stdout + done.stderr
+    resealed = writer.path.read_bytes()
+    assert b"\nmy_note: keep me\n" in resealed and parse_markdown(resealed).problems[0].kind \
+        == "unknown_key"  # fmt: skip
+    assert store.summary_of(writer.path).message is not None  # the pointer is right again
+
+
+def test_reseal_moves_the_summary_pointer_in_place(store: Store) -> None:
+    """A hand edit before the summary moves it; reseal edits the pointer's lines in the
+    front matter and keeps everything else there, a person's comments included."""
+    writer = store.create(new_meta(format=2))
+    for m in exchange(1) + exchange(2):
+        writer.append(m)
+    writer.finalize(Message.create("summary", T0, text="**Pending:** nothing"))
+    writer.close()
+    data = writer.path.read_bytes().replace(b"\ntitle:", b"\n# why: a test\ntitle:", 1)
+    data = data.replace(b"Question number 2", b"Question number two, longer", 1)
+    writer.path.write_bytes(data)
+    assert store.summary_of(writer.path).message is None  # the pointer is off now
+    done = run("reseal", "1", cwd=store.cwd, home=store.root)
+    assert done.returncode == 0 and "Resealed" in done.stdout, done.stdout + done.stderr
+    resealed = writer.path.read_bytes()
+    before, after = (x.split(b"\n---\n", 1)[0].split(b"\n") for x in (data[4:], resealed[4:]))
+    assert [line for line in before if not line.startswith(b"summary_at:")] == \
+        [line for line in after if not line.startswith(b"summary_at:")]  # fmt: skip
+    assert b"# why: a test" in after
+    assert store.summary_of(writer.path).message is not None
+    assert parse_markdown(resealed).problems == ()
 
 
 def test_show_and_export_stream_every_message(store: Store, tmp_path: Path) -> None:

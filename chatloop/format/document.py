@@ -48,6 +48,7 @@ from chatloop.format.front_matter import (
     is_crlf,
     read_head,
     render_front_matter,
+    rewrite_front_matter,
 )
 from chatloop.format.values import (
     FORMATS,
@@ -704,15 +705,19 @@ def reseal(data: bytes, name: str = "") -> tuple[bytes, int, tuple[Problem, ...]
     decoration no longer matches is written anew around its content as found
     (its key renewed if the person typed it into the content); every other byte,
     notes between frames included, stays as it was. A CRLF file becomes LF and a
-    byte order mark is dropped. In format 2 the summary pointer is set again.
-    Returns the new bytes, how many frames were rewritten, and the damage left as
-    it is, for the caller to report: frames too damaged to read and a torn end (at
-    their offsets in ``data``), then what is wrong with the front matter (kinds in
-    ``HEAD_DAMAGE``, at offset 0), which only a person can mend.
+    byte order mark is dropped. In format 2 the summary pointer is set again, its
+    lines edited in place, unless something is wrong with the front matter: reseal
+    never rewrites values a person may have meant (it would put what could be
+    salvaged in their place), so then the front matter is left as it is, to be mended
+    by hand and resealed again. Returns the new bytes, how many frames were
+    rewritten, and the damage left as it is, for the caller to report: frames too
+    damaged to read and a torn end (at their offsets in ``data``), then what is
+    wrong with the front matter (kinds in ``HEAD_DAMAGE``, at offset 0).
     """
     doc = open_document(data, name)
     if doc.legacy:
         raise ValueError("a legacy file is read only; it has no checksums to reseal")
+    head_damage = [p for p in doc.problems if p.kind in HEAD_DAMAGE]  # (no frame read yet)
     source = doc.source  # the normalised bytes
     assert isinstance(source, bytes)
     meta = doc.meta
@@ -750,16 +755,12 @@ def reseal(data: bytes, name: str = "") -> tuple[bytes, int, tuple[Problem, ...]
     head = source[: doc.body_start]
     if head.startswith(BOM):
         head = head[len(BOM) :]
-    if meta.format >= 2 and (meta.summary_key is not None or changed):
+    if meta.format >= 2 and not head_damage and (meta.summary_key is not None or changed):
         key, at = (last[2], last[1]) if last is not None and last[0] == "summary" else (None, None)
-        if (key, at) != (meta.summary_key, meta.summary_at):
-            head = render_front_matter(replace(meta, summary_key=key, summary_at=at))
-    resealed = head + b"".join(out)
+        if (key, at) != (meta.summary_key, meta.summary_at):  # the two lines, edited in place
+            head = rewrite_front_matter(head, replace(meta, summary_key=key, summary_at=at))
     left = [p for p in doc.problems if p.kind in ("damaged", "torn_tail")]
-    # The front matter is not rewritten, so what is wrong with it stays: read it again
-    # to name it (a person's own keys are kept on purpose, and are not named).
-    left += [p for p in open_document(resealed, name).problems if p.kind in HEAD_DAMAGE]
-    return resealed, changed, tuple(left)
+    return head + b"".join(out), changed, tuple(left + head_damage)
 
 
 # What may be wrong with a front matter that ``reseal`` leaves for a person to mend.
