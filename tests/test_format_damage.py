@@ -269,7 +269,8 @@ def test_reseal_names_a_broken_front_matter_and_fails(store: Store) -> None:
     resealed = writer.path.read_bytes()
     assert b"\nmy_note: keep me\n" in resealed and parse_markdown(resealed).problems[0].kind \
         == "unknown_key"  # fmt: skip
-    assert store.summary_of(writer.path).message is not None  # the pointer is right again
+    found = store.summary_of(writer.path)
+    assert found.message is not None and found.note is None  # the pointer is right again
 
 
 def test_reseal_moves_the_summary_pointer_in_place(store: Store) -> None:
@@ -283,7 +284,8 @@ def test_reseal_moves_the_summary_pointer_in_place(store: Store) -> None:
     data = writer.path.read_bytes().replace(b"\ntitle:", b"\n# why: a test\ntitle:", 1)
     data = data.replace(b"Question number 2", b"Question number two, longer", 1)
     writer.path.write_bytes(data)
-    assert store.summary_of(writer.path).message is None  # the pointer is off now
+    moved = store.summary_of(writer.path)  # the pointer is off now: the file is read whole
+    assert moved.message is not None and "moved" in (moved.note or "")
     done = run("reseal", "1", cwd=store.cwd, home=store.root)
     assert done.returncode == 0 and "Resealed" in done.stdout, done.stdout + done.stderr
     resealed = writer.path.read_bytes()
@@ -291,7 +293,8 @@ def test_reseal_moves_the_summary_pointer_in_place(store: Store) -> None:
     assert [line for line in before if not line.startswith(b"summary_at:")] == \
         [line for line in after if not line.startswith(b"summary_at:")]  # fmt: skip
     assert b"# why: a test" in after
-    assert store.summary_of(writer.path).message is not None
+    found = store.summary_of(writer.path)
+    assert found.message is not None and found.note is None  # found where it points
     assert parse_markdown(resealed).problems == ()
 
 
