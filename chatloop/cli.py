@@ -1086,7 +1086,7 @@ def cmd_reseal(args: argparse.Namespace) -> int:
         print(f"error: {len(frames)} part(s) of {row.id} cannot be read, so they are left as "
               f"they are (offsets in the file as it was)\nhint: mend them by hand ({raw}), "
               "then reseal again; everything else reads as it is.", file=sys.stderr)  # fmt: skip
-    else:
+    if len(frames) < len(left):
         print(f"error: the front matter of {row.id} has problems that reseal cannot mend\n"
               f"hint: edit those lines by hand ({raw}; docs/format.md lists each key), "
               "then run `chatloop show` again: it is quiet when they read.",
