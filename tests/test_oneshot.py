@@ -225,6 +225,7 @@ def test_a_reader_that_leaves_keeps_the_reply_that_came_and_the_session(
         assert len(reply) == 1 and reply[0].interrupted and reply[0].stop_reason == "cancelled"
         assert reply[0].text and text.startswith(reply[0].text)
         assert first.meta.status == "closed" and first.summary is not None
+        assert first.meta.title == "Tell me about basil"  # named at close: no exchange ended well
         out, err = _closed_reader(), _closed_reader()
         try:
             again = subprocess.run([chatloop_bin(), "--base-url", url, "-c", "And mint?"],
@@ -235,7 +236,7 @@ def test_a_reader_that_leaves_keeps_the_reply_that_came_and_the_session(
             os.close(err)
         assert again.returncode == 0
         parent, child = sessions(chatloop_home)
-        assert child.meta.parent_id == parent.meta.id
+        assert child.meta.parent_id == parent.meta.id and child.meta.title == parent.meta.title
         assert [m.text for m in child.messages if m.is_query] == ["And mint?"]
 
 

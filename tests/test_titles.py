@@ -208,6 +208,21 @@ def test_a_reply_cut_short_asks_for_no_title_until_an_exchange_ends_well(store: 
     assert on_disk(session) == "Basil watering schedule"
 
 
+@pytest.mark.parametrize("mode", ["model", "first", "off"])
+def test_a_session_whose_only_reply_was_cut_short_is_named_at_close(
+    store: Store, mode: str
+) -> None:
+    # Ctrl-C (or a one-shot's reader who left) on the only reply: no exchange ended well,
+    # so the session is named from its first request's line when it closes, unasked
+    backend = FakeBackend(KeyboardInterrupt(), STRUCTURED)
+    session, _ = chat(store, backend, titles=mode)
+    session.send(ASKED)
+    session.close()
+    (found,) = files(store)
+    assert title_requests(backend) == []
+    assert found.meta.title == ("" if mode == "off" else FIRST_LINE)
+
+
 def test_ask_says_why_it_fell_back() -> None:
     down = titles.ask(FakeBackend(BackendError("Cannot reach the model server", "")), ASKED,
                       REPLY)  # fmt: skip

@@ -352,7 +352,9 @@ class ChatSession:
         first request's line, ``off`` makes none. A title the person gave (/rename),
         one a continuation or a branch took from its parent (any session with a
         parent), and an earlier title are never replaced. Cosmetic: a title the file
-        refuses now stays in memory and is written when the session is finalized."""
+        refuses now stays in memory and is written when the session is finalized. A
+        session that ends before any exchange ended well is given its first request's
+        line then (``_untitled``)."""
         writer, mode = self.writer, self.settings.titles
         if mode == "off" or writer is None or self.title or writer.meta.title:
             return
@@ -375,6 +377,13 @@ class ChatSession:
             writer.update_meta(title=made.text)
         except StoreError:
             self._title_unsaved = True  # written with the summary at close (or never: cosmetic)
+
+    def _untitled(self, writer: SessionWriter) -> bool:
+        """A session ``_name`` would have named but never did, because no exchange ended
+        well (cut short by Ctrl-C, or by a reader of a one-shot run who left)."""
+        if self.settings.titles == "off" or self.title or writer.meta.title:
+            return False
+        return writer.meta.parent_id is None and not self._title_tried
 
     # ------------------------------------------------------------------ summaries
     def summarize(self, messages: list[Message], previous: str | None,
@@ -436,6 +445,9 @@ class ChatSession:
         outcome = self.summarize(writer.messages, self.previous, instructions)
         # a title made when the file refused it goes in with the totals (if none came since)
         late = {"title": self.title} if self._title_unsaved and not writer.meta.title else {}
+        if not late and self._untitled(writer):  # never named: its first request's line
+            named = titles.fallback(next((m.text for m in writer.messages if m.is_query), ""))
+            late = {"title": named} if named else {}
         meta = writer.finalize(outcome.message(self.clock()), **late)
         kind = "fallback summary" if outcome.fallback else "summary"
         self.host.notice(
