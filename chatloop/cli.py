@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_sessions)
 
     p = sub.add_parser("show", help="print one session's transcript")
-    p.add_argument("ref", metavar="N|ID", help="session number (1 = most recent) or id")
+    _session_ref(p)
     p.add_argument("--raw", action="store_true", help="print the markdown file as it is")
     p.set_defaults(run=cmd_show)
 
@@ -147,11 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_search)
 
     p = sub.add_parser("tree", help="show the compact/resume lineage of a session")
-    p.add_argument("ref", metavar="N|ID", help="session number (1 = most recent) or id")
+    _session_ref(p)
     p.set_defaults(run=cmd_tree)
 
     p = sub.add_parser("export", help="write a session (or its whole chain) as markdown or JSON")
-    p.add_argument("ref", metavar="N|ID", help="session number (1 = most recent) or id")
+    _session_ref(p)
     p.add_argument("--chain", action="store_true", help="include every ancestor, oldest first")
     p.add_argument("--format", choices=("md", "json"), default="md", help="md (default) or json")
     p.add_argument("-o", "--output", metavar="FILE",
@@ -165,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         "beside it as {id}.md.orig (mode 0600). Hand edits are kept without this too; "
         "they are only reported.",
     )  # fmt: skip
-    p.add_argument("ref", metavar="N|ID", help="session number (1 = most recent) or id")
+    _session_ref(p)
     p.set_defaults(run=cmd_reseal)
 
     p = sub.add_parser(
@@ -1147,6 +1147,14 @@ def _look_ahead(argv: list[str]) -> LookAhead | None:
         return None  # not need it (--sessions-dir): a look ahead only saves time
 
 
+def _session_ref(p: argparse.ArgumentParser) -> None:
+    """The session a command acts on. Optional to argparse, so that leaving it out is
+    said in one line with a hint (``_main``), not with the whole usage."""
+    p.add_argument("ref", metavar="N|ID", nargs="?",
+                   help="session number (1 = most recent; `chatloop sessions` lists them) "
+                        "or id")  # fmt: skip
+
+
 def _main(argv: list[str], ahead: LookAhead | None) -> int:
     parser = build_parser()
     try:
@@ -1159,6 +1167,10 @@ def _main(argv: list[str], ahead: LookAhead | None) -> int:
     args.ahead = ahead
     run: Callable[[argparse.Namespace], int] = args.run
     try:
+        if "ref" in args and args.ref is None:
+            raise UsageError(f"chatloop {args.command} needs a session: its number or id",
+                             f"`chatloop sessions` lists them, numbered; e.g. `chatloop "
+                             f"{args.command} 1` for the most recent.")  # fmt: skip
         return run(args)
     except ChatloopError as exc:
         print(f"error: {exc.message}", file=sys.stderr)

@@ -78,6 +78,13 @@ def test_errors_are_one_line_with_a_hint(project: Path, chatloop_home: Path) -> 
     assert lone_full.returncode == 2 and "--full goes with --resume" in lone_full.stderr
     both = run("-c", "--resume", "2", cwd=project, home=chatloop_home)
     assert both.returncode == 2 and "not allowed with" in both.stderr
+    for command in ("show", "tree", "export", "reseal"):  # no session named: one line, a hint
+        bare = run(command, cwd=project, home=chatloop_home)
+        assert bare.returncode == 2 and "usage:" not in bare.stderr, bare.stderr
+        assert bare.stderr.splitlines() == [
+            f"error: chatloop {command} needs a session: its number or id",
+            f"hint: `chatloop sessions` lists them, numbered; e.g. `chatloop {command} 1` for "
+            "the most recent."]  # fmt: skip
 
 
 def test_main_help_teaches_the_chat_options(tmp_path: Path) -> None:
