@@ -736,10 +736,10 @@ class Index:
                 hint = f"Digits alone are a number; a handle of digits is written whole: {names}."
             else:
                 hint = "`chatloop sessions` lists them with their numbers."
-            raise NotFound(
-                f"There is no session number {ref} in this project ({len(numbered)} sessions)",
-                hint,
-            )
+            count = len(numbered)
+            held = ("no sessions" if not count else "1 is the only number" if count == 1
+                    else f"numbers 1-{count}: each file of a chain has its own")  # fmt: skip
+            raise NotFound(f"There is no session number {ref} in this project ({held})", hint)
         if is_handle(ref):
             if len(by_handle) == 1 or self._copies(by_handle):
                 return self._copy_here(by_handle)
