@@ -802,7 +802,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
         print(as_json.sessions_json(rows))
         return 0
-    print(listing.sessions_text(rows, local_now(), show_project=args.all))
+    print(listing.sessions_text(rows, local_now(), show_project=args.all, columns=_columns()))
     if total > len(rows):
         print(f"… {total - len(rows):,} older; `--limit {total}` lists them all")
     return 0
@@ -879,9 +879,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
         print(as_json.hits_json(list(hits)))
         return 0
-    shown = 0
+    shown, columns = 0, _columns()
     for hit in hits:  # each as soon as it is found
-        print(listing.hit_line(hit, show_project=args.all), flush=True)
+        print(listing.hit_line(hit, show_project=args.all, columns=columns), flush=True)
         shown += 1
     if not shown:
         print(listing.hits_text([]))
@@ -1145,6 +1145,16 @@ def _look_ahead(argv: list[str]) -> LookAhead | None:
         return LookAhead(Store(chatloop_home()), all_projects=True)
     except Exception:  # (no current directory, no home): the command says so, or does
         return None  # not need it (--sessions-dir): a look ahead only saves time
+
+
+def _columns() -> int | None:
+    """The terminal's width when stdout is one (a listing fits it), else None (a pipe
+    or a file gets whole lines)."""
+    if not sys.stdout.isatty():
+        return None
+    import shutil
+
+    return shutil.get_terminal_size().columns
 
 
 def _session_ref(p: argparse.ArgumentParser) -> None:

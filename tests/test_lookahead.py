@@ -365,9 +365,9 @@ def test_search_prints_each_hit_as_its_snippet_is_read_and_reads_each_once(
         read.append(str(path))
         return real_hit_in(path, word)
 
-    def hit_line(hit: SearchHit, show_project: bool = False) -> str:
+    def hit_line(hit: SearchHit, show_project: bool = False, columns: int | None = None) -> str:
         at_print.append(len(read))
-        return real_line(hit, show_project)
+        return real_line(hit, show_project, columns)
 
     monkeypatch.setattr(index_scan, "hit_in", hit_in)
     monkeypatch.setattr(listing, "hit_line", hit_line)

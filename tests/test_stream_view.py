@@ -147,6 +147,36 @@ def test_search_hits_keep_their_columns_whatever_the_handles() -> None:
     assert len({line.index("user") for line in lines}) == 1, lines
 
 
+def test_listings_fit_a_terminal_and_keep_their_marks() -> None:
+    # in a terminal of 80 columns a long title or snippet is cut with "…" (wide characters
+    # count twice), so no line wraps mid-word; a status such as [chain of 2] stays whole
+    from datetime import UTC, datetime
+
+    from chatloop.store.index import SearchHit, SessionRow
+    from chatloop.ui.listing import cells, hit_line, sessions_text
+
+    def row(title: str, chain: int, status: str = "closed") -> SessionRow:
+        return SessionRow(1, "20261122-113134-6f070000", "/x.md", "p", title, "Simple Sally",
+                          "a", "m", "", "2026-11-22T11:31:34+00:00", status, 3, 0, 0, 0,
+                          None, None, None, "", True, False, 0, "6f07",
+                          chain=chain)  # fmt: skip
+
+    now = datetime(2026, 11, 22, 12, tzinfo=UTC)
+    long = "Which herbs grow well in the capital of France on a balcony " + "日本語" * 8
+    for columns in (80, 100):
+        text = sessions_text([row(long, 2), row("Short", 1, "interrupted")], now, columns=columns)
+        first, second = text.splitlines()
+        assert cells(first) < columns and first.endswith("… [chain of 2]")
+        assert second.endswith("Short [interrupted]")
+        hit = hit_line(SearchHit(row("t", 1), "assistant", long), columns=columns)
+        assert cells(hit) < columns and hit.endswith("…")
+    narrow = sessions_text([row(long, 2, "interrupted")], now, columns=40)  # a few cells kept
+    assert "  Which h… [interrupted] [chain of 2]" in narrow
+    assert long in sessions_text([row(long, 1)], now) or long[:70] in sessions_text(
+        [row(long, 1)], now)  # a pipe gets the line whole (the title to 70 characters)
+    assert hit_line(SearchHit(row("t", 1), "user", long)).endswith(long)
+
+
 def test_a_reply_that_only_calls_tools_has_no_empty_speaker_line() -> None:
     from chatloop.format import Session, Thinking, ToolCall
     from chatloop.ui.listing import transcript_text

@@ -7,6 +7,7 @@ its output is meant for pipes and greps as much as for eyes.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -72,8 +73,11 @@ def handle_width(rows: Sequence[SessionRow]) -> int:
     return max([6, *(len(row.handle) for row in rows)])
 
 
-def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = False) -> str:
-    """One line per session: number, handle, age, queries, agent, status, title."""
+def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = False,
+                  columns: int | None = None) -> str:  # fmt: skip
+    """One line per session: number, handle, age, queries, agent, status, title. With
+    ``columns`` (a terminal's width), a title too long for the line is cut with "…",
+    so that no line wraps (its status and project stay whole)."""
     if not rows:
         return "No sessions yet. Start one with `chatloop`."
     lines = []
@@ -86,11 +90,39 @@ def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = Fa
         if row.chain > 1:
             status += f" [chain of {row.chain}]"
         where = f"  ({row.project})" if show_project else ""
-        lines.append(
-            f"{number}  {row.handle or '-':<{width}}  {relative_time(row.updated, now):>9}  "
-            f"{row.queries:>3}q  {row.agent[:16]:<16}  {describe(row)[:70]}{status}{where}"
-        )
+        head = (f"{number}  {row.handle or '-':<{width}}  {relative_time(row.updated, now):>9}  "
+                f"{row.queries:>3}q  {visible(row.agent[:16]):<16}  ")  # fmt: skip
+        title = visible(describe(row)[:70])
+        if columns is not None:
+            title = clip(title, columns - cells(head) - cells(visible(status + where)) - 1)
+        lines.append(f"{head}{title}{status}{where}")
     return visible("\n".join(lines))
+
+
+def cells(text: str) -> int:
+    """How many terminal cells ``text`` (one line, made ``visible``) takes: two for a
+    wide character, none for a combining one."""
+    return sum(_cells(ch) for ch in text)
+
+
+def clip(text: str, room: int) -> str:
+    """``text`` cut to ``room`` terminal cells (at least a few), "…" where it was cut."""
+    room = max(room, 8)
+    if cells(text) <= room:
+        return text
+    kept, used = [], 0
+    for ch in text:
+        used += _cells(ch)
+        if used > room - 1:
+            break
+        kept.append(ch)
+    return "".join(kept) + "…"
+
+
+def _cells(ch: str) -> int:
+    if unicodedata.combining(ch):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in "WF" else 1
 
 
 def hits_text(hits: list[SearchHit]) -> str:
@@ -99,15 +131,20 @@ def hits_text(hits: list[SearchHit]) -> str:
     return "\n".join(hit_line(hit) for hit in hits)
 
 
-def hit_line(hit: SearchHit, show_project: bool = False) -> str:
+def hit_line(hit: SearchHit, show_project: bool = False, columns: int | None = None) -> str:
     """One search hit as a line: number (``*`` when live), handle (else id), role, snippet
     (and the session's project, with ``show_project``: numbers count per project).
     Hits stream, so the handle column is as wide as a handle can be (8), whatever
-    the handles that come."""
+    the handles that come. With ``columns`` (a terminal's width), a snippet too long
+    for the line is cut with "…"."""
     number = hit.session.number if hit.session.number is not None else "*"
     name = hit.session.handle or hit.session.id
     where = f"  ({hit.session.project})" if show_project else ""
-    return visible(f"{number:>3}  {name:<8}  {hit.role:<9}  {hit.snippet}{where}")
+    head = visible(f"{number:>3}  {name:<8}  {hit.role:<9}  ")
+    snippet = visible(hit.snippet)
+    if columns is not None:
+        snippet = clip(snippet, columns - cells(head) - cells(visible(where)) - 1)
+    return visible(f"{head}{snippet}{where}")
 
 
 def transcript_lines(
