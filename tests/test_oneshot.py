@@ -33,8 +33,10 @@ def sessions(home: Path) -> list[Session]:
 
 
 def answer(session: Session) -> str:
-    """The text of the last reply that is not an acknowledgment."""
-    return [m for m in session.messages if m.role == "assistant" and not m.restore][-1].text
+    """The text of the last reply that is not an acknowledgment, as printed: without the
+    blank lines before its first words (the file keeps them)."""
+    reply = [m for m in session.messages if m.role == "assistant" and not m.restore][-1]
+    return reply.text.lstrip("\r\n")
 
 
 def test_a_question_on_the_command_line_is_answered_once_and_saved(
@@ -199,6 +201,22 @@ def _closed_reader() -> int:
     read_end, write_end = os.pipe()
     os.close(read_end)
     return write_end
+
+
+def test_blank_lines_before_the_replys_first_words_are_not_printed(
+    chatloop_home: Path, project: Path  # noqa: F811
+) -> None:
+    """A model that opens with blank lines (the demo model often does): stdout starts with
+    the first words, so `| head -1` gets them; the file keeps the reply as it came."""
+    text = "\n\nBasil likes warm sun.\n\nPinch the flowers."
+    with scripted_server(lambda request: text) as url:
+        done = subprocess.run([chatloop_bin(), "--base-url", url, "Tell me about basil"],
+                              cwd=project, env=environment(chatloop_home, 12),
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "Basil likes warm sun.\n\nPinch the flowers.\n"
+    (session,) = sessions(chatloop_home)
+    assert [m.text for m in session.messages if m.role == "assistant"] == [text]
 
 
 def test_a_reader_that_leaves_keeps_the_reply_that_came_and_the_session(

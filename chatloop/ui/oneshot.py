@@ -51,12 +51,18 @@ class PrintedReply:
         self.terminal = terminal
         self.acknowledgment = acknowledgment
         self.ended_line = True
+        self.printed = False  # anything of the reply written yet
         self.said = self.thought = False  # as in the REPL's view: to say a reply was empty
         self.ended: str | None = None
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, TextDelta):
             text = visible(event.text) if self.terminal else event.text
+            if not self.printed:  # blank lines before the reply's first words are not
+                text = text.lstrip("\r\n")  # printed: `| head -1` gets those words (the
+                if not text:  # file keeps the reply as it came)
+                    return
+                self.printed = True
             try:
                 if self.acknowledgment and not self.said and event.text.strip():
                     self.out.write("The model acknowledges the summary:\n")  # as the chat says
