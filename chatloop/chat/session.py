@@ -356,9 +356,7 @@ class ChatSession:
         session that ends before any exchange ended well is given its first request's
         line then (``_untitled``)."""
         writer, mode = self.writer, self.settings.titles
-        if mode == "off" or writer is None or self.title or writer.meta.title:
-            return
-        if writer.meta.parent_id is not None or self._title_tried:
+        if writer is None or not self._untitled(writer):
             return
         self._title_tried = True  # once a session: a conversation no title fits asks no more
         first = next((m.text for m in writer.messages if m.is_query), "")
@@ -379,8 +377,9 @@ class ChatSession:
             self._title_unsaved = True  # written with the summary at close (or never: cosmetic)
 
     def _untitled(self, writer: SessionWriter) -> bool:
-        """A session ``_name`` would have named but never did, because no exchange ended
-        well (cut short by Ctrl-C, or by a reader of a one-shot run who left)."""
+        """Whether ``writer``'s session is still to be named: titles are on, it has none
+        and no parent, and ``_name`` has not tried yet. At close, that means no exchange
+        ended well (cut short by Ctrl-C, or by a reader of a one-shot run who left)."""
         if self.settings.titles == "off" or self.title or writer.meta.title:
             return False
         return writer.meta.parent_id is None and not self._title_tried

@@ -164,8 +164,8 @@ class Store:
         changed get new checksums (``chatloop.format.reseal``). The original is kept
         beside it as ``{id}.md.orig`` (0600) first, then the file is replaced
         atomically. Returns how many frames were resealed, where the original is
-        (None when nothing needed it), and the damage that could not be read, left
-        as it is."""
+        (None when nothing needed it), and the damage left as it is: frames that
+        could not be read, and what is wrong with the front matter."""
         lock_fd = take_lock(path)
         try:
             data = read_bytes(path)

@@ -68,19 +68,19 @@ def message_json(m: Message) -> str:
     if usage is not None:
         plain = plain and type(usage.input) is type(usage.output) is int
         plain = plain and type(usage.estimated) is bool
-    if not plain:
-        return _ENCODE(message_dict(m))
     try:
-        parts = _parts(m) if m.thinking or m.tool_calls or m.tool_results else _NO_PARTS
-        if parts is None:
-            return _ENCODE(message_dict(m))
-        model, stop = m.model, m.stop_reason
-        return _written(_JSON_TEXT(m.role), m.at.isoformat(), _JSON_TEXT(m.key), m.text,
-                        "null" if model is None else _JSON_TEXT(model),
-                        "null" if stop is None else _JSON_TEXT(stop), usage, duration,
-                        m.interrupted, m.restore, m.fallback, parts)  # fmt: skip
-    except TypeError:  # not a string where one belongs: json writes it, or says why not
-        return _ENCODE(message_dict(m))
+        parts = None
+        if plain:
+            parts = _parts(m) if m.thinking or m.tool_calls or m.tool_results else _NO_PARTS
+        if parts is not None:
+            model, stop = m.model, m.stop_reason
+            return _written(_JSON_TEXT(m.role), m.at.isoformat(), _JSON_TEXT(m.key), m.text,
+                            "null" if model is None else _JSON_TEXT(model),
+                            "null" if stop is None else _JSON_TEXT(stop), usage, duration,
+                            m.interrupted, m.restore, m.fallback, parts)  # fmt: skip
+    except TypeError:  # not a string where one belongs
+        pass
+    return _ENCODE(message_dict(m))  # json writes any other message, or says why not
 
 
 _NO_PARTS = '"thinking": [], "tool_calls": [], "tool_results": []'

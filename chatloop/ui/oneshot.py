@@ -149,4 +149,3 @@ def ask_once(session: ChatSession, text: str) -> int:
         for message in closed.unsaved:
             print(visible(f"not saved [{message.role}]: {message.text}"), file=sys.stderr)
     return 0
-
