@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -348,6 +349,51 @@ def test_one_megabyte_line_round_trips() -> None:
     message = Message.create("user", T0, text=big)
     data = render_markdown(Session(new_meta(id="big"), (message,)))
     assert parse_markdown(data).session.messages[0].text == big
+
+
+def _in_generation(obj: object, generation: int) -> bool:
+    return any(o is obj for o in gc.get_objects(generation=generation))
+
+
+@pytest.fixture
+def collecting() -> Iterator[None]:
+    """gc on, nothing frozen, as a program starts; restored afterwards."""
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if not was:
+            gc.disable()
+
+
+def _many_messages() -> bytes:
+    msgs = tuple(Message.create("user", T0, text=f"q{i}") for i in range(document.SETTLE_AT))
+    return render_markdown(Session(new_meta(id="many"), msgs))
+
+
+def test_a_big_parse_leaves_its_messages_in_the_oldest_generation(collecting: None) -> None:
+    data = _many_messages()
+    result = parse_markdown(data)
+    first, last = result.session.messages[0], result.session.messages[-1]
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert _in_generation(first, 2) and _in_generation(last, 2)
+    assert result == parse_markdown(data)  # the same values either way
+
+
+def test_a_parse_leaves_frozen_objects_frozen_and_gc_as_it_was(collecting: None) -> None:
+    data = _many_messages()
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+    result = parse_markdown(data)
+    assert gc.get_freeze_count() == frozen and gc.isenabled()
+    assert not _in_generation(result.session.messages[0], 2)  # left to the collector
+    gc.unfreeze()
+    gc.disable()
+    parse_markdown(data)
+    assert not gc.isenabled() and gc.get_freeze_count() == 0
 
 
 def test_summary_is_read_from_the_last_valid_block() -> None:
