@@ -34,6 +34,7 @@ from chatloop.format import (
     render_frame,
     render_markdown,
 )
+from chatloop.format import body as body_module
 from chatloop.format.body import compact_json, read_json
 from chatloop.ui.as_json import message_dict, message_json
 from tests.conftest import T0, new_meta
@@ -303,6 +304,52 @@ def test_a_format_1_open_line_edited_by_hand_reads_as_json_reads_it(
         assert read() == fast
     finally:
         document._INFO_V1 = kept
+
+
+@pytest.mark.parametrize("edit", [
+    (b"", b""), (b'"name":"read_file"', b'"name":"read_file","error":true'),
+    (b'"name":"read_file"', b'"name":"read_file","error":false'),
+    (b'"name":"read_file"', b'"name":"read_file","error":1'), (b'":"', b'": "'),
+    (b'"id":"c1","name":"read_file"', b'"name":"read_file","id":"c1"'),
+    (b'"c1"', b'"\\u0063\\u0031"'), (b'"c1"', b'1'), (b'"c1"', b'null'),
+    (b'"id":"c1",', b''), (b'"read_file"', b'"caf\xc3\xa9"'), (b'"read_file"', b'"x\\"y"'),
+    (b'"name":"read_file"', b'"name":"read_file","id":"c2"'), (b"}", b"}}"), (b"}", b""),
+])  # fmt: skip
+@pytest.mark.parametrize("kind", ["call", "result"])
+def test_a_part_marker_edited_by_hand_reads_as_json_reads_it(
+    edit: tuple[bytes, bytes], kind: str
+) -> None:
+    # chatloop's own call and result markers are read without json: edited by hand,
+    # one gives the same message (or the same error) as json's reading
+    meta = new_meta()
+    if kind == "call":
+        message = Message.create("assistant", T0, tool_calls=(ToolCall("c1", "read_file", "{}"),))
+    else:
+        message = Message.create("tool", T0, tool_results=(ToolResult("c1", "read_file", "x"),))
+    frame = next(iter_frames(render_frame(message, meta, 1), 0, 2))
+    assert isinstance(frame, Frame)
+    marker = f"<!-- {frame.key} {kind} ".encode()
+    head, _, rest = frame.body.partition(marker)
+    info, _, tail = rest.partition(b" -->\n")
+    assert info == b'{"id":"c1","name":"read_file"}'
+    frame = frame._replace(body=head + marker + info.replace(*edit) + b" -->\n" + tail)
+
+    def read() -> object:
+        problems: list[Problem] = []
+        try:
+            return message_from(frame, meta, problems), problems
+        except UNREADABLE as exc:
+            return type(exc)
+
+    fast = read()
+    kept = body_module._PART_INFO
+    body_module._PART_INFO = re.compile(r"(?!)")  # json reads every marker
+    try:
+        assert read() == fast
+    finally:
+        body_module._PART_INFO = kept
+    if edit == (b"", b""):
+        assert isinstance(fast, tuple) and fast[1] == []
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])

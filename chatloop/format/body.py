@@ -203,9 +203,15 @@ def read_body(
         if not sep:
             header, content = piece.removesuffix(" -->"), ""
         kind, _, raw_meta = header.partition(" ")
-        info = json.loads(raw_meta) if raw_meta else {}
-        if not isinstance(info, dict):
-            raise ValueError(f"unreadable {kind} part")
+        written = _PART_INFO.match(raw_meta)
+        if written is not None:  # as chatloop writes it: the values json would give
+            call_id, name, error = written.groups()
+            info = {"id": call_id, "name": name, "error": True} if error else {
+                "id": call_id, "name": name}  # fmt: skip
+        else:
+            info = json.loads(raw_meta) if raw_meta else {}
+            if not isinstance(info, dict):
+                raise ValueError(f"unreadable {kind} part")
         if kind == "text":
             text = _strip_text(role, restore, content, version, notes, False)
         elif kind == "thinking":
@@ -226,6 +232,12 @@ def read_body(
     return text, tuple(thinking), tuple(calls), tuple(results)
 
 
+# A call's or a result's marker JSON as ``compact_json`` writes it, with strings that
+# hold nothing to unescape (anything else is read by json).
+_JSON_PLAIN_STRING = r'"([^"\\\x00-\x1f]*)"'
+_PART_INFO = re.compile(
+    r'\{"id":' + _JSON_PLAIN_STRING + r',"name":' + _JSON_PLAIN_STRING + r'(,"error":true)?\}\Z'
+)
 _PLAIN_LEAD = {"user": _LEAD_RE[2], "assistant": _SPEAKER_RE[2]}
 
 

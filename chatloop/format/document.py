@@ -284,15 +284,20 @@ class Plain(NamedTuple):
     ``clock`` is its time as written (``HH:MM:SS``, on the session's first day) and
     ``text`` is its message's text: ``message_from`` of the same frame gives a
     Message with that role, text and time of day, a stop reason of ``stop`` for a
-    reply and none for a question, and every flag false. ``key`` is the frame's key
-    and ``tail`` the rest of its open line as written (a duration and usage, or
-    nothing): ``plain_facts`` reads the rest of the message from them."""
+    reply and none for a question, and every flag false. ``key`` is the frame's key;
+    ``secs``, ``tilde``, ``tokens_in`` and ``tokens_out`` are the rest of its open
+    line as written (``b"4.1"``, then ``b"~"`` or ``b""``, ``b"1200"``, ``b"30"``),
+    or None where it has no duration or usage: ``plain_facts`` reads the rest of
+    the message from them."""
 
     role: str
     clock: str
     text: str
     key: str = ""
-    tail: bytes = b""
+    secs: bytes | None = None
+    tilde: bytes | None = None
+    tokens_in: bytes | None = None
+    tokens_out: bytes | None = None
 
 
 class Facts(NamedTuple):
@@ -310,9 +315,9 @@ class Facts(NamedTuple):
 # The open lines of a plain frame: the time of day, then the duration and usage if any
 # (a subset of what _HEAD_V2 reads on its fast path, with no JSON).
 _PLAIN_HEAD = re.compile(
-    rb"((?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d)((?: \d{1,15}\.\d{1,17}s)?(?: ~?\d{1,15}/\d{1,15})?)\Z"
+    rb"((?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d)"
+    rb"(?: (\d{1,15}\.\d{1,17})s)?(?: (~?)(\d{1,15})/(\d{1,15}))?\Z"
 )
-_PLAIN_TAIL = re.compile(rb"(?: (\d+\.\d+)s)?(?: (~?)(\d+)/(\d+))?")
 _new_plain = tuple.__new__  # (Plain(...) runs a generated __new__ in Python: slower)
 
 
@@ -320,18 +325,20 @@ def plain_facts(plain: Plain, meta: SessionMeta) -> Facts:
     """What the message of ``plain``'s frame holds beside its role and text (the
     session's ``meta``), for readers that need every field, such as ``export``,
     without building the message."""
-    day = _day_of(meta.created)
-    if day is None:
-        at = _on_first_day(plain.clock.encode(), meta.created).isoformat()
+    created, known = meta.created, _first_day
+    if known is not None and known[0] is created:  # (``_day_of``'s, inline: one per frame)
+        at = known[1] + plain.clock + known[2]
     else:
-        at = day[0] + plain.clock + day[1]
-    usage = duration = None
-    if plain.tail:
-        secs, tilde, got_in, got_out = _PLAIN_TAIL.match(plain.tail).groups()  # type: ignore[union-attr]
-        if secs is not None:
-            duration = float(secs)
-        if got_in is not None:
-            usage = build_usage(int(got_in), int(got_out), tilde == b"~")
+        day = _day_of(created)
+        if day is None:
+            at = _on_first_day(plain.clock.encode(), created).isoformat()
+        else:
+            at = day[0] + plain.clock + day[1]
+    _, _, _, _, secs, tilde, got_in, got_out = plain
+    duration = None if secs is None else float(secs)
+    usage = None
+    if got_in is not None and got_out is not None:  # (both or neither: one group)
+        usage = build_usage(int(got_in), int(got_out), tilde == b"~")
     if plain.role == "assistant":  # format 2 leaves out the front matter's model, "stop"
         return _new_plain(Facts, (at, meta.model or None, "stop", usage, duration))
     return _new_plain(Facts, (at, None, None, usage, duration))
@@ -354,8 +361,8 @@ def plain_of(frame: Frame, version: int) -> Plain | None:
     text = plain_text(role, key, body)
     if text is None:
         return None
-    clock, tail = head.groups()
-    return _new_plain(Plain, (role, clock.decode(), text, key, tail))
+    clock, secs, tilde, got_in, got_out = head.groups()
+    return _new_plain(Plain, (role, clock.decode(), text, key, secs, tilde, got_in, got_out))
 
 
 _NO_INFO: dict[str, object] = {}
@@ -378,6 +385,9 @@ def _on_first_day(clock: bytes, created: datetime) -> datetime:
     """``HH:MM:SS`` (valid, ASCII) on the day of ``created``, in its offset: the
     same value as ``datetime.combine(created.date(), time, created.tzinfo)``, read
     as ISO text with the day and offset of the session kept from its last frame."""
+    known = _first_day
+    if known is not None and known[0] is created:  # (``_day_of``'s, inline: one per frame)
+        return datetime.fromisoformat(known[1] + clock.decode() + known[2])
     day = _day_of(created)
     if day is None:
         hours, minutes, seconds = int(clock[:2]), int(clock[3:5]), int(clock[6:8])

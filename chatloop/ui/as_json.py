@@ -91,22 +91,26 @@ def _parts(m: Message) -> str | None:
     writes them; None for a flag that is not a bool, and TypeError for a string field
     that holds something else (json then writes the message, or says why not)."""
     text = _JSON_TEXT
-    if not all(type(r.is_error) is bool for r in m.tool_results):
-        return None
-    thinking = ", ".join(
-        f'{{"text": {text(t.text)}, "signature": '
-        f'{"null" if t.signature is None else text(t.signature)}}}'
-        for t in m.thinking
-    )  # fmt: skip
-    calls = ", ".join(
-        f'{{"id": {text(c.id)}, "name": {text(c.name)}, "arguments": {text(c.arguments)}}}'
-        for c in m.tool_calls
-    )  # fmt: skip
-    results = ", ".join(
-        f'{{"call_id": {text(r.call_id)}, "name": {text(r.name)}, '
-        f'"content": {text(r.content)}, "is_error": {_JSON_FLAG[r.is_error]}}}'
-        for r in m.tool_results
-    )  # fmt: skip
+    thinking = calls = results = ""  # (most messages have one kind of part, if any)
+    if m.thinking:
+        thinking = ", ".join(
+            f'{{"text": {text(t.text)}, "signature": '
+            f'{"null" if t.signature is None else text(t.signature)}}}'
+            for t in m.thinking
+        )  # fmt: skip
+    if m.tool_calls:
+        calls = ", ".join(
+            f'{{"id": {text(c.id)}, "name": {text(c.name)}, "arguments": {text(c.arguments)}}}'
+            for c in m.tool_calls
+        )  # fmt: skip
+    if m.tool_results:
+        if not all(type(r.is_error) is bool for r in m.tool_results):
+            return None
+        results = ", ".join(
+            f'{{"call_id": {text(r.call_id)}, "name": {text(r.name)}, '
+            f'"content": {text(r.content)}, "is_error": {_JSON_FLAG[r.is_error]}}}'
+            for r in m.tool_results
+        )  # fmt: skip
     return f'"thinking": [{thinking}], "tool_calls": [{calls}], "tool_results": [{results}]'
 
 
@@ -129,8 +133,17 @@ def _plain_json(
         if len(_MODELS) >= 64:
             _MODELS.clear()
         said = _MODELS[model] = "null" if model is None else _JSON_TEXT(model)
-    return _written(_FIXED[p.role], at, f'"{p.key}"', p.text, said, _FIXED[stop], usage,
-                    duration, False, False, False, _NO_PARTS)  # fmt: skip
+    used = "null" if usage is None else (
+        f'{{"input": {usage.input}, "output": {usage.output}, '
+        f'"estimated": {_JSON_FLAG[usage.estimated]}}}'
+    )  # fmt: skip
+    return (  # ``_written``'s text with no parts and every flag false, spelt out
+        f'{{"role": {_FIXED[p.role]}, "at": "{at}", "key": "{p.key}", '
+        f'"text": {_JSON_TEXT(p.text)}, {_NO_PARTS}, "model": {said}, '
+        f'"stop_reason": {_FIXED[stop]}, "usage": {used}, '
+        f'"duration": {"null" if duration is None else repr(duration)}, '
+        '"interrupted": false, "restore": false, "fallback": false}'
+    )
 
 
 _MODELS: dict[str | None, str] = {}
