@@ -34,7 +34,10 @@ from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple
 
 _OPEN_1 = b"<!-- chatloop:"
-CHUNK_BYTES = 1 << 20
+# Read 256 KiB at a time. Reading by the MiB, malloc kept handing back fresh pages from
+# the system: exporting a 200 MB file faulted in 49,633 pages against 6,453, and took
+# 5% longer.
+CHUNK_BYTES = 1 << 18
 MAX_FRAME_BYTES = 32 << 20  # a longer frame (or one with no end) is damage, read no further
 
 __all__ = ["CHUNK_BYTES", "MAX_FRAME_BYTES", "Flaw", "Frame", "close_line",
@@ -184,6 +187,7 @@ _new_frame = tuple.__new__
 _CLOSE_FORMAT = {1: b"<!-- /chatloop:%s %08x -->", 2: b"<!-- /%s %08x -->"}
 _SEALED = {version: close + b"\n" for version, close in _CLOSE_FORMAT.items()}
 _ROLES = {role.encode(): role for role in ("user", "assistant", "tool", "summary")}
+_GROW_MAX = MAX_FRAME_BYTES // 4
 _NO_START = "a frame whose start marker is unreadable; skipped"
 _TORN = "the last record is incomplete"
 
@@ -206,6 +210,10 @@ def iter_frames(
         reader = source
     open_match, close_prefix = scanner.open_re.match, scanner.close_prefix
     sealed, crc32 = _SEALED[scanner.version], zlib.crc32
+    # A gap read in pieces (no open marker in what is held): where it began, whether its
+    # damage was told, and where the last piece of it was let go (a frame read since
+    # then, the gap is over).
+    gap_from, gap_told, gap_to = -1, False, -1
     while True:
         # The common case, inline: a whole frame with its good checksum after one blank
         # line. ``KEY`` occurs nowhere in the content, so the first ``/KEY`` after the
@@ -234,22 +242,29 @@ def iter_frames(
         if out is None:
             assert reader is not None
             if scanner.find_open(buf, pos) < 0:  # a gap: keep only what may be a split marker
-                safe = max(pos, len(buf) - 64)
-                if scanner.orphan(buf, pos, safe) >= 0:
-                    yield Flaw("damaged", base + pos, _NO_START)
-                pos = safe
+                if base + pos != gap_to:
+                    gap_from, gap_told = base + pos, False
+                if not gap_told and scanner.orphan(buf, pos, len(buf)) >= 0:
+                    gap_told = True  # (told once, from where the gap began: as if read whole)
+                    yield Flaw("damaged", gap_from, _NO_START)
+                pos = max(pos, len(buf) - 64)
+                gap_to = base + pos
             elif len(buf) - pos > MAX_FRAME_BYTES:
                 yield Flaw("damaged", base + pos, "a frame longer than 32 MiB; skipped")
                 opened = scanner.find_open(buf, pos)
                 nxt = scanner.find_open(buf, opened + 1)
                 pos = nxt if nxt >= 0 else len(buf)
                 continue
-            more = reader.read(chunk)
+            # a frame longer than what is held is read in ever larger pieces, so that a
+            # long one is searched and copied a few times, not once per chunk
+            more = reader.read(max(chunk, min(len(buf) - pos, _GROW_MAX)))
             if not more:
                 final = True
             buf, base, pos = buf[pos:] + more, base + pos, 0
             continue
         item, pos = out
+        if isinstance(item, Flaw) and item.detail is _NO_START and item.offset == gap_to:
+            item = None if gap_told else Flaw("damaged", gap_from, _NO_START)
         if item is not None:
             yield item
         if final and pos >= len(buf):
