@@ -6,6 +6,7 @@ import gc
 import json
 import re
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
@@ -403,8 +404,10 @@ def _in_generation(obj: object, generation: int) -> bool:
 
 
 @pytest.fixture
-def collecting() -> Iterator[None]:
-    """gc on, nothing frozen, as a program starts; restored afterwards."""
+def collecting(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """gc on, nothing frozen, as a program starts, and any file big enough to settle;
+    restored afterwards."""
+    monkeypatch.setattr(document, "SETTLE_BYTES", 1)
     was = gc.isenabled()
     gc.enable()
     try:
@@ -416,7 +419,7 @@ def collecting() -> Iterator[None]:
 
 
 def _many_messages() -> bytes:
-    msgs = tuple(Message.create("user", T0, text=f"q{i}") for i in range(document.SETTLE_AT))
+    msgs = tuple(Message.create("user", T0, text=f"q{i}") for i in range(2000))
     return render_markdown(Session(new_meta(id="many"), msgs))
 
 
@@ -427,6 +430,22 @@ def test_a_big_parse_leaves_its_messages_in_the_oldest_generation(collecting: No
     assert gc.isenabled() and gc.get_freeze_count() == 0
     assert _in_generation(first, 2) and _in_generation(last, 2)
     assert result == parse_markdown(data)  # the same values either way
+
+
+class _Node:
+    me: object = None
+
+
+def test_a_big_parse_moves_no_garbage_to_the_oldest_generation(collecting: None) -> None:
+    data = _many_messages()
+    held = [_Node() for _ in range(100)]
+    for node in held:
+        node.me = node  # a reference cycle: only the collector frees it
+    gone = [weakref.ref(node) for node in held]
+    gc.collect(0)  # still held: they move to the middle generation
+    del held, node  # garbage there now
+    parse_markdown(data)
+    assert [ref for ref in gone if ref() is not None] == []  # freed, not kept in the oldest
 
 
 def test_a_parse_leaves_frozen_objects_frozen_and_gc_as_it_was(collecting: None) -> None:

@@ -696,11 +696,15 @@ def parse_markdown(data: bytes, name: str = "") -> ParseResult:
     ``chatloop.format.legacy`` into the same values, marked ``legacy=True``."""
     doc = open_document(data, name)
     collecting = gc.isenabled()
+    settle = collecting and len(data) >= SETTLE_BYTES and gc.get_freeze_count() == 0
+    if settle:  # the young garbage already there goes first: only what is built here moves
+        gc.collect(1)
     gc.disable()  # messages hold no cycles: the collector's passes over them are waste
     try:
         messages = tuple(doc.messages())
-        if collecting:
-            _settle()
+        if settle and gc.get_freeze_count() == 0:
+            gc.freeze()  # what the parse built, moved to the oldest generation in one step
+            gc.unfreeze()
     finally:
         if collecting:
             gc.enable()
@@ -709,21 +713,15 @@ def parse_markdown(data: bytes, name: str = "") -> ParseResult:
     return ParseResult(session, tuple(doc.problems), end, doc.legacy, doc.exact)
 
 
-# A parse that leaves more young objects than this moves them to the oldest generation.
-SETTLE_AT = 10_000
-
-
-def _settle() -> None:
-    """Put the collector's young objects (what a parse just built, with gc off) in
-    its oldest generation, without walking them. A session's values hold no
-    reference cycles, so no young collection can free one; left young, the first
-    collection after the parse walks every one (a seventh of the time to parse a
-    50 MB file), and the next generation's walks them again. ``gc.freeze()`` then
-    ``gc.unfreeze()`` moves them in one step. Only for young objects worth it, and
-    only when nothing is frozen: a program that froze its objects keeps them frozen."""
-    if gc.get_count()[0] >= SETTLE_AT and gc.get_freeze_count() == 0:
-        gc.freeze()
-        gc.unfreeze()
+# A file this big is parsed into the collector's oldest generation. A session's values
+# hold no reference cycles, so a young collection can free none of them; left young,
+# the first collection after a parse walks every one (a seventh of the time to parse a
+# 50 MB file), and the next generation's walks them again. ``gc.freeze()`` then
+# ``gc.unfreeze()`` moves every young object there without walking them, so the young
+# generations are collected first (then only what this parse builds is moved; another
+# thread's objects built meanwhile move too). Only when nothing is frozen: a program
+# that froze its objects keeps them frozen.
+SETTLE_BYTES = 4 << 20
 
 
 # ----------------------------------------------------------------------------- reseal
