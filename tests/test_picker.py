@@ -17,7 +17,7 @@ from chatloop.chat.host import Lookup, Picked
 from chatloop.chat.lookup import summary_digest
 from chatloop.store.index import Index, SessionRow
 from chatloop.store.store import Store
-from chatloop.ui.listing import handle_width
+from chatloop.ui.listing import cells, handle_width
 from chatloop.ui.picker import line_for, matches, pick, pick_numbered
 from tests.conftest import T0
 from tests.fakes import STRUCTURED, FakeBackend
@@ -143,6 +143,12 @@ def test_lines_fit_a_small_terminal_and_show_no_control_characters(
     line = line_for(long, T0, 78)
     assert len(line) == 78 and "\x1b" not in line and line.endswith("…")
     assert matches(row, [row.handle]) and not matches(row, ["zzz"])
+
+
+def test_a_line_of_wide_characters_fits_the_terminal(sessions: list[SessionRow]) -> None:
+    # a wide character takes two cells: cut by characters, this line took 111 of 78
+    line = line_for(sessions[0]._replace(title="漢字の題名" * 12), T0, 78)
+    assert 77 <= cells(line) <= 78 and line.endswith("…") and "漢字" in line
 
 
 def test_columns_line_up_when_a_handle_is_eight_digits(sessions: list[SessionRow]) -> None:

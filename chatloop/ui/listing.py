@@ -105,10 +105,11 @@ def cells(text: str) -> int:
     return sum(_cells(ch) for ch in text)
 
 
-def clip(text: str, room: int) -> str:
-    """``text`` cut to ``room`` terminal cells (at least a few), "…" where it was cut."""
-    room = max(room, 8)
-    if cells(text) <= room:
+def clip(text: str, room: int, least: int = 8) -> str:
+    """``text`` cut to ``room`` terminal cells (``least`` at least), "…" where it was
+    cut: a wide character takes two cells, a combining one none."""
+    room = max(room, least)
+    if (text.isascii() and len(text) <= room) or cells(text) <= room:
         return text
     kept, used = [], 0
     for ch in text:

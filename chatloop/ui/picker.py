@@ -36,7 +36,7 @@ from prompt_toolkit.output import Output
 
 from chatloop.chat.host import Lookup, Picked
 from chatloop.store.index import SessionRow
-from chatloop.ui.listing import describe, handle_width, relative_time, visible
+from chatloop.ui.listing import clip, describe, handle_width, relative_time, visible
 
 PREVIEW_LINES = 4
 NUMBERED_LINES = 30  # sessions the numbered fallback lists before "and N more"
@@ -48,7 +48,7 @@ def line_for(row: SessionRow, now: datetime, width: int = 80, project: bool = Fa
              handles: int = 6) -> str:  # fmt: skip
     """One picker line: number, handle, when, queries, agent, branch, title or request
     (and its project, with ``project``: numbers count per project); cut to ``width``
-    characters and made safe to draw. ``handles``: the handle column's width
+    terminal cells and made safe to draw. ``handles``: the handle column's width
     (``listing.handle_width`` of the rows drawn), so that the columns line up."""
     branch = f" [{row.git_branch}]" if row.git_branch else ""
     status = "" if row.status == "closed" else f" ({row.status})"
@@ -161,7 +161,8 @@ def _by_ref(rows: Sequence[SessionRow], ref: str) -> SessionRow | None:
 
 
 def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+    """``text`` cut to ``width`` terminal cells (a wide character takes two)."""
+    return clip(text, width, 1)
 
 
 @dataclass
