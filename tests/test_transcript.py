@@ -24,6 +24,7 @@ from chatloop.format import (
     Message,
     Problem,
     Session,
+    SessionMeta,
     Thinking,
     ToolCall,
     ToolResult,
@@ -225,6 +226,30 @@ _V1_EDITS = [(b'":', b'": '), (b'"in":', b'"in":0'), (b'"secs":', b'"secs":0'),
              (b".", b"e1"), (b'"', b'\\u0022'), (b"a", b"\\u0061")]  # fmt: skip
 
 
+def _read_with_and_without(
+    frame: Frame, meta: SessionMeta, module: object, pattern: str
+) -> object:
+    """``message_from(frame)`` (the message and its problems, or the error's type),
+    asserted the same when ``module``'s fast-path ``pattern`` matches nothing (json
+    then reads every line or marker)."""
+
+    def read() -> object:
+        problems: list[Problem] = []
+        try:
+            return message_from(frame, meta, problems), problems
+        except UNREADABLE as exc:
+            return type(exc)
+
+    fast = read()
+    kept = getattr(module, pattern)
+    setattr(module, pattern, re.compile(rb"(?!)" if isinstance(kept.pattern, bytes) else "(?!)"))
+    try:
+        assert read() == fast
+    finally:
+        setattr(module, pattern, kept)
+    return fast
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages(), st.dictionaries(st.sampled_from(
     ["at", "model", "stop", "secs", "usage", "in", "out", "est", "interrupted", "restore",
@@ -249,21 +274,7 @@ def test_a_format_1_open_line_reads_the_same_without_json(
     raw = compact_json(info).encode()
     for old, new in edits:
         raw = raw.replace(old, new, 1)
-
-    def read() -> object:
-        problems: list[Problem] = []
-        try:
-            return message_from(frame._replace(info=raw), meta, problems), problems
-        except UNREADABLE as exc:
-            return type(exc)
-
-    fast = read()
-    kept = document._INFO_V1
-    document._INFO_V1 = re.compile(rb"(?!)")  # json reads every line
-    try:
-        assert read() == fast
-    finally:
-        document._INFO_V1 = kept
+    _read_with_and_without(frame._replace(info=raw), meta, document, "_INFO_V1")
 
 
 _V1_LINE = (b'{"at":"2026-11-18T09:12:34.100000-05:00","model":"llama3.2:3b","stop":"stop",'
@@ -290,21 +301,7 @@ def test_a_format_1_open_line_edited_by_hand_reads_as_json_reads_it(
                              0, 1))  # fmt: skip
     assert isinstance(frame, Frame)
     frame = frame._replace(info=_V1_LINE.replace(*edit))
-
-    def read() -> object:
-        problems: list[Problem] = []
-        try:
-            return message_from(frame, meta, problems), problems
-        except UNREADABLE as exc:
-            return type(exc)
-
-    fast = read()
-    kept = document._INFO_V1
-    document._INFO_V1 = re.compile(rb"(?!)")
-    try:
-        assert read() == fast
-    finally:
-        document._INFO_V1 = kept
+    _read_with_and_without(frame, meta, document, "_INFO_V1")
 
 
 @pytest.mark.parametrize("edit", [
@@ -334,21 +331,7 @@ def test_a_part_marker_edited_by_hand_reads_as_json_reads_it(
     info, _, tail = rest.partition(b" -->\n")
     assert info == b'{"id":"c1","name":"read_file"}'
     frame = frame._replace(body=head + marker + info.replace(*edit) + b" -->\n" + tail)
-
-    def read() -> object:
-        problems: list[Problem] = []
-        try:
-            return message_from(frame, meta, problems), problems
-        except UNREADABLE as exc:
-            return type(exc)
-
-    fast = read()
-    kept = body_module._PART_INFO
-    body_module._PART_INFO = re.compile(r"(?!)")  # json reads every marker
-    try:
-        assert read() == fast
-    finally:
-        body_module._PART_INFO = kept
+    fast = _read_with_and_without(frame, meta, body_module, "_PART_INFO")
     if edit == (b"", b""):
         assert isinstance(fast, tuple) and fast[1] == []
 
