@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import re
+import sys
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -429,6 +430,23 @@ def test_a_big_parse_moves_no_garbage_to_the_oldest_generation(collecting: None)
     del held, node  # garbage there now
     parse_markdown(data)
     assert [ref for ref in gone if ref() is not None] == []  # freed, not kept in the oldest
+
+
+def test_ctrl_c_between_freeze_and_unfreeze_leaves_nothing_frozen(collecting: None) -> None:
+    data = _many_messages()
+
+    def interrupt_after_freeze(frame: object, event: str, arg: object) -> None:
+        if event == "c_return" and arg is gc.freeze:  # where a signal's exception lands
+            sys.setprofile(None)
+            raise KeyboardInterrupt
+
+    sys.setprofile(interrupt_after_freeze)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            parse_markdown(data)
+    finally:
+        sys.setprofile(None)
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
 
 
 def test_a_parse_leaves_frozen_objects_frozen_and_gc_as_it_was(collecting: None) -> None:

@@ -703,8 +703,10 @@ def parse_markdown(data: bytes, name: str = "") -> ParseResult:
     try:
         messages = tuple(doc.messages())
         if settle and gc.get_freeze_count() == 0:
-            gc.freeze()  # what the parse built, moved to the oldest generation in one step
-            gc.unfreeze()
+            try:  # what the parse built, moved to the oldest generation in one step
+                gc.freeze()
+            finally:  # (never left frozen, by Ctrl-C between the two either)
+                gc.unfreeze()
     finally:
         if collecting:
             gc.enable()
@@ -720,7 +722,9 @@ def parse_markdown(data: bytes, name: str = "") -> ParseResult:
 # ``gc.unfreeze()`` moves every young object there without walking them, so the young
 # generations are collected first (then only what this parse builds is moved; another
 # thread's objects built meanwhile move too). Only when nothing is frozen: a program
-# that froze its objects keeps them frozen.
+# that froze its objects keeps them frozen (unless another thread freezes them between
+# this check and the freeze: a program that freezes from a thread while a big file is
+# parsed may find them thawed).
 SETTLE_BYTES = 4 << 20
 
 

@@ -254,10 +254,13 @@ def iter_frames(
                 opened = scanner.find_open(buf, pos)
                 nxt = scanner.find_open(buf, opened + 1)
                 pos = nxt if nxt >= 0 else len(buf)
+                if nxt < 0:  # the rest of it, up to its close line, is a gap already told
+                    gap_from, gap_told, gap_to = base + opened, True, base + pos
                 continue
             # a frame longer than what is held is read in ever larger pieces, so that a
             # long one is searched and copied a few times, not once per chunk
-            more = reader.read(max(chunk, min(len(buf) - pos, _GROW_MAX)))
+            held = len(buf) - pos
+            more = reader.read(max(chunk, min(held, _GROW_MAX, MAX_FRAME_BYTES + 1 - held)))
             if not more:
                 final = True
             buf, base, pos = buf[pos:] + more, base + pos, 0
