@@ -347,17 +347,16 @@ def plain_facts(plain: Plain, meta: SessionMeta) -> Facts:
 def plain_of(frame: Frame, version: int) -> Plain | None:
     """``frame`` as a ``Plain`` if it is one (format 2), else None (read it with
     ``message_from``). Cheap: no time, usage or message is built."""
-    role = frame.role
-    if version < 2 or not frame.crc_ok or (role != "user" and role != "assistant"):
+    _, _, key, role, info, raw_body, crc_ok = frame  # (once: a field read is a call)
+    if version < 2 or not crc_ok or (role != "user" and role != "assistant"):
         return None
-    head = _PLAIN_HEAD.match(frame.info)
+    head = _PLAIN_HEAD.match(info)
     if head is None:
         return None
     try:
-        body = frame.body.decode()
+        body = raw_body.decode()
     except UnicodeDecodeError:
         return None
-    key = frame.key
     text = plain_text(role, key, body)
     if text is None:
         return None
