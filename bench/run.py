@@ -377,9 +377,10 @@ def streaming(runs: int, turns: int) -> None:
             view.close()
             return first, (count - 1) / (last - first) if last > first else 0.0
 
-        # Warm the server and both clients' connections: chatloop's first reply from a
-        # server that reports no usage in streams is followed by requests that measure
-        # the chat template's overhead in tokens, with prompts of their own. The
+        # Warm the server and both clients' connections: the backend's first reply from
+        # a server that reports no usage in streams is followed by requests that measure
+        # the chat template's overhead in tokens, with prompts of their own (a chat
+        # makes them earlier, when it plans its first request). The
         # server's prompt cache then holds those, and the next request paid for the
         # prompt again (110-130 ms, against 20): the pair measured first, half of the
         # quick run's two. raw() last leaves the cache as every later pair finds it.
