@@ -393,6 +393,7 @@ def collecting(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     restored afterwards."""
     monkeypatch.setattr(document, "SETTLE_BYTES", 1)
     was = gc.isenabled()
+    gc.unfreeze()
     gc.enable()
     try:
         yield
