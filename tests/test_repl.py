@@ -11,6 +11,7 @@ import httpx
 import pytest
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
+from prompt_toolkit.output.plain_text import PlainTextOutput
 from rich.console import Console
 
 from chatloop.backends.openai_compat import OpenAICompatBackend
@@ -53,14 +54,15 @@ def drive(store: Store, backend: object, lines: str, agent: str = "simple_sally.
           settings: Settings | None = None, run_args: dict[str, object] | None = None,
           assume_yes: bool = False, code: int = 0) -> tuple[Repl, str]:  # fmt: skip
     """Run a whole REPL on scripted input; returns it and everything it printed."""
-    out = io.StringIO()
+    out, prompts = io.StringIO(), io.StringIO()
     with create_pipe_input() as pipe:
         pipe.send_text(lines)
         repl = Repl(load_agent(AGENTS / agent), backend, store, settings or TEST_SETTINGS,  # type: ignore[arg-type]
-                    Console(file=out, width=240), input=pipe, output=DummyOutput(),
-                    clock=Clock(), assume_yes=assume_yes)  # fmt: skip
+                    Console(file=out, width=240), input=pipe,
+                    output=PlainTextOutput(prompts), clock=Clock(),
+                    assume_yes=assume_yes)  # fmt: skip
         assert repl.run(**(run_args or {})) == code  # type: ignore[arg-type]
-    return repl, out.getvalue()
+    return repl, out.getvalue() + "\n[prompts]\n" + prompts.getvalue()
 
 
 def only_session(store: Store) -> Path:

@@ -39,6 +39,7 @@ from chatloop.config import EMBEDDED_NOTE, Settings
 from chatloop.errors import ChatloopError
 from chatloop.store.store import Store
 from chatloop.ui import commands, render
+from chatloop.ui.listing import visible
 from chatloop.ui.prompt import PROMPT, chat_prompt, file_history
 
 if TYPE_CHECKING:
@@ -215,14 +216,14 @@ class Repl:
         a line that is no answer means no and is kept, to be handled next."""
         if self.signalled:
             return False
-        render.note(self.console, question, "bold")
-        answer = self._answer("[Y/n] " if default else "[y/N] ")
+        answer = self._answer(question, "[Y/n] " if default else "[y/N] ")
         return default if answer == "" else bool(answer)
 
-    def _answer(self, prompt: str) -> bool | str | None:
-        """True (yes), False (no), "" (Enter) or None (Ctrl-C/Ctrl-D)."""
+    def _answer(self, question: str, choices: str) -> bool | str | None:
+        """``question`` and its ``choices`` on one line, the answer typed after them:
+        True (yes), False (no), "" (Enter) or None (Ctrl-C/Ctrl-D)."""
         try:
-            typed = self.prompt.prompt(prompt)
+            typed = self.prompt.prompt([("bold", f"{visible(question)} "), ("", choices)])
         except (KeyboardInterrupt, EOFError):
             return None
         word = typed.strip().lower()
@@ -253,8 +254,7 @@ class Repl:
     # ------------------------------------------------------------------ screen
     def _confirm_leave(self) -> bool:
         """After Ctrl-C at an empty prompt: leave? Ctrl-C or Ctrl-D again mean yes."""
-        render.note(self.console, "Leave chatloop?", "bold")
-        answer = self._answer("[y/N] ")
+        answer = self._answer("Leave chatloop?", "[y/N] ")
         return answer is None or answer is True
 
     def toolbar(self) -> StyleAndTextTuples:
