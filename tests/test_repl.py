@@ -238,7 +238,7 @@ def test_a_question_never_eats_a_message(store: Store) -> None:
     text = "describe the soil " * 10
     _, shown = drive(store, FakeBackend("A.", "B.", STRUCTURED), f"{text}\rtyped ahead\rn\rexit\r",
                      settings=settings)  # fmt: skip
-    assert "Compact now?" in shown and "not a yes or no" in shown
+    assert "Compact now? [Y/n]" in shown and "not a yes or no" in shown  # (one line)
     session = parse_markdown(only_session(store).read_bytes()).session
     assert [m.text for m in session.messages if m.is_query] == [text, "typed ahead"]
 
@@ -246,7 +246,7 @@ def test_a_question_never_eats_a_message(store: Store) -> None:
 def test_the_leave_question_keeps_a_typed_line(store: Store) -> None:
     requests: list[dict[str, object]] = []
     _, shown = drive(store, fake_server(requests), "\x03was typed right after\rexit\r")
-    assert "Leave chatloop?" in shown and "Reply number 1 here" in shown
+    assert "Leave chatloop? [y/N]" in shown and "Reply number 1 here" in shown  # (one line)
     session = parse_markdown(only_session(store).read_bytes()).session
     assert [m.text for m in session.messages if m.is_query] == ["was typed right after"]
 
