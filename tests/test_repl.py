@@ -52,13 +52,15 @@ def fake_server(requests: list[dict[str, object]]) -> OpenAICompatBackend:
 
 def drive(store: Store, backend: object, lines: str, agent: str = "simple_sally.py",
           settings: Settings | None = None, run_args: dict[str, object] | None = None,
-          assume_yes: bool = False, code: int = 0) -> tuple[Repl, str]:  # fmt: skip
-    """Run a whole REPL on scripted input; returns it and everything it printed."""
+          assume_yes: bool = False, code: int = 0,
+          width: int = 240) -> tuple[Repl, str]:  # fmt: skip
+    """Run a whole REPL on scripted input, its console ``width`` wide; returns it and
+    everything it printed (what its prompts drew last)."""
     out, prompts = io.StringIO(), io.StringIO()
     with create_pipe_input() as pipe:
         pipe.send_text(lines)
         repl = Repl(load_agent(AGENTS / agent), backend, store, settings or TEST_SETTINGS,  # type: ignore[arg-type]
-                    Console(file=out, width=240), input=pipe,
+                    Console(file=out, width=width), input=pipe,
                     output=PlainTextOutput(prompts), clock=Clock(),
                     assume_yes=assume_yes)  # fmt: skip
         assert repl.run(**(run_args or {})) == code  # type: ignore[arg-type]
@@ -241,6 +243,13 @@ def test_a_question_never_eats_a_message(store: Store) -> None:
     assert "Compact now? [Y/n]" in shown and "not a yes or no" in shown  # (one line)
     session = parse_markdown(only_session(store).read_bytes()).session
     assert [m.text for m in session.messages if m.is_query] == [text, "typed ahead"]
+
+
+def test_info_writes_the_file_path_unbroken_in_a_narrow_terminal(store: Store) -> None:
+    repl, shown = drive(store, fake_server([]), "hello there\r/info\rexit\r", width=40)
+    assert repl.session.writer is None  # (closed: its path is the only session file)
+    path = str(only_session(store))
+    assert len(path) > 40 and path in shown  # the terminal wraps it, not a line break
 
 
 def test_the_leave_question_keeps_a_typed_line(store: Store) -> None:

@@ -170,7 +170,8 @@ def _info(shell: Shell, arg: str) -> None:
         facts.append(("chain tokens", f"{chain:,} (this session and every ancestor)"))
     width = max(len(k) for k, _ in facts)
     text = "\n".join(f"  {k:<{width}}  {v}" for k, v in facts)
-    shell.console.print(visible(text), highlight=False, markup=False)
+    # the terminal wraps a long line: a path copied from it has no line break in it
+    shell.console.print(visible(text), highlight=False, markup=False, soft_wrap=True)
 
 
 def _context(shell: Shell, arg: str) -> None:
