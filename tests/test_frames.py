@@ -93,9 +93,21 @@ def test_a_frame_longer_than_the_limit_is_skipped_and_the_next_one_read(
     monkeypatch.setattr(frames, "_GROW_MAX", 25_000)
     huge = Message.create("user", T0, text="x" * 300_000)
     data = render_markdown(Session(new_meta(), (huge, *exchange(2))))
+    opens = data.index(b"<!-- ", open_document(data).body_start)
     for chunk in (1000, 4096, 30_000):
         read = _in_pieces(data, chunk)
         assert isinstance(read[0], Flaw) and read[0].kind == "damaged"
+        assert read[0].offset == opens  # where it opens, whatever the chunk
         assert "longer than" in read[0].detail  # told once: its close line is no new damage
         assert [f.role if isinstance(f, Frame) else f.kind for f in read[1:]] == [
             "user", "assistant"]  # fmt: skip
+
+
+def test_the_limit_holds_whatever_the_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(frames, "MAX_FRAME_BYTES", 100_000)
+    monkeypatch.setattr(frames, "_GROW_MAX", 25_000)
+    for size, skipped in ((98_000, False), (100_300, True)):  # its text; a frame is more
+        data = render_markdown(Session(new_meta(), (Message.create("user", T0, text="x" * size),)))
+        for chunk in (1000, 4096, 30_000, 99_000):
+            (read,) = _in_pieces(data, chunk)
+            assert isinstance(read, Flaw) == skipped, (size, chunk)

@@ -250,17 +250,18 @@ def iter_frames(
                 pos = max(pos, len(buf) - 64)
                 gap_to = base + pos
             elif len(buf) - pos > MAX_FRAME_BYTES:
-                yield Flaw("damaged", base + pos, "a frame longer than 32 MiB; skipped")
-                opened = scanner.find_open(buf, pos)
+                opened = scanner.find_open(buf, pos)  # (where it opens: its offset)
+                yield Flaw("damaged", base + opened, "a frame longer than 32 MiB; skipped")
                 nxt = scanner.find_open(buf, opened + 1)
                 pos = nxt if nxt >= 0 else len(buf)
                 if nxt < 0:  # the rest of it, up to its close line, is a gap already told
                     gap_from, gap_told, gap_to = base + opened, True, base + pos
                 continue
             # a frame longer than what is held is read in ever larger pieces, so that a
-            # long one is searched and copied a few times, not once per chunk
+            # long one is searched and copied a few times, not once per chunk; never past
+            # the limit, so that a frame over it is skipped whatever the chunk
             held = len(buf) - pos
-            more = reader.read(max(chunk, min(held, _GROW_MAX, MAX_FRAME_BYTES + 1 - held)))
+            more = reader.read(min(max(chunk, min(held, _GROW_MAX)), MAX_FRAME_BYTES + 1 - held))
             if not more:
                 final = True
             buf, base, pos = buf[pos:] + more, base + pos, 0

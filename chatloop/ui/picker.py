@@ -162,7 +162,7 @@ def _by_ref(rows: Sequence[SessionRow], ref: str) -> SessionRow | None:
 
 def _cut(text: str, width: int) -> str:
     """``text`` cut to ``width`` terminal cells (a wide character takes two)."""
-    return clip(text, width, 1)
+    return clip(text, width, 1) if width > 0 else ""
 
 
 @dataclass
