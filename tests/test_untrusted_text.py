@@ -87,6 +87,17 @@ def test_the_repl_shows_hostile_replies_and_titles_as_text(store: Store) -> None
     assert "error:" not in shown
 
 
+def test_the_toolbar_shows_names_from_servers_and_files_as_text() -> None:
+    from chatloop.ui.render import toolbar
+
+    for width in (None, 60):  # (a narrow toolbar drops some of them: each way is checked)
+        drawn = "".join(text for _, text in toolbar(
+            {"agent": HOSTILE, "model": HOSTILE, "session": HOSTILE, "queries": 1, "tokens": 5,
+             "used": 10, "window": 100}, width))  # fmt: skip
+        assert HOSTILE[:7] in drawn or width is not None
+        assert not any(c in drawn for c in CONTROLS)
+
+
 def test_every_subcommand_prints_hostile_text_as_text(store: Store, tmp_path: Path) -> None:
     writer = store.create(new_meta(title=HOSTILE))
     writer.append(Message.create("user", T0, text=f"findme {HOSTILE}"))

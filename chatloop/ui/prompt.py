@@ -19,6 +19,7 @@ from prompt_toolkit.document import Document
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.input import Input
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from prompt_toolkit.layout.processors import Processor, Transformation, TransformationInput
 from prompt_toolkit.output import Output
 
 from chatloop.store.fsio import FILE_MODE, ensure_dir
@@ -106,6 +107,22 @@ def key_bindings() -> KeyBindings:
     return keys
 
 
+# Bidirectional overrides and isolates, drawn as a replacement character where they were
+# typed or pasted (prompt_toolkit draws C0 and C1 controls as ^X and <9b> itself): one
+# character for one, so the cursor stays where it is in the text.
+_BIDI = str.maketrans({code: "\ufffd" for code in (*range(0x202A, 0x202F),
+                                                    *range(0x2066, 0x206A))})  # fmt: skip
+
+
+class ShowBidi(Processor):
+    """Draws the line's bidirectional controls as visible characters: pasted, they
+    would reorder what the terminal shows of the line, not only be in it."""
+
+    def apply_transformation(self, ti: TransformationInput) -> Transformation:
+        return Transformation([(piece[0], piece[1].translate(_BIDI), *piece[2:])
+                               for piece in ti.fragments])  # fmt: skip
+
+
 def chat_prompt(agents: list[str] | Callable[[], list[str]], history: History | None = None,
                 input: Input | None = None, output: Output | None = None,
                 ) -> PromptSession[str]:  # fmt: skip
@@ -113,5 +130,5 @@ def chat_prompt(agents: list[str] | Callable[[], list[str]], history: History | 
     return PromptSession(
         input=input, output=output, history=history or InMemoryHistory(),
         key_bindings=key_bindings(), completer=ChatCompleter(agents),
-        complete_while_typing=False,
+        complete_while_typing=False, input_processors=[ShowBidi()],
     )  # fmt: skip
