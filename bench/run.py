@@ -380,10 +380,10 @@ def streaming(runs: int, turns: int) -> None:
         # Warm the server and both clients' connections: the backend's first reply from
         # a server that reports no usage in streams is followed by requests that measure
         # the chat template's overhead in tokens, with prompts of their own (a chat
-        # makes them earlier, when it plans its first request). The
-        # server's prompt cache then holds those, and the next request paid for the
-        # prompt again (110-130 ms, against 20): the pair measured first, half of the
-        # quick run's two. raw() last leaves the cache as every later pair finds it.
+        # makes them earlier, when it plans its first request). The server's prompt
+        # cache then holds those, and the next request paid for the prompt again
+        # (110-130 ms, against 20): the pair measured first, half of the quick run's
+        # two. raw() last leaves the cache as every later pair finds it.
         ours(), raw()
         measured = [(ours(), raw()) for _ in range(runs * 3)]  # interleaved A B A B
         measured = [p for p in measured if p[0][0] and p[1][0]][:runs]  # runs where text came

@@ -359,7 +359,7 @@ class ChatSession:
         if writer is None or not self._untitled(writer):
             return
         self._title_tried = True  # once a session: a conversation no title fits asks no more
-        first = next((m.text for m in writer.messages if m.is_query), "")
+        first = _first_request(writer)
         made = titles.Title(titles.fallback(first), True)
         if mode == "model" and self.backend.kind != "embedded":  # in process: not in a thread
             try:
@@ -445,7 +445,7 @@ class ChatSession:
         # a title made when the file refused it goes in with the totals (if none came since)
         late = {"title": self.title} if self._title_unsaved and not writer.meta.title else {}
         if not late and self._untitled(writer):  # never named: its first request's line
-            named = titles.fallback(next((m.text for m in writer.messages if m.is_query), ""))
+            named = titles.fallback(_first_request(writer))
             late = {"title": named} if named else {}
         meta = writer.finalize(outcome.message(self.clock()), **late)
         kind = "fallback summary" if outcome.fallback else "summary"
@@ -1023,3 +1023,7 @@ def _merged(first: Sequence[str], second: Sequence[str]) -> tuple[str, ...]:
     """The facts of both, in order, each once."""
     return tuple(dict.fromkeys([*first, *second]))
 
+
+def _first_request(writer: SessionWriter) -> str:
+    """The text of the first message the person typed in ``writer``'s session, or ""."""
+    return next((m.text for m in writer.messages if m.is_query), "")

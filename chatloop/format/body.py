@@ -35,9 +35,9 @@ DETAILS_CLOSE = "\n\n</details>"
 THINK_OPEN = "<details><summary>Thinking</summary>\n\n"
 
 __all__ = [
-    "DETAILS_CLOSE", "RESTORE_OPEN", "SUMMARY_END", "SUMMARY_START", "THINK_OPEN", "Content",
-    "compact_json", "display_name", "plain_text", "read_body", "read_json", "render_body",
-    "searchable",
+    "DETAILS_CLOSE", "PLAIN_JSON_STRING", "RESTORE_OPEN", "SUMMARY_END", "SUMMARY_START",
+    "THINK_OPEN", "Content", "compact_json", "display_name", "plain_text", "read_body",
+    "read_json", "render_body", "searchable",
 ]  # fmt: skip
 
 _LEAD_RE = {
@@ -232,11 +232,12 @@ def read_body(
     return text, tuple(thinking), tuple(calls), tuple(results)
 
 
-# A call's or a result's marker JSON as ``compact_json`` writes it, with strings that
-# hold nothing to unescape (anything else is read by json).
-_JSON_PLAIN_STRING = r'"([^"\\\x00-\x1f]*)"'
+# A JSON string with nothing to unescape, its value captured (a fast path's pattern:
+# anything else is read by json).
+PLAIN_JSON_STRING = r'"([^"\\\x00-\x1f]*)"'
+# A call's or a result's marker JSON as ``compact_json`` writes it.
 _PART_INFO = re.compile(
-    r'\{"id":' + _JSON_PLAIN_STRING + r',"name":' + _JSON_PLAIN_STRING + r'(,"error":true)?\}\Z'
+    r'\{"id":' + PLAIN_JSON_STRING + r',"name":' + PLAIN_JSON_STRING + r'(,"error":true)?\}\Z'
 )
 _PLAIN_LEAD = {"user": _LEAD_RE[2], "assistant": _SPEAKER_RE[2]}
 

@@ -30,6 +30,7 @@ from typing import BinaryIO, NamedTuple, cast
 from chatloop.config import DEFAULT_PREVIEW_CHARS
 from chatloop.format import legacy
 from chatloop.format.body import (
+    PLAIN_JSON_STRING,
     compact_json,
     display_name,
     has_footer,
@@ -268,7 +269,7 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
 # A format 1 open line's JSON as chatloop wrote it (``frame_info``): keys in its order,
 # strings with nothing to unescape, numbers as json writes them (no leading zero, no
 # exponent; a duration with its point). Anything else is read by json.
-_STRING = rb'"([^"\\\x00-\x1f]*)"'
+_STRING = PLAIN_JSON_STRING.encode()
 _INFO_V1 = re.compile(
     rb'\{"at":' + _STRING + rb'(?:,"model":' + _STRING + rb')?(?:,"stop":' + _STRING + rb')?'
     rb'(?:,"secs":((?:0|[1-9]\d{0,14})\.\d{1,17}))?'

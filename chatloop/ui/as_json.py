@@ -133,14 +133,10 @@ def _plain_json(
         if len(_MODELS) >= 64:
             _MODELS.clear()
         said = _MODELS[model] = "null" if model is None else _JSON_TEXT(model)
-    used = "null" if usage is None else (
-        f'{{"input": {usage.input}, "output": {usage.output}, '
-        f'"estimated": {_JSON_FLAG[usage.estimated]}}}'
-    )  # fmt: skip
     return (  # ``_written``'s text with no parts and every flag false, spelt out
         f'{{"role": {_FIXED[p.role]}, "at": "{at}", "key": "{p.key}", '
         f'"text": {_JSON_TEXT(p.text)}, {_NO_PARTS}, "model": {said}, '
-        f'"stop_reason": {_FIXED[stop]}, "usage": {used}, '
+        f'"stop_reason": {_FIXED[stop]}, "usage": {_usage_json(usage)}, '
         f'"duration": {"null" if duration is None else repr(duration)}, '
         '"interrupted": false, "restore": false, "fallback": false}'
     )
@@ -158,18 +154,21 @@ def _written(
 ) -> str:  # fmt: skip
     """A message as JSON; ``role``, ``key``, ``model``, ``stop_reason`` and ``parts``
     (its thinking, tool calls and results) come as JSON already, ``text`` as it is."""
-    used = "null" if usage is None else (
-        f'{{"input": {usage.input}, "output": {usage.output}, '
-        f'"estimated": {_JSON_FLAG[usage.estimated]}}}'
-    )  # fmt: skip
     return (
         f'{{"role": {role}, "at": "{at}", "key": {key}, "text": {_JSON_TEXT(text)}, '
         f'{parts}, "model": {model}, '
-        f'"stop_reason": {stop_reason}, "usage": {used}, '
+        f'"stop_reason": {stop_reason}, "usage": {_usage_json(usage)}, '
         f'"duration": {"null" if duration is None else repr(duration)}, '
         f'"interrupted": {_JSON_FLAG[interrupted]}, "restore": {_JSON_FLAG[restore]}, '
         f'"fallback": {_JSON_FLAG[fallback]}}}'
     )
+
+
+def _usage_json(usage: Usage | None) -> str:
+    return "null" if usage is None else (
+        f'{{"input": {usage.input}, "output": {usage.output}, '
+        f'"estimated": {_JSON_FLAG[usage.estimated]}}}'
+    )  # fmt: skip
 
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode

@@ -140,12 +140,12 @@ def hit_line(hit: SearchHit, show_project: bool = False, columns: int | None = N
     for the line is cut with "…"."""
     number = hit.session.number if hit.session.number is not None else "*"
     name = hit.session.handle or hit.session.id
-    where = f"  ({hit.session.project})" if show_project else ""
+    where = visible(f"  ({hit.session.project})") if show_project else ""
     head = visible(f"{number:>3}  {name:<8}  {hit.role:<9}  ")
     snippet = visible(hit.snippet)
     if columns is not None:
-        snippet = clip(snippet, columns - cells(head) - cells(visible(where)) - 1)
-    return visible(f"{head}{snippet}{where}")
+        snippet = clip(snippet, columns - cells(head) - cells(where) - 1)
+    return f"{head}{snippet}{where}"
 
 
 def transcript_lines(

@@ -242,7 +242,7 @@ def toolbar(parts: dict[str, Any], width: int | None = None) -> StyleAndTextTupl
         tail += [("", " · ctx "), (style, f"{used:,}/{window:,} {share:.0%}")]
     if parts.get("unsaved"):
         tail.append(("ansired bold", f" · {parts['unsaved']} not yet saved"))
-    model = visible(parts["model"] or "?")
+    model, agent = visible(parts["model"] or "?"), visible(parts["agent"])
     mark = "~" if parts.get("estimated") else ""  # counted by chatloop, not the server
     counts = f"{parts['queries']}q · {mark}{parts['tokens']:,} tok"
     fits: StyleAndTextTuples = []
@@ -250,7 +250,7 @@ def toolbar(parts: dict[str, Any], width: int | None = None) -> StyleAndTextTupl
                                           (True, _id_tail(session), False),
                                           (False, _id_tail(session), False), (False, "", False)):
         middle = (f"· {model} " if keep_model else "") + (f"· {named} " if named else "")
-        fits = [("bold", f" {visible(parts['agent'])} "), ("", f"{middle}· {counts}"),
+        fits = [("bold", f" {agent} "), ("", f"{middle}· {counts}"),
                 ("", chain if with_chain else ""), *tail]  # fmt: skip
         if width is None or sum(len(fragment[1]) for fragment in fits) <= width:
             break
