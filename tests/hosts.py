@@ -88,7 +88,7 @@ class ScriptedHost:
 def chat(
     store: Store, backend: Any, *, agent: str = "simple_sally.py",
     settings: Settings | None = None, answers: list[bool] | None = None,
-    assume_yes: bool = False, **changes: Any,
+    agent_named: bool = False, **changes: Any,
 ) -> tuple[ChatSession, ScriptedHost]:  # fmt: skip
     """A ChatSession over ``store`` and ``backend`` with a scripted host; ``changes``
     are Settings fields (``context_window=900``). Without ``settings``, titles come
@@ -97,5 +97,18 @@ def chat(
     host = ScriptedHost(answers=list(answers or []))
     settings = (settings or TEST_SETTINGS)._replace(**changes)
     session = ChatSession(load_agent(AGENTS / agent), backend, store, settings, host,
-                          clock=Clock(), assume_yes=assume_yes)  # fmt: skip
+                          clock=Clock(), agent_named=agent_named)  # fmt: skip
     return session, host
+
+
+def continue_file(session: ChatSession, path: Path | str, fork: bool = False) -> None:
+    """Continue (``fork``: branch) the session file at ``path`` as ``chatloop -r ID``
+    does: located through the index, then ``ChatSession.continue_from``."""
+    from chatloop.chat import continuation
+    from chatloop.store.index import Index
+
+    with Index(session.store) as index:
+        index.sync(all_projects=True)
+        row = index.find(Path(path).stem)
+    located = continuation.locate(session.store, row)
+    session.continue_from(located, continuation.Kind.of(fork=fork))

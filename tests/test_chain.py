@@ -318,27 +318,37 @@ def test_resume_of_an_interrupted_session_writes_its_summary_first(store: Store)
 def test_resume_of_a_file_that_is_gone_is_an_error_and_the_chat_goes_on(store: Store) -> None:
     session, _host = chat(store, FakeBackend("A.", "B.", STRUCTURED))
     session.send("hello")
+    from chatloop.chat import continuation
+    from chatloop.store.index import Index
+
+    with Index(store) as index:
+        index.sync()
+        row = index.list_sessions()[0]
+    gone = row._replace(path=str(store.project_dir / "20260101-000000-deadbeef.md"))
     with pytest.raises(ChatloopError, match="gone or unreadable"):
-        session.resume_path(store.project_dir / "20260101-000000-deadbeef.md")
+        continuation.locate(store, gone)
     session.send("still here")
     session.close()
     (only,) = files(store)
     assert [m.text for m in only.messages if m.is_query] == ["hello", "still here"]
 
 
-def test_resume_asks_when_the_agent_differs(store: Store) -> None:
+def test_resume_goes_on_with_the_sessions_own_agent_unless_one_was_chosen(store: Store) -> None:
+    """One rule (``continuation.agent_for``): the agent a session was held with goes
+    on, said in a note, unless the person chose one for this run (--agent, /agent)."""
     first, _ = chat(store, FakeBackend("A.", STRUCTURED))
     first.send("hi")
     first.close()
-    declined, host = chat(store, FakeBackend(), agent="file_fiona.py", answers=[False])
-    assert declined.resume("1") is False
-    assert "continue it with File Fiona?" in host.questions[0] and host.said("Not resumed.")
-    assert len(files(store)) == 1
-    agreed, host = chat(store, FakeBackend("Ready.", "Yes.", STRUCTURED), agent="file_fiona.py",
-                        assume_yes=True)  # fmt: skip
-    assert agreed.resume("1") and host.questions == []
-    agreed.send("go on")
-    agreed.close()
+    own, host = chat(store, FakeBackend("Ready.", STRUCTURED), agent="file_fiona.py")
+    assert own.resume("1") and host.questions == []
+    assert own.agent.name == "Simple Sally" and host.said("session's own agent, Simple Sally")
+    own.close()
+    chosen, host = chat(store, FakeBackend("Ready.", "Yes.", STRUCTURED), agent="file_fiona.py",
+                        agent_named=True)
+    assert chosen.resume("1") and host.questions == []
+    assert chosen.agent.name == "File Fiona"
+    chosen.send("go on")
+    chosen.close()
     assert len(files(store)) == 2
 
 

@@ -20,7 +20,7 @@ from chatloop.store.store import Store
 from chatloop.ui.listing import transcript_text
 from tests.conftest import T0, Clock, fill
 from tests.fakes import STRUCTURED, FakeBackend
-from tests.hosts import chat
+from tests.hosts import chat, continue_file
 
 
 def files(store: Store) -> list[Session]:
@@ -169,11 +169,13 @@ def test_a_continuation_that_cannot_be_written_waits_for_the_next_try(small_disk
     session, _host = chat(store, backend)
     session.send("before the compaction")
     session.compact()
-    parent_id = session.pending.parent.meta.id if session.pending else ""
+    status = session.describe()
+    assert status.phase == "waiting"
+    parent_id = status.continues
     filler = fill(small_disk)
     with pytest.raises(StoreError):
         session.send("typed on a full disk")
-    assert session.pending is not None and session.unsaved == 1
+    assert session.describe().phase == "waiting" and session.unsaved == 1
     os.unlink(filler)
     session.send("typed with space again")
     session.close()
@@ -467,7 +469,7 @@ def test_a_fork_too_long_to_carry_whole_carries_a_summary(store: Store) -> None:
     untouched = Path(before).read_bytes()
     backend = FakeBackend(STRUCTURED, "Branch.", STRUCTURED)
     session, host = chat(store, backend, context_window=700, max_tokens=32)
-    assert session.fork_path(Path(before))
+    continue_file(session, before, fork=True)
     assert host.said("does not fit whole")
     session.send("go on")
     session.close()

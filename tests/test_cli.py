@@ -89,7 +89,7 @@ def test_errors_are_one_line_with_a_hint(project: Path, chatloop_home: Path) -> 
 
 def test_main_help_teaches_the_chat_options(tmp_path: Path) -> None:
     out = run("--help", cwd=tmp_path, home=tmp_path)
-    for option in ("--continue", "--resume", "--full", "--yes", "--agent", "--base-url"):
+    for option in ("--continue", "--resume", "--full", "--fork", "--agent", "--base-url"):
         assert option in out.stdout
     assert "chatloop -c" in out.stdout and "chatloop --resume" in out.stdout
 
@@ -195,11 +195,10 @@ def test_config_warnings_are_printed_once(project: Path, chatloop_home: Path,
 def test_a_one_shot_question_is_told_from_options_and_their_values() -> None:
     """Abbreviated long options and clusters of short ones take their values as argparse
     gives them; only the words left over are the question."""
-    from chatloop.cli import build_parser, split_prompt
+    from chatloop.cli import split_prompt
 
-    parser = build_parser()
     cases = {
-        ("-yr", "3"): (["-yr", "3"], ""),
+        ("-cr", "3"): (["-cr", "3"], ""),
         ("--res", "3"): (["--res", "3"], ""),
         ("--base-u", "http://x/v1", "sessions"): (["--base-u", "http://x/v1", "sessions"], ""),
         ("--base-u", "http://x/v1", "Say", "hi"): (["--base-u", "http://x/v1"], "Say hi"),
@@ -209,7 +208,7 @@ def test_a_one_shot_question_is_told_from_options_and_their_values() -> None:
         ("--", "-v", "is a flag?"): ([], "-v is a flag?"),
     }
     for argv, expected in cases.items():
-        assert split_prompt(parser, list(argv)) == expected, argv
+        assert split_prompt(list(argv)) == expected, argv
 
 
 

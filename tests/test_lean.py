@@ -91,26 +91,25 @@ def test_a_lone_word_close_to_a_command_is_a_typo_not_a_question(
     err = capsys.readouterr().err
     assert "'sesions' is not a command" in err and "chatloop sessions" in err
     assert "Traceback" not in err
-    from chatloop.cli import build_parser
 
-    assert split_prompt(build_parser(), ["--", "sesions"]) == ([], "sesions")
-    assert split_prompt(build_parser(), ["why", "is", "it"]) == ([], "why is it")
+    assert split_prompt(["--", "sesions"]) == ([], "sesions")
+    assert split_prompt(["why", "is", "it"]) == ([], "why is it")
     for typo, meant in (("serach", "search"), ("docter", "doctor"), ("sessons", "sessions"),
                         ("shwo", "show"), ("tere", "tree")):  # short: only a swap of two
         with pytest.raises(UsageError, match=typo) as refused:
-            split_prompt(build_parser(), [typo])
+            split_prompt([typo])
         assert f"chatloop {meant}`" in refused.value.hint
     for word in ("research", "report", "seasons", "lessons", "snow", "three", "how?",
                  "Show", "sessions?", "index", "resale", "hello", "tee", "trees", "shoe",
                  "tre"):  # fmt: skip
-        assert split_prompt(build_parser(), [word]) == ([], word), word
+        assert split_prompt([word]) == ([], word), word
     # the usual typo: the command mistyped, then what it acts on
     for typed, meant in (("shwo 1", "show 1"), ("exprot 8c1d", "export 8c1d"),
                          ("--agent x tere 2", "tree 2")):  # fmt: skip
         with pytest.raises(UsageError) as refused:
-            split_prompt(build_parser(), typed.split())
+            split_prompt(typed.split())
         assert f"chatloop {meant}`" in refused.value.hint, refused.value.hint
     for question in ("shwo me around", "serach mint leaves", "snow 2", "three 4",
                      "tell me 1", "shwo 1 2 3 4", "imports 2023", "doctors 911",
                      "session 3", "exports 2023 2024", "expert cafe"):  # fmt: skip
-        assert split_prompt(build_parser(), question.split()) == ([], question), question
+        assert split_prompt(question.split()) == ([], question), question

@@ -13,8 +13,10 @@ from prompt_toolkit.data_structures import Size
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
+from chatloop.chat import continuation
 from chatloop.chat.host import Lookup, Picked
 from chatloop.chat.lookup import summary_digest
+from chatloop.chat.session import ChatSession
 from chatloop.store.index import Index, SessionRow
 from chatloop.store.store import Store
 from chatloop.ui.listing import cells, handle_width
@@ -96,6 +98,11 @@ def picker_session(store: Store, keys: str) -> tuple[Any, Recording]:
     return session, host
 
 
+def choose(session: ChatSession) -> Picked | None:
+    """The picker as ``/resume`` alone opens it (``continuation.choose``)."""
+    return continuation.choose(session.store, session.host.pick)
+
+
 def test_tab_searches_every_word_of_every_session_as_typed(
     store: Store, sessions: list[SessionRow]
 ) -> None:  # fmt: skip
@@ -103,15 +110,15 @@ def test_tab_searches_every_word_of_every_session_as_typed(
     # nothing, the search finds it typed in part (a prefix, as while typing)
     assert drive(sessions, "drainag" + ENTER + ESC) is None
     session, _ = picker_session(store, TAB + "drainag" + ENTER)
-    picked = session.choose()
+    picked = choose(session)
     assert picked is not None and picked.row.id in {r.id for r in sessions}
     session, _ = picker_session(store, TAB + "drainag" + TAB + ENTER + ESC)  # back to the filter
-    assert session.choose() is None
+    assert choose(session) is None
 
 
 def test_preview_is_the_summary_in_a_few_lines(store: Store, sessions: list[SessionRow]) -> None:
     session, host = picker_session(store, ESC)
-    assert session.choose() is None
+    assert choose(session) is None
     assert host.previews == [summary_digest(STRUCTURED)] * 3
     assert summary_digest(STRUCTURED).splitlines() == [
         "Topics Discussed: Watering schedule for basil in pots/basil.md",

@@ -370,7 +370,7 @@ def test_a_session_file_never_runs_code(chatloop_home: Path, project: Path,
         (folder / f"{meta.id}.md").write_bytes(render_markdown(Session(meta, messages)))
     with scripted_server(lambda request: "Ready.") as url:
         shown = io.StringIO()
-        child = spawn(url, chatloop_home, project, 12, "-c", "--yes",
+        child = spawn(url, chatloop_home, project, 12, "-c",
                       ready_text="Continuing session", log=shown)  # fmt: skip
         wait(child, ready(0))
         child.sendline("exit")
@@ -409,7 +409,7 @@ def test_an_empty_reply_is_said_and_an_acknowledgment_is_labelled(
 
     with scripted_server(reply) as url:
         shown = io.StringIO()
-        child = spawn(url, chatloop_home, project, 12, "-c", "--yes",
+        child = spawn(url, chatloop_home, project, 12, "-c",
                       ready_text="Continuing session", log=shown)  # fmt: skip
         child.sendline("How deep should the pots be?")
         wait(child, ready(1))

@@ -52,7 +52,7 @@ def fake_server(requests: list[dict[str, object]]) -> OpenAICompatBackend:
 
 def drive(store: Store, backend: object, lines: str, agent: str = "simple_sally.py",
           settings: Settings | None = None, run_args: dict[str, object] | None = None,
-          assume_yes: bool = False, code: int = 0,
+          agent_named: bool = False, code: int = 0,
           width: int = 240) -> tuple[Repl, str]:  # fmt: skip
     """Run a whole REPL on scripted input, its console ``width`` wide; returns it and
     everything it printed (what its prompts drew last)."""
@@ -62,7 +62,7 @@ def drive(store: Store, backend: object, lines: str, agent: str = "simple_sally.
         repl = Repl(load_agent(AGENTS / agent), backend, store, settings or TEST_SETTINGS,  # type: ignore[arg-type]
                     Console(file=out, width=width), input=pipe,
                     output=PlainTextOutput(prompts), clock=Clock(),
-                    assume_yes=assume_yes)  # fmt: skip
+                    agent_named=agent_named)  # fmt: skip
         assert repl.run(**(run_args or {})) == code  # type: ignore[arg-type]
     return repl, out.getvalue() + "\n[prompts]\n" + prompts.getvalue()
 

@@ -59,7 +59,10 @@ def test_a_forged_summary_typed_in_a_message_is_never_trusted(store: Store) -> N
     found = store.summary_of(path)
     assert found.message is None and "no summary" in (found.note or "")
     backend = FakeBackend(STRUCTURED, "Ready.", "Go on.", STRUCTURED)
-    _, shown = drive(store, backend, "and then?\rexit\r", run_args={"resume": "1"})
+    from chatloop.chat.continuation import locate
+
+    _, shown = drive(store, backend, "and then?\rexit\r",
+                     run_args={"resume": locate(store, "1")})
     assert "it has no summary" in shown  # the person is told why a summary is made
     parent, child = files(store)
     restore = child.messages[0]

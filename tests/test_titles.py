@@ -26,7 +26,7 @@ from chatloop.ui.listing import sessions_text
 from chatloop.ui.oneshot import settings_once
 from tests.conftest import T0, Clock, fill
 from tests.fakes import STRUCTURED, FakeBackend
-from tests.hosts import ScriptedHost, chat
+from tests.hosts import ScriptedHost, chat, continue_file
 from tests.scripted_server import scripted_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -268,7 +268,8 @@ def test_continuations_keep_the_parents_title_and_ask_for_none(store: Store) -> 
     child_path = session.writer.path if session.writer else None
     session.close()
     resumed, _ = chat(store, backend, titles="model")
-    assert child_path is not None and resumed.resume_path(child_path)
+    assert child_path is not None
+    continue_file(resumed, child_path)
     resumed.send("And in spring?")
     resumed.close()
     assert len(title_requests(backend)) == 1  # the first exchange of the chain only
@@ -286,7 +287,7 @@ def test_a_continuation_of_an_untitled_session_stays_untitled(store: Store) -> N
     session.send(ASKED)
     session.close()
     resumed, _ = chat(store, backend, titles="model")
-    assert resumed.resume_path(Path(next(iter(store.session_files())).path))
+    continue_file(resumed, next(iter(store.session_files())).path)
     resumed.send("And in winter?")
     resumed.close()
     assert title_requests(backend) == []

@@ -17,8 +17,11 @@ Promises (docs/durability.md, docs/chains.md):
   an exchange that failed leaves an assistant frame marked ``interrupted``
   (with ``stop_reason`` ``cancelled`` or ``error`` when nothing arrived).
 - Compaction and resume close the current file with its summary and continue
-  in a new file linked to it, written with the next message (``Pending``): a
-  continuation left unused leaves no file. Messages queued at compaction
+  in a new file linked to it, written with the next message (the ``Waiting``
+  state, ``chatloop.chat.state``): a continuation left unused leaves no file.
+  Which session, agent and server a resume continues with is decided in
+  ``chatloop.chat.continuation`` and ``chatloop.chat.server``, for every entry
+  point alike. Messages queued at compaction
   belong to the new file, or stay queued when it cannot be written.
 - Errors that end an operation are raised as ``ChatloopError`` (the UI's one
   boundary shows them); the session stays usable after any of them.
@@ -26,18 +29,30 @@ Promises (docs/durability.md, docs/chains.md):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 from chatloop.backends.base import Backend, ContextOverflow
-from chatloop.chat import chain, prompts, titles
-from chatloop.chat.agent import Agent, normalise
+from chatloop.chat import chain, continuation, prompts, titles
+from chatloop.chat.agent import Agent
 from chatloop.chat.context import Plan, Sent, ack_cap, plan, reply_cap, summary_cap
-from chatloop.chat.host import Host, Picked
+from chatloop.chat.host import Host
+from chatloop.chat.state import (
+    Branch,
+    Closing,
+    Continuation,
+    Fresh,
+    FromSummary,
+    Open,
+    State,
+    Status,
+    Waiting,
+    WithHistory,
+    how,
+)
 from chatloop.chat.tokens import TokenCount
 from chatloop.chat.turn import TurnResult, respond, run_turn
 from chatloop.config import Settings
@@ -47,11 +62,7 @@ from chatloop.format.front_matter import MAX_PIN_CHARS, MAX_PINS, MAX_TITLE_CHAR
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
-if TYPE_CHECKING:
-    from chatloop.store.index import SessionRow
-
 Clock = Callable[[], datetime]
-PICK_LIMIT = 500  # sessions a picker lists (and search hits it shows)
 
 
 @dataclass(frozen=True)
@@ -62,25 +73,12 @@ class Closed:
     unsaved: tuple[Message, ...] = ()
 
 
-@dataclass(frozen=True)
-class Pending:
-    """A continuation decided but not yet written: the child file, its restoration
-    prompt and the model's acknowledgment come with the next message, so a resume
-    is as quick as a fresh start and leaves no empty session when nothing is said."""
-
-    parent: chain.Parent
-    summary: str
-    template: SessionMeta
-    preview: Message  # the restoration prompt as it will be written (for the budget)
-    history: tuple[Message, ...] | None = None  # --full: the parent's history instead
-    unanswered: str | None = None  # a message the child must answer (after an overflow)
-    copies: tuple[Message, ...] | None = None  # a fork: what it carries, copied into it
-    forked_at: int | None = None  # a fork: the parent's query it branches after
-
-
 @dataclass
 class ChatSession:
-    """One chat with one agent. Not thread-safe; one per REPL."""
+    """One chat with one agent. Not thread-safe; one per REPL.
+
+    Its lifecycle is ``state`` (``chatloop.chat.state``: fresh, waiting for a
+    continuation, open, closing); ``describe`` tells what it is to the UI."""
 
     agent: Agent
     backend: Backend
@@ -89,16 +87,14 @@ class ChatSession:
     host: Host
     clock: Clock = None  # type: ignore[assignment]  # None: the store's (__post_init__)
     title: str = ""
-    assume_yes: bool = False  # --yes: accept the questions a resume may ask
+    agent_named: bool = False  # the person chose the agent (--agent, /agent): it goes on
     leaving: bool = False  # set when a signal asked chatloop to leave: no model calls now
-    writer: SessionWriter | None = None
-    previous: str | None = None  # the parent's summary, when this session continues one
-    prefix: list[Message] = field(default_factory=list)  # --full: the parent's history
-    chain_base: int = 0  # tokens of every ancestor
-    pending: Pending | None = None  # the continuation the next message begins
+    state: State = field(default_factory=Fresh)
     pins: tuple[str, ...] = ()  # facts pinned in this chain: in every restoration prompt
-    _title_unsaved: bool = False  # the title made here is not in the file yet: finalize writes it
-    _title_tried: bool = False  # this session was named (or could not be): never twice
+    # the title: "untried" (to be made after the first good exchange), "done" (made and
+    # saved, given, or could not be made), "unsaved" (made; the file refused it: written
+    # with the summary at close)
+    naming: Literal["untried", "done", "unsaved"] = "untried"
     _queue: list[Message] = field(default_factory=list)
     _window: int | None = None
     _tokens: TokenCount | None = None
@@ -124,21 +120,74 @@ class ChatSession:
         return base
 
     @property
+    def writer(self) -> SessionWriter | None:
+        """The writer of the file being written (open or closing), else None."""
+        return self.state.writer if isinstance(self.state, Open | Closing) else None
+
+    @property
+    def previous(self) -> str | None:
+        """The summary this session continues from (open, closing or waiting)."""
+        match self.state:
+            case Open(previous=previous) | Closing(previous=previous):
+                return previous
+            case Waiting(continuation=FromSummary(summary=summary)):
+                return summary
+            case Waiting(continuation=WithHistory(summary=summary)):
+                return summary
+            case Waiting(continuation=Branch(previous=previous)):
+                return previous
+        return None
+
+    @property
+    def prefix(self) -> tuple[Message, ...]:
+        """A --full continuation's history, sent before this session's messages."""
+        match self.state:
+            case Open(prefix=prefix):
+                return prefix
+            case Waiting(continuation=WithHistory(history=history)):
+                return history
+        return ()
+
+    @property
+    def chain_base(self) -> int:
+        """Tokens of every ancestor of the file being written (0 for none)."""
+        return self.state.chain_base if isinstance(self.state, Open) else 0
+
+    @property
     def messages(self) -> list[Message]:
-        """This session's messages: those on disk, the restoration prompt a pending
-        continuation will write, then those queued."""
-        pending = self.pending
+        """This session's messages: those on disk, what a pending continuation will
+        write (a fork's copies, a restoration prompt), then those queued."""
         ahead: list[Message] = []
-        if pending is not None and pending.copies is not None:
-            ahead = list(pending.copies)
-        elif pending is not None and pending.history is None:
-            ahead = [pending.preview]
-        return [*(self.writer.messages if self.writer else []), *ahead, *self._queue]
+        match self.state:
+            case Waiting(continuation=Branch(copies=copies)):
+                ahead = list(copies)
+            case Waiting(continuation=FromSummary(preview=preview)):
+                ahead = [preview]
+        writer = self.writer
+        return [*(writer.messages if writer else []), *ahead, *self._queue]
+
+    def describe(self) -> Status:
+        """What this session is, for /info, the toolbar and tests."""
+        totals = self.totals
+        spent = totals.tokens + totals.restoration
+        match self.state:
+            case Waiting(continuation=continuation):
+                return Status("waiting", continues=continuation.parent.meta.id,
+                              how=how(continuation))
+            case Open(writer=writer, chain_base=base):
+                meta = writer.meta
+                return Status("open", meta.id, writer.path, meta.parent_id or "",
+                              chain_tokens=base + spent if meta.parent_id else 0)
+            case Closing(writer=writer):
+                meta = writer.meta
+                return Status("closing", meta.id, writer.path, meta.parent_id or "")
+        return Status("fresh")
 
     def meta(self) -> SessionMeta:
         """The current front matter, or what a new session's would be."""
-        if self.writer is not None:
-            return self.writer.meta
+        writer = self.writer
+        if writer is not None:
+            return writer.meta
         now = self.clock()
         return SessionMeta(
             id="", created=now, updated=now, title=self.title, agent=self.agent.name,
@@ -210,13 +259,15 @@ class ChatSession:
     def _ensure_file(self) -> SessionWriter:
         """The session's file, made now if needed: a pending continuation's child
         (with its restoration prompt and acknowledgment), else a new session."""
-        if self.writer is None:
-            if self.pending is not None:
-                self._begin(self.pending)
-            else:
-                self.writer = self.store.create(self.meta())
-        assert self.writer is not None
-        return self.writer
+        match self.state:
+            case Waiting(continuation=continuation):
+                return self._begin(continuation)
+            case Fresh():
+                writer = self.store.create(self.meta())
+                self.state = Open(writer)
+                return writer
+            case Open(writer=writer) | Closing(writer=writer):
+                return writer
 
     def flush(self) -> None:
         """Write every queued message, in order. Raises StoreError (the rest stay queued).
@@ -358,7 +409,7 @@ class ChatSession:
         writer, mode = self.writer, self.settings.titles
         if writer is None or not self._untitled(writer):
             return
-        self._title_tried = True  # once a session: a conversation no title fits asks no more
+        self.naming = "done"  # once a session: a conversation no title fits asks no more
         first = _first_request(writer)
         made = titles.Title(titles.fallback(first), True)
         if mode == "model" and self.backend.kind != "embedded":  # in process: not in a thread
@@ -374,7 +425,7 @@ class ChatSession:
         try:
             writer.update_meta(title=made.text)
         except StoreError:
-            self._title_unsaved = True  # written with the summary at close (or never: cosmetic)
+            self.naming = "unsaved"  # written with the summary at close (or never: cosmetic)
 
     def _untitled(self, writer: SessionWriter) -> bool:
         """Whether ``writer``'s session is still to be named: titles are on, it has none
@@ -382,7 +433,7 @@ class ChatSession:
         ended well (cut short by Ctrl-C, or by a reader of a one-shot run who left)."""
         if self.settings.titles == "off" or self.title or writer.meta.title:
             return False
-        return writer.meta.parent_id is None and not self._title_tried
+        return writer.meta.parent_id is None and self.naming == "untried"
 
     # ------------------------------------------------------------------ summaries
     def summarize(self, messages: list[Message], previous: str | None,
@@ -425,9 +476,10 @@ class ChatSession:
             self.host.notice(f"Could not save: {exc.message}", "warn")
         writer = self.writer
         if writer is None:  # nothing written: a pending continuation leaves no file
-            if self.pending is not None:
-                self.host.notice(f"Nothing new to save; session {self.pending.parent.meta.id} "
-                                 "is closed with its summary, ready to resume.", "ok")  # fmt: skip
+            if isinstance(self.state, Waiting):
+                parent = self.state.continuation.parent.meta.id
+                self.host.notice(f"Nothing new to save; session {parent} is closed with its "
+                                 "summary, ready to resume.", "ok")
             self._release()
             return Closed(None, tuple(self._queue))
         try:
@@ -440,10 +492,21 @@ class ChatSession:
             self._release()
 
     def _finalize(self, writer: SessionWriter, instructions: str = "") -> chain.Parent:
-        """Summarize and finalize ``writer``'s session; it stays ours. Raises StoreError."""
+        """Summarize and finalize ``writer``'s session (``Closing`` meanwhile); it stays
+        ours. Raises StoreError, and the session is then open as it was."""
+        was = self.state
+        assert isinstance(was, Open) and was.writer is writer
+        self.state = Closing(writer, was.previous)
+        try:
+            return self._write_summary(writer, instructions)
+        except BaseException:
+            self.state = was
+            raise
+
+    def _write_summary(self, writer: SessionWriter, instructions: str) -> chain.Parent:
         outcome = self.summarize(writer.messages, self.previous, instructions)
         # a title made when the file refused it goes in with the totals (if none came since)
-        late = {"title": self.title} if self._title_unsaved and not writer.meta.title else {}
+        late = {"title": self.title} if self.naming == "unsaved" and not writer.meta.title else {}
         if not late and self._untitled(writer):  # never named: its first request's line
             named = titles.fallback(_first_request(writer))
             late = {"title": named} if named else {}
@@ -456,17 +519,14 @@ class ChatSession:
         return chain.closed_parent(writer)
 
     def _release(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.writer = None
-        self.pending = None
+        """Let go of the file (if any): the session is fresh again, with no title or pins."""
+        writer = self.writer
+        if writer is not None:
+            writer.close()
+        self.state = Fresh()
         self.pins = ()
         self.title = ""
-        self._title_unsaved = False
-        self._title_tried = False
-        self.prefix = []
-        self.previous = None
-        self.chain_base = 0
+        self.naming = "untried"
 
     # ------------------------------------------------------------------ compact
     def compact(self, unanswered: str | None = None, instructions: str = "") -> None:
@@ -480,28 +540,27 @@ class ChatSession:
         is made with the next message; if that fails, the continuation waits
         for the next try. Nothing typed is lost either way. ``instructions``: what
         the person wants the summary to keep ("/compact keep the budget figures").
-        The child is written with the next message (see ``Pending``)."""
+        The child is written with the next message (``Waiting``)."""
         if not any(m.is_query for m in [*self.prefix, *self.messages]):
             raise ChatloopError("Nothing to compact yet", "Send a message first.")
-        pending = self.pending
-        if self.writer is None and pending is not None and pending.copies is not None:
-            self._fork_summarized(pending)  # the fork's history and this message do not fit
-            return
-        if self.writer is None and pending is not None:  # the continuation is not written yet
-            if pending.history is None:
+        match self.state:
+            case Waiting(continuation=Branch() as branch):
+                self._fork_summarized(branch)  # the fork's history and this message do not fit
+                return
+            case Waiting(continuation=FromSummary(parent=parent)):  # not written yet
                 raise ChatloopError(
-                    f"This message and the restoration of session {pending.parent.meta.id} do "
-                    "not fit the context window together; nothing was sent",
+                    f"This message and the restoration of session {parent.meta.id} do not fit "
+                    "the context window together; nothing was sent",
                     "Shorten it (Up recalls it), or use a model with a larger window.",
                 )
-            # --full, and the history no longer fits with the message: use the summary
-            self.prefix = []
-            self.host.notice("The full history no longer fits: continuing from the summary.",
-                             "warn")  # fmt: skip
-            self.begin_child(pending.parent, pending.summary, pending.template)
-            return
-        if self.writer is None:
-            self.flush()  # a new session whose file could not be made yet: they make it
+            case Waiting(continuation=WithHistory() as full):
+                # --full, and the history no longer fits with the message: use the summary
+                self.host.notice("The full history no longer fits: continuing from the summary.",
+                                 "warn")
+                self.begin_child(full.parent, full.summary or "", full.template)
+                return
+            case Fresh():
+                self.flush()  # a new session whose file could not be made yet: they make it
         writer = self._ensure_file()
         held, self._queue = self._queue, []  # never sent: they belong to the child
         try:
@@ -510,7 +569,7 @@ class ChatSession:
                 parent = self._finalize(writer, instructions)
             except StoreError as exc:
                 raise StoreError(f"Could not compact: {exc.message}",
-                                 "The session goes on as it was.") from exc  # fmt: skip
+                                 "The session goes on as it was.") from exc
             self._release()
             if parent.summary is None:  # finalize always writes one; a guard, not a path
                 raise StoreError("Could not compact: the summary is missing", "")
@@ -519,52 +578,54 @@ class ChatSession:
             self._queue[0:0] = held
 
     def begin_child(self, parent: chain.Parent, summary: str, template: SessionMeta | None = None,
-                    unanswered: str | None = None) -> None:  # fmt: skip
-        """Continue ``parent`` in a child. Written with the next message (``Pending``);
-        at once when the child must answer ``unanswered`` (a message the parent's
-        window could not take)."""
+                    unanswered: str | None = None) -> None:
+        """Continue ``parent`` in a child from ``summary``: ``Waiting`` for the next
+        message; written at once when the child must answer ``unanswered`` (a message
+        the parent's window could not take)."""
         summary = self._fit_summary(summary)  # the restoration stays in budget
         self.pins = _merged(parent.meta.pins, self.pins)
         base = replace(template or self.meta(), pins=self.pins)
         text = chain.restoration(parent, summary, unanswered, self.pins)
         preview = Message.create("user", self.clock(), text=text, restore=True)
-        self.pending = Pending(parent, summary, base, preview, unanswered=unanswered)
-        self.previous = summary
+        continuation = FromSummary(parent, summary, base, preview, unanswered)
+        self.state = Waiting(continuation)
         if unanswered is not None:
-            self._begin(self.pending)
+            self._begin(continuation)
         else:
             self.host.notice(f"Continuing session {parent.meta.id} "
                              f"({_queries(parent.meta.queries)}) from its summary: the new "
-                             "session begins with your next message.", "restored")  # fmt: skip
+                             "session begins with your next message.", "restored")
 
-    def _begin(self, pending: Pending) -> None:
-        """Write the pending child: its file, the restoration prompt (or, with --full, the
-        link only), then the acknowledgment. If the file cannot be made, the
-        continuation stays pending (and the message in hand queued) for the next try."""
-        parent = pending.parent
+    def _begin(self, continuation: Continuation) -> SessionWriter:
+        """Write the waiting child: its file, then the restoration prompt and the
+        acknowledgment (a summary), the link only (--full), or the copies (a fork).
+        If the file cannot be made, the continuation stays waiting (and the message in
+        hand queued) for the next try."""
+        parent = continuation.parent
         # what was pinned or renamed while the continuation waited goes in too
-        template = replace(pending.template, pins=self.pins, model=self.backend.model,
-                           title=self.title or pending.template.title)  # fmt: skip
-        if pending.copies is not None:
-            self._begin_fork(pending, template)
-            return
+        template = replace(continuation.template, pins=self.pins, model=self.backend.model,
+                           title=self.title or continuation.template.title)
+        if isinstance(continuation, Branch):
+            return self._begin_fork(continuation, template)
         # how the parent was made (a fork of its own parent, a full restoration) is not
         # how this child is: a continuation of a fork is a continuation, not a fork
         template = replace(template, extra={k: v for k, v in template.extra.items()
-                                            if k not in ("forked_at", "restored")})  # fmt: skip
-        if pending.history is not None:
+                                            if k not in ("forked_at", "restored")})
+        if isinstance(continuation, WithHistory):
             meta = chain.child_meta(template, parent, self.clock(), self.store.project_dir)
-            self.writer = self.store.create(replace(meta, extra={**meta.extra, "restored": "full"}))
+            writer = self.store.create(replace(meta, extra={**meta.extra, "restored": "full"}))
+            prefix, previous = continuation.history, continuation.summary
         else:
-            self.writer = chain.start_child(self.store, template, parent, pending.summary,
-                                            self.clock, pending.unanswered)  # fmt: skip
-        assert self.writer is not None
-        self.pending = None
-        self.chain_base = chain.chain_tokens(self.store, self.writer.path, self.writer.meta)
-        self.host.notice(f"Session Restored: {self.writer.meta.id} continues {parent.meta.id} "
-                         f"({_queries(parent.meta.queries)}).", "restored")  # fmt: skip
-        if pending.history is None and not self.leaving:
-            self._acknowledge(self.writer, answers=pending.unanswered is not None)
+            writer = chain.start_child(self.store, template, parent, continuation.summary,
+                                       self.clock, continuation.unanswered)
+            prefix, previous = (), continuation.summary
+        base = chain.chain_tokens(self.store, writer.path, writer.meta)
+        self.state = Open(writer, previous, prefix, base)
+        self.host.notice(f"Session Restored: {writer.meta.id} continues {parent.meta.id} "
+                         f"({_queries(parent.meta.queries)}).", "restored")
+        if isinstance(continuation, FromSummary) and not self.leaving:
+            self._acknowledge(writer, answers=continuation.unanswered is not None)
+        return writer
 
     def _acknowledge(self, writer: SessionWriter, answers: bool = False) -> None:
         """Stream the model's short acknowledgment of the restoration prompt and write it
@@ -596,51 +657,63 @@ class ChatSession:
             raise
 
     # ------------------------------------------------------------------ resume
-    def find(self, ref: str) -> SessionRow:
-        """The session ``ref`` names (number, handle or id). Raises ChatloopError with the
-        closest match when unknown."""
-        from chatloop.store.index import Index
-
-        with Index(self.store) as index:
-            index.sync(all_projects=True)
-            return index.find(ref)
-
-    def choose(self) -> Picked | None:
-        """Let the person pick a session (of this project, most recent first; a chain
-        of compactions and resumes as its last file, as ``sessions`` lists it) to
-        resume or fork, searching the index as they type; None: they picked none."""
-        from chatloop.chat.lookup import IndexLookup
-        from chatloop.store.index import Index
-
-        with Index(self.store) as index:
-            index.sync(all_projects=True)
-            listed = index.list_sessions(limit=PICK_LIMIT, fold=True)  # as `sessions` lists
-            return self.host.pick(listed, IndexLookup(index, self.store, PICK_LIMIT))
-
     def resume(self, ref: str, full: bool = False, fork: bool = False) -> bool:
-        """Continue (``fork``: branch) session ``ref`` (see ``find``; with "" the person
-        picks, ``choose``, and may choose to fork there). False if nothing was resumed."""
+        """``/resume``: continue (``fork``: branch) the session ``ref`` names (a number
+        of the listing, a handle or an id; "" lets the person pick, and they may choose
+        to fork there), by the same rules as ``chatloop -r`` (``chat.continuation``,
+        ``chat.server``). False if nothing was resumed."""
+        kind = continuation.Kind.of(full, fork)
         if ref:
-            picked = Picked(self.find(ref), fork)
+            located = continuation.locate(self.store, ref)
         else:
-            chosen = self.choose()
-            if chosen is None:
+            picked = continuation.choose(self.store, self.host.pick)
+            if picked is None:
                 self.host.notice("Nothing resumed.")
                 return False
-            picked = Picked(chosen.row, fork or chosen.fork)
-        return self.go(picked, full)
+            located = continuation.locate(self.store, picked.row)
+            kind = continuation.Kind.FORK if picked.fork else kind
+        self._refuse_own(located)
+        self._adopt(located)
+        self.continue_from(located, kind)
+        return True
 
-    def go(self, picked: Picked, full: bool = False) -> bool:
-        """Resume or fork the session the person picked."""
-        path = Path(picked.row.path)
-        return self.fork_path(path) if picked.fork else self.resume_path(path, full)
-
-    def resume_path(self, path: Path, full: bool = False) -> bool:
-        """Close this session and continue the one at ``path`` in a new linked file,
-        from its summary (written first if missing) or, with ``full``, from its whole
-        history when that fits. False if nothing was resumed."""
-        if self.writer is not None and path == self.writer.path:
+    def _refuse_own(self, located: continuation.Located) -> None:
+        writer = self.writer
+        if writer is not None and located.path == writer.path:
             raise ChatloopError("That is the session you are in", "/compact continues it anew.")
+
+    def _adopt(self, located: continuation.Located) -> None:
+        """Take the agent and the server the rules choose for continuing ``located``
+        (the same functions ``chatloop -r`` calls before it makes a session)."""
+        from chatloop.chat import server
+        from chatloop.chat.agent import agent_dirs, load_agent
+
+        choice = continuation.agent_for(located, current=Path(self.agent.path),
+                                        named=self.agent_named,
+                                        dirs=agent_dirs(self.store.cwd, self.store.root))
+        if choice.note:
+            self.host.notice(choice.note[0].upper() + choice.note[1:], "warn")
+        held = server.Held.of(located.parent.meta)
+        if not server.same_server(self.backend, self.settings, held):
+            connected = server.connect(self.settings, held)
+            for note in connected.notes:
+                self.host.notice(note[0].upper() + note[1:], "warn")
+            if connected.backend.base_url == self.backend.base_url:
+                connected.backend.close()
+            else:
+                self.backend.close()
+                self.use_backend(connected.backend)
+        if choice.path.resolve() != Path(self.agent.path).resolve():
+            self.agent = load_agent(choice.path)
+            self._sent = None
+
+    def continue_from(self, located: continuation.Located, kind: continuation.Kind) -> None:
+        """Close this session and continue ``located`` as ``kind`` says: from its summary
+        (written first when missing), with its full history when that fits (else from
+        its summary), or as a fork. The agent and server are the caller's: chosen by
+        ``continuation.agent_for`` and ``server.connect``. The child is written with
+        the next message (``Waiting``)."""
+        self._refuse_own(located)
         if self._queue:  # they belong to this conversation: saved here first, or no resume
             try:
                 self.flush()
@@ -650,57 +723,36 @@ class ChatSession:
                     f"yet ({exc.message})",
                     "Free some space and send again; leaving shows them to copy.",
                 ) from exc
-        with self._readable(path):
-            parent = chain.read_parent(self.store, path)
-        if not self._agent_matches(parent.meta):
-            self.host.notice("Not resumed.")
-            return False
+        if kind is continuation.Kind.FORK:
+            self._fork_file(located)
+            return
+        parent = located.parent
         if parent.note:
             self.host.notice(f"Session {parent.meta.id}: {parent.note}.", "warn")
-        history = self._full_history(parent) if full else None
+        history = self._full_history(parent) if kind is continuation.Kind.FULL else None
         if parent.summary is None:  # with --full too: a later compaction condenses it
             parent = self._summarize_parent(parent)
         template = replace(self.meta(), title="")  # the child takes the parent's title
         self.close()
         self._show_last_exchange(parent)
-        self._say_if_continued(parent.meta.id)
+        self._say_if_continued(located)
         if history is not None:
             self._continue_full(parent, history, template)
         else:
             assert parent.summary is not None
             self.begin_child(parent, parent.summary, template)
-        return True
 
-    @staticmethod
-    @contextmanager
-    def _readable(path: Path) -> Iterator[None]:
-        """Reading the session at ``path`` to continue or branch it: when it is gone or
-        unreadable, one ChatloopError with a hint."""
-        try:
-            yield
-        except (ChatloopError, OSError):
-            raise ChatloopError(f"The session file {path} is gone or unreadable",
-                                "`chatloop reindex` refreshes the list.") from None  # fmt: skip
-
-    def _say_if_continued(self, session_id: str) -> None:
+    def _say_if_continued(self, located: continuation.Located) -> None:
         """Resuming a session that another already continues (an older file of a chain,
-        picked by its number or found by a search) starts a second line from it: say
-        so, and where the first one went on. Nothing is said when the index cannot be
-        read: this is a courtesy, not a check."""
-        import sqlite3
-
-        from chatloop.store.index import Index
-
-        try:
-            with Index(self.store) as index:
-                later = index.continued_by(session_id)
-        except (ChatloopError, OSError, sqlite3.Error):
-            return
+        found by its handle or by a search) starts a second line from it: say so, and
+        where the first one went on."""
+        later = located.continued_by
         if later:
+            session_id = located.parent.meta.id
             self.host.notice(
                 f"Session {session_id} was continued already, in {later[-1]}: this resume "
                 "starts a second line from it (`chatloop tree` shows both; `chatloop -r "
-                f"{later[-1]}` goes on with the later one).", "warn")  # fmt: skip
+                f"{later[-1]}` goes on with the later one).", "warn")
 
     def _show_last_exchange(self, parent: chain.Parent) -> None:
         try:
@@ -710,21 +762,8 @@ class ChatSession:
         if last:
             lines = [f"{'You' if m.role == 'user' else parent.meta.agent or 'Agent'}: "
                      f"{_short(m.text) or _no_text(m)}"
-                     for m in last if m.role != "tool"]  # fmt: skip
+                     for m in last if m.role != "tool"]
             self.host.notice("Where it ended:\n" + "\n".join(lines))
-
-    def _agent_matches(self, meta: SessionMeta) -> bool:
-        """True when the session was held with this agent (by name), or the person
-        agrees to go on with this one."""
-        recorded = meta.agent_ref
-        mine = normalise(Path(self.agent.path).stem)
-        if not recorded or normalise(recorded) == mine or meta.agent == self.agent.name:
-            return True
-        held = f"Session {meta.id} was with {meta.agent or recorded}"
-        if self.assume_yes:  # --yes, or a one-shot run: said, so nothing changes silently
-            self.host.notice(f"{held}; continuing it with {self.agent.name}.")
-            return True
-        return self.host.ask(f"{held}; continue it with {self.agent.name}?", False)
 
     def _summarize_parent(self, parent: chain.Parent) -> chain.Parent:
         """A parent without a usable summary gets one now, written into its file when it can."""
@@ -755,22 +794,19 @@ class ChatSession:
         self.host.notice(
             f"The full history of {parent.meta.id} (about {fit.messages_tokens:,} tokens) does "
             f"not fit the budget ({fit.budget.available:,}); using its summary instead.", "warn",
-        )  # fmt: skip
+        )
         return None
 
     def _continue_full(self, parent: chain.Parent, history: list[Message],
-                       template: SessionMeta) -> None:  # fmt: skip
+                       template: SessionMeta) -> None:
         """Continue ``parent`` with its whole history sent before this session's messages;
         the child file is written with the next message."""
-        self.prefix = history
-        self.previous = parent.summary
         self.pins = _merged(parent.meta.pins, self.pins)
-        preview = Message.create("user", self.clock(), text="", restore=True)
-        self.pending = Pending(parent, parent.summary or "", replace(template, pins=self.pins),
-                               preview, tuple(history))  # fmt: skip
+        self.state = Waiting(WithHistory(parent, parent.summary,
+                                         replace(template, pins=self.pins), tuple(history)))
         self.host.notice(f"Continuing session {parent.meta.id} with its full history "
                          f"({len(history)} messages): the new session begins with your next "
-                         "message.", "restored")  # fmt: skip
+                         "message.", "restored")
 
     # ------------------------------------------------------------------ fork
     def fork(self, upto: int | None = None) -> None:
@@ -778,100 +814,94 @@ class ChatSession:
         this session closes with its summary, as it is, and the next message begins a
         new session linked to it that carries its history up to that point (copied
         whole when it fits the budget, else as a summary of it) and nothing after."""
-        if self.writer is None:
+        writer = self.writer
+        if writer is None:
             raise ChatloopError("Nothing to fork yet", "Send a message first.")
         self.flush()  # queued messages belong to this session (StoreError if not yet)
-        own = [m for m in self.writer.messages if m.role != "summary"]
+        own = [m for m in writer.messages if m.role != "summary"]
         cut, at = _fork_point(own, upto)  # numbered in this session; --full's prefix goes too
         history = [*(m for m in self.prefix if m.role != "summary"), *own[:cut]]
+        previous = self.previous  # what the carried history itself began from
         template = replace(self.meta(), title="")
         try:
-            parent = self._finalize(self.writer)
+            parent = self._finalize(writer)
         except StoreError as exc:
             raise StoreError(f"Could not fork: {exc.message}",
-                             "The session goes on as it was.") from exc  # fmt: skip
+                             "The session goes on as it was.") from exc
         self._release()
-        self._fork_from(parent, history, at, template)
+        self._fork_from(parent, history, at, template, previous)
 
     def again(self, text: str | None = None) -> TurnResult:
         """Ask this session's last query again (``text``: as changed to it), in a branch
         after the query before it (``fork``), so the model answers without having seen
         its first answer; this session stays as it was, its answer included."""
-        if self.writer is None:
-            raise ChatloopError("Nothing to ask again here yet", "Send a message first.")
-        queries = [m.text for m in self.writer.messages if m.is_query]
+        writer = self.writer
+        queries = [m.text for m in writer.messages if m.is_query] if writer else []
         if not queries:
             raise ChatloopError("Nothing to ask again here yet", "Send a message first.")
         self.fork(len(queries) - 1)
         return self.send(text if text is not None else queries[-1])
 
-    def fork_path(self, path: Path) -> bool:
-        """Branch the session at ``path`` after its last query (``chatloop -r N --fork``):
-        it stays as it is; the next message begins the branch. False if declined."""
-        with self._readable(path):
-            parent = chain.read_parent(self.store, path)
-            session = self.store.read(path).session
-        if not self._agent_matches(parent.meta):
-            self.host.notice("Not forked.")
-            return False
+    def _fork_file(self, located: continuation.Located) -> None:
+        """Branch the session ``located`` after its last query (``chatloop -r N --fork``):
+        it stays as it is; the next message begins the branch."""
+        parent = located.parent
+        try:
+            session = self.store.read(parent.path).session
+        except (ChatloopError, OSError):
+            raise ChatloopError(f"The session file {parent.path} is gone or unreadable",
+                                "`chatloop reindex` refreshes the list.") from None
         messages = [m for m in session.messages if m.role != "summary"]
         cut, at = _fork_point(messages, None)
         template = replace(self.meta(), title="")
         self.close()
         self._show_last_exchange(parent)
-        self._fork_from(parent, messages[:cut], at, template)
-        return True
+        self._fork_from(parent, messages[:cut], at, template, chain.previous_summary(messages))
 
     def _fork_from(self, parent: chain.Parent, history: list[Message], at: int,
-                   template: SessionMeta) -> None:  # fmt: skip
-        """Make the fork pending: ``history`` copied (written marked as restored) when it
-        fits, else a restoration prompt built from a summary of it."""
+                   template: SessionMeta, previous: str | None) -> None:
+        """Make the fork wait for the next message: ``history`` copied (written marked
+        as restored) when it fits, else a restoration prompt built from a summary of it.
+        ``previous``: the summary the carried history began from."""
         self.pins = _merged(parent.meta.pins, self.pins)
         base = replace(template, pins=self.pins, title=parent.meta.title,
-                       extra={**template.extra, "forked_at": at})  # fmt: skip
-        copies = tuple(history)
-        self.previous = chain.previous_summary(history)
-        pending = Pending(parent, "", base, Message.create("user", self.clock(), text="",
-                          restore=True), copies=copies, forked_at=at)  # fmt: skip
-        if not self._plan(list(copies), history=False).fits:
-            self.pending = pending
-            self._fork_summarized(pending)
+                       extra={**template.extra, "forked_at": at})
+        branch = Branch(parent, previous, base, tuple(history), at)
+        self.state = Waiting(branch)
+        if not self._plan(list(branch.copies), history=False).fits:
+            self._fork_summarized(branch)
             return
-        self.pending = pending
         self.host.notice(f"Forking session {parent.meta.id} after query {at} ({len(history)} "
                          "messages carried): the branch begins with your next message; "
-                         f"{parent.meta.id} stays as it is.", "restored")  # fmt: skip
+                         f"{parent.meta.id} stays as it is.", "restored")
 
-    def _fork_summarized(self, pending: Pending) -> None:
+    def _fork_summarized(self, branch: Branch) -> None:
         """The fork carries a summary of its history instead of the history itself."""
-        assert pending.copies is not None
-        history = list(pending.copies)
-        outcome = self.summarize(history, chain.previous_summary(history))
+        history = list(branch.copies)
+        outcome = self.summarize(history, branch.previous)
         summary = self._fit_summary(outcome.text)
-        text = chain.restoration(pending.parent, summary, None, self.pins)
+        text = chain.restoration(branch.parent, summary, None, self.pins)
         restoration = Message.create("user", self.clock(), text=text, restore=True)
-        self.previous = summary
-        self.pending = replace(pending, copies=(restoration,))
-        self.host.notice(f"The history up to query {pending.forked_at} does not fit whole: the "
-                         "branch carries a summary of it.", "warn")  # fmt: skip
+        self.state = Waiting(replace(branch, copies=(restoration,), previous=summary))
+        self.host.notice(f"The history up to query {branch.forked_at} does not fit whole: the "
+                         "branch carries a summary of it.", "warn")
 
-    def _begin_fork(self, pending: Pending, template: SessionMeta) -> None:
-        """Write the pending fork: its file (linked to the parent, ``forked_at`` in its
+    def _begin_fork(self, branch: Branch, template: SessionMeta) -> SessionWriter:
+        """Write the waiting fork: its file (linked to the parent, ``forked_at`` in its
         front matter) and the copies it carries; no acknowledgment is asked for."""
-        assert pending.copies is not None
-        meta = chain.child_meta(template, pending.parent, self.clock(), self.store.project_dir)
+        meta = chain.child_meta(template, branch.parent, self.clock(), self.store.project_dir)
         writer = self.store.create(meta)
         try:
-            for message in pending.copies:
+            for message in branch.copies:
                 writer.append(replace(message, restore=True))  # copies: never queries here
         except ChatloopError:
             self.store.discard(writer)  # a branch that never began leaves no file
             raise
-        self.writer = writer
-        self.pending = None
-        self.chain_base = chain.chain_tokens(self.store, writer.path, writer.meta)
-        self.host.notice(f"Forked: {writer.meta.id} branches from {pending.parent.meta.id} "
-                         f"after query {pending.forked_at}.", "restored")  # fmt: skip
+        base = chain.chain_tokens(self.store, writer.path, writer.meta)
+        self.state = Open(writer, branch.previous, (), base)
+        self.host.notice(f"Forked: {writer.meta.id} branches from {branch.parent.meta.id} "
+                         f"after query {branch.forked_at}.", "restored")
+        return writer
 
     # ------------------------------------------------------------------ switches
     def use_model(self, name: str) -> str | None:
@@ -897,9 +927,19 @@ class ChatSession:
             raise ChatloopError(f"The server offers no model {name!r}",
                                 f"Did you mean {close[0]}?" if close else f"It offers: {names}")
         self.backend.model = name
-        self._window, self._tokens, self._sent = None, None, None  # counted anew for it
-        self._made = Sent()
+        self._forget_counts()
         return unchecked
+
+    def use_backend(self, backend: Backend) -> None:
+        """Send the next requests to ``backend`` (a ``/resume`` whose session the server
+        rule sends elsewhere); the caller closes the one it replaces."""
+        self.backend = backend
+        self._forget_counts()
+
+    def _forget_counts(self) -> None:
+        """The window and token counts are the model's: counted anew for another."""
+        self._window, self._tokens, self._sent = None, None, None
+        self._made = Sent()
 
     def use_agent(self, agent: Agent) -> bool:
         """Go on with ``agent``. A session under way stays with the agent that answered
@@ -910,12 +950,13 @@ class ChatSession:
         if branched:
             self.fork()
         self.agent = agent
+        self.agent_named = True  # chosen: a later /resume goes on with it
         self._sent = None
-        pending = self.pending
-        if pending is not None:
-            template = replace(pending.template, agent=agent.name,
-                               agent_name=Path(agent.path).stem)  # fmt: skip
-            self.pending = replace(pending, template=template)
+        if isinstance(self.state, Waiting):
+            waiting = self.state.continuation
+            template = replace(waiting.template, agent=agent.name,
+                               agent_name=Path(agent.path).stem)
+            self.state = Waiting(replace(waiting, template=template))
         return branched
 
     # ------------------------------------------------------------------ small edits
@@ -924,9 +965,10 @@ class ChatSession:
         if not title:
             raise ChatloopError("Give the new title", "For example: /rename Balcony garden plan")
         title = title[:MAX_TITLE_CHARS]
-        if self.writer is not None:
-            self.writer.update_meta(title=title)  # before self.title: a refusal changes nothing
-            self._title_unsaved = False
+        writer = self.writer
+        if writer is not None:
+            writer.update_meta(title=title)  # before self.title: a refusal changes nothing
+        self.naming = "done"
         self.title = title
         return title
 
@@ -956,10 +998,11 @@ class ChatSession:
         """Write ``pins`` into the current file's front matter first (a refusal changes
         nothing); while a continuation waits, into the file it continues, the end of
         the chain, so leaving before the next message keeps them too."""
-        if self.writer is not None:
-            self.writer.update_meta(pins=pins)
-        elif self.pending is not None:
-            with self.store.open(self.pending.parent.path) as parent:
+        writer = self.writer
+        if writer is not None:
+            writer.update_meta(pins=pins)
+        elif isinstance(self.state, Waiting):
+            with self.store.open(self.state.continuation.parent.path) as parent:
                 parent.update_meta(pins=pins)
         self.pins = pins
         return pins

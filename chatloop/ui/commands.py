@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import difflib
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +28,6 @@ from chatloop.chat.session import ChatSession
 from chatloop.config import DEFAULT_WINDOW
 from chatloop.errors import BackendError, ChatloopError, NotFound
 from chatloop.format.front_matter import MAX_TITLE_CHARS
-from chatloop.store.fsio import FILE_MODE
 from chatloop.ui import render
 from chatloop.ui.listing import visible
 
@@ -138,16 +136,14 @@ def _info(shell: Shell, arg: str) -> None:
     meta, totals, window = session.meta(), session.totals, session.window()
     backend, agent = session.backend, session.agent
     mark = "~" if totals.estimated else ""
-    pending = session.pending if session.writer is None else None
-    if pending is not None:  # a continuation decided: it begins with the next message
-        how = ("a fork of it" if pending.copies is not None else
-               "its whole history" if pending.history is not None else "its summary")  # fmt: skip
-        started = f"(your next message continues {pending.parent.meta.id} from {how})"
+    status = session.describe()
+    if status.phase == "waiting":  # a continuation decided: it begins with the next message
+        started = f"(your next message continues {status.continues} from {status.how})"
     else:
         started = "(not started: send a message)"
     facts = [
-        ("session", meta.id or started),
-        ("file", str(session.writer.path) if session.writer else "-"),
+        ("session", status.session_id or started),
+        ("file", str(status.path) if status.path else "-"),
         ("agent", f"{agent.name} ({agent.path})"),
         ("model", f"{render.model_label(backend.model)} via {backend.kind} "
                   f"{backend.base_url.removeprefix(backend.kind + ':')}"),  # (embedded: a path)
@@ -164,10 +160,12 @@ def _info(shell: Shell, arg: str) -> None:
                                      "and its acknowledgment)"))  # fmt: skip
     if session.unsaved:
         facts.append(("not yet saved", f"{session.unsaved} message(s), written before the next"))
+    if status.phase == "closing":
+        facts.append(("state", "closing: its summary is being written"))
     if meta.parent_id:
         facts.append(("continues", f"{meta.parent_id} ({meta.parent_file})"))
-        chain = session.chain_base + totals.tokens + totals.restoration
-        facts.append(("chain tokens", f"{chain:,} (this session and every ancestor)"))
+        facts.append(("chain tokens", f"{status.chain_tokens:,} (this session and every "
+                                      "ancestor)"))
     width = max(len(k) for k, _ in facts)
     text = "\n".join(f"  {k:<{width}}  {v}" for k, v in facts)
     # the terminal wraps a long line: a path copied from it has no line break in it
@@ -216,18 +214,14 @@ def _rename(shell: Shell, arg: str) -> None:
 
 
 def _export(shell: Shell, arg: str) -> None:
+    from chatloop.store.export import open_new, write_markdown
+
     writer = shell.session.writer
     if writer is None:
         raise ChatloopError("Nothing to export yet", "Send a message first.")
     target = Path(arg or f"{writer.meta.id}.md").expanduser()
-    try:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-    except FileExistsError:
-        raise ChatloopError(f"{target} already exists", "Choose another file name.") from None
-    except OSError as exc:
-        raise ChatloopError(f"Cannot write {target}: {exc.strerror}", "") from exc
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(writer.path.read_bytes())
+    with open_new(target) as sink:
+        write_markdown([writer.path], sink)
     render.note(shell.console, f"Exported to {target}")
 
 
@@ -285,7 +279,7 @@ def _edit(shell: Shell, arg: str) -> None:
 
 def _new(shell: Shell, arg: str) -> None:
     session = shell.session
-    if session.writer is None and session.pending is None:
+    if session.describe().phase == "fresh":
         render.note(shell.console, "This is a new session already: your next message starts it.")
         return
     if session.unsaved:  # they belong to this conversation, not to the next one

@@ -39,8 +39,12 @@ from chatloop.ui.listing import visible
 from chatloop.ui.streams import write_nowhere
 
 if TYPE_CHECKING:
+    from chatloop.backends.base import Backend
+    from chatloop.chat.agent import Agent
+    from chatloop.chat.continuation import Kind, Located
     from chatloop.chat.session import ChatSession
     from chatloop.store.index import SessionRow
+    from chatloop.store.store import Store
 
 
 class PrintedReply:
@@ -109,7 +113,7 @@ class PlainHost:
 
     def ask(self, question: str, default: bool) -> bool:
         """Each question's default answer, said on stderr with the question, so nothing
-        is decided silently (--yes or an explicit option answers ahead)."""
+        is decided silently (an explicit option answers ahead)."""
         answer = "yes" if default else "no"
         print(visible(f"{question} {answer} (the default: a one-shot run asks nothing)"),
               file=sys.stderr)  # fmt: skip
@@ -149,3 +153,21 @@ def ask_once(session: ChatSession, text: str) -> int:
         for message in closed.unsaved:
             print(visible(f"not saved [{message.role}]: {message.text}"), file=sys.stderr)
     return 0
+
+
+def answer_once(agent: Agent, backend: Backend, store: Store, settings: Settings,
+                question: str, located: Located | None, kind: Kind,
+                agent_named: bool = False) -> int:
+    """``chatloop "question"`` (after continuing ``located`` as ``kind`` says, when
+    given): the answer on stdout, the session saved with its summary; the exit code."""
+    from chatloop.chat.session import ChatSession
+
+    if backend.kind == "embedded":  # (on stderr: the answer alone goes to stdout)
+        from chatloop.config import EMBEDDED_NOTE
+
+        print(f"note: {EMBEDDED_NOTE}", file=sys.stderr)
+    session = ChatSession(agent, backend, store, settings_once(settings), PlainHost(),
+                          agent_named=agent_named)
+    if located is not None:
+        session.continue_from(located, kind)
+    return ask_once(session, question)

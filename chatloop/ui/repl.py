@@ -21,7 +21,6 @@ import signal
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -33,6 +32,7 @@ from rich.console import Console
 
 from chatloop.backends.base import Backend
 from chatloop.chat.agent import Agent, agent_dirs, agent_names
+from chatloop.chat.continuation import Kind, Located
 from chatloop.chat.host import Lookup, Picked, Progress, ReplyView, Tone
 from chatloop.chat.session import ChatSession
 from chatloop.config import EMBEDDED_NOTE, Settings
@@ -71,13 +71,13 @@ class Repl:
         self, agent: Agent, backend: Backend, store: Store, settings: Settings,
         console: Console | None = None, *, input: Input | None = None,
         output: Output | None = None,
-        clock: Callable[[], datetime] | None = None, assume_yes: bool = False,
+        clock: Callable[[], datetime] | None = None, agent_named: bool = False,
         prompt: PromptSession[str] | None = None,
     ) -> None:  # fmt: skip
         self.console = console or Console()  # the terminal, unless a test passes one
         self.input, self.output = input, output
         self.session = ChatSession(agent, backend, store, settings, host=self,
-                                   assume_yes=assume_yes)  # fmt: skip
+                                   agent_named=agent_named)
         if clock is not None:
             self.session.clock = clock
         self.signalled = 0  # the signal that asked chatloop to leave, once one has
@@ -92,12 +92,13 @@ class Repl:
         self.prompt = prompt
 
     # ------------------------------------------------------------------ the loop
-    def run(self, resume: Path | str | None = None, full: bool = False,
-            fork: bool = False, first: Callable[[], str] | None = None) -> int:  # fmt: skip
-        """Chat until the person leaves. ``resume``: the file of a session to continue
-        (``fork``: to branch) first, or "" to pick one. ``first``: the outcome of a
-        first prompt read before this loop was made (``chatloop.ui.start``, which
-        printed the banner too). Returns the exit code."""
+    def run(self, resume: Located | None = None, kind: Kind | None = None,
+            first: Callable[[], str] | None = None) -> int:
+        """Chat until the person leaves. ``resume``: a session to continue first, as
+        ``kind`` says (``chatloop.chat.continuation``: its agent and server were chosen
+        by the caller). ``first``: the outcome of a first prompt read before this loop
+        was made (``chatloop.ui.start``, which printed the banner too). Returns the exit
+        code."""
         self._first = first
         if first is None:
             self.banner()
@@ -105,12 +106,10 @@ class Repl:
         try:
             if resume is not None:
                 try:
-                    done = self._resume_first(resume, full, fork)
+                    self.session.continue_from(resume, kind or Kind.SUMMARY)
                 except ChatloopError as exc:
                     render.error(self.console, exc)
                     return 1
-                if not done and resume == "":  # the picker was left without a choice
-                    return 0
             while not self._leave and not self.signalled:
                 line = self._next_line()
                 if line is not None and line.strip():
@@ -122,14 +121,6 @@ class Repl:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return 0
-
-    def _resume_first(self, resume: Path | str, full: bool, fork: bool = False) -> bool:
-        """Resume (or fork) before the first prompt; False when the person declined (the
-        chat then starts fresh). Raises ChatloopError when the session cannot be resumed."""
-        if isinstance(resume, Path):
-            return self.session.fork_path(resume) if fork else self.session.resume_path(
-                resume, full)  # fmt: skip
-        return self.session.resume(resume, full, fork)
 
     def _next_line(self) -> str | None:
         """A line typed ahead while a question waited, else the next from the prompt
@@ -260,20 +251,19 @@ class Repl:
     def toolbar(self) -> StyleAndTextTuples:
         """The bottom toolbar: agent, model, session, tokens and the window's meter."""
         session = self.session
-        writer, totals = session.writer, session.totals
-        spent = totals.tokens + totals.restoration  # the chain's total counts the overhead too
+        status, totals = session.describe(), session.totals
+        waiting = f"continues {status.continues}" if status.phase == "waiting" else ""
         return render.toolbar(
             {
                 "agent": session.agent.name,
                 "model": render.model_label(session.backend.model),
-                "session": writer.meta.id if writer else (
-                    f"continues {session.pending.parent.meta.id}" if session.pending else ""),
+                "session": status.session_id or waiting,
                 "queries": totals.queries,
                 "tokens": totals.tokens,  # the conversation's, as the exit line and listings
                 "estimated": totals.estimated,
-                "chain_tokens": session.chain_base + spent if session.chain_base else 0,
+                "chain_tokens": status.chain_tokens,  # with the overhead, as a chain counts
                 "used": totals.last_call,
-                "window": session.window() if writer else None,
+                "window": session.window() if status.started else None,
                 "unsaved": session.unsaved,
             },
             _columns(),

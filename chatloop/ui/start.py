@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.application import Application, run_in_terminal
@@ -26,9 +26,14 @@ from prompt_toolkit.formatted_text import StyleAndTextTuples
 
 from chatloop.ui.prompt import PROMPT
 
+if TYPE_CHECKING:
+    from chatloop.store.store import Store
+    from chatloop.ui.repl import Repl
+
 T = TypeVar("T")
 WAIT_NOTE_S = 0.5  # a line sent before the load is done waits this long before a note says so
 Replay = Callable[[], str]  # the first prompt's outcome: its line, or the same exception
+Prompt = PromptSession[str]  # the line editor a new chat's REPL takes over
 
 
 class Startup(Generic[T]):
@@ -131,3 +136,57 @@ def _raising(kind: type[BaseException]) -> Replay:
         raise kind
 
     return replay
+
+
+def start_new_chat(store: Store, load: Callable[[Prompt], Repl]) -> int:
+    """A new interactive chat, its prompt drawn first: ``load(prompt)`` makes the REPL
+    (the agent, the backend and its check of the server) behind it. Returns the exit
+    code. Until the loop takes over (it saves what was said), SIGTERM and SIGHUP end
+    the prompt as Ctrl-C would, once (later ones are ignored, so nothing cuts short
+    the terminal's restoring): nothing was sent yet, so there is nothing to save; a
+    line typed while the rest loaded is shown, so it is not lost silently."""
+    import signal
+    import sys
+
+    from chatloop.ui.prompt import chat_prompt, file_history
+
+    def agent_names() -> list[str]:
+        from chatloop.chat.agent import agent_dirs, agent_names
+
+        return agent_names(agent_dirs(store.cwd, store.root))
+
+    prompt = chat_prompt(agent_names, file_history(store.project_dir))
+    startup = Startup(prompt, lambda: load(prompt), announce=lambda repl: repl.banner(),
+                      toolbar=lambda repl: repl.toolbar())
+    signalled: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        signalled.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        for sig in previous:
+            signal.signal(sig, on_signal)
+        first = startup.first_line()
+        if first is None or signalled:  # Ctrl-D (or a signal) before anything was said
+            return 0
+        try:
+            repl = startup.loaded()
+        except KeyboardInterrupt:
+            if not signalled:
+                raise
+            from chatloop.ui.listing import visible  # typed text: shown, never acted on
+
+            print(f"Signal received before the chat had started; not sent: "
+                  f"{visible(first())}", file=sys.stderr)
+            return 0
+        try:  # the loop puts its own handlers in, and back (ours) when it ends
+            return repl.run(first=first)
+        finally:
+            repl.session.backend.close()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

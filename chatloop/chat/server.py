@@ -1,0 +1,140 @@
+"""THE rule that chooses the model server (and model) of a chat, new or continued.
+
+One function, ``connect``, is called by every entry point that starts or
+continues a chat: a new chat, ``-c``/``-r``, the picker, ``search --resume``
+and ``/resume`` in a chat. The rule, stated once (docs/chains.md):
+
+1. A server the person configured (``--base-url``, ``--backend`` other than
+   ``auto``, a config file or ``CHATLOOP_*`` variable) is used, always.
+2. Otherwise a continued session's own server (``backend_url`` in its front
+   matter) is tried first, but only when it is a plain URL of this machine's
+   loopback (``detect.held_candidates``): a session file never sends a
+   conversation elsewhere by itself. Then the usual local ports, then the
+   embedded model. When the session's server no longer answers, a note says
+   which one is used instead.
+3. The model: the configured one; else, on the session's own server, the
+   model it was held with when that server still lists it; else the server's
+   first.
+
+What the person should know (the notes above) is returned, never printed:
+the caller shows it, as untrusted text (a URL comes from a file). A server
+that does not answer raises ``Unreachable``
+with a hint, before anything is saved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chatloop.backends.base import Backend
+from chatloop.backends.detect import Candidate
+from chatloop.config import Settings
+from chatloop.errors import BackendError, Unreachable
+from chatloop.format import SessionMeta
+
+
+@dataclass(frozen=True)
+class Held:
+    """The server and model a session was held with (from its front matter); empty
+    when it names none, or names the embedded model."""
+
+    url: str = ""
+    model: str = ""
+
+    @classmethod
+    def of(cls, meta: SessionMeta | None) -> Held:
+        if meta is None or not meta.backend_url.startswith(("http://", "https://")):
+            return cls()
+        return cls(meta.backend_url, meta.model)
+
+
+@dataclass(frozen=True)
+class Connected:
+    """The backend the rule chose, and what to tell the person about the choice."""
+
+    backend: Backend
+    notes: tuple[str, ...] = ()
+
+
+def configured(settings: Settings) -> bool:
+    """True when the person named a server (rule 1): it wins over a session's own."""
+    return settings.backend != "auto" or bool(settings.base_url)
+
+
+def make(settings: Settings, candidates: tuple[Candidate, ...] | None = None) -> Backend:
+    """The backend the settings ask for (``auto``: the first of ``candidates`` that
+    answers, by default the usual local ports, else the embedded model)."""
+    from chatloop.backends.base import Timeouts
+    from chatloop.backends.detect import CANDIDATES, BackendChoice, make_backend
+
+    return make_backend(
+        BackendChoice(
+            kind=settings.backend,
+            base_url=settings.base_url,
+            model=settings.model,
+            api_key=settings.api_key or None,
+            window=settings.context_window or None,
+            timeouts=Timeouts(settings.connect_timeout, settings.read_timeout),
+            retries=settings.retries,
+        ),
+        candidates or CANDIDATES,
+    )
+
+
+def connect(settings: Settings, held: Held = Held()) -> Connected:
+    """The backend of a chat by the rule of this module, its model chosen, checked to
+    answer (with the server's own words when it does not). ``held``: the continued
+    session's server and model (``Held()`` for a new chat)."""
+    notes: list[str] = []
+    on_held = False
+    if held.url and not configured(settings):
+        from chatloop.backends.detect import CANDIDATES, held_candidates
+
+        tried = held_candidates(held.url)
+        if not tried:
+            notes.append(f"this session was held with the server at {held.url}, which "
+                         "is not a plain URL of this machine: --base-url uses it again (a "
+                         "session file never sends a conversation elsewhere by itself).")
+            backend = make(settings)
+        else:
+            backend = make(settings, (*tried, *CANDIDATES))
+            on_held = backend.base_url in {c.base_url for c in tried}
+            if not on_held:
+                now = ("the embedded model" if backend.base_url.startswith("embedded:")
+                       else backend.base_url)
+                notes.append(f"this session was held with the server at {held.url}, "
+                             f"which does not answer; continuing with {now} "
+                             "(--base-url chooses another).")
+    else:
+        backend = make(settings)
+    try:
+        _choose_model(backend, held.model if on_held else "")
+    except BaseException:
+        backend.close()
+        raise
+    return Connected(backend, tuple(notes))
+
+
+def same_server(backend: Backend, settings: Settings, held: Held) -> bool:
+    """True when the rule would keep ``backend`` for a session held at ``held``: the
+    person configured the server, or the session names none, or it names this one.
+    (A chat under way changes server for ``/resume`` only when the rule says so.)"""
+    if configured(settings) or not held.url:
+        return True
+    return held.url.rstrip("/") == backend.base_url.rstrip("/")
+
+
+def _choose_model(backend: Backend, held_model: str) -> None:
+    """Set ``backend.model`` when none was configured (``held_model`` when the server
+    lists it, else its first); with one configured, still check that the server is
+    there, so nothing is saved for a server that is not."""
+    if not backend.model:
+        listed = backend.models()
+        backend.model = held_model if held_model and held_model in listed else (listed or [""])[0]
+    elif backend.kind != "embedded":
+        try:
+            backend.models()
+        except Unreachable:
+            raise
+        except BackendError:  # it answered (a server without a model list): go on
+            pass

@@ -1,0 +1,159 @@
+"""``chatloop`` with no subcommand: a new chat, a continued one, or a one-shot question.
+
+What to continue, with which agent and which server, is decided by
+``chatloop.chat.continuation`` and ``chatloop.chat.server`` (the same rules
+``/resume`` uses in a chat); this module reads the command line and the
+piped input, and hands over to the REPL or the one-shot runner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from chatloop.cli import wiring
+from chatloop.errors import UsageError
+
+if TYPE_CHECKING:
+    from chatloop.chat.continuation import Kind, Pick
+    from chatloop.chat.host import Lookup, Picked
+    from chatloop.store.index import SessionRow
+    from chatloop.ui.repl import Repl
+    from chatloop.ui.start import Prompt
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """The interactive REPL, or a one-shot answer; a continuation first when asked."""
+    from chatloop.chat.continuation import Kind
+
+    if (args.full or args.fork) and not (args.continue_ or args.resume is not None):
+        flag = "--full" if args.full else "--fork"
+        raise UsageError(f"{flag} goes with --resume or --continue", f"e.g. chatloop -r 2 {flag}")
+    kind = Kind.of(args.full, args.fork)
+    terminal = sys.stdin.isatty() and sys.stdout.isatty()
+    if args.continue_:
+        return chat(args, "1", kind, latest=True)
+    if args.resume == "" and not args.question and terminal:
+        return pick_and_chat(args, kind)
+    if args.resume:
+        return chat(args, args.resume, kind)
+    if args.resume is None and not args.question and terminal:
+        return _chat_new(args)  # (with a terminal, nothing is piped in)
+    return chat(args, None, kind)
+
+
+def pick_and_chat(args: argparse.Namespace, kind: Kind) -> int:
+    """``chatloop --resume`` alone: the person picks a session of this project (the
+    picker, searching the index as they type) before anything else is loaded."""
+    from chatloop.chat import continuation
+
+    picked = continuation.choose(wiring.store(args), _picker())
+    if picked is None:
+        print("Nothing resumed.", file=sys.stderr)
+        return 0
+    return chat(args, picked.row, continuation.Kind.FORK if picked.fork else kind)
+
+
+def _picker() -> Pick:
+    """The terminal's session picker, as ``continuation.choose`` calls it."""
+    from datetime import datetime
+
+    from chatloop.ui.picker import pick
+
+    def choose(rows: list[SessionRow], lookup: Lookup) -> Picked | None:
+        return pick(rows, datetime.now().astimezone(), lookup)
+
+    return choose
+
+
+def chat(args: argparse.Namespace, ref: str | SessionRow | None, kind: Kind,
+         latest: bool = False) -> int:
+    """Continue ``ref`` (None: a new session) in the REPL, or answer a one-shot question
+    there. The session is found before anything slow (a wrong ref fails first), then
+    its agent and server are chosen by the rules every resume uses."""
+    from chatloop.chat import continuation, server
+    from chatloop.chat.agent import agent_dirs, find_agent_file, load_agent
+
+    settings = wiring.settings(args)
+    store = wiring.store(args, settings)
+    located = None if ref is None else continuation.locate(store, ref, latest=latest)
+    dirs = agent_dirs(store.cwd, store.root)
+    agent_file = find_agent_file(settings.agent, dirs)
+    if located is not None:
+        choice = continuation.agent_for(located, current=agent_file,
+                                        named=args.agent is not None, dirs=dirs)
+        agent_file = choice.path
+        wiring.say([choice.note] if choice.note else [])
+    agent = load_agent(agent_file)
+    question = _question(args)  # after the session and agent: a wrong ref fails first
+    held = server.Held.of(located.parent.meta if located else None)
+    connected = server.connect(settings, held)
+    wiring.say(connected.notes)
+    backend = connected.backend
+    try:
+        if question is not None:
+            from chatloop.ui.oneshot import answer_once
+
+            return answer_once(agent, backend, store, settings, question, located, kind,
+                               agent_named=args.agent is not None)
+        from chatloop.ui.repl import Repl
+
+        repl = Repl(agent, backend, store, settings, agent_named=args.agent is not None)
+        return repl.run(resume=located, kind=kind)
+    finally:
+        backend.close()
+
+
+def _question(args: argparse.Namespace) -> str | None:
+    """The one-shot question: the words on the command line, then what is piped in
+    (``git diff | chatloop "review this"``); None for the interactive chat."""
+    piped = ""
+    if args.resume == "" and not args.question and not sys.stdin.isatty():
+        raise UsageError(
+            "--resume without a session picks one from a list, which needs a terminal",
+            'Name it: chatloop -r 3 "…", or continue the last: chatloop -c "…"',
+        )
+    if not sys.stdin.isatty():
+        try:
+            piped = sys.stdin.read()
+        except (OSError, ValueError):
+            piped = ""
+        if not piped.strip() and not args.question:
+            raise UsageError(
+                "Nothing to send: the piped input is empty",
+                'Pipe some text in, or ask on the command line: chatloop "…"',
+            )
+    if not args.question and not piped.strip():
+        return None
+    if args.resume == "":
+        raise UsageError(
+            "A one-shot question cannot pick a session from a list",
+            'Name it: chatloop -r 3 "…", or continue the last: chatloop -c "…"',
+        )
+    return "\n\n".join(part for part in (args.question, piped.strip()) if part)
+
+
+def _chat_new(args: argparse.Namespace) -> int:
+    """A new interactive chat, its prompt drawn first: the agent, the backend (and its
+    check of the server) and the chat load behind it (``chatloop.ui.start``)."""
+    from chatloop.ui.start import start_new_chat
+
+    settings = wiring.settings(args)
+    store = wiring.store(args, settings)
+
+    def load(prompt: Prompt) -> Repl:
+        from chatloop.chat import server
+        from chatloop.chat.agent import agent_dirs, find_agent_file, load_agent
+        from chatloop.ui.repl import Repl
+
+        agent = load_agent(find_agent_file(settings.agent, agent_dirs(store.cwd, store.root)))
+        backend = server.connect(settings).backend
+        try:
+            return Repl(agent, backend, store, settings, prompt=prompt,
+                        agent_named=args.agent is not None)
+        except BaseException:
+            backend.close()
+            raise
+
+    return start_new_chat(store, load)

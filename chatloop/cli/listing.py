@@ -1,0 +1,219 @@
+"""The commands that read sessions: ``sessions``, ``show``, ``search``, ``tree``,
+``export``. Each asks the index and the store, and prints what ``chatloop.ui``
+makes of the answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+from chatloop.cli import wiring
+from chatloop.errors import ChatloopError, UsageError
+
+if TYPE_CHECKING:
+    from chatloop.format import Problem
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    from chatloop.store.fsio import local_now
+    from chatloop.ui import listing
+
+    with wiring.index(args) as index:
+        rows, total = index.listing(args.all, args.limit, not args.expand, count=True)
+    if args.json:
+        from chatloop.ui import as_json
+
+        print(as_json.sessions_json(rows))
+        return 0
+    print(listing.sessions_text(rows, local_now(), show_project=args.all,
+                                columns=wiring.columns()))
+    if total > len(rows):
+        print(f"… {total - len(rows):,} older; `--limit {total}` lists them all")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Print a session, streaming: memory is bounded by the largest message, whatever
+    the file's size."""
+    import shutil
+
+    from chatloop.format import open_document
+    from chatloop.store.fsio import open_read
+    from chatloop.ui import listing
+
+    with wiring.index(args) as index:
+        row = index.find(args.ref)
+    path = Path(row.path)
+    with open_read(path) as handle:
+        if args.raw:
+            shutil.copyfileobj(handle, sys.stdout.buffer, 1 << 20)
+            return 0
+        doc = open_document(handle, path.stem)
+        heading = listing.describe(row) if row.title or row.preview else ""  # as listed
+        _write_batched(listing.transcript_lines(doc.meta, doc.views(), heading, row.forked_at))
+    shown = worth_noting(doc.problems)
+    for problem in shown:
+        print(f"note: {problem}", file=sys.stderr)
+    if any(p.kind in ("checksum", "decoration") for p in shown) and not doc.legacy:
+        print(f"hint: edited by hand on purpose? `chatloop reseal {row.handle or row.id}` "
+              "accepts the edits (the original is kept).", file=sys.stderr)
+    return 0
+
+
+def _write_batched(chunks: Iterable[str]) -> None:
+    """``chunks`` as lines on stdout, written 64 kB at a time (a bigger one at once);
+    what was read is shown when reading stops with an error."""
+    write = sys.stdout.write
+    batch: list[str] = []
+    size = 0
+
+    def flush() -> None:
+        piece = "\n".join(batch) + "\n"
+        batch.clear()  # (first: a write that fails is not tried again)
+        write(piece)
+
+    try:
+        for chunk in chunks:
+            batch.append(chunk)
+            size += len(chunk)
+            if size >= 1 << 16:
+                flush()
+                size = 0
+    finally:
+        if batch:
+            flush()
+    sys.stdout.flush()
+
+
+def worth_noting(problems: Iterable[Problem]) -> list[Problem]:
+    """The problems of a file read that a person is told of (``show``, ``export``): not
+    keys a newer chatloop wrote, nor a file being of the legacy format."""
+    return [p for p in problems if p.kind not in ("unknown_key", "legacy")]
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from chatloop.store.index import Index
+    from chatloop.ui import listing
+
+    if args.search_resume or args.search_fork:
+        return _search_and_resume(args)
+    query = " ".join(args.query)
+    with wiring.index(args) as index:
+        rows = index.search_sessions(query, all_projects=args.all, limit=args.limit)
+    hits = Index.hits(rows, query)  # snippets read from the files as they are printed
+    if args.json:
+        from chatloop.ui import as_json
+
+        print(as_json.hits_json(list(hits)))
+        return 0
+    shown, columns = 0, wiring.columns()
+    for hit in hits:  # each as soon as it is found
+        print(listing.hit_line(hit, show_project=args.all, columns=columns), flush=True)
+        shown += 1
+    if not shown:
+        print(listing.hits_text([]))
+    return 0
+
+
+def _search_and_resume(args: argparse.Namespace) -> int:
+    """``search WORDS --resume``: continue (or fork) the session that matched, after
+    the person picks one when several did; the continuation is ``-r``'s."""
+    from datetime import datetime
+
+    from chatloop.chat.continuation import Kind
+    from chatloop.chat.lookup import IndexLookup
+    from chatloop.cli.chat import chat
+    from chatloop.ui.picker import pick
+
+    if args.json:
+        raise UsageError("--json lists hits; --resume continues one: choose one of them", "")
+    if not sys.stdin.isatty():
+        raise UsageError("search --resume continues the session in the chat, which needs a "
+                         "terminal", 'To ask it once from a script: chatloop -r HANDLE "…"')
+    query = " ".join(args.query)
+    with wiring.index(args) as index:
+        rows = [r for r in index.search_sessions(query, all_projects=args.all, limit=args.limit)
+                if r.number is not None]
+        if not rows:
+            raise ChatloopError(f"No finished session holds {query!r}",
+                                "`chatloop sessions` lists them; fewer words find more.")
+        if len(rows) == 1:
+            row, fork = rows[0], bool(args.search_fork)
+        else:
+            lookup = IndexLookup(index, index.store, args.limit, all_projects=args.all)
+            picked = pick(rows, datetime.now().astimezone(), lookup)
+            if picked is None:
+                print("Nothing resumed.", file=sys.stderr)
+                return 0
+            row, fork = picked.row, picked.fork or bool(args.search_fork)
+    args.question = None  # (the query's words are not a question to send)
+    return chat(args, row, Kind.of(fork=fork))
+
+
+def cmd_tree(args: argparse.Namespace) -> int:
+    from chatloop.ui import listing
+
+    with wiring.index(args) as index:
+        row = index.find(args.ref)
+        chain, children = index.lineage(row)
+    print(listing.tree_text(chain[0], children, row.id))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write a session (or its chain) as markdown (the files as they are) or JSON,
+    streaming to stdout (``-o -`` too) or to a new file that is never overwritten
+    (``chatloop.store.export``, which ``/export`` uses too). JSON is read from the
+    files: what ``show`` would note of them is noted on stderr."""
+    from chatloop.store.export import open_new, write_markdown
+    from chatloop.ui.listing import visible
+
+    with wiring.index(args) as index:
+        row = index.find(args.ref)
+        rows = index.lineage(row)[0] if args.chain else [row]
+    paths = [Path(r.path) for r in rows]
+    output = None if args.output in (None, "", "-") else Path(args.output)
+    sink = open_new(output) if output else sys.stdout.buffer
+    try:
+        if args.format == "json":
+            for note in _write_json(paths, sink):
+                print(visible(f"note: {note}"), file=sys.stderr)
+        else:
+            write_markdown(paths, sink)
+    finally:
+        if output:
+            sink.close()
+    if output:
+        print(f"Wrote {len(paths)} session(s) to {output}", file=sys.stderr)
+    return 0
+
+
+def _write_json(paths: list[Path], sink: BinaryIO) -> Iterator[str]:
+    """The sessions at ``paths`` as one JSON document on ``sink`` (bytes), read as they
+    are written; then, for each, what ``show`` would note of it."""
+    import io
+
+    from chatloop.format import Document, Message, Plain, SessionMeta, open_document
+    from chatloop.store.fsio import open_read
+    from chatloop.ui import as_json
+
+    text = io.TextIOWrapper(sink, encoding="utf-8", write_through=False)
+    read: list[Document] = []
+
+    def documents() -> Iterator[tuple[SessionMeta, Iterator[Message | Plain]]]:
+        for path in paths:
+            with open_read(path) as handle:
+                doc = open_document(handle, path.stem)
+                read.append(doc)
+                yield doc.meta, doc.views()
+
+    as_json.write_sessions_json(documents(), text.write)
+    text.flush()
+    text.detach()
+    for doc in read:
+        for problem in worth_noting(doc.problems):
+            yield f"{doc.meta.id}: {problem}"

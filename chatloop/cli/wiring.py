@@ -1,0 +1,106 @@
+"""What every command starts from: the settings of this run, the store under the
+configured home, the synced index, and the terminal's facts (width, a progress
+bar on stderr). Imports are deferred to the call, so a quick command loads only
+what it uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chatloop.config import Settings
+    from chatloop.store.index import Index
+    from chatloop.store.store import Store
+
+
+def settings(args: argparse.Namespace, said: list[str] | None = None) -> Settings:
+    """The settings of this run; their warnings (a config file's unknown keys) on
+    stderr, or into ``said`` when given (doctor says them in its own lines)."""
+    from chatloop.config import load_settings
+
+    flags = {k: getattr(args, k, None) for k in ("agent", "model", "backend", "base_url")}
+    flags["sessions_dir"] = args.sessions_dir
+    loaded, warnings = load_settings(flags, config_file=args.config, read_yaml=_read_yaml)
+    if said is not None:
+        said.extend(warnings)
+    else:
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+    return loaded
+
+
+def _read_yaml(text: str) -> Any:
+    """The config file's YAML, read strictly (loaded only when there is a file)."""
+    from chatloop.format.yaml_strict import load
+
+    return load(text)
+
+
+def store(args: argparse.Namespace, loaded: Settings | None = None) -> Store:
+    """The store under the configured home; pass ``loaded`` settings when there are
+    some, so the config file is read (and its warnings printed) once."""
+    import os
+
+    from chatloop.config import chatloop_home
+    from chatloop.store.store import Store
+
+    loaded = loaded or settings(args)
+    root = (Path(os.path.abspath(Path(loaded.sessions_dir).expanduser()))
+            if loaded.sessions_dir else chatloop_home())
+    return Store(root)
+
+
+def index(args: argparse.Namespace) -> Index:
+    """The index of the configured home, synced (a bar on a terminal for a big build).
+    Use it as a context manager: it holds a connection."""
+    from chatloop.store.index import Index
+
+    opened = Index(store(args))
+    try:
+        opened.sync(all_projects=True, progress=progress_bar(at_least=200))
+    except BaseException:
+        opened.close()
+        raise
+    return opened
+
+
+def progress_bar(at_least: int) -> Callable[[int, int], None]:
+    """A one-line bar on stderr (a terminal only) for work of ``at_least`` files;
+    redrawn 40 times at most, not once per file."""
+    shown = [-1]
+
+    def progress(done: int, total: int) -> None:
+        step = done * 40 // total
+        if total < at_least or not sys.stderr.isatty() or (step == shown[0] and done < total):
+            return
+        shown[0] = step
+        bar = "#" * step + "." * (40 - step)
+        end = "\n" if done == total else ""
+        print(f"\rindexing [{bar}] {done:,}/{total:,}", end=end, file=sys.stderr, flush=True)
+
+    return progress
+
+
+def columns() -> int | None:
+    """The terminal's width when stdout is one (a listing fits it), else None (a pipe
+    or a file gets whole lines)."""
+    if not sys.stdout.isatty():
+        return None
+    import shutil
+
+    return shutil.get_terminal_size().columns
+
+
+def say(lines: list[str] | tuple[str, ...], prefix: str = "note") -> None:
+    """Notes from the library (untrusted text: made visible) on stderr, one a line."""
+    if not lines:
+        return
+    from chatloop.ui.listing import visible
+
+    for line in lines:
+        print(visible(f"{prefix}: {line}"), file=sys.stderr)
