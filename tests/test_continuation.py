@@ -1,0 +1,90 @@
+"""One owner of continuations: the same resume, from the shell and from a chat,
+goes on with the same agent and the same server (``chat.continuation.agent_for``
+and ``chat.server.connect`` are the only rules), and a session number means the
+row with that number in the listing the person sees."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from chatloop.backends.openai_compat import OpenAICompatBackend
+from chatloop.chat import continuation, server
+from chatloop.store.store import Store
+from tests.fakes import STRUCTURED
+from tests.hosts import chat
+from tests.scripted_server import scripted_server
+
+
+def answer(request: dict[str, Any]) -> str:
+    last = str(request["messages"][-1]["content"])
+    return STRUCTURED if "progressive summary" in last else "Ready."
+
+
+def held_session(store: Store, url: str) -> None:
+    """A closed session held with File Fiona on the server at ``url``."""
+    backend = OpenAICompatBackend(url, "scripted")
+    first, _ = chat(store, backend, agent="file_fiona.py")
+    first.send("list the notes")
+    first.close()
+    backend.close()
+
+
+def newest(store: Store) -> Any:
+    from chatloop.store.index import Index
+
+    with Index(store) as index:
+        index.sync()
+        return index.list_sessions(fold=False)[0]
+
+
+def test_the_same_resume_from_the_shell_and_the_chat_keeps_agent_and_server(
+    store: Store, chatloop_home: Path
+) -> None:
+    with scripted_server(answer) as held_at, scripted_server(answer) as elsewhere:
+        held_session(store, held_at)
+        # from the shell: `chatloop -r 1 "…"`, Simple Sally configured, no server named
+        env = {**os.environ, "CHATLOOP_HOME": str(chatloop_home), "CHATLOOP_TITLES": "first"}
+        done = subprocess.run([sys.executable, "-m", "chatloop.cli", "-r", "1", "go on"],
+                              cwd=store.cwd, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "session's own agent, File Fiona" in done.stderr
+        shell = newest(store)
+        # from a chat: Simple Sally on another server (found, not named), then /resume
+        # of the same session
+        other = OpenAICompatBackend(elsewhere, "scripted")
+        session, host = chat(store, other)  # Settings(): auto, no base URL
+        assert session.resume(shell.parent_id or "")
+        session.send("go on")
+        session.close()
+        in_chat = newest(store)
+    assert shell.parent_id == in_chat.parent_id
+    assert (shell.agent, in_chat.agent) == ("File Fiona", "File Fiona")
+    assert session.backend.base_url == held_at  # the chat moved to the session's server
+    assert host.said("session's own agent, File Fiona")
+    for row in (shell, in_chat):
+        meta = Store(store.root, cwd=store.cwd).summary_of(Path(row.path)).meta
+        assert meta.backend_url == held_at, row.id
+
+
+def test_a_server_the_person_named_wins_over_the_sessions_own(store: Store) -> None:
+    with scripted_server(answer) as held_at, scripted_server(answer) as named:
+        held_session(store, held_at)
+        located = continuation.locate(store, "1")
+        settings = chat(store, None)[0].settings._replace(base_url=named)
+        connected = server.connect(settings, server.Held.of(located.parent.meta))
+        try:
+            assert connected.backend.base_url == named and connected.notes == ()
+        finally:
+            connected.backend.close()
+        # not named: the session's own, tried first
+        auto = settings._replace(base_url="")
+        connected = server.connect(auto, server.Held.of(located.parent.meta))
+        try:
+            assert connected.backend.base_url == held_at
+        finally:
+            connected.backend.close()
