@@ -25,6 +25,16 @@ Promises (docs/durability.md, docs/chains.md):
   belong to the new file, or stay queued when it cannot be written.
 - Errors that end an operation are raised as ``ChatloopError`` (the UI's one
   boundary shows them); the session stays usable after any of them.
+
+Why one module of this size: it is one object's behaviour. Sending, closing,
+compacting, resuming and forking all move the same state (``state``, the
+queue, the title, the pins) through the same transitions, and each relies on
+the others' invariants (a message queued before a compaction belongs to the
+child; a fork's parent is finalized like a close). What does not touch that
+state lives elsewhere: the states themselves (``chat.state``), where a
+continuation comes from and its agent and server (``chat.continuation``,
+``chat.server``), summaries (``chat.chain``), the budget (``chat.context``),
+one turn (``chat.turn``).
 """
 
 from __future__ import annotations
