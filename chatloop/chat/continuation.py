@@ -120,29 +120,32 @@ class AgentChoice:
 
 
 def agent_for(
-    located: Located, *, current: Path, named: bool, dirs: Iterable[Path]
+    located: Located, *, current: Path, current_name: str, named: bool, dirs: Iterable[Path]
 ) -> AgentChoice:
     """THE rule for the agent of a continued session, whatever the entry point:
 
     1. an agent the person named for this run (``--agent``, or ``/agent`` in the
-       chat) goes on: it is ``current``;
+       chat) goes on: it is ``current`` (called ``current_name``);
     2. else the agent the session was held with, found by its name in the agent
        folders ``dirs`` (by name only: a session file never names a file to run);
-    3. else ``current`` (the configured agent), with a note.
+    3. else ``current`` (the configured agent).
 
-    A note also says when the agent differs from ``current``, so nothing changes
-    silently."""
+    Whenever the agent that goes on is not the one the session was held with, or
+    not ``current``, a note says so: nothing changes silently."""
     meta = located.parent.meta
     recorded = meta.agent_ref
     held = meta.agent or recorded
-    if named or not recorded or normalise(recorded) == normalise(current.stem):
+    if not recorded or normalise(recorded) == normalise(current.stem):
         return AgentChoice(current)
+    if named:
+        return AgentChoice(current, f"session {meta.id} was with {held}; continuing it with "
+                           f"{current_name}.")
     try:
         own = find_agent_file(recorded, dirs, names_only=True)
     except ChatloopError:
         return AgentChoice(current, f"session {meta.id} was held with the agent {held!r}, "
                            "which is not in your agent folders; continuing with "
-                           f"{current.stem} (--agent chooses the one to continue with).")
+                           f"{current_name} (--agent chooses the one to continue with).")
     if own.resolve() == current.resolve():
         return AgentChoice(current)
     return AgentChoice(own, f"continuing with the session's own agent, {held} (--agent "

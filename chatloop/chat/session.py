@@ -699,7 +699,7 @@ class ChatSession:
         from chatloop.chat.agent import agent_dirs, load_agent
 
         choice = continuation.agent_for(located, current=Path(self.agent.path),
-                                        named=self.agent_named,
+                                        current_name=self.agent.name, named=self.agent_named,
                                         dirs=agent_dirs(self.store.cwd, self.store.root))
         if choice.note:
             self.host.notice(choice.note[0].upper() + choice.note[1:], "warn")

@@ -80,12 +80,13 @@ def chat(args: argparse.Namespace, ref: str | SessionRow | None, kind: Kind,
     located = None if ref is None else continuation.locate(store, ref, latest=latest)
     dirs = agent_dirs(store.cwd, store.root)
     agent_file = find_agent_file(settings.agent, dirs)
-    if located is not None:
-        choice = continuation.agent_for(located, current=agent_file,
-                                        named=args.agent is not None, dirs=dirs)
-        agent_file = choice.path
-        wiring.say([choice.note] if choice.note else [])
     agent = load_agent(agent_file)
+    if located is not None:
+        choice = continuation.agent_for(located, current=agent_file, current_name=agent.name,
+                                        named=args.agent is not None, dirs=dirs)
+        if choice.path != agent_file:
+            agent = load_agent(choice.path)
+        wiring.say([choice.note] if choice.note else [])
     question = _question(args)  # after the session and agent: a wrong ref fails first
     held = server.Held.of(located.parent.meta if located else None)
     connected = server.connect(settings, held)
