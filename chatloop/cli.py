@@ -23,8 +23,9 @@ if TYPE_CHECKING:  # the settings and backend modules load only when a command n
     from chatloop.chat.host import Picked
     from chatloop.config import Settings
     from chatloop.format import Problem
-    from chatloop.store.index import Index, SessionRow
+    from chatloop.store.index import Index
     from chatloop.store.lookahead import LookAhead
+    from chatloop.store.rows import SessionRow
     from chatloop.store.store import Store
     from chatloop.ui.repl import Repl
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from chatloop.store.index import Index, SearchHit
+from chatloop.store.index import Index
 from chatloop.store.lookahead import LookAhead
+from chatloop.store.rows import SearchHit
 from chatloop.store.store import FolderLook, Store
 from tests.test_index import _populate
 from tests.test_index_marks import _statements, _two_projects

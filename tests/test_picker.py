@@ -15,7 +15,8 @@ from prompt_toolkit.output import DummyOutput
 
 from chatloop.chat.host import Lookup, Picked
 from chatloop.chat.lookup import summary_digest
-from chatloop.store.index import Index, SessionRow
+from chatloop.store.index import Index
+from chatloop.store.rows import SessionRow
 from chatloop.store.store import Store
 from chatloop.ui.listing import cells, handle_width
 from chatloop.ui.picker import line_for, matches, pick, pick_numbered

@@ -48,7 +48,7 @@ from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
 if TYPE_CHECKING:
-    from chatloop.store.index import SessionRow
+    from chatloop.store.rows import SessionRow
 
 Clock = Callable[[], datetime]
 PICK_LIMIT = 500  # sessions a picker lists (and search hits it shows)

@@ -45,16 +45,15 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from chatloop.errors import NotFound
 from chatloop.ids import MIN_HANDLE, handle_between, is_handle, tail_of, validate_session_id
 from chatloop.store.fsio import FILE_MODE, ensure_dir, is_locked, lock_path
+from chatloop.store.rows import SearchHit, SessionRow, fork_point, seconds
 from chatloop.store.store import FolderLook, Store
 
 if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
-    from datetime import datetime
-
     from chatloop.format import Skim as Scanned
     from chatloop.store.lookahead import LookAhead, Marks
 
@@ -110,45 +109,6 @@ _TRIGGERS = tuple(
 # Times are whole seconds: within one, the file written last (a compaction's child,
 # written after its parent closed) comes first.
 _ORDER = " ORDER BY updated_at DESC, mtime_ns DESC, id DESC, num DESC"  # total
-
-
-class SessionRow(NamedTuple):
-    """One session as listed. ``number`` is None for a live session. (A named tuple,
-    not a dataclass: a listing then never imports ``dataclasses``, 9 ms here.)"""
-
-    number: int | None
-    id: str
-    path: str
-    project: str
-    title: str
-    agent: str
-    agent_name: str  # what the agent is found by (never a path to load)
-    model: str
-    created: str
-    updated: str
-    status: str
-    queries: int
-    tokens_in: int
-    tokens_out: int
-    restoration_tokens: int
-    parent_id: str | None
-    parent_file: str | None
-    git_branch: str | None
-    preview: str
-    has_summary: bool
-    legacy: bool
-    problems: int
-    handle: str = ""  # the short handle of the id (``chatloop.ids.handles``); "" for legacy
-    forked_at: int | None = None  # a fork: the parent's query it branches after
-    chain: int = 1  # listed folded: the files of its chain up to it (it included)
-
-
-class SearchHit(NamedTuple):
-    """A message that matched a search, with the session it belongs to."""
-
-    session: SessionRow
-    role: str
-    snippet: str
 
 
 class Index:
@@ -511,7 +471,7 @@ class Index:
             session, parent, project = raw["id"], raw["parent_id"], raw["project"]
             # rows come latest first: every session continuing this one was seen already
             if fold and parent and parent != session and not live and (
-                    _forked_at(raw["forked_at"]) is None):  # fmt: skip
+                    fork_point(raw["forked_at"]) is None):  # fmt: skip
                 continued.setdefault(parent, set()).add(project)
             if fold and project in continued.get(session, ()):
                 continue
@@ -905,9 +865,9 @@ class Index:
                 scanned.updated.isoformat(), meta.status, scanned.queries, meta.tokens_in,
                 meta.tokens_out, meta.restoration_tokens, meta.parent_id, meta.parent_file,
                 meta.git_branch, scanned.preview, scanned.has_summary, scanned.legacy,
-                scanned.problems, size, mtime_ns, _forked_at(meta.extra.get("forked_at")),
-                tail_of(meta.id or Path(path).stem), _seconds(scanned.updated),
-                _seconds(meta.created),
+                scanned.problems, size, mtime_ns, fork_point(meta.extra.get("forked_at")),
+                tail_of(meta.id or Path(path).stem), seconds(scanned.updated),
+                seconds(meta.created),
             ),
         )  # fmt: skip
         if num is None and cursor.lastrowid is not None:
@@ -922,16 +882,8 @@ def _moment(iso: str) -> float:
     from datetime import datetime
 
     try:
-        return _seconds(datetime.fromisoformat(iso))
+        return seconds(datetime.fromisoformat(iso))
     except ValueError:
-        return 0.0
-
-
-def _seconds(when: datetime) -> float:
-    """Seconds since the epoch (0 where the platform cannot say: a naive time in year 1)."""
-    try:
-        return when.timestamp()
-    except (OverflowError, OSError, ValueError):
         return 0.0
 
 
@@ -990,7 +942,7 @@ class _Links:
         if session not in self._read:
             raw = self._db.execute("SELECT parent_id, forked_at FROM sessions WHERE id = ? "
                                    "ORDER BY num LIMIT 1", (session,)).fetchone()  # fmt: skip
-            self._read[session] = None if raw is None else (raw[0], _forked_at(raw[1]))
+            self._read[session] = None if raw is None else (raw[0], fork_point(raw[1]))
         return self._read[session]
 
 
@@ -1007,13 +959,6 @@ def _chain_length(session: str, links: _Links) -> int:
         seen.add(parent)
         parent, forked = link
     return length
-
-
-def _forked_at(value: object) -> int | None:
-    """A fork's ``forked_at`` front-matter value as stored (anything odd: not a fork)."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
-        return value
-    return None
 
 
 _UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)

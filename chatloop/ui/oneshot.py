@@ -40,7 +40,7 @@ from chatloop.ui.streams import write_nowhere
 
 if TYPE_CHECKING:
     from chatloop.chat.session import ChatSession
-    from chatloop.store.index import SessionRow
+    from chatloop.store.rows import SessionRow
 
 
 class PrintedReply:
