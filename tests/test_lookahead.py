@@ -84,7 +84,7 @@ def test_a_look_ahead_of_another_scope_is_not_used(store: Store, ahead_all: bool
         index.sync(all_projects=False)  # both scopes marked
         _populate(other if ahead_all else store, 1, word="okapi")  # where the sync looks
         with LookAhead(store, all_projects=ahead_all) as ahead:
-            index._db.execute("DELETE FROM info WHERE key LIKE 'mark:%' OR key = 'every'")
+            index.file.db.execute("DELETE FROM info WHERE key LIKE 'mark:%' OR key = 'every'")
             index.sync(all_projects=not ahead_all)  # kept again, as the new files are
             # a look of the other scope is not compared with this scope's marks
             assert ahead.pid > 0
@@ -303,7 +303,7 @@ def test_hits_found_ahead_after_a_neighbour_synced_a_newer_look_are_not_used(
 def test_no_hits_are_found_ahead_from_an_index_in_memory(store: Store) -> None:
     _populate(store, 1)
     with Index(store) as index, LookAhead(store, True) as ahead:
-        index.in_memory = True
+        index.file.in_memory = True
         assert index.read_ahead(ahead, lambda: index.search("unicorn0")) is None
 
 
@@ -334,11 +334,11 @@ def test_a_read_ahead_that_fails_as_a_bug_says_so(store: Store) -> None:
     with Index(store) as index, LookAhead(store, True) as ahead:
 
         def wrong() -> object:
-            return index._db.execute("SELECT ?, ?", (1,)).fetchall()  # a bug: two marks, one value
+            return index.file.db.execute("SELECT ?, ?", (1,)).fetchall()  # a bug: two marks, one value
 
         with pytest.raises(sqlite3.ProgrammingError):
             index.read_ahead(ahead, wrong)
-        assert not index._db.in_transaction
+        assert not index.file.db.in_transaction
         assert index.sync(ahead=ahead) == 0  # (the index is fine)
 
 
