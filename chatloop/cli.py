@@ -24,7 +24,6 @@ if TYPE_CHECKING:  # the settings and backend modules load only when a command n
     from chatloop.config import Settings
     from chatloop.format import Problem
     from chatloop.store.index import Index
-    from chatloop.store.lookahead import LookAhead
     from chatloop.store.rows import SessionRow
     from chatloop.store.store import Store
     from chatloop.ui.repl import Repl
@@ -744,51 +743,18 @@ def _window_status(backend: Backend, settings: Settings) -> tuple[str, str]:
 
 
 def _index(args: argparse.Namespace) -> Index:
-    """The index, synced. The stat of every session file runs in a child process
-    (``LookAhead``, started by ``main`` before the arguments are parsed when the
-    command reads the index) while this one parses, imports what the command
-    needs and opens the index."""
-    index, ahead = _unsynced(args)
-    with ahead:
-        index.sync(all_projects=True, progress=_progress_bar(at_least=200), ahead=ahead)
+    """The index, synced (a progress bar shows when many files are read)."""
+    from chatloop.store.index import Index
+
+    index = Index(_store(args))
+    index.sync(all_projects=True, progress=_progress_bar(at_least=200))
     return index
 
 
 def _fresh_read(args: argparse.Namespace, read: Callable[[Index], T]) -> T:
-    """``read(index)`` (it must only read the index) as of a fresh index: done while the
-    child looks at the files, and kept if that look says the index was fresh
-    (``Index.read_ahead``); else (or if it raised a ChatloopError, such as a session
-    not found) done again once the index is synced."""
-    index, ahead = _unsynced(args)
-    with index, ahead:
-        try:
-            found = index.read_ahead(ahead, lambda: read(index))
-        except ChatloopError:  # (a session not found in what may be a stale index: the
-            found = None  # sync says, and the read after it)
-        if found is None:
-            index.sync(all_projects=True, progress=_progress_bar(at_least=200), ahead=ahead)
-            found = read(index)
-    return found
-
-
-def _unsynced(args: argparse.Namespace) -> tuple[Index, LookAhead]:
-    """The index, opened, not yet synced, and the look taken ahead of every project's
-    files (to sync with, or to check hits found meanwhile against: close it)."""
-    store = _store(args)
-    ahead = getattr(args, "ahead", None)
-    if ahead is None or ahead.root != store.root:  # (a config or flag named another home)
-        from chatloop.store.lookahead import LookAhead
-
-        if ahead is not None:
-            ahead.close()
-        ahead = args.ahead = LookAhead(store, all_projects=True)
-    try:
-        from chatloop.store.index import Index
-
-        return Index(store), ahead
-    except BaseException:
-        ahead.close()
-        raise
+    """``read(index)`` of the index, synced."""
+    with _index(args) as index:
+        return read(index)
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -1116,36 +1082,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
     argv = list(sys.argv[1:] if argv is None else argv)
-    ahead = _look_ahead(argv)
     from chatloop.ui.streams import Notices
 
     stderr = sys.stderr
     sys.stderr = Notices(stderr)
     try:
-        return _main(argv, ahead)
+        return _main(argv)
     finally:
-        if ahead is not None:
-            ahead.close()
         sys.stderr = stderr
-
-
-INDEX_COMMANDS = ("sessions", "show", "search", "tree", "export")  # they read the index first
-
-
-def _look_ahead(argv: list[str]) -> LookAhead | None:
-    """For a command that starts by syncing the index, the look at its folders begun
-    now, in a child process, under the home the environment names (``_index`` drops
-    it if the settings name another)."""
-    if not argv or argv[0] not in INDEX_COMMANDS:
-        return None
-    from chatloop.config import chatloop_home
-    from chatloop.store.lookahead import LookAhead
-    from chatloop.store.store import Store
-
-    try:
-        return LookAhead(Store(chatloop_home()), all_projects=True)
-    except Exception:  # (no current directory, no home): the command says so, or does
-        return None  # not need it (--sessions-dir): a look ahead only saves time
 
 
 def _columns() -> int | None:
@@ -1166,7 +1110,7 @@ def _session_ref(p: argparse.ArgumentParser) -> None:
                         "or id")  # fmt: skip
 
 
-def _main(argv: list[str], ahead: LookAhead | None) -> int:
+def _main(argv: list[str]) -> int:
     parser = build_parser()
     try:
         argv, question = split_prompt(parser, argv)
@@ -1175,7 +1119,6 @@ def _main(argv: list[str], ahead: LookAhead | None) -> int:
         return exc.exit_code
     args = parser.parse_args(argv)
     args.question = question
-    args.ahead = ahead
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         if "ref" in args and args.ref is None:

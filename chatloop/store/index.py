@@ -19,9 +19,9 @@ does not import SQLite.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from chatloop.store import index_build
 from chatloop.store.index_file import INDEX_FILE, IndexFile
@@ -31,11 +31,8 @@ from chatloop.store.store import Store
 
 if TYPE_CHECKING:
     from chatloop.store.index_build import Progress
-    from chatloop.store.lookahead import LookAhead
 
 __all__ = ["Index"]
-
-T = TypeVar("T")
 
 
 class Index:
@@ -72,20 +69,15 @@ class Index:
         self.close()
 
     # -- freshness (index_build)
-    def sync(self, all_projects: bool = True, progress: Progress | None = None,
-             ahead: LookAhead | None = None) -> int:  # fmt: skip
+    def sync(self, all_projects: bool = True, progress: Progress | None = None) -> int:
         """Bring rows up to date with the files; returns how many files were (re)read
         (``index_build.sync``)."""
-        return index_build.sync(self.file, self.store, all_projects, progress, ahead)
+        return index_build.sync(self.file, self.store, all_projects, progress)
 
     def rebuild(self, progress: Progress | None = None) -> int:
         """Re-read every session file of every project into a fresh index
         (``index_build.rebuild``); returns how many were read."""
         return index_build.rebuild(self.file, self.store, progress)
-
-    def read_ahead(self, ahead: LookAhead, read: Callable[[], T]) -> T | None:
-        """``read()`` as of a fresh index, or None (``index_build.read_ahead``)."""
-        return index_build.read_ahead(self.file, ahead, read)
 
     # -- reading (index_query)
     def _queries(self) -> Queries:

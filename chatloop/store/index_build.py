@@ -35,18 +35,17 @@ import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from chatloop.ids import tail_of
-from chatloop.store.index_file import IndexFile, not_waiting, trouble
+from chatloop.store.index_file import IndexFile, not_waiting
 from chatloop.store.rows import fork_point, seconds
 from chatloop.store.store import FolderLook, Store
 
 if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
     from chatloop.format import Skim as Scanned
-    from chatloop.store.lookahead import LookAhead, Marks
 
-__all__ = ["Progress", "read_ahead", "rebuild", "sync"]
+__all__ = ["Progress", "rebuild", "sync"]
 
 PARALLEL_FROM = 64  # stale files from which a sync scans in worker processes
 STREAM_FROM = 4 << 20  # files this large are read here, their words inserted as they come
@@ -54,7 +53,7 @@ DEAD_REBUILD = 32 << 20  # unlisted chunk bytes from which a sync may rebuild th
 BATCH_FILES = 256  # rows written per transaction (a neighbour waits at most one batch)
 BATCH_BYTES = 32 << 20  # or this much text, whichever comes first
 Progress = Callable[[int, int], None]
-T = TypeVar("T")
+Marks = list[tuple[str, bytes]]  # (project folder name, its mark), as Store.look makes them
 
 _MARK, _MARK_END = "folder:", "folder;"  # info keys of folder marks (";" follows ":")
 _EVERY = "folders:every"  # kept when every project's rows were checked at once
@@ -72,21 +71,12 @@ _TRIGGERS = tuple(
 
 
 def sync(file: IndexFile, store: Store, all_projects: bool = True,
-         progress: Progress | None = None, ahead: LookAhead | None = None) -> int:  # fmt: skip
+         progress: Progress | None = None) -> int:  # fmt: skip
     """Bring rows up to date with the files; returns how many files were (re)read.
     An empty index with many files to read is built like ``rebuild`` does, and so
-    is one whose unlisted chunks outweigh the listed ones (see module doc). With
-    ``ahead`` (a look started earlier, of the same projects), a fresh index is
-    known from its marks without looking again."""
-
-    def refresh() -> int:
-        if ahead is not None and ahead.all_projects == all_projects and not file.in_memory:
-            marks = ahead.marks()
-            if marks is not None and _marked(file.db, store, marks, all_projects):
-                return 0  # fresh as of the look taken ahead
-        return _refresh(file, store, all_projects, progress, may_rebuild=True)
-
-    count = file.guarded(refresh, lambda: _refill(file, store))
+    is one whose unlisted chunks outweigh the listed ones (see module doc)."""
+    count = file.guarded(lambda: _refresh(file, store, all_projects, progress, may_rebuild=True),
+                         lambda: _refill(file, store))  # fmt: skip
     if not file.in_memory and _bloated(file.db):
         rebuild(file, store, progress)
     return count
@@ -360,36 +350,3 @@ def _store_row(
     if num is None and cursor.lastrowid is not None:
         _insert_text(db, cursor.lastrowid, scanned.text)
 
-
-def read_ahead(file: IndexFile, ahead: LookAhead, read: Callable[[], T]) -> T | None:
-    """``read()`` (a listing, a search) done before any sync, while ``ahead`` (a look
-    at every project) runs; None when its answer may not be used (then sync, and
-    read again).
-
-    ``read`` runs in one snapshot of the index, with the marks kept in it (keep it
-    to the index: files are read after, outside the snapshot); its answer is
-    returned only if those marks equal the look's. Marks are kept only
-    with rows that matched a look, and go whenever a row is written, so the answer
-    is the one a sync would have found nothing to re-read for. An index of the
-    files in memory, a look of one project, no answer to come from it (then ``read``
-    is not run), or any trouble with the index: None. ``read`` must only read."""
-    if file.in_memory or not ahead.all_projects or not ahead.pending:
-        return None
-    db = file.db
-    try:
-        db.execute("BEGIN")  # one snapshot (from the first read) for marks and rows
-        kept = _kept(db, True, [])
-        answer = read()
-        db.execute("COMMIT")  # (a read: nothing is kept or lost)
-    except sqlite3.Error as exc:
-        file.end_transaction()
-        if trouble(exc) is None:  # a bug, not the index's state: say so
-            raise
-        return None
-    except BaseException:
-        file.end_transaction()
-        raise
-    marks = ahead.marks()
-    if marks is None or not _same_marks(kept, marks, True):
-        return None
-    return answer
