@@ -233,8 +233,10 @@ def appends(sizes: list[int], peers: Path | None, peer_queries: int) -> None:
 
 
 def corpus(count: int, peers: Path | None, runs: int) -> None:
-    """bench/search.py's figures (reindex, index size, listing vs ls -l, searches vs rg
-    and grep, same hits as grep), then the listing against the seed project's."""
+    """bench/search.py's figures (reindex, index size, searches vs rg and grep, same
+    hits as grep), bench/listing.py's (the listing vs ls -l at 1,000 sessions and at
+    ``count``), then the listing against the seed project's."""
+    from listing import measure as listing_figures  # bench/listing.py
     from search import measure as search_figures  # bench/search.py
 
     def report(figure: str, ours: str, baseline: str, ratio: float | None, target: str,
@@ -242,6 +244,7 @@ def corpus(count: int, peers: Path | None, runs: int) -> None:
         add(figure, ours, baseline, ratio, target, met)
 
     search_figures(count, runs, "zipf", report)
+    listing_figures(sorted({min(1000, count), count}), max(runs, 11), report)
     if peers is None:
         return
     with tempfile.TemporaryDirectory() as tmp:

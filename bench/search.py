@@ -10,9 +10,9 @@ one common word (in about 80% of sessions) and one rare word (in 1%). Then:
   output, `rg -il`, `grep -ril`, whole processes, page cache warm), medians and
   the ratio chatloop ÷ rg taken pair by pair (below 1: chatloop is faster);
 - the same sessions as `grep -rilw` (whole words, as chatloop searches);
-- peak RSS of one run of each chatloop command (GNU time);
-- `chatloop sessions` (the index fresh, output a pipe) against `ls -l` of the
-  sessions folder, interleaved, ratio chatloop ÷ ls pair by pair.
+- peak RSS of one run of each chatloop command (GNU time).
+
+The listing (`chatloop sessions` against `ls -l`) is bench/listing.py's.
 
     python bench/search.py                    # 10,000 sessions, 5 rounds
     python bench/search.py --sessions 500 --rounds 3
@@ -140,7 +140,7 @@ def peak_rss(cmd: list[str], cwd: Path, env: dict[str, str]) -> str:
 
 
 def measure(sessions: int, rounds: int, text: str, report: Report) -> None:
-    """Write the sessions, then time reindex, the listing and both searches against
+    """Write the sessions, then time reindex and both searches against
     their baselines; each figure goes to ``report(figure, ours, baseline, ratio,
     target, met)``, the ratio chatloop ÷ baseline (below 1: chatloop is faster)."""
     chatloop, rg = shutil.which("chatloop"), shutil.which("rg")
@@ -167,15 +167,6 @@ def measure(sessions: int, rounds: int, text: str, report: Report) -> None:
                cpu <= 6)  # fmt: skip
         report("index.db / sessions", f"{db / 1e6:,.0f} MB ({db / size:.1%})",
                f"sessions {size / 1e6:,.0f} MB", db / size, "<= 15%", db / size <= 0.15)
-        listing = {"chatloop": [chatloop, "sessions"], "ls": ["ls", "-l", str(folder)]}
-        spent = interleaved(listing, rounds, cwd, env)
-        ratio = statistics.median(c / s for c, s in zip(spent["chatloop"], spent["ls"],
-                                                         strict=True))  # fmt: skip
-        rss = peak_rss([chatloop, "sessions"], cwd, env)
-        report(f"chatloop sessions ({sessions:,}; 50 shown)",
-               f"{statistics.median(spent['chatloop']) * 1000:.0f} ms (peak RSS {rss})",
-               f"ls -l {statistics.median(spent['ls']) * 1000:.0f} ms", ratio, "<= 1.5x",
-               ratio <= 1.5)  # fmt: skip
         for label, word in (("common", COMMON), ("rare", RARE)):
             cmds = {"chatloop": [chatloop, "search", word], "rg": [rg, "-il", word, str(folder)],
                     "grep": ["grep", "-ril", word, str(folder)]}  # fmt: skip

@@ -23,7 +23,7 @@ from chatloop.store.store import Store
 from tests.conftest import Clock
 
 if TYPE_CHECKING:
-    from chatloop.store.index import SessionRow
+    from chatloop.store.rows import SessionRow
 
 AGENTS = Path(__file__).resolve().parent.parent / "agents"
 # The settings of in-process tests: the defaults, but titles from the first request, so a

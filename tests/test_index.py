@@ -12,7 +12,7 @@ import pytest
 from chatloop.errors import NotFound
 from chatloop.format import Message
 from chatloop.ids import handles
-from chatloop.store import index as index_module
+from chatloop.store import index_build
 from chatloop.store.index import Index
 from chatloop.store.store import Store
 from tests.conftest import T0, exchange, new_meta
@@ -130,12 +130,12 @@ def test_a_large_session_is_indexed_in_chunks_like_a_small_one(
         whole.sync()
         expected = whole.list_sessions()
     (store.root / "index.db").unlink()
-    monkeypatch.setattr(index_module, "STREAM_FROM", 1000)  # read it as a large file
+    monkeypatch.setattr(index_build, "STREAM_FROM", 1000)  # read it as a large file
     monkeypatch.setattr(document, "SEARCH_CHUNK_BYTES", 2000)
     with Index(store) as chunked:
         chunked.sync()
         assert chunked.list_sessions() == expected
-        chunks = chunked._db.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        chunks = chunked.file.db.execute("SELECT count(*) FROM chunks").fetchone()[0]
         assert chunks > 5
         for word in ("aardvarkfirst", "zebralast", "filler"):
             hits = chunked.search(word)
@@ -144,9 +144,9 @@ def test_a_large_session_is_indexed_in_chunks_like_a_small_one(
             again.append(Message.create("user", T0, text="one more"))
         chunked.sync()  # the file changed: its old chunks are unlisted, new ones come
         assert len(chunked.search("filler")) == 1
-        after = chunked._db.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        after = chunked.file.db.execute("SELECT count(*) FROM chunks").fetchone()[0]
         assert chunks <= after <= chunks + 1
-        dead = chunked._db.execute("SELECT value FROM info WHERE key = 'dead'").fetchone()[0]
+        dead = chunked.file.db.execute("SELECT value FROM info WHERE key = 'dead'").fetchone()[0]
         assert int(dead) > 0  # counted, for the rebuild that clears them
 
 
@@ -170,23 +170,23 @@ def test_a_word_edited_out_of_a_file_is_no_longer_found(store: Store) -> None:
 def test_unlisted_chunks_that_outweigh_the_listed_ones_rebuild_the_index(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(index_module, "DEAD_REBUILD", 1)
+    monkeypatch.setattr(index_build, "DEAD_REBUILD", 1)
     writer = store.create(new_meta(title="growing"))
     rebuilds: list[int] = []
-    real_build = Index._build
+    real_build = index_build._build
 
-    def build(self: Index, progress: object) -> int:
+    def build(*args: object) -> int:
         rebuilds.append(1)
-        return real_build(self, progress)  # type: ignore[arg-type]
+        return real_build(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Index, "_build", build)
+    monkeypatch.setattr(index_build, "_build", build)
     with Index(store) as index:
         for n in range(6):  # the file changes each time: read again, old chunks unlisted
             writer.append(Message.create("user", T0, text=f"message {n} about quinces"))
             index.sync()
-        found = index._db.execute("SELECT value FROM info WHERE key = 'dead'").fetchone()
+        found = index.file.db.execute("SELECT value FROM info WHERE key = 'dead'").fetchone()
         dead = int(found[0]) if found else 0
-        live = index._db.execute("SELECT sum(size) FROM chunks").fetchone()[0]
+        live = index.file.db.execute("SELECT sum(size) FROM chunks").fetchone()[0]
         assert rebuilds and dead <= live  # rebuilt when the unlisted outweighed the listed
         assert [h.session.title for h in index.search("quinces")] == ["growing"]
     writer.close()

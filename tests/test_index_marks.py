@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from chatloop.store import index_build
 from chatloop.store.index import Index
 from chatloop.store.store import Store
 from tests.test_index import _populate
@@ -25,7 +26,7 @@ def _two_projects(store: Store, here: int) -> Store:
 
 def _statements(index: Index) -> list[str]:
     seen: list[str] = []
-    index._db.set_trace_callback(seen.append)
+    index.file.db.set_trace_callback(seen.append)
     return seen
 
 
@@ -89,17 +90,17 @@ def test_no_mark_is_kept_when_a_neighbour_wrote_an_older_row_meanwhile(
         index.sync()
         old = os.stat(path)
         path.write_bytes(path.read_bytes().replace(b"unicorn0", b"narwhal0"))
-        keep = Index._mark
+        keep = index_build._mark
 
-        def neighbour_first(self: Index, *args: object) -> None:
+        def neighbour_first(*args: object) -> None:
             with sqlite3.connect(store.root / "index.db") as other:
                 other.execute("UPDATE sessions SET size = ?, mtime_ns = ? WHERE path = ?",
                               (old.st_size, old.st_mtime_ns, str(path)))  # fmt: skip
-            keep(self, *args)  # type: ignore[arg-type]
+            keep(*args)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(Index, "_mark", neighbour_first)
+        monkeypatch.setattr(index_build, "_mark", neighbour_first)
         assert index.sync() == 1
-        monkeypatch.setattr(Index, "_mark", keep)
+        monkeypatch.setattr(index_build, "_mark", keep)
         assert index.sync() == 1  # no mark was kept: the stale row is seen and read again
         assert [h.session.path for h in index.search("narwhal0")] == [str(path)]
 
@@ -184,13 +185,13 @@ def test_a_busy_index_keeps_no_mark_and_waits_for_nobody(store: Store) -> None:
             neighbour.execute("BEGIN IMMEDIATE")
             try:
                 assert index.sync() == 0  # returns at once: the lock is still held here
-                kept = index._db.execute(
+                kept = index.file.db.execute(
                     "SELECT count(*) FROM info WHERE key LIKE 'folder%'").fetchone()[0]
             finally:
                 neighbour.execute("ROLLBACK")
         assert kept == 0
         index.sync()
-        assert index._db.execute(
+        assert index.file.db.execute(
             "SELECT count(*) FROM info WHERE key LIKE 'folder%'").fetchone()[0] == 2
 
 
@@ -201,7 +202,7 @@ def test_a_folder_name_sqlite_cannot_hold_keeps_no_mark_and_breaks_nothing(
     os.mkdir(os.path.join(os.fsencode(store.root / "projects"), b"caf\xe9"))
     with Index(store) as index:
         index.sync()
-        assert not index._db.in_transaction  # nothing left locked for the neighbours
+        assert not index.file.db.in_transaction  # nothing left locked for the neighbours
         assert len(index.list_sessions(all_projects=True)) == 1
         with sqlite3.connect(store.root / "index.db", timeout=0) as neighbour:
             neighbour.execute("BEGIN IMMEDIATE")

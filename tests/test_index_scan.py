@@ -13,8 +13,9 @@ from chatloop.format import Session, parse_markdown, render_markdown
 from chatloop.format import skim as scan
 from chatloop.format import skim_of as from_parse
 from chatloop.format import yaml_strict as frontmatter_yaml
-from chatloop.store import index
+from chatloop.store import index_build
 from chatloop.store.index import Index
+from chatloop.store.index_file import INDEX_FILE
 from chatloop.store.store import Store
 from tests.test_transcript import sessions, text_st
 
@@ -109,8 +110,8 @@ def test_parallel_sync_stores_what_a_serial_sync_stores(
         return [listed, [(h.session.id, h.role, h.snippet) for h in found]]
 
     serial = rows()
-    (store.root / index.INDEX_FILE).unlink()
-    monkeypatch.setattr(index, "PARALLEL_FROM", 2)
+    (store.root / INDEX_FILE).unlink()
+    monkeypatch.setattr(index_build, "PARALLEL_FROM", 2)
     parallel = rows()
     assert parallel == serial
     assert serial[1], "the samples mention watering"

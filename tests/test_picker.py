@@ -17,7 +17,8 @@ from chatloop.chat import continuation
 from chatloop.chat.host import Lookup, Picked
 from chatloop.chat.lookup import summary_digest
 from chatloop.chat.session import ChatSession
-from chatloop.store.index import Index, SessionRow
+from chatloop.store.index import Index
+from chatloop.store.rows import SessionRow
 from chatloop.store.store import Store
 from chatloop.ui.listing import cells, handle_width
 from chatloop.ui.picker import line_for, matches, pick, pick_numbered

@@ -135,7 +135,7 @@ def test_a_one_shot_acknowledgment_is_labelled_on_stderr(
 
 
 def test_search_hits_keep_their_columns_whatever_the_handles() -> None:
-    from chatloop.store.index import SearchHit, SessionRow
+    from chatloop.store.rows import SearchHit, SessionRow
     from chatloop.ui.listing import hit_line
 
     def row(handle: str) -> SessionRow:
@@ -152,7 +152,7 @@ def test_listings_fit_a_terminal_and_keep_their_marks() -> None:
     # count twice), so no line wraps mid-word; a status such as [chain of 2] stays whole
     from datetime import UTC, datetime
 
-    from chatloop.store.index import SearchHit, SessionRow
+    from chatloop.store.rows import SearchHit, SessionRow
     from chatloop.ui.listing import cells, hit_line, sessions_text
 
     def row(title: str, chain: int, status: str = "closed") -> SessionRow:

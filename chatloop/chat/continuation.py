@@ -34,7 +34,7 @@ from chatloop.errors import ChatloopError, NotFound
 from chatloop.store.store import Store
 
 if TYPE_CHECKING:
-    from chatloop.store.index import SessionRow
+    from chatloop.store.rows import SessionRow
 
 PICK_LIMIT = 500  # sessions a picker lists (and search hits it shows)
 Pick = Callable[[list["SessionRow"], Lookup], "Picked | None"]

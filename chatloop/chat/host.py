@@ -18,7 +18,7 @@ from chatloop.backends.base import Event
 from chatloop.format import Message
 
 if TYPE_CHECKING:
-    from chatloop.store.index import SessionRow
+    from chatloop.store.rows import SessionRow
 
 Tone = Literal["info", "warn", "ok", "restored"]
 Progress = Callable[[str], None]

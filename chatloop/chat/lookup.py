@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from chatloop.errors import ChatloopError
-from chatloop.store.index import Index, SessionRow
+from chatloop.store.index import Index
+from chatloop.store.rows import SessionRow
 from chatloop.store.store import Store
 
 

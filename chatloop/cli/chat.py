@@ -18,29 +18,28 @@ from chatloop.errors import UsageError
 if TYPE_CHECKING:
     from chatloop.chat.continuation import Kind, Pick
     from chatloop.chat.host import Lookup, Picked
-    from chatloop.store.index import SessionRow
+    from chatloop.store.rows import SessionRow
     from chatloop.ui.repl import Repl
     from chatloop.ui.start import Prompt
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    """The interactive REPL, or a one-shot answer; a continuation first when asked."""
-    from chatloop.chat.continuation import Kind
-
+    """The interactive REPL, or a one-shot answer; a continuation first when asked.
+    A new chat in a terminal draws its prompt before the chat package loads."""
     if (args.full or args.fork) and not (args.continue_ or args.resume is not None):
         flag = "--full" if args.full else "--fork"
         raise UsageError(f"{flag} goes with --resume or --continue", f"e.g. chatloop -r 2 {flag}")
-    kind = Kind.of(args.full, args.fork)
     terminal = sys.stdin.isatty() and sys.stdout.isatty()
+    if not (args.continue_ or args.resume is not None or args.question) and terminal:
+        return _chat_new(args)  # (with a terminal, nothing is piped in)
+    from chatloop.chat.continuation import Kind
+
+    kind = Kind.of(args.full, args.fork)
     if args.continue_:
         return chat(args, "1", kind, latest=True)
     if args.resume == "" and not args.question and terminal:
         return pick_and_chat(args, kind)
-    if args.resume:
-        return chat(args, args.resume, kind)
-    if args.resume is None and not args.question and terminal:
-        return _chat_new(args)  # (with a terminal, nothing is piped in)
-    return chat(args, None, kind)
+    return chat(args, args.resume or None, kind)
 
 
 def pick_and_chat(args: argparse.Namespace, kind: Kind) -> int:

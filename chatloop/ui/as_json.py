@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from chatloop.store.index import SearchHit, SessionRow
+from chatloop.store.rows import SearchHit, SessionRow
 
 if TYPE_CHECKING:
     from chatloop.format import Facts, Message, Plain, SessionMeta, Usage

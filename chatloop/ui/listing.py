@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from chatloop.store.index import SearchHit, SessionRow
+from chatloop.store.rows import SearchHit, SessionRow
 
 if TYPE_CHECKING:  # a listing from a fresh index imports no parser
     from chatloop.format import Message, Plain, Session, SessionMeta

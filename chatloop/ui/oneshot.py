@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from chatloop.chat.agent import Agent
     from chatloop.chat.continuation import Kind, Located
     from chatloop.chat.session import ChatSession
-    from chatloop.store.index import SessionRow
+    from chatloop.store.rows import SessionRow
     from chatloop.store.store import Store
 
 

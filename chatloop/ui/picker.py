@@ -35,7 +35,7 @@ from prompt_toolkit.layout.dimension import Dimension
 from prompt_toolkit.output import Output
 
 from chatloop.chat.host import Lookup, Picked
-from chatloop.store.index import SessionRow
+from chatloop.store.rows import SessionRow
 from chatloop.ui.listing import clip, describe, handle_width, relative_time, visible
 
 PREVIEW_LINES = 4

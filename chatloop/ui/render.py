@@ -25,8 +25,8 @@ from chatloop.errors import ChatloopError
 from chatloop.format import Message, empty_reply
 from chatloop.ui.listing import describe, relative_time, visible
 
-if TYPE_CHECKING:  # sqlite3 and rich.markdown load only when used
-    from chatloop.store.index import SessionRow
+if TYPE_CHECKING:
+    from chatloop.store.rows import SessionRow
 
 _FENCE_RE = re.compile(r"^\s*(```|~~~)", re.MULTILINE)
 METER_LEVELS = ((0.9, "ansired"), (0.8, "ansiyellow"), (0.7, "ansibrightyellow"))

@@ -43,7 +43,7 @@ from chatloop.ui.listing import visible
 from chatloop.ui.prompt import PROMPT, chat_prompt, file_history
 
 if TYPE_CHECKING:
-    from chatloop.store.index import SessionRow
+    from chatloop.store.rows import SessionRow
 
 TONES: dict[Tone, str] = {"info": "dim", "warn": "yellow", "ok": "green", "restored": "cyan"}
 YES, NO = ("y", "yes"), ("n", "no")

@@ -1,0 +1,133 @@
+"""The listing at scale: `chatloop sessions` against `ls -l` of the same folder.
+
+For each size (default 1,000 and 10,000 sessions) writes that many small closed
+sessions into one project (bench/run.py's ``make_sessions``: a listing costs one
+``stat`` per file and a read of the index, not the files' size), builds the
+index (`chatloop reindex`, not timed), then runs `chatloop sessions` (the 50
+most recent, the index fresh, output a pipe) and `ls -l FOLDER` interleaved
+A B A B, whole processes, after one untimed run of each, with `python -c
+pass` (the interpreter's own start, site included: the floor under any
+Python command) in the same rounds. Prints the medians and the median of the
+pair-by-pair ratios chatloop ÷ ls, and the row
+"sessions at N <= 1.5x ls -l" met or missed (the target of the speed issue; a
+listing that misses it at 10,000 sessions is what would justify looking at the
+files in a forked helper again: ARCHITECTURE rule 11, issue 30).
+
+chatloop runs as ``python -m chatloop`` with this checkout first on PYTHONPATH,
+its bytecode compiled first (as installed). ``--also TREE`` times the chatloop
+of another tree (a checkout before a change) in the same rounds, A B C A B C.
+
+    python bench/listing.py
+    python bench/listing.py --sizes 10000 --rounds 21
+    python bench/listing.py --also /tmp/before
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from chatloop.store.store import Store  # noqa: E402
+
+TARGET = 1.5  # chatloop sessions <= 1.5x ls -l
+Report = Callable[[str, str, str, "float | None", str, "bool | None"], None]
+
+
+def chatloop_env(tree: Path, home: Path) -> dict[str, str]:
+    """The environment that runs the chatloop of ``tree`` on ``home`` (bytecode
+    written and read, as an installed chatloop's is)."""
+    env = {**os.environ, "CHATLOOP_HOME": str(home), "CHATLOOP_CONFIG": ""}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return env
+
+
+def wall(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> float:
+    """Seconds from start to exit of ``cmd``, its output read from a pipe."""
+    started = time.perf_counter()
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, check=False)
+    took = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{cmd} failed: {done.stderr.decode(errors='replace')}")
+    return took
+
+
+def measure(sizes: list[int], rounds: int, report: Report, also: Path | None = None) -> None:
+    """For each size, the listing against ``ls -l`` (and the chatloop of ``also``, when
+    given), each figure to ``report(figure, ours, baseline, ratio, target, met)``."""
+    from run import make_sessions  # bench/run.py
+
+    trees = {"chatloop": HERE.parent, **({"also": also} if also else {})}
+    for tree in trees.values():
+        compileall.compile_dir(str(tree / "chatloop"), quiet=1)
+    for size in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            home, cwd = Path(tmp) / "home", Path(tmp) / "proj"
+            cwd.mkdir()
+            store = Store(home, cwd=cwd)
+            make_sessions(store, size, 2, "zebracornqq", every=97)
+            folder = store.project_dir
+            cmds = {name: ([sys.executable, "-m", "chatloop", "sessions"],
+                           chatloop_env(tree, home)) for name, tree in trees.items()}  # fmt: skip
+            cmds["ls"] = (["ls", "-l", str(folder)], None)
+            cmds["python"] = ([sys.executable, "-c", "pass"], cmds["chatloop"][1])
+            subprocess.run([sys.executable, "-m", "chatloop", "reindex"], cwd=cwd, check=True,
+                           env=cmds["chatloop"][1], stdout=subprocess.DEVNULL)  # fmt: skip
+            for cmd, env in cmds.values():  # page cache warm, the index checked
+                wall(cmd, cwd, env)
+            times: dict[str, list[float]] = {name: [] for name in cmds}
+            for _ in range(rounds):
+                for name, (cmd, env) in cmds.items():
+                    times[name].append(wall(cmd, cwd, env))
+            ls_ms = statistics.median(times["ls"]) * 1000
+            floor_ms = statistics.median(times["python"]) * 1000
+            for name in trees:
+                ratio = statistics.median(c / s for c, s in zip(times[name], times["ls"],
+                                                                strict=True))  # fmt: skip
+                label = f"sessions at {size:,} <= {TARGET}x ls -l"
+                ours = f"{statistics.median(times[name]) * 1000:.0f} ms"
+                if name != "chatloop":
+                    label += f" ({also})"
+                    gap = statistics.median(a - c for a, c in zip(times[name], times["chatloop"],
+                                                                  strict=True))  # fmt: skip
+                    ours += f" ({gap * 1000:+.0f} ms against this checkout, pair by pair)"
+                report(label, ours,
+                       f"ls -l {ls_ms:.0f} ms (python -c pass {floor_ms:.0f} ms)", ratio,
+                       f"<= {TARGET}x",
+                       ratio <= TARGET if name == "chatloop" else None)  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--also", type=Path, help="another chatloop tree, timed in the same "
+                        "rounds (reported, not judged)")  # fmt: skip
+    args = parser.parse_args()
+
+    def report(figure: str, ours: str, baseline: str, ratio: float | None, target: str,
+               met: bool | None) -> None:  # fmt: skip
+        shown = "" if ratio is None else f" → {ratio:.2f}x"
+        mark = "n/a" if met is None else ("met" if met else "MISSED")
+        print(f"{figure}: {ours} vs {baseline}{shown} ({target}: {mark})", flush=True)
+
+    print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    measure(args.sizes, args.rounds, report, args.also)
+    print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""Keeping the index's rows in step with the files: freshness and building.
+
+The files are the truth; the index is a cache. Deleting ``index.db`` loses
+nothing: it is rebuilt from the files when missing, corrupt or stale (a file
+whose size or mtime differs from its row). Every command looks at each file
+(one ``stat``); a folder whose look equals the mark kept when its rows last
+matched it is fresh without reading a row (see ``_mark``). Rows are kept per
+file path and skimmed by ``chatloop.format.skim`` (no full parse), through
+``index_scan``. A *contentless* FTS5 table (``content=''``, ``detail=full``)
+indexes each session's searchable text without storing a copy of it (the
+files hold it), so ``index.db`` stays a fraction of the sessions' size. The
+text goes in as chunks of about a megabyte, each an FTS row listed in
+``chunks`` with its session: a 200 MB transcript is indexed without ever
+being one string in memory.
+
+A contentless table cannot delete a row without its original text (SQLite
+before 3.43), so a session read again gets new chunks and its old ones are
+only unlisted (queries join through ``chunks``, so they are never found).
+Their bytes are counted (``info.dead``); when the dead outweigh the live (and
+pass DEAD_REBUILD bytes), the next sync rebuilds the index.
+
+Many stale files (a first run, ``reindex``) are scanned by a worker process
+(one per spare core) while this process inserts, into a side file written
+without a journal and copied into ``index.db`` in one transaction when
+complete (``IndexFile.side``). Rows are written in batches, each its own
+short transaction, so a neighbour waits for one batch, never for a scan.
+
+Functions over an ``IndexFile`` (the connection and its resilience) and the
+``Store`` (the files); nothing here decides what a listing or a search shows.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from chatloop.ids import tail_of
+from chatloop.store.index_file import IndexFile, not_waiting
+from chatloop.store.rows import fork_point, seconds
+from chatloop.store.store import FolderLook, Store
+
+if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
+    from chatloop.format import Skim as Scanned
+
+__all__ = ["Progress", "rebuild", "sync"]
+
+PARALLEL_FROM = 64  # stale files from which a sync scans in worker processes
+STREAM_FROM = 4 << 20  # files this large are read here, their words inserted as they come
+DEAD_REBUILD = 32 << 20  # unlisted chunk bytes from which a sync may rebuild the index
+BATCH_FILES = 256  # rows written per transaction (a neighbour waits at most one batch)
+BATCH_BYTES = 32 << 20  # or this much text, whichever comes first
+Progress = Callable[[int, int], None]
+Marks = list[tuple[str, bytes]]  # (project folder name, its mark), as Store.look makes them
+
+_MARK, _MARK_END = "folder:", "folder;"  # info keys of folder marks (";" follows ":")
+_EVERY = "folders:every"  # kept when every project's rows were checked at once
+# A project's mark, and the mark of the whole home, go whenever any process (an older
+# chatloop too) writes or removes one of the project's rows (see _mark).
+_TRIGGERS = tuple(
+    f"CREATE TRIGGER IF NOT EXISTS unmark_on_{event.lower()} AFTER {event} ON sessions "
+    f"BEGIN DELETE FROM info WHERE key IN ({keys}, '{_EVERY}'); END"
+    for event, keys in (
+        ("INSERT", f"'{_MARK}' || NEW.project"),
+        ("DELETE", f"'{_MARK}' || OLD.project"),
+        ("UPDATE", f"'{_MARK}' || OLD.project, '{_MARK}' || NEW.project"),
+    )
+)
+
+
+def sync(file: IndexFile, store: Store, all_projects: bool = True,
+         progress: Progress | None = None) -> int:  # fmt: skip
+    """Bring rows up to date with the files; returns how many files were (re)read.
+    An empty index with many files to read is built like ``rebuild`` does, and so
+    is one whose unlisted chunks outweigh the listed ones (see module doc)."""
+    count = file.guarded(lambda: _refresh(file, store, all_projects, progress, may_rebuild=True),
+                         lambda: _refill(file, store))  # fmt: skip
+    if not file.in_memory and _bloated(file.db):
+        rebuild(file, store, progress)
+    return count
+
+
+def rebuild(file: IndexFile, store: Store, progress: Progress | None = None) -> int:
+    """Re-read every session file of every project into a fresh index.
+
+    The new index is written to a side file of this process's own (see
+    ``IndexFile.side``), then copied into ``index.db`` in one transaction. One
+    rebuild runs at a time; neighbours read meanwhile."""
+    return file.guarded(lambda: _rebuild(file, store, progress), lambda: _refill(file, store))
+
+
+def _refill(file: IndexFile, store: Store) -> None:
+    """Every file read again, into an index replaced or moved to memory."""
+    _refresh(file, store, True, None, may_rebuild=True)
+
+
+def _bloated(db: sqlite3.Connection) -> bool:
+    dead = db.execute("SELECT value FROM info WHERE key = 'dead'").fetchone()
+    if dead is None or int(dead[0]) < DEAD_REBUILD:
+        return False
+    live = db.execute("SELECT coalesce(sum(size), 0) FROM chunks").fetchone()[0]
+    return int(dead[0]) > int(live)
+
+
+def _refresh(file: IndexFile, store: Store, all_projects: bool, progress: Progress | None,
+             may_rebuild: bool) -> int:  # fmt: skip
+    if file.in_memory:
+        all_projects = True  # it starts empty: what is listed must all be read
+    db = file.db
+    looks = store.look(all_projects)
+    marks = [(look.name, look.mark) for look in looks]
+    if not file.in_memory and _marked(db, store, marks, all_projects):
+        return 0  # fresh: no row is read (see _mark)
+    known = _known(db, store, all_projects)
+    files = Store.session_stats(looks, known)
+    stale = [p for p, st in files.items() if known.get(p) != (st.st_size, st.st_mtime_ns)]
+    gone = [p for p in known if p not in files]
+    cold = may_rebuild and all_projects and not known and not file.in_memory
+    if cold and len(stale) >= PARALLEL_FROM:
+        return _build_cold(file, store, progress)
+    if not stale and not gone:
+        _mark(file, store, looks, all_projects, files)
+        return 0  # fresh: nothing is read, and the scanner (and YAML) never load
+    from chatloop.store.index_scan import scan_files
+
+    big = [p for p in stale if files[p].st_size >= STREAM_FROM]
+    small = [p for p in stale if files[p].st_size < STREAM_FROM]
+    if gone:
+        with file.write():
+            for path in gone:
+                _forget(db, path)
+    # Rows are written in batches, each its own short transaction: a neighbour
+    # waiting to write waits for one batch, never for the whole scan. Every row
+    # replaces whatever a neighbour wrote for the same file meanwhile.
+    batch: list[tuple[str, Scanned]] = []
+    batch_bytes = 0
+    scanned_files = scan_files(small, parallel=len(small) >= PARALLEL_FROM)
+    for done, (path, scanned) in enumerate(scanned_files, 1):
+        if scanned is not None:
+            batch.append((path, scanned))
+            batch_bytes += len(scanned.text)
+            if len(batch) >= BATCH_FILES or batch_bytes >= BATCH_BYTES:
+                _store_batch(file, batch, files)
+                batch, batch_bytes = [], 0
+        if progress:
+            progress(done, len(stale))
+    _store_batch(file, batch, files)
+    for done, path in enumerate(big, len(small) + 1):
+        with file.write():
+            _store_streaming(db, path, files[path])
+        if progress:
+            progress(done, len(stale))
+    _mark(file, store, looks, all_projects, files)
+    return len(stale)
+
+
+def _known(db: sqlite3.Connection, store: Store, all_projects: bool) -> dict[str, tuple[int, int]]:
+    """The (size, mtime) each row was read at, by path."""
+    sql = "SELECT path, size, mtime_ns FROM sessions"
+    rows = (db.execute(sql) if all_projects else
+            db.execute(sql + " WHERE project = ?", (store.project,)))  # fmt: skip
+    return {path: (size, mtime) for path, size, mtime in rows}
+
+
+# A folder's mark (``FolderLook.mark``) is kept in ``info`` when its rows were
+# seen to match that look exactly. A trigger removes it whenever a row of that
+# project is written or removed, by any process (older versions of chatloop
+# included), so a kept mark that equals a new look means the rows still match
+# the files: the listing reads no row to know it is fresh.
+
+
+def _marked(db: sqlite3.Connection, store: Store, marks: Marks, all_projects: bool) -> bool:
+    """Whether every folder looked at (its name and mark, as ``FolderLook`` has
+    them) has the mark kept for it; for every project, also that the marks were
+    kept by a sync of every project, with no row written since (so no project
+    without a folder still has rows)."""
+    return _same_marks(_kept(db, all_projects, [name for name, _ in marks]), marks,
+                       all_projects)  # fmt: skip
+
+
+def _kept(db: sqlite3.Connection, all_projects: bool, names: list[str]) -> dict[str, object]:
+    """The marks kept in the index, by key: every project's (and ``_EVERY`` if an
+    every-project sync kept them), or those of the folders ``names``."""
+    if all_projects:
+        return dict(db.execute(
+            "SELECT key, value FROM info WHERE key >= ? AND key < ? OR key = ?",
+            (_MARK, _MARK_END, _EVERY)).fetchall())  # fmt: skip
+    return {_MARK + name: row[0] for name in names for row in db.execute(
+        "SELECT value FROM info WHERE key = ?", (_MARK + name,))}  # fmt: skip
+
+
+def _same_marks(kept: dict[str, object], marks: Marks, all_projects: bool) -> bool:
+    """Whether the marks ``kept`` (``_kept``) say the rows match the look ``marks``."""
+    if not marks:
+        return False
+    if all_projects:
+        kept = dict(kept)
+        if kept.pop(_EVERY, None) is None or len(kept) != len(marks):
+            return False
+    elif len(marks) != 1:
+        return False
+    return all(kept.get(_MARK + name) == mark for name, mark in marks)
+
+
+def _mark(file: IndexFile, store: Store, looks: list[FolderLook], all_projects: bool,
+          files: dict[str, os.stat_result]) -> None:  # fmt: skip
+    """Keep the marks of ``looks`` if the rows match the files they saw.
+
+    Checked in the same write transaction (a neighbour may have written rows
+    since), with the triggers that remove marks made sure of in it (an older
+    chatloop's rebuild replaces the whole file, triggers included). Marks only
+    spare work: when the index is busy or cannot be written, none is kept and
+    nothing waits or fails."""
+    if file.in_memory or not looks:
+        return
+    wanted = {path: (st.st_size, st.st_mtime_ns) for path, st in files.items()}
+    db = file.db
+    try:
+        with not_waiting(db):
+            db.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error:
+        return
+    try:
+        if _known(db, store, all_projects) == wanted:
+            for trigger in _TRIGGERS:
+                db.execute(trigger)
+            if all_projects:
+                db.execute("DELETE FROM info WHERE key >= ? AND key < ?", (_MARK, _MARK_END))
+                db.execute("INSERT OR REPLACE INTO info VALUES (?, '1')", (_EVERY,))
+            db.executemany("INSERT OR REPLACE INTO info VALUES (?, ?)",
+                           [(_MARK + look.name, look.mark) for look in looks])  # fmt: skip
+        db.execute("COMMIT")
+    except (sqlite3.Error, UnicodeError):  # (a folder name SQLite cannot hold: no mark)
+        file.end_transaction()
+    except BaseException:
+        file.end_transaction()
+        raise
+
+
+def _store_batch(
+    file: IndexFile, batch: list[tuple[str, Scanned]], files: dict[str, os.stat_result]
+) -> None:
+    if not batch:
+        return
+    with file.write():
+        for path, scanned in batch:
+            st = files[path]
+            _store_row(file.db, path, scanned, st.st_size, st.st_mtime_ns)
+
+
+def _store_streaming(db: sqlite3.Connection, path: str, st: os.stat_result) -> None:
+    """Index one large file, inserting its words chunk by chunk as they are read."""
+    from chatloop.store.index_scan import scan_file
+
+    _forget(db, path)
+    num = int(db.execute("SELECT coalesce(max(num), 0) + 1 FROM sessions").fetchone()[0])
+
+    def insert(text: bytes) -> None:
+        _insert_text(db, num, text)
+
+    _, scanned = scan_file(path, insert)
+    if scanned is None:
+        _unlist(db, num)
+        return
+    _store_row(db, path, scanned, st.st_size, st.st_mtime_ns, num)
+
+
+def _rebuild(file: IndexFile, store: Store, progress: Progress | None) -> int:
+    if file.in_memory:
+        file.empty_memory()
+        return _refresh(file, store, True, progress, may_rebuild=False)
+    with file.build_lock():
+        return _build(file, store, progress)
+
+
+def _build_cold(file: IndexFile, store: Store, progress: Progress | None) -> int:
+    """Build an empty index, once: a neighbour that built it meanwhile saves us
+    the work (what changed since is then read like any stale file)."""
+    with file.build_lock():
+        if file.db.execute("SELECT 1 FROM sessions LIMIT 1").fetchone() is not None:
+            return _refresh(file, store, True, progress, may_rebuild=False)
+        return _build(file, store, progress)
+
+
+def _build(file: IndexFile, store: Store, progress: Progress | None) -> int:
+    """The rebuild proper; the caller holds the build lock (or gave up waiting)."""
+    with file.side() as side:
+        count = _refresh(side, store, True, progress, may_rebuild=False)
+        with side.write():  # merged once here, not bit by bit during the inserts
+            side.db.execute("INSERT INTO texts(texts) VALUES ('optimize')")
+            side.db.execute("INSERT INTO texts(texts, rank) VALUES ('automerge', 4)")
+        side.db.execute("VACUUM")  # the merged-away segments' pages: half the file
+        # One write transaction on index.db: its readers see the old rows or
+        # the new ones; nobody's open connection is left on a removed file.
+        side.db.backup(file.db)
+    return count
+
+
+def _forget(db: sqlite3.Connection, path: str) -> None:
+    nums = db.execute("SELECT num FROM sessions WHERE path = ?", (path,)).fetchall()
+    for (num,) in nums:
+        _unlist(db, num)
+    db.execute("DELETE FROM sessions WHERE path = ?", (path,))
+
+
+def _unlist(db: sqlite3.Connection, num: int) -> None:
+    """Session ``num``'s chunks leave the listing; their bytes count as dead."""
+    dead = db.execute("SELECT coalesce(sum(size), 0) FROM chunks WHERE num = ?",
+                      (num,)).fetchone()[0]  # fmt: skip
+    if dead:
+        db.execute(
+            "INSERT INTO info VALUES ('dead', ?) ON CONFLICT(key) DO UPDATE "
+            "SET value = CAST(value AS INTEGER) + excluded.value", (dead,),
+        )  # fmt: skip
+        db.execute("DELETE FROM chunks WHERE num = ?", (num,))
+
+
+def _insert_text(db: sqlite3.Connection, num: int, text: bytes) -> None:
+    """One chunk of session ``num``'s words: listed in ``chunks``, indexed in ``texts``."""
+    cursor = db.execute("INSERT INTO chunks(num, size) VALUES (?, ?)", (num, len(text)))
+    db.execute("INSERT INTO texts(rowid, text) VALUES (?, ?)", (cursor.lastrowid, text))
+
+
+def _store_row(
+    db: sqlite3.Connection, path: str, scanned: Scanned, size: int, mtime_ns: int,
+    num: int | None = None,
+) -> None:  # fmt: skip
+    """The session's row (numbered ``num`` when its words were already inserted by
+    ``_store_streaming``, which forgot the old row first), and its words as one
+    chunk unless they were. Any row for the same path goes first, even one a
+    neighbour wrote since this process looked."""
+    if num is None:
+        _forget(db, path)
+    meta = scanned.meta
+    cursor = db.execute(
+        "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            num, path, meta.id or Path(path).stem, Path(path).parent.name, meta.title,
+            meta.agent, meta.agent_ref, meta.model, meta.created.isoformat(),
+            scanned.updated.isoformat(), meta.status, scanned.queries, meta.tokens_in,
+            meta.tokens_out, meta.restoration_tokens, meta.parent_id, meta.parent_file,
+            meta.git_branch, scanned.preview, scanned.has_summary, scanned.legacy,
+            scanned.problems, size, mtime_ns, fork_point(meta.extra.get("forked_at")),
+            tail_of(meta.id or Path(path).stem), seconds(scanned.updated),
+            seconds(meta.created),
+        ),
+    )  # fmt: skip
+    if num is None and cursor.lastrowid is not None:
+        _insert_text(db, cursor.lastrowid, scanned.text)
+
