@@ -42,8 +42,15 @@ def test_sessions_show_search_reindex(project: Path, chatloop_home: Path) -> Non
     out = run("sessions", "--json", "--expand", cwd=project, home=chatloop_home)
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
-    assert len(rows) == 7 and [r["number"] for r in rows] == list(range(1, 8))
+    # every file, numbered as the folded listing numbers them: the two files a later
+    # session continues have no number (their handles reach them)
+    numbers = [r["number"] for r in rows]
+    assert len(rows) == 7 and numbers[:3] == [1, 2, 3] and numbers[3:5] == [None, None]
+    assert [n for n in numbers if n] == list(range(1, 1 + sum(1 for n in numbers if n)))
     assert rows[0]["status"] == "interrupted"
+    folded = json.loads(run("sessions", "--json", cwd=project, home=chatloop_home).stdout)
+    assert [r["number"] for r in folded] == list(range(1, len(folded) + 1))
+    assert [r["id"] for r in folded] == [r["id"] for r in rows if r["number"]]
     text = run("sessions", cwd=project, home=chatloop_home).stdout
     assert "Raised bed, continued" in text and text.splitlines()[1].lstrip().startswith("2 ")
     shown = run("show", "2", cwd=project, home=chatloop_home)

@@ -88,3 +88,33 @@ def test_a_server_the_person_named_wins_over_the_sessions_own(store: Store) -> N
             assert connected.backend.base_url == held_at
         finally:
             connected.backend.close()
+
+
+def test_a_number_is_a_row_of_the_listing_never_a_hidden_file(store: Store) -> None:
+    """A chain of three files is one row, number 1: `-r 2` is no hidden middle file;
+    that file is reached by its handle, and resuming it says where the chain went."""
+    import pytest
+
+    from chatloop.errors import NotFound
+    from chatloop.store.index import Index
+    from tests.fakes import FakeBackend
+
+    session, _ = chat(store, FakeBackend(default=STRUCTURED))
+    session.send("first part")
+    session.compact()
+    session.send("second part")
+    session.compact()
+    session.send("third part")
+    session.close()
+    with Index(store) as index:
+        index.sync()
+        (row,) = index.list_sessions(fold=True)
+        every = index.list_sessions()
+    assert row.number == 1 and row.chain == 3
+    assert [r.number for r in every] == [1, None, None]
+    assert continuation.locate(store, "1").row.id == row.id
+    with pytest.raises(NotFound, match="1 is the only number"):
+        continuation.locate(store, "2")
+    middle = every[1]
+    located = continuation.locate(store, middle.handle)
+    assert located.row.id == middle.id and located.continued_by == (row.id,)

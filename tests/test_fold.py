@@ -40,7 +40,10 @@ def test_a_chain_is_one_line_with_its_length_and_forks_stay_apart(
     monkeypatch.chdir(store.cwd)
     chain_and_lone(store)
     brancher, _ = chat(store, FakeBackend(default=STRUCTURED))
-    assert brancher.resume("2", fork=True)  # 2: the chain's last file
+    with Index(store) as index:
+        index.sync()
+        (last,) = [r for r in index.list_sessions(fold=True) if r.chain == 3]
+    assert brancher.resume(str(last.number), fork=True)  # the chain's last file, as listed
     brancher.send("a branch of it")
     brancher.close()
 

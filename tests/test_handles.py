@@ -81,8 +81,8 @@ def test_a_number_out_of_range_is_never_read_as_the_start_of_a_handle(store: Sto
         with pytest.raises(NotFound, match="no session number 5") as raised:
             index.find("5")  # 5678ef01 begins with it: no handle is named for one digit
         assert raised.value.hint == "`chatloop sessions` lists them with their numbers."
-        # the numbers there are, not a count the listing (which folds chains) may not show
-        assert "(numbers 1-3: each file of a chain has its own)" in raised.value.message
+        # the numbers there are: the rows of the listing the person sees
+        assert "(numbers 1-3, as `chatloop sessions` lists them)" in raised.value.message
         assert index.find("1234a").id.endswith("1234abcd")  # the handle itself works
 
 

@@ -225,7 +225,7 @@ def test_search_hits_beyond_the_first_list_are_drawn_and_live_sessions_left_out(
 
     from chatloop.ui.picker import _Picker
 
-    live = sessions[1]._replace(number=None, id="20261121-000000-0000live")
+    live = sessions[1]._replace(number=None, status="open", id="20261121-000000-0000live")
     picker = _Picker(sessions[:1], T0, Found([*sessions, live]))  # the list began with one
     picker.state.searching = True
     picker.query.text = "anything"  # the search finds the three, and a live one

@@ -137,7 +137,7 @@ def _search_and_resume(args: argparse.Namespace) -> int:
     query = " ".join(args.query)
     with wiring.index(args) as index:
         rows = [r for r in index.search_sessions(query, all_projects=args.all, limit=args.limit)
-                if r.number is not None]
+                if not r.live]
         if not rows:
             raise ChatloopError(f"No finished session holds {query!r}",
                                 "`chatloop sessions` lists them; fewer words find more.")

@@ -4,12 +4,16 @@ Everything here only reads the index (and, for a hit's snippet or a live
 session's lock, the session's file); keeping the rows fresh is
 ``index_build``'s. ``Queries`` reads over one connection, for one project.
 
-Session numbers: within a project, 1 is the most recently updated session
-that is closed or interrupted; the live session (still ``open`` and locked
-by a running chatloop) gets no number. ``_numbered`` numbers a listing as it
-is read in order; ``Queries._numbers_of`` numbers a few sessions (search hits)
-from their places in the index's order, by the same rule (a test holds them
-to the same numbers).
+Session numbers are THE rows of the listing a person sees (``chatloop
+sessions``, folded): within a project, 1 is the most recently updated session
+that is closed or interrupted and that no later session of its project
+continues (a compaction's or a resume's child; a fork is a line of its own).
+Two kinds of file have no number: the live session (still ``open`` and locked
+by a running chatloop: ``*``), and a file a later one continues (hidden when
+the listing is folded, ``-`` in ``--expand``: reached by its handle or id). A
+continuation still being written hides nothing yet. ``_numbered`` applies the
+rule to rows read in order; ``listing``, ``find`` and the numbers of search
+hits (``Queries._numbers_of``) all take their numbers from it.
 
 Search ranks with bm25 over the index alone (the FTS table is contentless:
 ``index_build``) and names sessions, like ``grep -l``; the snippet is read
@@ -19,7 +23,6 @@ megabyte: in practice, in one stretch of the conversation.
 
 from __future__ import annotations
 
-import bisect
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -37,6 +40,7 @@ __all__ = ["Queries", "hits"]
 # Times are whole seconds: within one, the file written last (a compaction's child,
 # written after its parent closed) comes first.
 _ORDER = " ORDER BY updated_at DESC, mtime_ns DESC, id DESC, num DESC"  # total
+_NUMBERING = "SELECT num, id, project, status, path, parent_id, forked_at FROM sessions"
 _WORD_RE = re.compile(r"[^\W_]+")  # a word as FTS5's unicode61 sees it: "_" separates
 
 
@@ -56,27 +60,21 @@ class Queries:
         and with ``count`` how many it would list without ``limit`` (else 0).
         ``fold``: a session that a later one of its project continues (compact,
         resume; not a fork) is left out, unless that continuation is still being
-        written (then the session keeps its place, under the number ``/resume``
-        takes); each row's ``chain`` counts the files of its chain up to it. The
-        numbers stay those of the whole list, so they mean the same folded or not.
+        written (then the session keeps its place and its number); each row's
+        ``chain`` counts the files of its chain up to it. Folded or not, a number
+        is the same row (see the module doc): unfolded, the files left out
+        folded are listed without one.
 
         One pass over a few columns of the index, up to the last listed, decides
         the numbers and what is listed; only the listed rows are then read whole,
         and only their handles worked out: a listing of 50 costs little more at
         10,000 sessions than at 100."""
-        sql = ("SELECT num, id, project, status, path, parent_id, forked_at FROM sessions"
-               + ("" if all_projects else " WHERE project = ?") + _ORDER)  # fmt: skip
+        sql = _NUMBERING + ("" if all_projects else " WHERE project = ?") + _ORDER
         rows_in_order = self._db.execute(sql, () if all_projects else (self.project,))
-        continued: dict[str, set[str]] = {}  # a session -> the projects of those continuing it
         picked: list[tuple[int, int | None, bool]] = []
         total = 0
-        for raw, number, live in _numbered(rows_in_order):
-            session, parent, project = raw["id"], raw["parent_id"], raw["project"]
-            # rows come latest first: every session continuing this one was seen already
-            if fold and parent and parent != session and not live and (
-                    fork_point(raw["forked_at"]) is None):  # fmt: skip
-                continued.setdefault(parent, set()).add(project)
-            if fold and project in continued.get(session, ()):
+        for raw, number, live, hidden in _numbered(rows_in_order):
+            if fold and hidden:
                 continue
             if limit is not None and len(picked) >= limit:
                 break
@@ -187,30 +185,19 @@ class Queries:
 
     def _numbers_of(self, raws: list[sqlite3.Row]) -> dict[str, tuple[int | None, bool]]:
         """The number and liveness of each of ``raws`` (by path), as ``_numbered`` gives
-        them in the whole listing: each one's place in its project's order is read
-        from the index on project and order (row numbers only, no rows), and only
-        the sessions still open there are checked for their lock."""
+        them in the listing: each one's project is read in order (a few columns of
+        each row), until the last of them is numbered."""
         out: dict[str, tuple[int | None, bool]] = {}
         for project in {raw["project"] for raw in raws}:
-            order = self._db.execute("SELECT num FROM sessions WHERE project = ?" + _ORDER,
-                                     (project,))  # fmt: skip
-            place = {num: at for at, (num,) in enumerate(order)}
-            opened = self._db.execute(
-                "SELECT num, path FROM sessions WHERE project = ? AND status = 'open'",
-                (project,),
-            )  # fmt: skip
-            live = sorted(place[num] for num, path in opened
-                          if num in place and is_locked(Path(path)))  # fmt: skip
-            for raw in raws:
-                if raw["project"] != project:
-                    continue
-                at = place.get(raw["num"])
-                if at is None:  # removed by a neighbour meanwhile: not listed either
-                    out[raw["path"]] = (None, False)
-                elif at in live:
-                    out[raw["path"]] = (None, True)
-                else:
-                    out[raw["path"]] = (at + 1 - bisect.bisect_left(live, at), False)
+            wanted = {raw["num"]: raw["path"] for raw in raws if raw["project"] == project}
+            order = self._db.execute(_NUMBERING + " WHERE project = ?" + _ORDER, (project,))
+            for raw, number, live, _hidden in _numbered(order):
+                if raw["num"] in wanted:
+                    out[wanted.pop(raw["num"])] = (number, live)
+                    if not wanted:
+                        break
+            for path in wanted.values():  # removed by a neighbour meanwhile: not listed
+                out[path] = (None, False)
         return out
 
     def find(self, ref: str) -> SessionRow:
@@ -235,7 +222,7 @@ class Queries:
                 hint = "`chatloop sessions` lists them with their numbers."
             count = len(numbered)
             held = ("no sessions" if not count else "1 is the only number" if count == 1
-                    else f"numbers 1-{count}: each file of a chain has its own")  # fmt: skip
+                    else f"numbers 1-{count}, as `chatloop sessions` lists them")  # fmt: skip
             raise NotFound(f"There is no session number {ref} in this project ({held})", hint)
         if is_handle(ref):
             if len(by_handle) == 1 or _copies(by_handle):
@@ -336,15 +323,23 @@ def _moment(iso: str) -> float:
 
 def _numbered(
     raws: Iterator[sqlite3.Row],
-) -> Iterator[tuple[sqlite3.Row, int | None, bool]]:
-    """Rows in listing order with their number (None when live) and liveness."""
+) -> Iterator[tuple[sqlite3.Row, int | None, bool, bool]]:
+    """Rows (``_NUMBERING``'s columns) in listing order with their number, liveness, and
+    whether a later session of their project continues them (hidden when folded): the
+    rule of the module doc, stated here once. A number is None when live or hidden."""
     counters: dict[str, int] = {}
+    continued: dict[str, set[str]] = {}  # a session -> the projects of those continuing it
     for raw in raws:
+        session, parent, project = raw["id"], raw["parent_id"], raw["project"]
         live = raw["status"] == "open" and is_locked(Path(raw["path"]))
+        # rows come latest first: every session continuing this one was seen already
+        if parent and parent != session and not live and fork_point(raw["forked_at"]) is None:
+            continued.setdefault(parent, set()).add(project)
+        hidden = project in continued.get(session, ())
         number = None
-        if not live:
-            counters[raw["project"]] = number = counters.get(raw["project"], 0) + 1
-        yield raw, number, live
+        if not live and not hidden:
+            counters[project] = number = counters.get(project, 0) + 1
+        yield raw, number, live, hidden
 
 
 def _row(raw: sqlite3.Row, number: int | None, live: bool, handle: str = "") -> SessionRow:

@@ -19,7 +19,8 @@ __all__ = ["SearchHit", "SessionRow", "fork_point", "seconds"]
 
 
 class SessionRow(NamedTuple):
-    """One session as listed. ``number`` is None for a live session. (A named tuple,
+    """One session as listed. ``number`` is None for a live session, and for a file a
+    later session continues (``chatloop.store.index_query``'s rule). (A named tuple,
     not a dataclass: a listing then never imports ``dataclasses``, 9 ms here.)"""
 
     number: int | None
@@ -47,6 +48,11 @@ class SessionRow(NamedTuple):
     handle: str = ""  # the short handle of the id (``chatloop.ids.handles``); "" for legacy
     forked_at: int | None = None  # a fork: the parent's query it branches after
     chain: int = 1  # listed folded: the files of its chain up to it (it included)
+
+    @property
+    def live(self) -> bool:
+        """Still being written by a running chatloop (its number is None: ``*``)."""
+        return self.status == "open"
 
 
 class SearchHit(NamedTuple):

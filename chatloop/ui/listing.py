@@ -83,7 +83,7 @@ def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = Fa
     lines = []
     width = handle_width(rows)
     for row in rows:
-        number = f"{row.number:>3}" if row.number is not None else "  *"
+        number = f"{row.number:>3}" if row.number is not None else _unnumbered(row)
         status = "" if row.status == "closed" else f" [{row.status}]"
         if row.forked_at is not None:
             status += f" [fork after query {row.forked_at}]"
@@ -138,7 +138,7 @@ def hit_line(hit: SearchHit, show_project: bool = False, columns: int | None = N
     Hits stream, so the handle column is as wide as a handle can be (8), whatever
     the handles that come. With ``columns`` (a terminal's width), a snippet too long
     for the line is cut with "…"."""
-    number = hit.session.number if hit.session.number is not None else "*"
+    number = hit.session.number if hit.session.number is not None else _unnumbered(hit.session)
     name = hit.session.handle or hit.session.id
     where = visible(f"  ({hit.session.project})") if show_project else ""
     head = visible(f"{number:>3}  {name:<8}  {hit.role:<9}  ")
@@ -241,3 +241,9 @@ def tree_text(root: SessionRow, children: dict[str, list[SessionRow]], mark: str
         for i, kid in reversed(list(enumerate(kids))):
             stack.append((kid, inner, i == len(kids) - 1, depth + 1))
     return visible("\n".join(lines))
+
+
+def _unnumbered(row: SessionRow) -> str:
+    """What stands for the number of a session that has none: ``*`` live (being
+    written), ``-`` continued by a later session (its handle or id reaches it)."""
+    return "  *" if row.live else "  -"

@@ -55,7 +55,8 @@ def line_for(row: SessionRow, now: datetime, width: int = 80, project: bool = Fa
     fork = " (fork)" if row.forked_at is not None else ""
     chain = f" (chain of {row.chain})" if row.chain > 1 else ""
     when = relative_time(row.updated, now)
-    text = (f"{row.number or '*':>3}  {row.handle or '-':<{handles}}  {when:>9}  "
+    number = row.number or ("*" if row.live else "-")
+    text = (f"{number:>3}  {row.handle or '-':<{handles}}  {when:>9}  "
             f"{row.queries:>3}q  {row.agent[:16]}{branch}{status}{fork}{chain}  "
             f"{describe(row)}")  # fmt: skip
     # (the marks before the title: a line cut to the width keeps them)
@@ -86,7 +87,7 @@ def pick(
     """Let the person choose one of ``rows`` (live sessions are left out) to resume or
     fork; None if they cancel or there is none. ``lookup`` searches the index and
     reads previews; without it, Tab does nothing and the preview is the last request."""
-    choices = [r for r in rows if r.number is not None]
+    choices = [r for r in rows if not r.live]
     if not choices:
         return None
     if input is None and output is None and not can_draw():
@@ -141,7 +142,7 @@ def pick_numbered(
         if chosen is not None:
             return Picked(chosen, fork)
         if answer.startswith("/") and lookup is not None:
-            shown = [r for r in lookup.search(answer[1:], True) if r.number is not None]
+            shown = [r for r in lookup.search(answer[1:], True) if not r.live]
         else:
             shown = [r for r in rows if matches(r, answer.split())]
 
@@ -258,7 +259,7 @@ class _Picker:
         state, text = self.state, self.query.text
         if state.searching and self.lookup is not None and text.strip():
             found = self.lookup.search(text, True)
-            state.shown = [r for r in found if r.number is not None]  # live ones: not to pick
+            state.shown = [r for r in found if not r.live]  # live ones: not to pick
         else:
             state.shown = [r for r in self.rows if matches(r, text.split())]
         state.at = state.top = 0
