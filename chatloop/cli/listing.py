@@ -150,8 +150,7 @@ def _search_and_resume(args: argparse.Namespace) -> int:
                 print("Nothing resumed.", file=sys.stderr)
                 return 0
             row, fork = picked.row, picked.fork or bool(args.search_fork)
-    args.question = None  # (the query's words are not a question to send)
-    return chat(args, row, Kind.of(fork=fork))
+    return chat(args, row, Kind.of(fork=fork))  # (a subcommand's line holds no question)
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
