@@ -59,8 +59,7 @@ def _run(argv: list[str]) -> int:
     except ChatloopError as exc:
         print(f"error: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
         return exc.exit_code
-    args = build_parser().parse_args(argv)
-    args.question = question
+    args = build_parser().parse_args(argv, argparse.Namespace(question=question))
     try:
         if "ref" in args and args.ref is None:
             raise UsageError(f"chatloop {args.command} needs a session: its number or id",
