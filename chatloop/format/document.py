@@ -18,29 +18,27 @@ every readable message is kept.
 
 from __future__ import annotations
 
-import gc
+import json
 import math
 import re
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime, time, timezone
+from datetime import datetime, time
 from typing import BinaryIO, NamedTuple, cast
 
 from chatloop.config import DEFAULT_PREVIEW_CHARS
 from chatloop.format import legacy
 from chatloop.format.body import (
-    PLAIN_JSON_STRING,
     compact_json,
     display_name,
     has_footer,
     plain_text,
     read_body,
-    read_json,
     render_body,
 )
 from chatloop.format.body import searchable as _searchable_body
-from chatloop.format.frames import Flaw, Frame, close_line, iter_frames, open_line
+from chatloop.format.frames import Flaw, Frame, close_line, iter_frames, open_line, sniff_format
 from chatloop.format.front_matter import (
     BOM,
     MAX_COUNT,
@@ -59,8 +57,6 @@ from chatloop.format.values import (
     Session,
     SessionMeta,
     Usage,
-    build_message,
-    build_usage,
     content_of,
     is_key,
     new_key,
@@ -193,34 +189,18 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
     version = meta.format
     notes: list[tuple[str, str]] = []
     if version == 1:
-        written = _INFO_V1.match(raw_info) if raw_info.isascii() else None
-        if written is not None:  # as chatloop wrote it: the values json would give
-            (at_raw, model_raw, stop_raw, secs_raw, got_in, got_out, est, interrupted_raw,
-             restore_raw, fallback_raw) = written.groups()  # fmt: skip
-            at = check_time(at_raw.decode(), "the message time", notes) or meta.created
-            duration = None if secs_raw is None else float(secs_raw)  # within MAX_COUNT
-            usage = None if got_in is None else build_usage(int(got_in), int(got_out),
-                                                            est is not None)  # fmt: skip
-            interrupted, restore = interrupted_raw is not None, restore_raw is not None
-            fallback = fallback_raw is not None
-            footer = has_footer(1, duration is not None, usage is not None, interrupted,
-                                fallback)  # fmt: skip
-            model = None if model_raw is None else model_raw.decode()
-            stop = None if stop_raw is None else stop_raw.decode()
-        else:
-            info = read_json(raw_info)
-            if not isinstance(info, dict):
-                raise ValueError("frame metadata is not an object")
-            get = info.get
-            at = check_time(get("at"), "the message time", notes) or meta.created
-            secs, usage_raw = get("secs"), get("usage")
-            usage = _usage(usage_raw, notes)
-            duration = _duration(secs, notes)
-            interrupted, fallback = get("interrupted") is True, get("fallback") is True
-            restore = get("restore") is True
-            footer = has_footer(1, secs is not None, usage_raw is not None, interrupted,
-                                fallback)  # fmt: skip
-            model, stop = _opt_str(get("model")), _opt_str(get("stop"))
+        info = json.loads(raw_info)
+        if not isinstance(info, dict):
+            raise ValueError("frame metadata is not an object")
+        get = info.get
+        at = check_time(get("at"), "the message time", notes) or meta.created
+        secs, usage_raw = get("secs"), get("usage")
+        usage = _usage(usage_raw, notes)
+        duration = _duration(secs, notes)
+        interrupted, fallback = get("interrupted") is True, get("fallback") is True
+        restore = get("restore") is True
+        footer = has_footer(1, secs is not None, usage_raw is not None, interrupted, fallback)
+        model, stop = _opt_str(get("model")), _opt_str(get("stop"))
     else:
         at, duration, usage, info = _head_v2(raw_info, meta.created, notes)
         footer = False
@@ -260,22 +240,10 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
         problems.extend(Problem(kind, offset, detail) for kind, detail in notes)
         if body_notes:
             problems.append(Problem("decoration", offset, "; ".join(body_notes)))
-    return build_message(
+    return Message(
         role, at, key, text, thinking, calls, results, model, stop,  # type: ignore[arg-type]
         usage, duration, interrupted, restore, fallback,
     )  # fmt: skip
-
-
-# A format 1 open line's JSON as chatloop wrote it (``frame_info``): keys in its order,
-# strings with nothing to unescape, numbers as json writes them (no leading zero, no
-# exponent; a duration with its point). Anything else is read by json.
-_STRING = PLAIN_JSON_STRING.encode()
-_INFO_V1 = re.compile(
-    rb'\{"at":' + _STRING + rb'(?:,"model":' + _STRING + rb')?(?:,"stop":' + _STRING + rb')?'
-    rb'(?:,"secs":((?:0|[1-9]\d{0,14})\.\d{1,17}))?'
-    rb'(?:,"usage":\{"in":(0|[1-9]\d{0,14}),"out":(0|[1-9]\d{0,14})(,"est":true)?\})?'
-    rb'(,"interrupted":true)?(,"restore":true)?(,"fallback":true)?\}\Z'
-)
 
 
 class Plain(NamedTuple):
@@ -319,30 +287,22 @@ _PLAIN_HEAD = re.compile(
     rb"((?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d)"
     rb"(?: (\d{1,15}\.\d{1,17})s)?(?: (~?)(\d{1,15})/(\d{1,15}))?\Z"
 )
-_new_plain = tuple.__new__  # (Plain(...) runs a generated __new__ in Python: slower)
 
 
 def plain_facts(plain: Plain, meta: SessionMeta) -> Facts:
     """What the message of ``plain``'s frame holds beside its role and text (the
     session's ``meta``), for readers that need every field, such as ``export``,
     without building the message."""
-    created, known = meta.created, _first_day
-    if known is not None and known[0] is created:  # (``_day_of``'s, inline: one per frame)
-        at = known[1] + plain.clock + known[2]
-    else:
-        day = _day_of(created)
-        if day is None:
-            at = _on_first_day(plain.clock.encode(), created).isoformat()
-        else:
-            at = day[0] + plain.clock + day[1]
+    created = meta.created
+    at = datetime.combine(created.date(), time.fromisoformat(plain.clock), created.tzinfo)
     _, _, _, _, secs, tilde, got_in, got_out = plain
     duration = None if secs is None else float(secs)
     usage = None
     if got_in is not None and got_out is not None:  # (both or neither: one group)
-        usage = build_usage(int(got_in), int(got_out), tilde == b"~")
+        usage = Usage(int(got_in), int(got_out), tilde == b"~")
     if plain.role == "assistant":  # format 2 leaves out the front matter's model, "stop"
-        return _new_plain(Facts, (at, meta.model or None, "stop", usage, duration))
-    return _new_plain(Facts, (at, None, None, usage, duration))
+        return Facts(at.isoformat(), meta.model or None, "stop", usage, duration)
+    return Facts(at.isoformat(), None, None, usage, duration)
 
 
 def plain_of(frame: Frame, version: int) -> Plain | None:
@@ -362,10 +322,7 @@ def plain_of(frame: Frame, version: int) -> Plain | None:
     if text is None:
         return None
     clock, secs, tilde, got_in, got_out = head.groups()
-    return _new_plain(Plain, (role, clock.decode(), text, key, secs, tilde, got_in, got_out))
-
-
-_NO_INFO: dict[str, object] = {}
+    return Plain(role, clock.decode(), text, key, secs, tilde, got_in, got_out)
 
 
 # The open line as chatloop writes it: the time (HH:MM:SS on the session's first day,
@@ -378,40 +335,6 @@ _HEAD_V2 = re.compile(
 )
 
 
-_first_day: tuple[datetime, str, str] | None = None  # the last session's day and offset
-
-
-def _on_first_day(clock: bytes, created: datetime) -> datetime:
-    """``HH:MM:SS`` (valid, ASCII) on the day of ``created``, in its offset: the
-    same value as ``datetime.combine(created.date(), time, created.tzinfo)``, read
-    as ISO text with the day and offset of the session kept from its last frame."""
-    known = _first_day
-    if known is not None and known[0] is created:  # (``_day_of``'s, inline: one per frame)
-        return datetime.fromisoformat(known[1] + clock.decode() + known[2])
-    day = _day_of(created)
-    if day is None:
-        hours, minutes, seconds = int(clock[:2]), int(clock[3:5]), int(clock[6:8])
-        return datetime.combine(created.date(), time(hours, minutes, seconds), created.tzinfo)
-    return datetime.fromisoformat(day[0] + clock.decode() + day[1])
-
-
-def _day_of(created: datetime) -> tuple[str, str] | None:
-    """The ISO text before and after the time of day on the day of ``created``, in
-    its offset (``YYYY-MM-DDT``, ``+HH:MM``), kept for the last session asked about;
-    None for an unusual time zone (not a fixed offset of whole minutes)."""
-    global _first_day
-    known = _first_day  # read once: another thread may be reading another session
-    if known is not None and known[0] is created:
-        return known[1], known[2]
-    text = created.isoformat()  # YYYY-MM-DDTHH:MM:SS[.ffffff][+HH:MM[...]]
-    offset = text[26:] if text[19:20] == "." else text[19:]
-    tz = created.tzinfo
-    if tz is not None and (type(tz) is not timezone or len(offset) != 6):  # unusual
-        return None
-    _first_day = (created, text[:11], offset)
-    return text[:11], offset
-
-
 def _head_v2(
     raw: bytes, created: datetime, notes: list[tuple[str, str]]
 ) -> tuple[datetime, float | None, Usage | None, dict[str, object]]:
@@ -421,7 +344,8 @@ def _head_v2(
         clock, full, secs, tilde, got_in, got_out, rest = common.groups()
         at: datetime | None
         if full is None:
-            at = _on_first_day(clock, created)
+            at = datetime.combine(created.date(), time.fromisoformat(clock.decode()),
+                                  created.tzinfo)
         else:
             try:
                 at = datetime.fromisoformat(full.decode())  # with an offset: aware
@@ -429,10 +353,9 @@ def _head_v2(
                 at = None  # the general path says why
         if at is not None:
             duration = None if secs is None else float(secs)  # finite, within MAX_COUNT
-            usage = None if got_in is None else build_usage(int(got_in), int(got_out),
-                                                            tilde == b"~")  # fmt: skip
+            usage = None if got_in is None else Usage(int(got_in), int(got_out), tilde == b"~")
             if rest is None:
-                return at, duration, usage, _NO_INFO
+                return at, duration, usage, {}
             return at, duration, usage, _info_v2(rest)
     at_bytes, _, rest = raw.partition(b" ")
     at = _read_time(at_bytes.decode("ascii", "replace"), created, notes) or created
@@ -452,25 +375,16 @@ def _head_v2(
         else:
             raise ValueError(f"unknown word {word[:20]!r} in the open line")
     if not rest:
-        return at, duration, usage, _NO_INFO
+        return at, duration, usage, {}
     return at, duration, usage, _info_v2(rest)
 
 
-_INFO_SEEN: dict[bytes, dict[str, object]] = {}
-
-
 def _info_v2(raw: bytes) -> dict[str, object]:
-    """A format 2 open line's JSON object. It holds only what is not the default (a
-    model other than the front matter's, a stop other than "stop", flags), so the
-    same few objects recur: each is decoded once and shared (read only)."""
-    info = _INFO_SEEN.get(raw)
-    if info is None:
-        decoded = read_json(raw)
-        if not isinstance(decoded, dict):
-            raise ValueError("frame metadata is not an object")
-        if len(_INFO_SEEN) >= 256:
-            _INFO_SEEN.clear()
-        info = _INFO_SEEN[raw] = decoded
+    """A format 2 open line's JSON object: only what is not the default (a model
+    other than the front matter's, a stop other than "stop", flags)."""
+    info = json.loads(raw)
+    if not isinstance(info, dict):
+        raise ValueError("frame metadata is not an object")
     return info
 
 
@@ -656,7 +570,7 @@ def open_document(source: bytes | BinaryIO, name: str = "") -> Document:
             head_bytes = data[:MAX_HEAD_BYTES]
     head = read_head(head_bytes, name)
     if head.meta.format not in FORMATS:  # no (known) format key: tell it from the frames
-        head.meta = replace(head.meta, format=_sniff_format(head_bytes, head.body_start))
+        head.meta = replace(head.meta, format=sniff_format(head_bytes, head.body_start))
     if stream is None:
         assert data is not None
         doc = Document(head, data, head.body_start, exact=not crlf)
@@ -678,54 +592,15 @@ def _read_until_close(source: BinaryIO) -> bytes:
     return more
 
 
-_F2_START = re.compile(rb"<!-- [a-z2-7]{8} (?:user|assistant|tool|summary) ")
-
-
-def _sniff_format(head: bytes, body_start: int) -> int:
-    """The format whose frame marker comes first in the body (2 when there is none)."""
-    two = _F2_START.search(head, body_start)
-    one = head.find(b"<!-- chatloop:", body_start)
-    if one >= 0 and (two is None or one < two.start()):
-        return 1
-    return 2
-
-
 def parse_markdown(data: bytes, name: str = "") -> ParseResult:
     """Read a whole session file in memory. Never raises for damage: it is listed in
     ``problems``. Files in the legacy bold-key format are read by
     ``chatloop.format.legacy`` into the same values, marked ``legacy=True``."""
     doc = open_document(data, name)
-    collecting = gc.isenabled()
-    settle = collecting and len(data) >= SETTLE_BYTES and gc.get_freeze_count() == 0
-    if settle:  # the young garbage already there goes first: only what is built here moves
-        gc.collect(1)
-    gc.disable()  # messages hold no cycles: the collector's passes over them are waste
-    try:
-        messages = tuple(doc.messages())
-        if settle and gc.get_freeze_count() == 0:
-            try:  # what the parse built, moved to the oldest generation in one step
-                gc.freeze()
-            finally:  # (never left frozen, by Ctrl-C between the two either)
-                gc.unfreeze()
-    finally:
-        if collecting:
-            gc.enable()
+    messages = tuple(doc.messages())
     end = doc.end if doc.end >= 0 else len(data)
     session = Session(doc.meta, messages)
     return ParseResult(session, tuple(doc.problems), end, doc.legacy, doc.exact)
-
-
-# A file this big is parsed into the collector's oldest generation. A session's values
-# hold no reference cycles, so a young collection can free none of them; left young,
-# the first collection after a parse walks every one (a seventh of the time to parse a
-# 50 MB file), and the next generation's walks them again. ``gc.freeze()`` then
-# ``gc.unfreeze()`` moves every young object there without walking them, so the young
-# generations are collected first (then only what this parse builds is moved; another
-# thread's objects built meanwhile move too). Only when nothing is frozen: a program
-# that froze its objects keeps them frozen (unless another thread freezes them between
-# this check and the freeze: a program that freezes from a thread while a big file is
-# parsed may find them thawed).
-SETTLE_BYTES = 4 << 20
 
 
 # ----------------------------------------------------------------------------- reseal
