@@ -1,6 +1,4 @@
-"""A session file as a whole: render it, read it (in memory or streaming), skim it
-for the index, and find the summary that resume may trust. No file is opened
-here: readers take bytes or a binary file object the store opened.
+"""Reading a session file: its head at once, then its frames as messages, streaming.
 
 Layout (docs/format.md has the full grammar)::
 
@@ -11,9 +9,14 @@ Layout (docs/format.md has the full grammar)::
     <frame>                         one per message (chatloop.format.frames)
     <frame>
 
-``parse_markdown(render_markdown(s)).session == s`` for every valid session,
-in both formats. Reading never raises for damage: problems are listed and
-every readable message is kept.
+Contracts: ``parse_markdown(render_markdown(s)).session == s`` for every valid
+session, in both formats. Reading never raises for damage: problems are listed and
+every readable message is kept; a frame whose content cannot be read at all is
+reported as ``damaged`` and skipped. JSON in open lines and part markers is read by
+``json``: a line a person edited reads as json reads it. ``Document.views()`` gives a
+``Plain`` for a frame that holds only text as chatloop writes it (``show`` and
+``export`` read many), the same facts its message would hold. No file is opened
+here: readers take bytes or a binary file object the store opened.
 """
 
 from __future__ import annotations
@@ -21,164 +24,24 @@ from __future__ import annotations
 import json
 import math
 import re
-import zlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, time
 from typing import BinaryIO, NamedTuple, cast
 
-from chatloop.config import DEFAULT_PREVIEW_CHARS
 from chatloop.format import legacy
-from chatloop.format.body import (
-    compact_json,
-    display_name,
-    has_footer,
-    plain_text,
-    read_body,
-    render_body,
-)
-from chatloop.format.body import searchable as _searchable_body
-from chatloop.format.frames import Flaw, Frame, close_line, iter_frames, open_line, sniff_format
-from chatloop.format.front_matter import (
-    BOM,
-    MAX_COUNT,
-    Head,
-    check_time,
-    is_crlf,
-    read_head,
-    render_front_matter,
-    rewrite_front_matter,
-)
-from chatloop.format.values import (
-    FORMATS,
-    Message,
-    ParseResult,
-    Problem,
-    Session,
-    SessionMeta,
-    Usage,
-    content_of,
-    is_key,
-    new_key,
-)
+from chatloop.format.body import has_footer, plain_text, read_body
+from chatloop.format.frames import Flaw, Frame, iter_frames, sniff_format
+from chatloop.format.front_matter import BOM, MAX_COUNT, Head, check_time, is_crlf, read_head
+from chatloop.format.values import FORMATS, Message, ParseResult, Problem, Session, SessionMeta, Usage
 
 HEAD_BYTES = 70 * 1024  # front matter is capped at 64 KiB; the heading follows
 MAX_HEAD_BYTES = 1 << 20  # how far an oversized head is read to find its end
 
 __all__ = [
-    "HEAD_BYTES", "UNREADABLE", "Document", "Facts", "Plain", "Skim", "SummaryLookup",
-    "find_summary", "frame_info", "message_from", "open_document", "parse_markdown", "plain_facts",
-    "plain_of", "render_frame",
-    "render_header", "render_markdown", "reseal", "skim", "summary_offset",
+    "HEAD_BYTES", "UNREADABLE", "Document", "Facts", "Plain", "message_from", "open_document",
+    "parse_markdown", "plain_facts", "plain_of",
 ]  # fmt: skip
-
-
-# ----------------------------------------------------------------------------- render
-
-
-def render_markdown(session: Session) -> bytes:
-    """Render a whole session file: header + every frame, in order."""
-    parts = [render_header(session.meta)]
-    query = 0
-    for message in session.messages:
-        query += message.is_query
-        parts.append(render_frame(message, session.meta, query))
-    return b"".join(parts)
-
-
-def render_header(meta: SessionMeta) -> bytes:
-    """Everything before the first frame: the front matter, and in format 1 a
-    ``# {Agent} Conversation`` heading (format 2 leaves it out: the front matter
-    already names the agent, and each reply is headed by its name)."""
-    if meta.format >= 2:
-        return render_front_matter(meta)
-    heading = f"\n# {display_name(meta.agent) or 'Chat'} Conversation\n"
-    return render_front_matter(meta) + heading.encode()
-
-
-def render_frame(message: Message, meta: SessionMeta, query: int) -> bytes:
-    """One record as appended to the file: a blank line, then the frame, in the
-    meta's format. ``query`` (queries so far, this one included) only feeds the
-    ``## Query N`` heading, which no reader trusts."""
-    if not is_key(message.key):
-        raise ValueError(f"invalid frame key {message.key!r}")
-    if message.key in content_of(message):
-        raise ValueError("frame key occurs in the message content; use Message.create")
-    version = meta.format
-    body = render_body(message, meta.agent, query, version)
-    head = f"{open_line(version, message.key, message.role, frame_info(message, meta))}\n{body}"
-    data = head.encode()
-    return b"\n" + data + b"\n" + close_line(version, message.key, zlib.crc32(data)) + b"\n"
-
-
-def frame_info(m: Message, meta: SessionMeta) -> str:
-    """The open line's metadata.
-
-    Format 1: one JSON object. Format 2: the time (``HH:MM:SS`` on the session's
-    first day), the duration (``4.1s``) and the token usage (``58/121``,
-    ``~58/121`` when estimated) when there are any, then a JSON object only for
-    what is not the default: ``model`` when it differs from the front matter's,
-    ``stop`` when not the normal ``stop`` (assistant), and the flags.
-    """
-    info: dict[str, object] = {}
-    if meta.format == 1:
-        info["at"] = m.at.isoformat()
-        info.update({k: v for k, v in (("model", m.model), ("stop", m.stop_reason),
-                                       ("secs", m.duration)) if v is not None})  # fmt: skip
-        if m.usage is not None:
-            usage: dict[str, object] = {"in": m.usage.input, "out": m.usage.output}
-            if m.usage.estimated:
-                usage["est"] = True
-            info["usage"] = usage
-        for flag in ("interrupted", "restore", "fallback"):
-            if getattr(m, flag):
-                info[flag] = True
-        return compact_json(info)
-    words = [_short_time(m.at, meta.created)]
-    if m.duration is not None:
-        words.append(f"{m.duration!r}s")
-    if m.usage is not None:
-        u = m.usage
-        words.append(f"{'~' if u.estimated else ''}{u.input}/{u.output}")
-    if m.role == "assistant":
-        if m.model != (meta.model or None):
-            info["model"] = m.model
-        if m.stop_reason != "stop":
-            info["stop"] = m.stop_reason
-    else:
-        info.update({k: v for k, v in (("model", m.model), ("stop", m.stop_reason))
-                     if v is not None})  # fmt: skip
-    for flag in ("interrupted", "restore", "fallback"):
-        if getattr(m, flag):
-            info[flag] = True
-    if info:
-        words.append(compact_json(info))
-    return " ".join(words)
-
-
-def _short_time(at: datetime, created: datetime) -> str:
-    """Format 2 writes a message's time as ``HH:MM:SS`` when it falls on the
-    session's first day in the same UTC offset, to the second (the date and
-    offset are in the front matter's ``created``); otherwise in full ISO 8601."""
-    offset = at.utcoffset()
-    same_day = at.date() == created.date() and at.microsecond == 0
-    if offset is not None and offset == created.utcoffset() and same_day:
-        return at.strftime("%H:%M:%S")
-    return at.isoformat()
-
-
-def _read_time(raw: str, created: datetime, notes: list[tuple[str, str]]) -> datetime | None:
-    """A format 2 time: ``HH:MM:SS`` on the session's first day, else ISO 8601."""
-    if len(raw) == 8 and raw[2] == raw[5] == ":" and raw.replace(":", "").isdigit():
-        try:
-            clock = time.fromisoformat(raw)
-        except ValueError:  # "25:61:00": not a time of day; reported below
-            return check_time(raw, "the message time", notes)
-        return datetime.combine(created.date(), clock, created.tzinfo)
-    return check_time(raw, "the message time", notes)
-
-
-# ----------------------------------------------------------------------------- read
 
 
 def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Message:
@@ -323,6 +186,17 @@ def plain_of(frame: Frame, version: int) -> Plain | None:
         return None
     clock, secs, tilde, got_in, got_out = head.groups()
     return Plain(role, clock.decode(), text, key, secs, tilde, got_in, got_out)
+
+
+def _read_time(raw: str, created: datetime, notes: list[tuple[str, str]]) -> datetime | None:
+    """A format 2 time: ``HH:MM:SS`` on the session's first day, else ISO 8601."""
+    if len(raw) == 8 and raw[2] == raw[5] == ":" and raw.replace(":", "").isdigit():
+        try:
+            clock = time.fromisoformat(raw)
+        except ValueError:  # "25:61:00": not a time of day; reported below
+            return check_time(raw, "the message time", notes)
+        return datetime.combine(created.date(), clock, created.tzinfo)
+    return check_time(raw, "the message time", notes)
 
 
 # The open line as chatloop writes it: the time (HH:MM:SS on the session's first day,
@@ -601,297 +475,3 @@ def parse_markdown(data: bytes, name: str = "") -> ParseResult:
     end = doc.end if doc.end >= 0 else len(data)
     session = Session(doc.meta, messages)
     return ParseResult(session, tuple(doc.problems), end, doc.legacy, doc.exact)
-
-
-# ----------------------------------------------------------------------------- reseal
-
-
-def reseal(data: bytes, name: str = "") -> tuple[bytes, int, tuple[Problem, ...]]:
-    """A file with a person's hand edits accepted: every frame whose checksum or
-    decoration no longer matches is written anew around its content as found
-    (its key renewed if the person typed it into the content); every other byte,
-    notes between frames included, stays as it was. A CRLF file becomes LF and a
-    byte order mark is dropped. In format 2 the summary pointer is set again, its
-    lines edited in place, unless something is wrong with the front matter: reseal
-    never rewrites values a person may have meant (it would put what could be
-    salvaged in their place), so then the front matter is left as it is, to be mended
-    by hand and resealed again. Returns the new bytes, how many frames were
-    rewritten, and the damage left as it is, for the caller to report: frames too
-    damaged to read and a torn end (at their offsets in ``data``), then what is
-    wrong with the front matter (kinds in ``HEAD_DAMAGE``, at offset 0).
-    """
-    doc = open_document(data, name)
-    if doc.legacy:
-        raise ValueError("a legacy file is read only; it has no checksums to reseal")
-    head_damage = [p for p in doc.problems if p.kind in HEAD_DAMAGE]  # (no frame read yet)
-    source = doc.source  # the normalised bytes
-    assert isinstance(source, bytes)
-    meta = doc.meta
-    out: list[bytes] = []
-    pos = doc.body_start
-    changed = 0
-    query = 0
-    last: tuple[str, int, str] | None = None  # role, offset in the new body, key
-    body_len = 0
-    for frame in doc.frames():
-        gap = source[pos : frame.offset]
-        problems: list[Problem] = []
-        try:
-            message = message_from(frame, meta, problems)
-        except UNREADABLE:
-            out.append(source[pos : frame.end])
-            body_len += frame.end - pos
-            pos = frame.end
-            last = None
-            continue
-        query += message.is_query
-        record = source[frame.offset : frame.end]
-        if problems or not frame.crc_ok:
-            if message.key in content_of(message):
-                message = replace(message, key=new_key(content_of(message)))
-            record = render_frame(message, meta, query)[1:]
-            changed += 1
-        out.append(gap)
-        body_len += len(gap)
-        last = (message.role, body_len, message.key)
-        out.append(record)
-        body_len += len(record)
-        pos = frame.end
-    out.append(source[pos:])
-    head = source[: doc.body_start]
-    if head.startswith(BOM):
-        head = head[len(BOM) :]
-    if meta.format >= 2 and not head_damage and (meta.summary_key is not None or changed):
-        key, at = (last[2], last[1]) if last is not None and last[0] == "summary" else (None, None)
-        if (key, at) != (meta.summary_key, meta.summary_at):  # the two lines, edited in place
-            head = rewrite_front_matter(head, replace(meta, summary_key=key, summary_at=at))
-    left = [p for p in doc.problems if p.kind in ("damaged", "torn_tail")]
-    return head + b"".join(out), changed, tuple(left + head_damage)
-
-
-# What may be wrong with a front matter that ``reseal`` leaves for a person to mend.
-HEAD_DAMAGE = ("front_matter", "naive_time", "range")
-
-
-# ----------------------------------------------------------------------------- skim
-
-
-@dataclass(frozen=True)
-class Skim:
-    """A file as the index stores it, read without building every message.
-    ``updated`` is the later of the front matter's and the last record's time;
-    ``problems`` counts what the scan saw (checksums are verified too); ``text``
-    is the searchable words as valid UTF-8."""
-
-    meta: SessionMeta
-    queries: int
-    updated: datetime
-    preview: str
-    has_summary: bool
-    legacy: bool
-    problems: int
-    text: bytes
-
-
-SEARCH_CHUNK_BYTES = 1 << 20
-
-
-def skim(
-    source: bytes | BinaryIO, name: str = "", words: Callable[[bytes], None] | None = None
-) -> Skim:
-    """What the index needs from a session file; never raises for damage.
-
-    With ``words``, the searchable text goes to it in chunks of about
-    ``SEARCH_CHUNK_BYTES`` (whole frames, valid UTF-8) as the file is read, and
-    ``Skim.text`` is empty: memory stays flat for any size of file."""
-    doc = open_document(source, name)
-    if doc.legacy:
-        messages = list(doc.messages())
-        found = skim_of(ParseResult(Session(doc.meta, tuple(messages)), tuple(doc.problems),
-                                    0, True))  # fmt: skip
-        if words is not None and found.text:
-            words(found.text)
-            found = replace(found, text=b"")
-        return found
-    meta = doc.meta
-    version = meta.format
-    queries = 0
-    has_summary = False
-    last_query: Frame | None = None
-    last: Frame | None = None
-    bodies: list[bytes] = []
-    held = 0
-    bad_crc = 0
-    footer_keys = (b'"secs"', b'"usage"', b'"interrupted"', b'"fallback"') if version == 1 else ()
-    for frame in doc.frames():
-        role = frame.role
-        info = frame.info
-        if role == "user" and b'"restore":true' not in info:
-            queries += 1
-            last_query = frame
-        elif role == "summary":
-            has_summary = True
-        footer = any(k in info for k in footer_keys)
-        piece = _searchable_body(role, frame.key.encode(), frame.body, footer, version)
-        bodies.append(piece)
-        held += len(piece) + 1
-        if words is not None and held >= SEARCH_CHUNK_BYTES:
-            words(_utf8(b"\n".join(bodies)))
-            bodies, held = [], 0
-        bad_crc += not frame.crc_ok
-        last = frame
-    problems: list[Problem] = []
-    preview = ""
-    if last_query is not None:
-        try:
-            preview = message_from(last_query, meta, problems).text
-        except UNREADABLE:
-            preview = ""
-    updated = meta.updated
-    if last is not None:
-        try:
-            updated = max(updated, message_from(last, meta, problems).at)
-        except UNREADABLE:
-            updated = meta.updated  # an unreadable last frame: the front matter's time
-    text = _utf8(b"\n".join(bodies))
-    if words is not None:
-        if text:
-            words(text)
-        text = b""
-    count = len([p for p in doc.problems if p.kind not in ("unknown_key",)]) + bad_crc
-    return Skim(meta, queries, updated, _one_line(preview), has_summary, False, count, text)
-
-
-def skim_of(result: ParseResult) -> Skim:
-    """The same figures from a full parse (legacy files; tests compare the two)."""
-    session = result.session
-    messages = session.messages
-    updated = max(session.meta.updated, messages[-1].at) if messages else session.meta.updated
-    preview = next((m.text for m in reversed(messages) if m.is_query), "")
-    text = "\n".join(words_of(m) for m in messages).encode()
-    problems = len([p for p in result.problems if p.kind not in ("unknown_key",)])
-    return Skim(session.meta, session.query_count, updated, _one_line(preview),
-                session.summary is not None, result.legacy, problems, text)  # fmt: skip
-
-
-def words_of(message: Message) -> str:
-    """Everything a message says: text, thinking, tool calls and tool results."""
-    bits = [message.text, *(t.text for t in message.thinking)]
-    bits += [f"{c.name} {c.arguments}" for c in message.tool_calls]
-    bits += [r.content for r in message.tool_results]
-    return "\n".join(b for b in bits if b)
-
-
-def _utf8(data: bytes) -> bytes:
-    try:
-        data.decode("utf-8")
-        return data
-    except UnicodeDecodeError:
-        return data.decode("utf-8", "replace").encode("utf-8")
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())[:DEFAULT_PREVIEW_CHARS]
-
-
-# ----------------------------------------------------------------------------- the summary
-
-
-@dataclass(frozen=True)
-class SummaryLookup:
-    """What a reader found about a session's summary.
-
-    ``message`` is the summary that may be trusted (None: none may); ``note``
-    says, for the person, why there is none or how it was found; ``edited``
-    is True when the trusted frame's checksum does not match (a hand edit:
-    used as found)."""
-
-    meta: SessionMeta
-    message: Message | None
-    note: str | None
-    edited: bool = False
-
-
-def summary_offset(meta: SessionMeta) -> int | None:
-    """Where finalize said the summary frame starts, relative to the body."""
-    return meta.summary_at if meta.summary_key is not None else None
-
-
-def find_summary(source: BinaryIO, name: str = "") -> SummaryLookup:
-    """The summary resume may trust, from a file object at offset 0.
-
-    A summary is **structure, never content**. In order:
-
-    1. Format 2 files that finalize closed carry ``summary_key``/``summary_at``
-       in the front matter (which no message can reach): the frame at that
-       offset must have that key, be a summary, and be the last frame. This
-       reads the head and the summary frame only: O(1) in the file's size.
-    2. Otherwise (format 1, or the pointer no longer matches because the file
-       was edited) the frames are walked with the one scanner, which never
-       looks inside a body: the last frame must be a summary, with no damage
-       before it (a resynchronised scan could land inside a damaged body).
-
-    A summary frame typed in a message or returned by a tool is inside that
-    message's body, so neither rule ever sees it. Legacy files use the legacy
-    reader's structural rule. Never raises for damage.
-    """
-    doc = open_document(source, name)
-    meta = doc.meta
-    if doc.legacy:
-        summary = next((m for m in doc.messages() if m.role == "summary"), None)
-        note = None if summary else "it has no summary (it was interrupted or is old)"
-        return SummaryLookup(meta, summary, note)
-    offset = summary_offset(meta)
-    note_prefix = ""
-    if offset is not None and doc.exact:
-        start = doc.body_start + offset
-        found = _pointed(doc, start, meta)
-        if found is not None:
-            return found
-        note_prefix = "its summary moved (the file was edited), so the whole file was read; "
-    last: Frame | None = None
-    seen_summary = False
-    for frame in doc.frames():
-        last = frame
-        seen_summary = seen_summary or frame.role == "summary"
-    damaged = any(p.kind in ("damaged", "torn_tail") for p in doc.problems)
-    if last is None or last.role != "summary":
-        why = ("its last messages come after its summary" if seen_summary
-               else "it has no summary (it was interrupted or is old)")  # fmt: skip
-        if damaged:
-            why = "the file is damaged, so its summary cannot be trusted"
-        return SummaryLookup(meta, None, note_prefix + why)
-    if damaged:
-        return SummaryLookup(meta, None, note_prefix + "the file is damaged before its summary, "
-                             "so the summary cannot be trusted")  # fmt: skip
-    problems: list[Problem] = []
-    try:
-        message = message_from(last, meta, problems)
-    except UNREADABLE:
-        return SummaryLookup(meta, None, note_prefix + "its summary block cannot be read")
-    return SummaryLookup(meta, message, note_prefix.rstrip("; ") or None, not last.crc_ok)
-
-
-def _pointed(doc: Document, start: int, meta: SessionMeta) -> SummaryLookup | None:
-    """The summary at the front matter's pointer, if it is there and last; None when
-    the pointer does not match (the caller walks the file instead)."""
-    source = doc.source
-    if isinstance(source, bytes | bytearray):
-        frames = iter_frames(source, start, meta.format)
-    else:
-        source.seek(start)
-        frames = iter_frames(source, start, meta.format)
-    first = next(frames, None)
-    if not isinstance(first, Frame) or first.offset != start or first.key != meta.summary_key:
-        return None
-    if first.role != "summary":
-        return None
-    following = next(frames, None)
-    if following is not None:
-        return SummaryLookup(meta, None, "its last messages come after its summary")
-    problems: list[Problem] = []
-    try:
-        message = message_from(first, meta, problems)
-    except UNREADABLE:
-        return None
-    return SummaryLookup(meta, message, None, not first.crc_ok)
