@@ -9,11 +9,10 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from chatloop.format import Plain, plain_facts
 from chatloop.store.index import SearchHit, SessionRow
 
-if TYPE_CHECKING:
-    from chatloop.format import Message, SessionMeta, Usage
+if TYPE_CHECKING:  # (imported where used: a listing as JSON never loads the format)
+    from chatloop.format import Facts, Message, Plain, SessionMeta, Usage
 
 __all__ = [
     "hits_json", "message_dict", "message_json", "plain_json", "sessions_json",
@@ -60,13 +59,20 @@ def message_json(m: Message) -> str:
 def plain_json(p: Plain, meta: SessionMeta) -> str:
     """``message_json`` of the message of ``p``'s frame (``meta``: its session's), the
     same text, without building the message (see ``chatloop.format.plain_facts``)."""
-    at, model, stop, usage, duration = plain_facts(p, meta)
-    return json.dumps({
+    from chatloop.format import plain_facts
+
+    return json.dumps(_plain_dict(p, plain_facts(p, meta)), ensure_ascii=False)
+
+
+def _plain_dict(p: Plain, facts: Facts) -> dict[str, object]:
+    """``message_dict`` of the message of ``p``'s frame, whose ``facts`` are given."""
+    at, model, stop, usage, duration = facts
+    return {
         "role": p.role, "at": at, "key": p.key, "text": p.text,
         "thinking": [], "tool_calls": [], "tool_results": [],
         "model": model, "stop_reason": stop, "usage": _usage_dict(usage),
         "duration": duration, "interrupted": False, "restore": False, "fallback": False,
-    }, ensure_ascii=False)  # fmt: skip
+    }  # fmt: skip
 
 
 def _usage_dict(usage: Usage | None) -> dict[str, object] | None:
@@ -85,6 +91,8 @@ def write_sessions_json(
     failed is not written again. A ``Plain`` is written as its message would be
     (``Document.views()`` gives them)."""
     from dataclasses import asdict  # (here: a listing as JSON never loads it)
+
+    from chatloop.format import Plain, plain_facts
 
     batch: list[str] = ["["]
     size = 0
@@ -105,7 +113,9 @@ def write_sessions_json(
             for m in messages:
                 if size >= _BATCH_CHARS:
                     flush()
-                text = plain_json(m, meta) if isinstance(m, Plain) else message_json(m)
+                data = (_plain_dict(m, plain_facts(m, meta)) if isinstance(m, Plain)
+                        else message_dict(m))  # fmt: skip
+                text = json.dumps(data, ensure_ascii=False)
                 batch.append(separator)
                 batch.append(text)
                 separator = ",\n  "
