@@ -33,7 +33,15 @@ from chatloop.format import legacy
 from chatloop.format.body import has_footer, plain_text, read_body
 from chatloop.format.frames import Flaw, Frame, iter_frames, sniff_format
 from chatloop.format.front_matter import BOM, MAX_COUNT, Head, check_time, is_crlf, read_head
-from chatloop.format.values import FORMATS, Message, ParseResult, Problem, Session, SessionMeta, Usage
+from chatloop.format.values import (
+    FORMATS,
+    Message,
+    ParseResult,
+    Problem,
+    Session,
+    SessionMeta,
+    Usage,
+)
 
 HEAD_BYTES = 70 * 1024  # front matter is capped at 64 KiB; the heading follows
 MAX_HEAD_BYTES = 1 << 20  # how far an oversized head is read to find its end

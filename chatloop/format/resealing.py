@@ -14,7 +14,7 @@ from dataclasses import replace
 from chatloop.format.front_matter import BOM, rewrite_front_matter
 from chatloop.format.read import UNREADABLE, message_from, open_document
 from chatloop.format.render import render_frame
-from chatloop.format.values import Message, Problem, content_of, new_key
+from chatloop.format.values import Problem, content_of, new_key
 
 __all__ = ["HEAD_DAMAGE", "reseal"]
 
