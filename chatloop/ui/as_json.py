@@ -50,10 +50,15 @@ def message_dict(m: Message) -> dict[str, object]:
     }  # fmt: skip
 
 
+# One encoder for every message (``json.dumps`` with an option builds one per call: a
+# fifth of the time export spends writing JSON); it holds no state between calls.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
+
+
 def message_json(m: Message) -> str:
     """``message_dict(m)`` as JSON on one line, non-ASCII kept (control characters
     are escaped by json)."""
-    return json.dumps(message_dict(m), ensure_ascii=False)
+    return _ENCODE(message_dict(m))
 
 
 def plain_json(p: Plain, meta: SessionMeta) -> str:
@@ -61,7 +66,7 @@ def plain_json(p: Plain, meta: SessionMeta) -> str:
     same text, without building the message (see ``chatloop.format.plain_facts``)."""
     from chatloop.format import plain_facts
 
-    return json.dumps(_plain_dict(p, plain_facts(p, meta)), ensure_ascii=False)
+    return _ENCODE(_plain_dict(p, plain_facts(p, meta)))
 
 
 def _plain_dict(p: Plain, facts: Facts) -> dict[str, object]:
@@ -115,7 +120,7 @@ def write_sessions_json(
                     flush()
                 data = (_plain_dict(m, plain_facts(m, meta)) if isinstance(m, Plain)
                         else message_dict(m))  # fmt: skip
-                text = json.dumps(data, ensure_ascii=False)
+                text = _ENCODE(data)
                 batch.append(separator)
                 batch.append(text)
                 separator = ",\n  "
