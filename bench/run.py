@@ -52,6 +52,9 @@ from chatloop.format.values import content_of  # noqa: E402
 from chatloop.store.store import Store  # noqa: E402
 
 PEERS = ("basic-agent-chat-loop", "llm")
+# The format's targets (issue 30 relaxed them: plain code in format/, no speed bypasses).
+PARSE_MB_S = 30
+BYTE_RATE_MB_S = {"show 1": 60, "show 1 --raw": 60, "export 1": 60, "export 1 --format json": 40}
 TZ = UTC
 TEXT = ("The tide tables for the harbour say high water at 06:30 and 18:45; the keeper "
         "logs the wind, the swell and the boats that leave before dawn. ") * 3  # fmt: skip
@@ -476,8 +479,8 @@ def parse_speed(megabytes: float, runs: int) -> None:
         mb = len(d) / 1e6
         parse, base = (statistics.median(times[(n, v)]) for n in ("parse", "base"))
         add(f"parse MB/s, format {v} ({mb:,.0f} MB)", f"{mb / parse:,.1f} MB/s",
-            f"decode+count {mb / base:,.0f} MB/s", parse / base, ">= 50 MB/s",
-            mb / parse >= 50)  # fmt: skip
+            f"decode+count {mb / base:,.0f} MB/s", parse / base, f">= {PARSE_MB_S} MB/s",
+            mb / parse >= PARSE_MB_S)  # fmt: skip
 
 
 def markup_ratio() -> None:
@@ -616,11 +619,12 @@ with open(out, "w") as f:
 IMPORT_CHILD = "import chatloop.format\nfrom chatloop.store.store import Store"
 
 
-def big_file(megabytes: float, runs: int) -> None:
+def big_file(megabytes: float, runs: int, only: tuple[str, ...] = ()) -> None:
     """One big transcript, many commands: ``chatloop reindex``, ``search`` for a word
     planted two thirds of the way in, show/export, each the whole process (wall time
     and peak RSS) against ``cat FILE`` run interleaved (A B A B); then resume
-    preparation (``Store.summary_of``) in a child ``python -c``."""
+    preparation (``Store.summary_of``) in a child ``python -c``. ``only``: just the
+    commands with these labels (``show 1``, ``export 1 --format json``...), no resume."""
     word = "kittiwakeqz"
     commands = {  # in this order: reindex first, so search has an index (rebuilt)
         "reindex": ["reindex"],
@@ -630,7 +634,8 @@ def big_file(megabytes: float, runs: int) -> None:
         "export 1": ["export", "1"],
         "export 1 --format json": ["export", "1", "--format", "json"],
     }
-    byte_rate = {"show 1", "show 1 --raw", "export 1", "export 1 --format json"}
+    if only:
+        commands = {label: args for label, args in commands.items() if label in only}
     with tempfile.TemporaryDirectory() as tmp:
         root, cwd = Path(tmp) / "home", Path(tmp) / "proj"
         cwd.mkdir()
@@ -659,7 +664,9 @@ def big_file(megabytes: float, runs: int) -> None:
             failed = [r for r in results if r[2]]
             cat_s = statistics.median(c[0] for c in cat)
             cat_rss = max(c[1] for c in cat)
-            target = ">= 100 MB/s" if label in byte_rate else "(reported)"
+            rate = BYTE_RATE_MB_S.get(label)
+            target = f">= {rate} MB/s" if rate else "(reported)"
+            rss_target = "<= 64 MB" if rate else "< 64 MB"
             if label.startswith("search") and not failed:
                 done = subprocess.run([*CHATLOOP, *args], cwd=cwd, env=env, capture_output=True,
                                       text=True)  # fmt: skip
@@ -679,25 +686,26 @@ def big_file(megabytes: float, runs: int) -> None:
                 print(f"  chatloop {label} failed (exit {code}) after {seconds:.1f} s:\n"
                       f"{err.strip()[-2000:]}", flush=True)  # fmt: skip
                 add(f"chatloop {label} ({mb:,.0f} MB)", f"FAILED (exit {code})",
-                    f"cat {mb / cat_s:,.0f} MB/s", None, f"{target}, RSS < 64 MB",
+                    f"cat {mb / cat_s:,.0f} MB/s", None, f"{target}, RSS {rss_target}",
                     False)  # fmt: skip
                 continue
             seconds = statistics.median(r[0] for r in results)
             rss = max(r[1] for r in results)
             note = "" if len(results) == runs else f", {len(results)} run(s)"
-            if label in byte_rate:
-                ours, met = f"{mb / seconds:,.1f} MB/s", mb / seconds >= 100
+            if rate:
+                ours, met = f"{mb / seconds:,.1f} MB/s", mb / seconds >= rate
             else:
                 ours, met = f"{seconds:,.2f} s ({mb / seconds:,.0f} MB/s)", None
             add(f"chatloop {label} ({mb:,.0f} MB{note})", ours, f"cat {mb / cat_s:,.0f} MB/s",
                 seconds / cat_s, target, met)  # fmt: skip
             add(f"  peak RSS, chatloop {label}", f"{rss / 2**20:,.0f} MB",
                 f"cat {cat_rss / 2**20:,.1f} MB", rss / cat_rss if cat_rss else None,
-                "< 64 MB", rss < 64 * 2**20)  # fmt: skip
+                rss_target, rss <= 64 * 2**20 if rate else rss < 64 * 2**20)  # fmt: skip
             for r in results:
                 if r[3].strip():
                     print(f"  (stderr of chatloop {label}: {r[3].strip()[-500:]})", flush=True)
-        resume_child(path, root, cwd, env, mb, max(runs, 3))
+        if not only:
+            resume_child(path, root, cwd, env, mb, max(runs, 3))
 
 
 def resume_child(path: Path, root: Path, cwd: Path, env: dict[str, str], mb: float,

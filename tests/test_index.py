@@ -118,7 +118,7 @@ def test_legacy_and_samples_are_listed(store: Store) -> None:
 def test_a_large_session_is_indexed_in_chunks_like_a_small_one(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chatloop.format import document
+    from chatloop.format import skimming
 
     writer = store.create(new_meta(title="big one"))
     writer.append(Message.create("user", T0, text="aardvarkfirst in the first message"))
@@ -131,7 +131,7 @@ def test_a_large_session_is_indexed_in_chunks_like_a_small_one(
         expected = whole.list_sessions()
     (store.root / "index.db").unlink()
     monkeypatch.setattr(index_build, "STREAM_FROM", 1000)  # read it as a large file
-    monkeypatch.setattr(document, "SEARCH_CHUNK_BYTES", 2000)
+    monkeypatch.setattr(skimming, "SEARCH_CHUNK_BYTES", 2000)
     with Index(store) as chunked:
         chunked.sync()
         assert chunked.list_sessions() == expected

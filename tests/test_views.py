@@ -20,7 +20,7 @@ from chatloop.format import (
     open_document,
     render_markdown,
 )
-from chatloop.format.document import message_from, plain_facts, plain_of
+from chatloop.format.read import message_from, plain_facts, plain_of
 from chatloop.ui.as_json import message_json, plain_json, write_sessions_json
 from chatloop.ui.listing import transcript_lines
 from tests.conftest import T0, new_meta, sealed_by_hand

@@ -1,37 +1,40 @@
-"""The session file format: pure values, one frame scanner, no file I/O.
+"""The session file format: pure values, one frame scanner, no file I/O, no global state.
 
 ``chatloop.store.store`` opens files and passes bytes or file objects in; every
 reader of a session (parse, the index's skim, the summary resume trusts,
 search snippets, show, export) is built on ``chatloop.format.frames``.
-docs/format.md describes the format.
+docs/format.md describes the format. One module per job:
+
+- ``values``: the frozen values (Session, Message, Problem, ...);
+- ``frames``: THE frame scanner;
+- ``body``, ``front_matter``, ``yaml_strict``, ``legacy``: a frame's body, the
+  front matter, its YAML, the legacy bold-key format;
+- ``render``: a session written as text;
+- ``read``: a file read back (``open_document``, ``parse_markdown``, views);
+- ``skimming``: what the index needs (``skim``);
+- ``summary``: the summary resume may trust (``find_summary``);
+- ``resealing``: hand edits accepted (``reseal``).
 """
 
 from __future__ import annotations
 
 from chatloop.format.body import SUMMARY_END, SUMMARY_START, display_name
-from chatloop.format.document import (
-    HEAD_DAMAGE,
+from chatloop.format.frames import Flaw, Frame, iter_frames
+from chatloop.format.front_matter import KNOWN_KEYS, front_matter_end, render_front_matter
+from chatloop.format.read import (
     UNREADABLE,
     Document,
     Facts,
     Plain,
-    Skim,
-    SummaryLookup,
-    find_summary,
     message_from,
     open_document,
     parse_markdown,
     plain_facts,
-    render_frame,
-    render_header,
-    render_markdown,
-    reseal,
-    skim,
-    skim_of,
-    words_of,
 )
-from chatloop.format.frames import Flaw, Frame, iter_frames
-from chatloop.format.front_matter import KNOWN_KEYS, front_matter_end, render_front_matter
+from chatloop.format.render import render_frame, render_header, render_markdown
+from chatloop.format.resealing import HEAD_DAMAGE, reseal
+from chatloop.format.skimming import Skim, skim, skim_of, words_of
+from chatloop.format.summary import SummaryLookup, find_summary
 from chatloop.format.values import (
     FORMAT_VERSION,
     ROLES,

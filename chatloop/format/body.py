@@ -35,9 +35,9 @@ DETAILS_CLOSE = "\n\n</details>"
 THINK_OPEN = "<details><summary>Thinking</summary>\n\n"
 
 __all__ = [
-    "DETAILS_CLOSE", "PLAIN_JSON_STRING", "RESTORE_OPEN", "SUMMARY_END", "SUMMARY_START",
+    "DETAILS_CLOSE", "RESTORE_OPEN", "SUMMARY_END", "SUMMARY_START",
     "THINK_OPEN", "Content", "compact_json", "display_name", "plain_text", "read_body",
-    "read_json", "render_body", "searchable",
+    "render_body", "searchable",
 ]  # fmt: skip
 
 _LEAD_RE = {
@@ -69,15 +69,6 @@ def compact_json(value: dict[str, Any]) -> str:
     """JSON on one line with ``<`` and ``>`` escaped, so it can never close a comment."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e")
-
-
-def read_json(raw: bytes) -> Any:
-    """``json.loads(raw)``, the same value or error: bytes that open like a JSON object
-    (as open lines and part markers do) are decoded here, as json decodes them
-    (UTF-8, lone surrogates let through), without its check for UTF-16 and UTF-32."""
-    if raw[:1] == b"{" and b"\x00" not in raw[:4]:
-        return json.loads(raw.decode("utf-8", "surrogatepass"))
-    return json.loads(raw)
 
 
 def _fence(content: str) -> str:
@@ -203,15 +194,9 @@ def read_body(
         if not sep:
             header, content = piece.removesuffix(" -->"), ""
         kind, _, raw_meta = header.partition(" ")
-        written = _PART_INFO.match(raw_meta)
-        if written is not None:  # as chatloop writes it: the values json would give
-            call_id, name, error = written.groups()
-            info = {"id": call_id, "name": name, "error": True} if error else {
-                "id": call_id, "name": name}  # fmt: skip
-        else:
-            info = json.loads(raw_meta) if raw_meta else {}
-            if not isinstance(info, dict):
-                raise ValueError(f"unreadable {kind} part")
+        info = json.loads(raw_meta) if raw_meta else {}
+        if not isinstance(info, dict):
+            raise ValueError(f"unreadable {kind} part")
         if kind == "text":
             text = _strip_text(role, restore, content, version, notes, False)
         elif kind == "thinking":
@@ -232,13 +217,6 @@ def read_body(
     return text, tuple(thinking), tuple(calls), tuple(results)
 
 
-# A JSON string with nothing to unescape, its value captured (a fast path's pattern:
-# anything else is read by json).
-PLAIN_JSON_STRING = r'"([^"\\\x00-\x1f]*)"'
-# A call's or a result's marker JSON as ``compact_json`` writes it.
-_PART_INFO = re.compile(
-    r'\{"id":' + PLAIN_JSON_STRING + r',"name":' + PLAIN_JSON_STRING + r'(,"error":true)?\}\Z'
-)
 _PLAIN_LEAD = {"user": _LEAD_RE[2], "assistant": _SPEAKER_RE[2]}
 
 
@@ -331,7 +309,7 @@ def _part_words(match: re.Match[bytes]) -> bytes:
     if match.group(1) != b"call":
         return b""
     try:
-        info = read_json(match.group(2))
+        info = json.loads(match.group(2))
         return str(info["name"]).encode() + b"\n" if isinstance(info, dict) else b""
     except (ValueError, KeyError, RecursionError):  # (JSON nested too deep: damage)
         return b""

@@ -41,7 +41,7 @@ CHUNK_BYTES = 1 << 18
 MAX_FRAME_BYTES = 32 << 20  # a longer frame (or one with no end) is damage, read no further
 
 __all__ = ["CHUNK_BYTES", "MAX_FRAME_BYTES", "Flaw", "Frame", "close_line",
-           "iter_frames", "open_line"]  # fmt: skip
+           "iter_frames", "open_line", "sniff_format"]  # fmt: skip
 
 
 class Frame(NamedTuple):
@@ -96,6 +96,14 @@ def close_line(version: int, key: str, crc: int) -> bytes:
     if version == 1:
         return b"<!-- /chatloop:%s %08x -->" % (key.encode(), crc)
     return b"<!-- /%s %08x -->" % (key.encode(), crc)
+
+
+def sniff_format(data: bytes, start: int) -> int:
+    """The format whose open marker comes first in ``data`` from ``start`` (2 when
+    there is none): how a file whose front matter names no known format is read."""
+    one = _Scanner(1).find_open(data, start)
+    two = _Scanner(2).find_open(data, start)
+    return 1 if one >= 0 and (two < 0 or one < two) else 2
 
 
 class _Scanner:
@@ -181,9 +189,6 @@ class _Scanner:
         return frame, close_end + 1
 
 
-# ``Frame(...)`` runs a generated __new__ in Python; the tuple's own is a fifth of
-# its cost, and the scanner builds one per frame.
-_new_frame = tuple.__new__
 _CLOSE_FORMAT = {1: b"<!-- /chatloop:%s %08x -->", 2: b"<!-- /%s %08x -->"}
 _SEALED = {version: close + b"\n" for version, close in _CLOSE_FORMAT.items()}
 _ROLES = {role.encode(): role for role in ("user", "assistant", "tool", "summary")}
@@ -231,9 +236,8 @@ def iter_frames(
             if close_at >= 0:
                 close = sealed % (key, crc32(buf[here:close_at]))
                 if buf.startswith(close, close_at + 1):
-                    yield _new_frame(Frame, (base + here, base + close_at + 1 + len(close),
-                                             key.decode(), _ROLES[role], info,
-                                             buf[body_from:close_at], True))  # fmt: skip
+                    yield Frame(base + here, base + close_at + 1 + len(close), key.decode(),
+                                _ROLES[role], info, buf[body_from:close_at], True)
                     pos = close_at + 1 + len(close)
                     if final and pos >= len(buf):
                         return

@@ -5,14 +5,13 @@ printed as text never loads ``json``."""
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from chatloop.store.rows import SearchHit, SessionRow
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (imported where used: a listing as JSON never loads the format)
     from chatloop.format import Facts, Message, Plain, SessionMeta, Usage
 
 __all__ = [
@@ -45,73 +44,21 @@ def message_dict(m: Message) -> dict[str, object]:
         "tool_results": [{"call_id": r.call_id, "name": r.name, "content": r.content,
                           "is_error": r.is_error} for r in m.tool_results],
         "model": m.model, "stop_reason": m.stop_reason,
-        "usage": None if m.usage is None else {"input": m.usage.input,
-                                               "output": m.usage.output,
-                                               "estimated": m.usage.estimated},
+        "usage": _usage_dict(m.usage),
         "duration": m.duration, "interrupted": m.interrupted, "restore": m.restore,
         "fallback": m.fallback,
     }  # fmt: skip
 
 
-_JSON_TEXT = json.encoder.encode_basestring  # json.dumps's own string escaper (non-ASCII kept)
-_JSON_FLAG = {False: "false", True: "true"}
+# One encoder for every message (``json.dumps`` with an option builds one per call: a
+# fifth of the time export spends writing JSON); it holds no state between calls.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
 
 
 def message_json(m: Message) -> str:
-    """``json.dumps(message_dict(m), ensure_ascii=False)``, the same text: a message
-    whose values have the types ``Message`` declares is written directly, any other
-    through ``json``. Export writes one per message, and building the dict to encode
-    it was half its cost."""
-    usage, duration = m.usage, m.duration
-    plain = (type(duration) is float and math.isfinite(duration)) or duration is None
-    plain = plain and type(m.interrupted) is type(m.restore) is type(m.fallback) is bool
-    if usage is not None:
-        plain = plain and type(usage.input) is type(usage.output) is int
-        plain = plain and type(usage.estimated) is bool
-    try:
-        parts = None
-        if plain:
-            parts = _parts(m) if m.thinking or m.tool_calls or m.tool_results else _NO_PARTS
-        if parts is not None:
-            model, stop = m.model, m.stop_reason
-            return _written(_JSON_TEXT(m.role), m.at.isoformat(), _JSON_TEXT(m.key), m.text,
-                            "null" if model is None else _JSON_TEXT(model),
-                            "null" if stop is None else _JSON_TEXT(stop), usage, duration,
-                            m.interrupted, m.restore, m.fallback, parts)  # fmt: skip
-    except TypeError:  # not a string where one belongs
-        pass
-    return _ENCODE(message_dict(m))  # json writes any other message, or says why not
-
-
-_NO_PARTS = '"thinking": [], "tool_calls": [], "tool_results": []'
-
-
-def _parts(m: Message) -> str | None:
-    """The message's thinking, tool calls and tool results as ``message_dict``'s JSON
-    writes them; None for a flag that is not a bool, and TypeError for a string field
-    that holds something else (json then writes the message, or says why not)."""
-    text = _JSON_TEXT
-    thinking = calls = results = ""  # (most messages have one kind of part, if any)
-    if m.thinking:
-        thinking = ", ".join(
-            f'{{"text": {text(t.text)}, "signature": '
-            f'{"null" if t.signature is None else text(t.signature)}}}'
-            for t in m.thinking
-        )  # fmt: skip
-    if m.tool_calls:
-        calls = ", ".join(
-            f'{{"id": {text(c.id)}, "name": {text(c.name)}, "arguments": {text(c.arguments)}}}'
-            for c in m.tool_calls
-        )  # fmt: skip
-    if m.tool_results:
-        if not all(type(r.is_error) is bool for r in m.tool_results):
-            return None
-        results = ", ".join(
-            f'{{"call_id": {text(r.call_id)}, "name": {text(r.name)}, '
-            f'"content": {text(r.content)}, "is_error": {_JSON_FLAG[r.is_error]}}}'
-            for r in m.tool_results
-        )  # fmt: skip
-    return f'"thinking": [{thinking}], "tool_calls": [{calls}], "tool_results": [{results}]'
+    """``message_dict(m)`` as JSON on one line, non-ASCII kept (control characters
+    are escaped by json)."""
+    return _ENCODE(message_dict(m))
 
 
 def plain_json(p: Plain, meta: SessionMeta) -> str:
@@ -119,59 +66,24 @@ def plain_json(p: Plain, meta: SessionMeta) -> str:
     same text, without building the message (see ``chatloop.format.plain_facts``)."""
     from chatloop.format import plain_facts
 
-    return _plain_json(p, meta, plain_facts)
+    return _ENCODE(_plain_dict(p, plain_facts(p, meta)))
 
 
-def _plain_json(
-    p: Plain, meta: SessionMeta, plain_facts: Callable[[Plain, SessionMeta], Facts]
-) -> str:
-    """``plain_json``, given ``chatloop.format.plain_facts`` (export writes one per
-    frame: importing it each time was a tenth of the cost)."""
-    at, model, stop, usage, duration = plain_facts(p, meta)
-    said = _MODELS.get(model)  # (the same one or two on every frame: encoded once)
-    if said is None:
-        if len(_MODELS) >= 64:
-            _MODELS.clear()
-        said = _MODELS[model] = "null" if model is None else _JSON_TEXT(model)
-    return (  # ``_written``'s text with no parts and every flag false, spelt out
-        f'{{"role": {_FIXED[p.role]}, "at": "{at}", "key": "{p.key}", '
-        f'"text": {_JSON_TEXT(p.text)}, {_NO_PARTS}, "model": {said}, '
-        f'"stop_reason": {_FIXED[stop]}, "usage": {_usage_json(usage)}, '
-        f'"duration": {"null" if duration is None else repr(duration)}, '
-        '"interrupted": false, "restore": false, "fallback": false}'
-    )
+def _plain_dict(p: Plain, facts: Facts) -> dict[str, object]:
+    """``message_dict`` of the message of ``p``'s frame, whose ``facts`` are given."""
+    at, model, stop, usage, duration = facts
+    return {
+        "role": p.role, "at": at, "key": p.key, "text": p.text,
+        "thinking": [], "tool_calls": [], "tool_results": [],
+        "model": model, "stop_reason": stop, "usage": _usage_dict(usage),
+        "duration": duration, "interrupted": False, "restore": False, "fallback": False,
+    }  # fmt: skip
 
 
-_MODELS: dict[str | None, str] = {}
-# What needs no escaping: a role, a stop of "stop", a frame key ([a-z2-7]{8}, as is).
-_FIXED = {"user": '"user"', "assistant": '"assistant"', "stop": '"stop"', None: "null"}
-
-
-def _written(
-    role: str, at: str, key: str, text: str, model: str, stop_reason: str,
-    usage: Usage | None, duration: float | None, interrupted: bool, restore: bool,
-    fallback: bool, parts: str,
-) -> str:  # fmt: skip
-    """A message as JSON; ``role``, ``key``, ``model``, ``stop_reason`` and ``parts``
-    (its thinking, tool calls and results) come as JSON already, ``text`` as it is."""
-    return (
-        f'{{"role": {role}, "at": "{at}", "key": {key}, "text": {_JSON_TEXT(text)}, '
-        f'{parts}, "model": {model}, '
-        f'"stop_reason": {stop_reason}, "usage": {_usage_json(usage)}, '
-        f'"duration": {"null" if duration is None else repr(duration)}, '
-        f'"interrupted": {_JSON_FLAG[interrupted]}, "restore": {_JSON_FLAG[restore]}, '
-        f'"fallback": {_JSON_FLAG[fallback]}}}'
-    )
-
-
-def _usage_json(usage: Usage | None) -> str:
-    return "null" if usage is None else (
-        f'{{"input": {usage.input}, "output": {usage.output}, '
-        f'"estimated": {_JSON_FLAG[usage.estimated]}}}'
-    )  # fmt: skip
-
-
-_ENCODE = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
+def _usage_dict(usage: Usage | None) -> dict[str, object] | None:
+    if usage is None:
+        return None
+    return {"input": usage.input, "output": usage.output, "estimated": usage.estimated}
 
 
 def write_sessions_json(
@@ -206,8 +118,9 @@ def write_sessions_json(
             for m in messages:
                 if size >= _BATCH_CHARS:
                     flush()
-                text = (_plain_json(m, meta, plain_facts) if isinstance(m, Plain)
-                        else message_json(m))  # fmt: skip
+                data = (_plain_dict(m, plain_facts(m, meta)) if isinstance(m, Plain)
+                        else message_dict(m))  # fmt: skip
+                text = _ENCODE(data)
                 batch.append(separator)
                 batch.append(text)
                 separator = ",\n  "

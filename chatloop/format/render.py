@@ -1,0 +1,112 @@
+"""Writing a session as text: the whole file, its header, and one frame as appended.
+
+Contract: ``render_markdown(session)`` is what ``chatloop.format.read.parse_markdown``
+reads back as the same session, in both formats, byte for byte again when re-rendered.
+A frame's key must occur nowhere in its content (``Message.create`` and ``new_key``
+see to it; ``render_frame`` refuses otherwise), so the frame ends only at its own close
+marker. Decoration (headings, speaker labels, format 1's footer) is derived from the
+metadata and is never trusted by a reader. No I/O: bytes are returned.
+"""
+
+from __future__ import annotations
+
+import zlib
+from datetime import datetime
+
+from chatloop.format.body import compact_json, display_name, render_body
+from chatloop.format.frames import close_line, open_line
+from chatloop.format.front_matter import render_front_matter
+from chatloop.format.values import Message, Session, SessionMeta, content_of, is_key
+
+__all__ = ["frame_info", "render_frame", "render_header", "render_markdown"]
+
+
+def render_markdown(session: Session) -> bytes:
+    """Render a whole session file: header + every frame, in order."""
+    parts = [render_header(session.meta)]
+    query = 0
+    for message in session.messages:
+        query += message.is_query
+        parts.append(render_frame(message, session.meta, query))
+    return b"".join(parts)
+
+
+def render_header(meta: SessionMeta) -> bytes:
+    """Everything before the first frame: the front matter, and in format 1 a
+    ``# {Agent} Conversation`` heading (format 2 leaves it out: the front matter
+    already names the agent, and each reply is headed by its name)."""
+    if meta.format >= 2:
+        return render_front_matter(meta)
+    heading = f"\n# {display_name(meta.agent) or 'Chat'} Conversation\n"
+    return render_front_matter(meta) + heading.encode()
+
+
+def render_frame(message: Message, meta: SessionMeta, query: int) -> bytes:
+    """One record as appended to the file: a blank line, then the frame, in the
+    meta's format. ``query`` (queries so far, this one included) only feeds the
+    ``## Query N`` heading, which no reader trusts."""
+    if not is_key(message.key):
+        raise ValueError(f"invalid frame key {message.key!r}")
+    if message.key in content_of(message):
+        raise ValueError("frame key occurs in the message content; use Message.create")
+    version = meta.format
+    body = render_body(message, meta.agent, query, version)
+    head = f"{open_line(version, message.key, message.role, frame_info(message, meta))}\n{body}"
+    data = head.encode()
+    return b"\n" + data + b"\n" + close_line(version, message.key, zlib.crc32(data)) + b"\n"
+
+
+def frame_info(m: Message, meta: SessionMeta) -> str:
+    """The open line's metadata.
+
+    Format 1: one JSON object. Format 2: the time (``HH:MM:SS`` on the session's
+    first day), the duration (``4.1s``) and the token usage (``58/121``,
+    ``~58/121`` when estimated) when there are any, then a JSON object only for
+    what is not the default: ``model`` when it differs from the front matter's,
+    ``stop`` when not the normal ``stop`` (assistant), and the flags.
+    """
+    info: dict[str, object] = {}
+    if meta.format == 1:
+        info["at"] = m.at.isoformat()
+        info.update({k: v for k, v in (("model", m.model), ("stop", m.stop_reason),
+                                       ("secs", m.duration)) if v is not None})  # fmt: skip
+        if m.usage is not None:
+            usage: dict[str, object] = {"in": m.usage.input, "out": m.usage.output}
+            if m.usage.estimated:
+                usage["est"] = True
+            info["usage"] = usage
+        for flag in ("interrupted", "restore", "fallback"):
+            if getattr(m, flag):
+                info[flag] = True
+        return compact_json(info)
+    words = [_short_time(m.at, meta.created)]
+    if m.duration is not None:
+        words.append(f"{m.duration!r}s")
+    if m.usage is not None:
+        u = m.usage
+        words.append(f"{'~' if u.estimated else ''}{u.input}/{u.output}")
+    if m.role == "assistant":
+        if m.model != (meta.model or None):
+            info["model"] = m.model
+        if m.stop_reason != "stop":
+            info["stop"] = m.stop_reason
+    else:
+        info.update({k: v for k, v in (("model", m.model), ("stop", m.stop_reason))
+                     if v is not None})  # fmt: skip
+    for flag in ("interrupted", "restore", "fallback"):
+        if getattr(m, flag):
+            info[flag] = True
+    if info:
+        words.append(compact_json(info))
+    return " ".join(words)
+
+
+def _short_time(at: datetime, created: datetime) -> str:
+    """Format 2 writes a message's time as ``HH:MM:SS`` when it falls on the
+    session's first day in the same UTC offset, to the second (the date and
+    offset are in the front matter's ``created``); otherwise in full ISO 8601."""
+    offset = at.utcoffset()
+    same_day = at.date() == created.date() and at.microsecond == 0
+    if offset is not None and offset == created.utcoffset() and same_day:
+        return at.strftime("%H:%M:%S")
+    return at.isoformat()

@@ -1,0 +1,142 @@
+"""Skim: what the index needs from a session file, without building every message.
+
+Contract: ``skim(source)`` gives the same figures as ``skim_of(parse_markdown(...))``
+(tests compare the two): the front matter, the number of queries, the last update,
+a one-line preview of the last question, whether there is a summary, how many
+problems the scan saw, and the searchable words (valid UTF-8, chatloop's own markup
+left out). It never raises for damage, and with ``words`` its memory stays flat for
+any size of file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import BinaryIO
+
+from chatloop.config import DEFAULT_PREVIEW_CHARS
+from chatloop.format.body import searchable
+from chatloop.format.frames import Frame
+from chatloop.format.read import UNREADABLE, message_from, open_document
+from chatloop.format.values import Message, ParseResult, Problem, Session, SessionMeta
+
+__all__ = ["SEARCH_CHUNK_BYTES", "Skim", "skim", "skim_of", "words_of"]
+
+
+@dataclass(frozen=True)
+class Skim:
+    """A file as the index stores it, read without building every message.
+    ``updated`` is the later of the front matter's and the last record's time;
+    ``problems`` counts what the scan saw (checksums are verified too); ``text``
+    is the searchable words as valid UTF-8."""
+
+    meta: SessionMeta
+    queries: int
+    updated: datetime
+    preview: str
+    has_summary: bool
+    legacy: bool
+    problems: int
+    text: bytes
+
+
+SEARCH_CHUNK_BYTES = 1 << 20
+
+
+def skim(
+    source: bytes | BinaryIO, name: str = "", words: Callable[[bytes], None] | None = None
+) -> Skim:
+    """What the index needs from a session file; never raises for damage.
+
+    With ``words``, the searchable text goes to it in chunks of about
+    ``SEARCH_CHUNK_BYTES`` (whole frames, valid UTF-8) as the file is read, and
+    ``Skim.text`` is empty: memory stays flat for any size of file."""
+    doc = open_document(source, name)
+    if doc.legacy:
+        messages = list(doc.messages())
+        found = skim_of(ParseResult(Session(doc.meta, tuple(messages)), tuple(doc.problems),
+                                    0, True))  # fmt: skip
+        if words is not None and found.text:
+            words(found.text)
+            found = replace(found, text=b"")
+        return found
+    meta = doc.meta
+    version = meta.format
+    queries = 0
+    has_summary = False
+    last_query: Frame | None = None
+    last: Frame | None = None
+    bodies: list[bytes] = []
+    held = 0
+    bad_crc = 0
+    footer_keys = (b'"secs"', b'"usage"', b'"interrupted"', b'"fallback"') if version == 1 else ()
+    for frame in doc.frames():
+        role = frame.role
+        info = frame.info
+        if role == "user" and b'"restore":true' not in info:
+            queries += 1
+            last_query = frame
+        elif role == "summary":
+            has_summary = True
+        footer = any(k in info for k in footer_keys)
+        piece = searchable(role, frame.key.encode(), frame.body, footer, version)
+        bodies.append(piece)
+        held += len(piece) + 1
+        if words is not None and held >= SEARCH_CHUNK_BYTES:
+            words(_utf8(b"\n".join(bodies)))
+            bodies, held = [], 0
+        bad_crc += not frame.crc_ok
+        last = frame
+    problems: list[Problem] = []
+    preview = ""
+    if last_query is not None:
+        try:
+            preview = message_from(last_query, meta, problems).text
+        except UNREADABLE:
+            preview = ""
+    updated = meta.updated
+    if last is not None:
+        try:
+            updated = max(updated, message_from(last, meta, problems).at)
+        except UNREADABLE:
+            updated = meta.updated  # an unreadable last frame: the front matter's time
+    text = _utf8(b"\n".join(bodies))
+    if words is not None:
+        if text:
+            words(text)
+        text = b""
+    count = len([p for p in doc.problems if p.kind not in ("unknown_key",)]) + bad_crc
+    return Skim(meta, queries, updated, _one_line(preview), has_summary, False, count, text)
+
+
+def skim_of(result: ParseResult) -> Skim:
+    """The same figures from a full parse (legacy files; tests compare the two)."""
+    session = result.session
+    messages = session.messages
+    updated = max(session.meta.updated, messages[-1].at) if messages else session.meta.updated
+    preview = next((m.text for m in reversed(messages) if m.is_query), "")
+    text = "\n".join(words_of(m) for m in messages).encode()
+    problems = len([p for p in result.problems if p.kind not in ("unknown_key",)])
+    return Skim(session.meta, session.query_count, updated, _one_line(preview),
+                session.summary is not None, result.legacy, problems, text)  # fmt: skip
+
+
+def words_of(message: Message) -> str:
+    """Everything a message says: text, thinking, tool calls and tool results."""
+    bits = [message.text, *(t.text for t in message.thinking)]
+    bits += [f"{c.name} {c.arguments}" for c in message.tool_calls]
+    bits += [r.content for r in message.tool_results]
+    return "\n".join(b for b in bits if b)
+
+
+def _utf8(data: bytes) -> bytes:
+    try:
+        data.decode("utf-8")
+        return data
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "replace").encode("utf-8")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:DEFAULT_PREVIEW_CHARS]
