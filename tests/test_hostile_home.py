@@ -66,7 +66,9 @@ def plant(store: Store, files: list[tuple[str, bytes | str]]) -> None:
             os.mkfifo(path)
             os.mkfifo(folder / f"20261121-1300{i:02d}-00000{i:03x}.md.lock")
         elif kind == "link":
-            path.symlink_to("/etc/passwd")
+            outside = store.root.parent / "outside-the-home.txt"  # (its own tmp_path)
+            outside.write_text("root:x:0:0:root:/root:/bin/sh\n")
+            path.symlink_to(outside)
         elif kind == "chain":
             fifo = folder / f"fifo-{i}"
             os.mkfifo(fifo)

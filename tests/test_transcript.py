@@ -11,6 +11,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -523,14 +524,13 @@ def test_title_no_stays_a_string_and_dates_stay_strings() -> None:
     assert meta.extra == {"mine": "0x1F"}
 
 
-def test_python_object_payload_runs_nothing(tmp_path: object) -> None:
-    payload = "id: a\ntitle: !!python/object/apply:os.system ['touch /tmp/chatloop-pwned']\n"
+def test_python_object_payload_runs_nothing(tmp_path: Path) -> None:
+    pwned = tmp_path / "chatloop-pwned"
+    payload = f"id: a\ntitle: !!python/object/apply:os.system ['touch {pwned}']\n"
     result = parse_markdown(_with_front_matter(payload))
     assert [p.kind for p in result.problems] == ["front_matter"]
     assert result.session.meta.id == "a"  # salvaged line by line; the tag ran nothing
-    import os
-
-    assert not os.path.exists("/tmp/chatloop-pwned")
+    assert not pwned.exists()
 
 
 def test_alias_bomb_is_refused_fast() -> None:
