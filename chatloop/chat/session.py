@@ -33,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chatloop.backends.base import Backend, ContextOverflow
+from chatloop.backends.base import Backend, Cancelled, ContextOverflow
 from chatloop.chat import chain, prompts, titles
 from chatloop.chat.agent import Agent, normalise
 from chatloop.chat.context import Plan, Sent, ack_cap, plan, reply_cap, summary_cap
@@ -582,7 +582,7 @@ class ChatSession:
             view.close(False, False)
             self.host.notice("Acknowledgment skipped; the summary is in place.")
             return
-        except BackendError as exc:
+        except (BackendError, Cancelled) as exc:  # (Cancelled: the output's reader left)
             view.close(False, False)
             self.host.notice(f"No acknowledgment ({exc.message}); the summary is in place.",
                              "warn")  # fmt: skip

@@ -1,8 +1,9 @@
 """What the REPL shows: the streaming reply, tool calls, errors, tables, the toolbar.
 
-rich is imported here and only here among the REPL's modules, so that
-``chatloop --version`` never pays for it. Domain values never print
-themselves; these functions turn them into renderables.
+rich is imported by the REPL's modules (this one, ``commands`` and ``repl``;
+``rich.markdown`` and ``rich.progress`` where they are used), never at the
+package's top, so ``chatloop --version`` never pays for it. Domain values never
+print themselves; these functions turn them into renderables.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from chatloop.errors import ChatloopError
 from chatloop.format import Message, empty_reply
 from chatloop.ui.listing import describe, relative_time, visible
 
-if TYPE_CHECKING:  # sqlite3 and rich.markdown load only when used
+if TYPE_CHECKING:  # a type only: the index (and sqlite3 with it) is not loaded for it
     from chatloop.store.index import SessionRow
 
 _FENCE_RE = re.compile(r"^\s*(```|~~~)", re.MULTILINE)
