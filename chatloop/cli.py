@@ -28,6 +28,8 @@ if TYPE_CHECKING:  # the settings and backend modules load only when a command n
     from chatloop.store.store import Store
     from chatloop.ui.repl import Repl
 
+COMMANDS = ("sessions", "show", "search", "tree", "export", "reseal", "import", "reindex", "doctor")
+
 EXAMPLES = """\
 examples:
   chatloop                      chat with the default agent (Simple Sally)
