@@ -520,7 +520,7 @@ def _chat_new(args: argparse.Namespace, settings: Settings, store: Store) -> int
         except KeyboardInterrupt:
             if not signalled:
                 raise
-            from chatloop.ui.listing import visible  # typed text: shown, never acted on
+            from chatloop.ui.terminal_text import visible  # typed text: shown, never acted on
 
             print(f"Signal received before the chat had started; not sent: "
                   f"{visible(first())}", file=sys.stderr)  # fmt: skip
@@ -557,7 +557,7 @@ def _ready_backend(settings: Settings, held_with: tuple[str, str] = ("", "")) ->
     same_server = False
     if held_at and settings.backend == "auto" and not settings.base_url:
         from chatloop.backends.detect import CANDIDATES, held_candidates
-        from chatloop.ui.listing import visible
+        from chatloop.ui.terminal_text import visible
 
         held = held_candidates(held_at)
         if not held:
@@ -928,7 +928,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     """Copy sessions from files or folders into a project; report each file."""
     from chatloop.store.importer import NO_SUCH_PATH, import_sessions
     from chatloop.store.store import Store
-    from chatloop.ui.listing import visible
+    from chatloop.ui.terminal_text import visible
 
     store = _store(args)
     if args.project:
@@ -991,7 +991,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from chatloop.format import Document, open_document
     from chatloop.store.fsio import open_read
     from chatloop.ui import as_json
-    from chatloop.ui.listing import visible
+    from chatloop.ui.terminal_text import visible
 
     def chosen(index: Index) -> list[SessionRow]:
         row = index.find(args.ref)
@@ -1067,7 +1067,7 @@ def cmd_reseal(args: argparse.Namespace) -> int:
     front matter has problems (those are left as they are, each named, and ``show``
     still notes them)."""
     from chatloop.format import HEAD_DAMAGE
-    from chatloop.ui.listing import visible
+    from chatloop.ui.terminal_text import visible
 
     with _index(args) as index:
         row = index.find(args.ref)

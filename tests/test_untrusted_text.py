@@ -17,7 +17,7 @@ from chatloop.backends.openai_compat import OpenAICompatBackend
 from chatloop.format import Message
 from chatloop.store.store import Store
 from chatloop.ui import commands
-from chatloop.ui.listing import _VISIBLE, visible
+from chatloop.ui.terminal_text import _VISIBLE, visible
 from tests.conftest import T0, new_meta
 from tests.test_repl import drive, reply_body
 

@@ -24,7 +24,8 @@ from rich.text import Text
 from chatloop.backends.base import Event, Finish, TextDelta, ThinkingDelta, ToolCallEvent
 from chatloop.errors import ChatloopError
 from chatloop.format import Message, empty_reply
-from chatloop.ui.listing import describe, relative_time, visible
+from chatloop.ui.listing import describe, relative_time
+from chatloop.ui.terminal_text import visible
 
 if TYPE_CHECKING:  # a type only: the index (and sqlite3 with it) is not loaded for it
     from chatloop.store.index import SessionRow

@@ -39,7 +39,7 @@ from chatloop.config import EMBEDDED_NOTE, Settings
 from chatloop.errors import ChatloopError
 from chatloop.store.store import Store
 from chatloop.ui import commands, render
-from chatloop.ui.listing import visible
+from chatloop.ui.terminal_text import visible
 from chatloop.ui.prompt import PROMPT, chat_prompt, file_history
 
 if TYPE_CHECKING:
