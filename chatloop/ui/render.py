@@ -27,7 +27,7 @@ from chatloop.format import Message, empty_reply
 from chatloop.ui.listing import describe, relative_time
 from chatloop.ui.terminal_text import visible
 
-if TYPE_CHECKING:  # a type only: the index (and sqlite3 with it) is not loaded for it
+if TYPE_CHECKING:  # a type only (the index and sqlite3 load with ui.listing anyway)
     from chatloop.store.index import SessionRow
 
 _FENCE_RE = re.compile(r"^\s*(```|~~~)", re.MULTILINE)
