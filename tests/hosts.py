@@ -18,7 +18,7 @@ from chatloop.chat.agent import load_agent
 from chatloop.chat.host import Lookup, Picked, Tone
 from chatloop.chat.session import ChatSession
 from chatloop.config import Settings
-from chatloop.format import Message
+from chatloop.format import Message, Session
 from chatloop.store.store import Store
 from tests.conftest import Clock
 
@@ -99,3 +99,10 @@ def chat(
     session = ChatSession(load_agent(AGENTS / agent), backend, store, settings, host,
                           clock=Clock(), assume_yes=assume_yes)  # fmt: skip
     return session, host
+
+
+def files(store: Store) -> list[Session]:
+    """Every session of the project, in the order they were last written (each drive
+    restarts the test clock, so file times tell the order)."""
+    entries = sorted(store.session_files(), key=lambda e: e.stat().st_mtime_ns)
+    return [store.read(Path(e.path)).session for e in entries]

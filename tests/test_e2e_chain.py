@@ -22,7 +22,7 @@ from chatloop.format import parse_markdown
 from chatloop.store.store import Store
 from tests.conftest import E2E_WINDOW
 from tests.hosts import chat
-from tests.test_pty import ready, run, spawn, wait
+from tests.pty_driver import ready, run, spawn, wait
 
 pytestmark = pytest.mark.e2e
 TOPICS = ("the lighthouse", "a garden of herbs", "the old bridge", "river boats", "winter bread")

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from chatloop.format import parse_markdown
-from tests.test_pty import chatloop_bin, environment
+from tests.pty_driver import chatloop_bin, environment
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
 LEGACY = SAMPLES / "legacy" / "Simple_Sally_20250614_101500.md"

@@ -18,8 +18,7 @@ import pytest
 from chatloop.store.index import Index, SearchHit
 from chatloop.store.lookahead import LookAhead
 from chatloop.store.store import FolderLook, Store
-from tests.test_index import _populate
-from tests.test_index_marks import _statements, _two_projects
+from tests.index_helpers import populate, statements, two_projects
 
 
 def _forbid_looking(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -43,7 +42,7 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.parametrize("all_projects", [True, False])
 def test_the_child_sees_the_marks_a_look_makes(store: Store, all_projects: bool) -> None:
-    _two_projects(store, 3)
+    two_projects(store, 3)
     with LookAhead(store, all_projects) as ahead:
         assert ahead.pid > 0  # a child was started
         marks = ahead.marks()
@@ -55,10 +54,10 @@ def test_the_child_sees_the_marks_a_look_makes(store: Store, all_projects: bool)
 def test_a_fresh_index_is_known_from_the_marks_taken_ahead(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _populate(store, 3)
+    populate(store, 3)
     with Index(store) as index:
         index.sync()
-        seen = _statements(index)
+        seen = statements(index)
         with LookAhead(store, True) as ahead:  # (the child is started: it looks as before)
             _forbid_looking(store, monkeypatch)
             assert index.sync(ahead=ahead) == 0
@@ -66,7 +65,7 @@ def test_a_fresh_index_is_known_from_the_marks_taken_ahead(
 
 
 def test_a_file_changed_before_the_look_ahead_is_read_again(store: Store) -> None:
-    first, _ = _populate(store, 2)
+    first, _ = populate(store, 2)
     with Index(store) as index:
         index.sync()
         first.write_bytes(first.read_bytes().replace(b"unicorn0", b"narwhal0"))
@@ -77,11 +76,11 @@ def test_a_file_changed_before_the_look_ahead_is_read_again(store: Store) -> Non
 
 @pytest.mark.parametrize("ahead_all", [True, False])
 def test_a_look_ahead_of_another_scope_is_not_used(store: Store, ahead_all: bool) -> None:
-    other = _two_projects(store, 2)
+    other = two_projects(store, 2)
     with Index(store) as index:
         index.sync(all_projects=True)
         index.sync(all_projects=False)  # both scopes marked
-        _populate(other if ahead_all else store, 1, word="okapi")  # where the sync looks
+        populate(other if ahead_all else store, 1, word="okapi")  # where the sync looks
         with LookAhead(store, all_projects=ahead_all) as ahead:
             index._db.execute("DELETE FROM info WHERE key LIKE 'mark:%' OR key = 'every'")
             index.sync(all_projects=not ahead_all)  # kept again, as the new files are
@@ -91,7 +90,7 @@ def test_a_look_ahead_of_another_scope_is_not_used(store: Store, ahead_all: bool
 
 
 def test_a_look_ahead_answers_once(store: Store) -> None:
-    first, _ = _populate(store, 2)
+    first, _ = populate(store, 2)
     with Index(store) as index:
         index.sync()
         with LookAhead(store, True) as ahead:
@@ -103,7 +102,7 @@ def test_a_look_ahead_answers_once(store: Store) -> None:
 
 
 def test_a_closed_look_ahead_leaves_no_child(store: Store) -> None:
-    _populate(store, 2)
+    populate(store, 2)
     ahead = LookAhead(store, True)
     pid = ahead.pid
     assert pid > 0
@@ -113,7 +112,7 @@ def test_a_closed_look_ahead_leaves_no_child(store: Store) -> None:
 
 
 def test_a_process_with_threads_takes_no_look_ahead_and_still_syncs(store: Store) -> None:
-    _populate(store, 2)
+    populate(store, 2)
     release = threading.Event()
     waiting = threading.Thread(target=release.wait)
     waiting.start()
@@ -132,12 +131,12 @@ def test_a_home_without_projects_gives_no_marks_and_the_sync_looks_itself(
     with LookAhead(store, True) as ahead, Index(store) as index:
         assert ahead.marks() == []
         assert index.sync(ahead=ahead) == 0
-        _populate(store, 1)
+        populate(store, 1)
         assert index.sync(ahead=ahead) == 1
 
 
 def test_no_child_is_started_where_nobody_may_wait_for_it(store: Store) -> None:
-    _populate(store, 1)
+    populate(store, 1)
     previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped by the kernel
     try:
         with LookAhead(store, True) as ahead:
@@ -211,9 +210,9 @@ def test_a_look_ahead_of_another_home_is_stopped_before_the_command_goes_on(
     import chatloop.cli
     from chatloop.ui import listing
 
-    _populate(store, 1)
+    populate(store, 1)
     elsewhere = Store(tmp_path / "elsewhere", cwd=store.cwd)
-    _populate(elsewhere, 1)
+    populate(elsewhere, 1)
     started: list[LookAhead] = []
     real_init = LookAhead.__init__
 
@@ -245,7 +244,7 @@ def test_a_look_ahead_of_another_home_is_stopped_before_the_command_goes_on(
 def test_hits_found_ahead_of_a_fresh_index_are_the_synced_search(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _two_projects(store, 3)
+    two_projects(store, 3)
     with Index(store) as index:
         index.sync()
         expected = index.search("unicorn1")
@@ -259,7 +258,7 @@ def test_hits_found_ahead_of_a_fresh_index_are_the_synced_search(
 
 
 def test_hits_found_ahead_of_a_file_changed_before_the_look_are_not_used(store: Store) -> None:
-    first, _ = _populate(store, 2)
+    first, _ = populate(store, 2)
     with Index(store) as index:
         index.sync()
         first.write_bytes(first.read_bytes().replace(b"unicorn0", b"narwhal0"))
@@ -274,7 +273,7 @@ def test_hits_found_ahead_after_a_neighbour_synced_a_newer_look_are_not_used(
 ) -> None:
     """The look was taken; then a file changed and a neighbour synced it (keeping new
     marks): the rows no longer match this look, so the hits found are not used."""
-    first, _ = _populate(store, 2)
+    first, _ = populate(store, 2)
     looked = tmp_path / "looked"
     real_look = store.look
 
@@ -300,7 +299,7 @@ def test_hits_found_ahead_after_a_neighbour_synced_a_newer_look_are_not_used(
 
 
 def test_no_hits_are_found_ahead_from_an_index_in_memory(store: Store) -> None:
-    _populate(store, 1)
+    populate(store, 1)
     with Index(store) as index, LookAhead(store, True) as ahead:
         index.in_memory = True
         assert index.read_ahead(ahead, lambda: index.search("unicorn0")) is None
@@ -309,7 +308,7 @@ def test_no_hits_are_found_ahead_from_an_index_in_memory(store: Store) -> None:
 def test_nothing_is_read_ahead_when_no_answer_will_come(store: Store) -> None:
     """No child (here: SIGCHLD ignored) or its answer taken: the read is not even run,
     so the command does not search twice."""
-    _populate(store, 1)
+    populate(store, 1)
     reads: list[int] = []
     previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     try:
@@ -327,7 +326,7 @@ def test_nothing_is_read_ahead_when_no_answer_will_come(store: Store) -> None:
 
 
 def test_a_read_ahead_that_fails_as_a_bug_says_so(store: Store) -> None:
-    _populate(store, 1)
+    populate(store, 1)
     with Index(store) as index:
         index.sync()
     with Index(store) as index, LookAhead(store, True) as ahead:
@@ -352,7 +351,7 @@ def test_search_prints_each_hit_as_its_snippet_is_read_and_reads_each_once(
     from chatloop.store import index_scan
     from chatloop.ui import listing
 
-    paths = _populate(store, 4)
+    paths = populate(store, 4)
     with Index(store) as index:
         index.sync()
     if stale:
@@ -388,10 +387,10 @@ def test_show_finds_a_session_the_index_has_not_seen_yet(
     but a sync, then found."""
     import chatloop.cli
 
-    _populate(store, 1)
+    populate(store, 1)
     with Index(store) as index:
         index.sync()
-    (new,) = _populate(store, 1, word="okapi")
+    (new,) = populate(store, 1, word="okapi")
     monkeypatch.setenv("CHATLOOP_HOME", str(store.root))
     monkeypatch.setenv("CHATLOOP_CONFIG", "")
     monkeypatch.chdir(store.cwd)
@@ -409,7 +408,7 @@ def test_search_of_every_project_names_the_project_of_each_hit(
     """Numbers count per project: a hit from another project says which."""
     import chatloop.cli
 
-    other = _two_projects(store, 1)
+    other = two_projects(store, 1)
     monkeypatch.setenv("CHATLOOP_HOME", str(store.root))
     monkeypatch.setenv("CHATLOOP_CONFIG", "")
     monkeypatch.chdir(store.cwd)

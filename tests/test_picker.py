@@ -18,8 +18,8 @@ from chatloop.chat.lookup import summary_digest
 from chatloop.store.index import Index, SessionRow
 from chatloop.store.store import Store
 from chatloop.ui.listing import handle_width
-from chatloop.ui.terminal_text import cells
 from chatloop.ui.picker import line_for, matches, pick, pick_numbered
+from chatloop.ui.terminal_text import cells
 from tests.conftest import T0
 from tests.fakes import STRUCTURED, FakeBackend
 from tests.hosts import ScriptedHost, chat

@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chatloop.format import (
-    KNOWN_KEYS,
     SUMMARY_END,
     SUMMARY_START,
     UNREADABLE,
@@ -42,80 +41,7 @@ from chatloop.format import body as body_module
 from chatloop.format.body import compact_json, read_json
 from chatloop.ui.as_json import message_dict, message_json
 from tests.conftest import T0, new_meta
-
-HOSTILE = [
-    SUMMARY_START, SUMMARY_END, "---", "\n---\n", "## Query 3 (14:30:45)\n", "**You:** ",
-    "**Simple Sally:** ", "```", "````json\n", "~~~", "<!-- x -->", "<!--", "-->",
-    "<!-- chatloop:aaaaaaaa user {\"at\":\"2026-01-01T00:00:00+00:00\"} -->\n",
-    "<!-- /chatloop:aaaaaaaa 00000000 -->\n", "\x00", "\r\n", "\r", "\ufeff", "🦙", "\u2028",
-    "<details>", "</details>", "*Time: 1.0s*", "\n\n*Time: 2.0s | Tokens: 3 (in: 1, out: 2)*",
-    "\t", " ", "\n",
-]  # fmt: skip
-
-text_st = st.one_of(
-    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60),
-    st.lists(
-        st.one_of(st.sampled_from(HOSTILE), st.text(max_size=8).filter(str.isprintable)),
-        max_size=12,
-    ).map("".join),
-)
-opt_text = st.none() | text_st
-tz_st = st.integers(-23 * 60 - 59, 23 * 60 + 59).map(lambda m: timezone(timedelta(minutes=m)))
-at_st = st.builds(
-    lambda d, tz: d.replace(tzinfo=tz),
-    st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2100, 1, 1)),
-    tz_st,
-)
-usage_st = st.none() | st.builds(Usage, st.integers(0, 10**9), st.integers(0, 10**9), st.booleans())
-thinking_st = st.builds(Thinking, text_st, opt_text)
-call_st = st.builds(ToolCall, text_st, text_st, text_st)
-result_st = st.builds(ToolResult, text_st, text_st, text_st, st.booleans())
-
-
-@st.composite
-def messages(draw: st.DrawFn) -> Message:
-    return Message.create(
-        draw(st.sampled_from(["user", "assistant", "tool", "summary"])),
-        draw(at_st),
-        text=draw(text_st),
-        thinking=tuple(draw(st.lists(thinking_st, max_size=2))),
-        tool_calls=tuple(draw(st.lists(call_st, max_size=2))),
-        tool_results=tuple(draw(st.lists(result_st, max_size=2))),
-        model=draw(opt_text),
-        stop_reason=draw(opt_text),
-        usage=draw(usage_st),
-        duration=draw(st.none() | st.floats(0, 1e6, allow_nan=False)),
-        interrupted=draw(st.booleans()),
-        restore=draw(st.booleans()),
-        fallback=draw(st.booleans()),
-    )
-
-
-@st.composite
-def sessions(draw: st.DrawFn) -> Session:
-    extra_keys = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8).filter(
-        lambda k: k not in KNOWN_KEYS
-    )
-    version = draw(st.sampled_from([1, 2]))
-    meta = new_meta(
-        format=version,
-        agent_path="agents/simple_sally.py" if version == 1 else "",
-        agent_name="" if version == 1 else "simple_sally",
-        id=draw(text_st),
-        title=draw(text_st),
-        agent=draw(text_st),
-        model=draw(text_st),
-        created=draw(at_st),
-        updated=draw(at_st),
-        git_branch=draw(opt_text),
-        parent_id=draw(opt_text),
-        queries=draw(st.integers(0, 10**6)),
-        tokens_in=draw(st.integers(0, 10**9)),
-        status=draw(st.sampled_from(["open", "closed", "interrupted"])),
-        extra=draw(st.dictionaries(extra_keys, st.one_of(text_st, st.integers()), max_size=2)),
-    )
-    return Session(meta, tuple(draw(st.lists(messages(), max_size=5))))
-
+from tests.strategies import examples, messages, sessions, text_st, tz_st
 
 # offsets with seconds (Python's own fromisoformat drops an offset's microseconds, so
 # none of those is ever read back exactly: not generated)
@@ -125,7 +51,7 @@ odd_tz_st = st.builds(
 )  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
     tz_st | odd_tz_st | st.just(UTC),
@@ -155,7 +81,7 @@ def test_times_on_the_first_day_and_after_it_round_trip(
         assert got.at.utcoffset() == want.at.utcoffset()
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.binary(max_size=12).map(lambda b: b"{" + b) | st.binary(max_size=12)
        | st.sampled_from([b'{"a":"x\xed\xa0\x80y"}', b"{\x00}\x00", b'{"k":1}\x00']))
 def test_json_read_from_bytes_is_what_json_loads_reads(raw: bytes) -> None:
@@ -182,7 +108,7 @@ def test_a_lone_surrogate_in_a_frames_json_keeps_the_message(version: int) -> No
     assert [p.kind for p in result.problems] == ["checksum"]  # edited: kept as found
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages(), st.none() | st.floats() | st.integers(0, 10))
 def test_a_message_exported_as_json_is_what_json_dumps_writes(
     message: Message, duration: float | None
@@ -252,7 +178,7 @@ def _read_with_and_without(
     return fast
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages(), st.dictionaries(st.sampled_from(
     ["at", "model", "stop", "secs", "usage", "in", "out", "est", "interrupted", "restore",
      "fallback"]), _V1_VALUE, max_size=4), st.lists(st.sampled_from(_V1_EDITS), max_size=2),
@@ -338,7 +264,7 @@ def test_a_part_marker_edited_by_hand_reads_as_json_reads_it(
         assert isinstance(fast, tuple) and fast[1] == []
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sessions())
 def test_any_session_round_trips_exactly(session: Session) -> None:
     data = render_markdown(session)
