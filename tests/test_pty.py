@@ -112,6 +112,15 @@ def test_ctrl_c_during_the_exit_summary_still_saves(
     assert "lighthouse keeper" in session.summary.text  # the goal, from the transcript
 
 
+def _until_on_disk(home: Path, text: str) -> None:
+    """Until a session file under ``home`` holds ``text`` (written before the request)."""
+    deadline = time.monotonic() + 60
+    said = text.encode()
+    while not any(said in p.read_bytes() for p in (home / "projects").glob("*/*.md")):
+        assert time.monotonic() < deadline, f"{text!r} never reached a file"
+        time.sleep(0.02)
+
+
 def test_sigkill_at_random_moments_loses_no_shown_message(
     llama_server: str, chatloop_home: Path, project: Path
 ) -> None:
@@ -122,7 +131,8 @@ def test_sigkill_at_random_moments_loses_no_shown_message(
         for n in range(3):
             text = f"kill test {run_number}.{n} once upon a time"
             child.sendline(text)
-            if n == 2:
+            if n == 2:  # once it began (the message is on disk), at a random moment of
+                _until_on_disk(chatloop_home, text)  # the request or the reply
                 time.sleep(rng.uniform(0.0, 1.5))
                 break
             wait(child, ready(n + 1))
