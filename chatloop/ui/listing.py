@@ -1,4 +1,5 @@
-"""Plain-text and JSON views of sessions for the management commands.
+"""Plain-text views of sessions for the management commands (their JSON is
+``chatloop.ui.as_json``; text made safe and measured, ``chatloop.ui.terminal_text``).
 
 Plain text on purpose: ``chatloop sessions`` must start and finish fast, and
 its output is meant for pipes and greps as much as for eyes.
