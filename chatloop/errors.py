@@ -2,11 +2,18 @@
 
     ChatloopError(message, hint)
     ├── UsageError          bad input from the person (exit code 2)
-    ├── FormatError         a transcript that cannot be read at all
     ├── StoreError          a session file could not be created or written
     │   └── SessionLocked   another chatloop holds the session
     ├── NotFound            no session matches a number or id
-    └── BackendError        the model server failed (see chatloop.backends)
+    ├── BackendError        the model server failed
+    │   ├── Unreachable         nothing listens where the server should be
+    │   ├── ContextOverflow     the prompt does not fit the window (chatloop.backends)
+    │   └── StreamInterrupted   the stream broke off (chatloop.backends)
+    └── Cancelled           a generation stopped on purpose, not a failure
+                            (chatloop.backends: Ctrl-C, a time bound, a reader gone)
+
+A session file that cannot be read is never an error: the format reads what it
+can and reports each flaw as a ``Problem`` value.
 
 Foreign exceptions are translated at the boundary with ``raise X(...) from exc``;
 the CLI and the REPL show ``message`` and ``hint`` in one place.
@@ -33,10 +40,6 @@ class UsageError(ChatloopError):
     """The command line or a command was used wrongly."""
 
     exit_code = 2
-
-
-class FormatError(ChatloopError):
-    """A transcript or config file that cannot be read at all."""
 
 
 class StoreError(ChatloopError):

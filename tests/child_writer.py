@@ -2,7 +2,8 @@
 
 python -m tests.child_writer append PATH     open PATH, append messages forever,
                                              printing "wrote N" after each returns
-python -m tests.child_writer rewrite PATH    rewrite the front matter forever
+python -m tests.child_writer rewrite PATH    rewrite the front matter forever, printing
+                                             "rewriting" once the first rewrite is done
 python -m tests.child_writer hold PATH       take the lock, print "locked", sleep
 python -m tests.child_writer fsize PATH K    with RLIMIT_FSIZE = size + K, append a
                                              big message; print the outcome, then
@@ -24,7 +25,7 @@ from chatloop.store.store import Store
 
 
 def _store(path: Path) -> Store:
-    return Store(path.parent.parent.parent, cwd=Path("/"))
+    return Store(path.parent.parent.parent, cwd=path.parent)
 
 
 def _say(text: str) -> None:
@@ -49,6 +50,8 @@ def main(argv: list[str]) -> None:
         while True:
             i += 1
             writer.update_meta(title=f"title {i} " + "y" * (i % 300))
+            if i == 1:
+                _say("rewriting")
     elif mode == "hold":
         _say("locked")
         time.sleep(60)

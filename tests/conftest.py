@@ -1,4 +1,16 @@
-"""Shared fixtures: every test gets its own CHATLOOP_HOME under tmp_path."""
+"""Shared fixtures: every test gets its own CHATLOOP_HOME under tmp_path.
+
+Hypothesis runs in one of two profiles, named by CHATLOOP_HYPOTHESIS_PROFILE:
+
+- ``ci``: the full counts (hypothesis' 100 examples, or the ``examples(n)`` a
+  property test names: ``n``). The default when ``CI`` or
+  ``CHATLOOP_REQUIRE_E2E`` is set (``.ci/run`` sets the latter; CI sets both).
+- ``dev``: a tenth of every count, for a quick run while working. The default
+  otherwise.
+
+A test's own ``@settings`` gives its count as ``tests.strategies.examples(n)``, so
+the profile decides it.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +22,26 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from chatloop.format import Message, SessionMeta, ToolCall, ToolResult, Usage
 from chatloop.store.store import Store
+
+CI_EXAMPLES = 100  # hypothesis' own default, as before the profiles
+settings.register_profile("ci", max_examples=CI_EXAMPLES)
+settings.register_profile("dev", max_examples=CI_EXAMPLES // 10)
+
+
+def _profile() -> str:
+    named = os.environ.get("CHATLOOP_HYPOTHESIS_PROFILE")
+    if named:
+        return named
+    in_ci = any(os.environ.get(name, "").lower() not in ("", "0", "false")
+                for name in ("CI", "CHATLOOP_REQUIRE_E2E"))  # fmt: skip
+    return "ci" if in_ci else "dev"
+
+
+settings.load_profile(_profile())
 
 TZ = timezone(timedelta(hours=1))
 T0 = datetime(2026, 11, 21, 14, 30, 45, 123456, tzinfo=TZ)
@@ -92,6 +121,48 @@ def exchange(n: int, at: datetime = T0) -> list[Message]:
         )
     )
     return out
+
+
+# A session in the legacy format (the seed project's), one of its messages quoting
+# the summary markers as content.
+LEGACY = """# Simple Sally Conversation
+
+**Session ID:** Simple_Sally_20250614_101500
+
+**Date:** 2025-06-14T10:15:00
+
+**Agent:** Simple Sally
+
+---
+
+## Query 1 (10:15:12)
+**You:** Please remember this block:
+<!-- SESSION_SUMMARY_START -->
+QUOTED summary that must stay content
+<!-- SESSION_SUMMARY_END -->
+
+**Simple Sally:** Noted.
+
+*Time: 1.0s | Tokens: 20 (in: 10, out: 10)*
+
+---
+
+## Query 2 (10:16:40)
+**You:** And the second question?
+
+**Simple Sally:** Here is the second answer.
+
+*Time: 1.9s | Tokens: 30 (in: 20, out: 10)*
+
+---
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    return folder
 
 
 # ---------------------------------------------------------------- the real model server

@@ -18,7 +18,7 @@ from chatloop.chat.agent import load_agent
 from chatloop.chat.host import Lookup, Picked, Tone
 from chatloop.chat.session import ChatSession
 from chatloop.config import Settings
-from chatloop.format import Message
+from chatloop.format import Message, Session
 from chatloop.store.store import Store
 from tests.conftest import Clock
 
@@ -112,3 +112,10 @@ def continue_file(session: ChatSession, path: Path | str, fork: bool = False) ->
         row = index.find(Path(path).stem)
     located = continuation.locate(session.store, row)
     session.continue_from(located, continuation.Kind.of(fork=fork))
+
+
+def files(store: Store) -> list[Session]:
+    """Every session of the project, in the order they were last written (each drive
+    restarts the test clock, so file times tell the order)."""
+    entries = sorted(store.session_files(), key=lambda e: e.stat().st_mtime_ns)
+    return [store.read(Path(e.path)).session for e in entries]

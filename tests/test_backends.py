@@ -247,6 +247,14 @@ def test_cancel_stops_the_stream() -> None:
     assert seen == [TextDelta("a")]
 
 
+def test_a_cancellation_is_not_a_backend_failure() -> None:
+    """``except BackendError`` handles failures of the server; a cancellation (Ctrl-C,
+    a time bound, a reader gone) is no failure, and no clause takes it for one."""
+    from chatloop.errors import ChatloopError
+
+    assert issubclass(Cancelled, ChatloopError) and not issubclass(Cancelled, BackendError)
+
+
 def test_connection_refused_is_one_clear_error() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("[Errno 111] Connection refused")

@@ -12,23 +12,16 @@ from chatloop.chat import chain, prompts
 from chatloop.chat.context import plan
 from chatloop.config import DEFAULT_SUMMARY_MAX_TOKENS
 from chatloop.errors import BackendError, ChatloopError
-from chatloop.format import Message, Session, ToolCall, ToolResult, Usage
+from chatloop.format import Message, ToolCall, ToolResult, Usage
 from chatloop.store.store import Store
 from chatloop.ui.listing import transcript_text
 from tests.conftest import T0, exchange, new_meta
 from tests.fakes import STRUCTURED, FakeBackend
-from tests.hosts import TEST_SETTINGS, chat
+from tests.hosts import TEST_SETTINGS, chat, files
 
 
 def talk(n: int) -> list[Message]:
     return [m for i in range(1, n + 1) for m in exchange(i)]
-
-
-def files(store: Store) -> list[Session]:
-    """Every session of the project, in the order they were last written (each drive
-    restarts the test clock, so file times tell the order)."""
-    entries = sorted(store.session_files(), key=lambda e: e.stat().st_mtime_ns)
-    return [store.read(Path(e.path)).session for e in entries]
 
 
 # ---------------------------------------------------------------- summaries

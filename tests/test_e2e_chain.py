@@ -3,7 +3,10 @@
 The base model's words are nonsense; this checks the machinery, driving
 ``ChatSession`` directly: automatic compaction keeps the conversation going,
 the files form a linked chain that `chatloop tree` shows, every file parses,
-nothing typed is lost or doubled, and `chatloop --resume 1` continues the chain.
+nothing typed is lost or doubled, no request (by the server's count) passes the
+window, and `chatloop --resume 1` continues the chain. The default run chats 12
+messages, compacting early (at 30% of the window); CHATLOOP_SLOW=1 adds the 40
+messages at the default threshold (20 minutes on a loaded two-core machine).
 """
 
 from __future__ import annotations
@@ -11,18 +14,21 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pexpect
 import pytest
 
+from chatloop.backends.base import ChatMessage, Event, UsageEvent
 from chatloop.backends.openai_compat import OpenAICompatBackend
 from chatloop.config import Settings
 from chatloop.format import parse_markdown
 from chatloop.store.store import Store
 from tests.conftest import E2E_WINDOW
 from tests.hosts import chat
-from tests.test_pty import ready, run, spawn, wait
+from tests.pty_driver import ready, run, spawn, wait
 
 pytestmark = pytest.mark.e2e
 TOPICS = ("the lighthouse", "a garden of herbs", "the old bridge", "river boats", "winter bread")
@@ -37,14 +43,41 @@ def typed_lines(count: int) -> list[str]:
     ]
 
 
+class Counted(OpenAICompatBackend):
+    """The real backend, keeping each call's prompt (the server's count) and the
+    max_tokens it asked for."""
+
+    def __init__(self, base_url: str) -> None:
+        super().__init__(base_url)
+        self.calls: list[tuple[int, int]] = []
+
+    def stream(self, messages: Sequence[ChatMessage], **kw: Any) -> Iterator[Event]:
+        asked = int((kw.get("options") or {}).get("max_tokens") or 0)
+        for event in super().stream(messages, **kw):
+            if isinstance(event, UsageEvent) and not event.estimated:
+                self.calls.append((event.input, asked))
+            yield event
+
+
+def test_twelve_messages_compacted_early_form_a_linked_chain(
+    store: Store, llama_server: str
+) -> None:
+    _chain(store, llama_server, typed_lines(12), compact_threshold=0.3)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("CHATLOOP_SLOW"), reason="set CHATLOOP_SLOW=1 to run")
 def test_forty_messages_in_a_2k_window_compact_into_a_linked_chain(
     store: Store, llama_server: str
 ) -> None:
+    _chain(store, llama_server, typed_lines(40))
+
+
+def _chain(store: Store, llama_server: str, typed: list[str], **changes: Any) -> None:
     # llama-cpp-python does not report its window, so it is configured, as a person would
     settings = Settings(auto_compact="on", max_tokens=24, summary_max_tokens=48,
-                        context_window=E2E_WINDOW)
-    typed = typed_lines(40)
-    backend = OpenAICompatBackend(llama_server)
+                        context_window=E2E_WINDOW)._replace(**changes)  # fmt: skip
+    backend = Counted(llama_server)
     session, host = chat(store, backend, settings=settings)
     for text in typed:
         session.send(text)  # any error would raise here
@@ -54,6 +87,7 @@ def test_forty_messages_in_a_2k_window_compact_into_a_linked_chain(
     assert shown.count("Session Restored:") >= 1  # compacted automatically at least once
     assert "context window is full" not in shown  # by the budget, before any overflow
     assert host.replies and not any(cut for _, cut, _ in host.replies)  # no reply failed
+    assert backend.calls and all(prompt + asked <= E2E_WINDOW for prompt, asked in backend.calls)
 
     sessions = [parse_markdown(Path(e.path).read_bytes()) for e in store.session_files()]
     assert all(r.problems == () for r in sessions)

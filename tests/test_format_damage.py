@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from chatloop.format import (
     Message,
@@ -21,14 +20,13 @@ from chatloop.format import (
     Session,
     open_document,
     parse_markdown,
-    render_markdown,
     skim,
 )
 from chatloop.store.index import Index
 from chatloop.store.store import Store
 from chatloop.ui.listing import transcript_text
 from tests.conftest import T0, exchange, new_meta, sealed_by_hand
-from tests.test_transcript import sessions
+from tests.strategies import damaged_files, examples
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
 ALL_SAMPLES = sorted(SAMPLES.glob("0*.md")) + sorted((SAMPLES / "format1").glob("0*.md"))
@@ -112,33 +110,7 @@ def test_naive_times_and_huge_numbers_are_problems_on_that_file_only(store: Stor
     assert "the healthy one" in titles and len(titles) == 2
 
 
-@st.composite
-def damaged_files(draw: st.DrawFn) -> bytes:
-    data = render_markdown(draw(sessions()))
-    for _ in range(draw(st.integers(1, 4))):
-        how = draw(st.sampled_from(["crlf", "bom", "flip", "cut", "splice", "number"]))
-        if how == "crlf":
-            data = data.replace(b"\n", b"\r\n")
-        elif how == "bom":
-            data = b"\xef\xbb\xbf" + data
-        elif how == "flip" and data:
-            at = draw(st.integers(0, len(data) - 1))
-            data = data[:at] + bytes([data[at] ^ draw(st.integers(1, 255))]) + data[at + 1 :]
-        elif how == "cut":
-            data = data[: draw(st.integers(0, len(data)))]
-        elif how == "splice":
-            junk = draw(st.sampled_from([b"queries: 1e999\n", b"created: 2026-01-01\n",
-                                         b"tokens:\n  in: -5\n", b"- x\n", b"id: ../../x\n",
-                                         b'{"usage":{"in":1e999}}', b" 1e999s 9/9 ",
-                                         b"summary_at: 99999999\n", b"format: 7\n"]))  # fmt: skip
-            at = draw(st.integers(0, len(data)))
-            data = data[:at] + junk + data[at:]
-        elif how == "number":
-            data = data.replace(b"queries: ", b"queries: 1" + b"0" * 40, 1)
-    return data
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(damaged_files())
 def test_no_damage_makes_a_reader_raise(data: bytes) -> None:
     result = parse_markdown(data, "20261121-143045-0a1b2c3d")

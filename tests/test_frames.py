@@ -20,6 +20,7 @@ from chatloop.format import (
     render_markdown,
 )
 from tests.conftest import T0, exchange, new_meta
+from tests.strategies import examples
 
 JUNK = [
     b"", b"\n", b"<", b"<!-- ", b"<!-- /", b" -->\n", b"\n<!-- /aaaaaaaa 00000000 -->\n",
@@ -57,7 +58,7 @@ def _whole(data: bytes) -> list[Frame | Flaw]:
     return list(iter_frames(data, doc.body_start, doc.meta.format))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.sampled_from([1, 2]), st.integers(1, 6), st.integers(1, 400),
     st.lists(st.tuples(st.floats(0, 1), st.integers(0, 40), st.sampled_from(JUNK)),

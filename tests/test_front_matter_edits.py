@@ -36,8 +36,8 @@ from chatloop.store.store import Store
 from chatloop.ui.repl import Repl
 from tests.conftest import T0, Clock, exchange, new_meta
 from tests.hosts import TEST_SETTINGS
-from tests.test_repl import AGENTS, drive, fake_server, only_session
-from tests.test_transcript import at_st, sessions, text_st
+from tests.repl_driver import AGENTS, drive, fake_server, only_session
+from tests.strategies import at_st, examples, sessions, text_st
 
 _KEY_RE = re.compile(r"\s*([A-Za-z_]+):")
 
@@ -349,7 +349,7 @@ def _changes() -> st.SearchStrategy[dict[str, object]]:
     )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sessions(), st.data())
 def test_comments_survive_any_change_of_any_meta(session: Session, data: st.DataObject) -> None:
     meta = session.meta

@@ -12,7 +12,7 @@ from chatloop.format import Message
 from chatloop.ids import MIN_HANDLE, handles
 from chatloop.store.store import Store
 from tests.conftest import T0, new_meta
-from tests.test_pty import chatloop_bin, environment
+from tests.pty_driver import chatloop_bin, environment
 
 
 def test_handles_are_short_unique_prefixes_that_cannot_be_read_as_numbers() -> None:

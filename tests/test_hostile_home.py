@@ -18,7 +18,7 @@ from chatloop.errors import StoreError
 from chatloop.format import Message, render_markdown
 from chatloop.store.store import Store
 from tests.conftest import T0, new_meta
-from tests.test_format_damage import damaged_files
+from tests.strategies import damaged_files, examples
 
 COMMANDS = [
     ["sessions"], ["sessions", "--all", "--json"], ["show", "1"], ["show", "1", "--raw"],
@@ -66,7 +66,9 @@ def plant(store: Store, files: list[tuple[str, bytes | str]]) -> None:
             os.mkfifo(path)
             os.mkfifo(folder / f"20261121-1300{i:02d}-00000{i:03x}.md.lock")
         elif kind == "link":
-            path.symlink_to("/etc/passwd")
+            outside = store.root.parent / "outside-the-home.txt"  # (its own tmp_path)
+            outside.write_text("root:x:0:0:root:/root:/bin/sh\n")
+            path.symlink_to(outside)
         elif kind == "chain":
             fifo = folder / f"fifo-{i}"
             os.mkfifo(fifo)
@@ -87,7 +89,7 @@ def render_markdown_one(meta: object) -> bytes:
 SLOW_OK = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=SLOW_OK)
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=SLOW_OK)
 @given(hostile_files())
 def test_every_subcommand_survives_a_hostile_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
@@ -208,7 +210,7 @@ def test_a_directory_planted_where_a_temp_file_goes_is_left_alone(store: Store) 
 
 def test_a_chat_that_cannot_save_says_so_in_one_line(store: Store) -> None:
     from tests.fakes import FakeBackend
-    from tests.test_repl import drive
+    from tests.repl_driver import drive
 
     store.project_dir.parent.mkdir(parents=True)
     store.project_dir.write_text("not a folder")  # like a read-only or broken home

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from chatloop.format import parse_markdown
-from tests.test_pty import chatloop_bin, environment
+from tests.pty_driver import chatloop_bin, environment
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
 LEGACY = SAMPLES / "legacy" / "Simple_Sally_20250614_101500.md"
@@ -94,7 +94,8 @@ def test_import_into_another_project_and_a_different_file_with_a_taken_id(
                              env=env, capture_output=True, text=True)  # fmt: skip
     assert missing.returncode == 1 and "no such file or folder" in missing.stdout
     assert "error: No such file or folder" in missing.stderr and "Traceback" not in missing.stderr
-    bad = subprocess.run([chatloop_bin(), "import", str(LEGACY), "--project", "/nonexistent"],
+    nowhere = str(tmp_path / "nonexistent")  # (a fixed path may exist: another's)
+    bad = subprocess.run([chatloop_bin(), "import", str(LEGACY), "--project", nowhere],
                          cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
     assert bad.returncode == 2 and "not a directory" in bad.stderr
 

@@ -15,25 +15,14 @@ from chatloop.ids import handles
 from chatloop.store import index_build
 from chatloop.store.index import Index
 from chatloop.store.store import Store
-from tests.conftest import T0, exchange, new_meta
+from tests.conftest import T0, new_meta
+from tests.index_helpers import populate
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
 
 
-def _populate(store: Store, count: int, word: str = "unicorn") -> list[Path]:
-    paths = []
-    for i in range(count):
-        with store.create(new_meta(title=f"session {i}")) as writer:
-            writer.append(Message.create("user", store.clock(), text=f"{word}{i} question"))
-            for message in exchange(i)[1:]:
-                writer.append(message)
-            writer.finalize()
-        paths.append(writer.path)
-    return paths
-
-
 def test_numbers_are_most_recent_first_and_skip_the_live_session(store: Store) -> None:
-    paths = _populate(store, 3)
+    paths = populate(store, 3)
     live = store.create(new_meta(title="live"))
     live.append(Message.create("user", store.clock(), text="still talking"))
     with Index(store) as index:
@@ -53,7 +42,7 @@ def test_numbers_are_most_recent_first_and_skip_the_live_session(store: Store) -
 
 
 def test_deleted_or_corrupt_index_is_rebuilt_identical(store: Store) -> None:
-    _populate(store, 4)
+    populate(store, 4)
     with Index(store) as index:
         index.sync()
         before = index.list_sessions()
@@ -74,7 +63,7 @@ def test_deleted_or_corrupt_index_is_rebuilt_identical(store: Store) -> None:
 
 
 def test_a_changed_file_is_read_again(store: Store) -> None:
-    (path,) = _populate(store, 1)
+    (path,) = populate(store, 1)
     with Index(store) as index:
         index.sync()
         assert index.search("zebra") == []
@@ -88,7 +77,7 @@ def test_a_changed_file_is_read_again(store: Store) -> None:
 
 
 def test_search_finds_words_in_tool_results_and_reports_snippets(store: Store) -> None:
-    _populate(store, 2)
+    populate(store, 2)
     with Index(store) as index:
         index.sync()
         hits = index.search("line two")

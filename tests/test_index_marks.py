@@ -12,39 +12,24 @@ import pytest
 from chatloop.store import index_build
 from chatloop.store.index import Index
 from chatloop.store.store import Store
-from tests.test_index import _populate
-
-
-def _two_projects(store: Store, here: int) -> Store:
-    """``here`` sessions in this project and one (its word "okapi") in another, whose
-    store is returned."""
-    _populate(store, here)
-    other = Store(store.root, cwd=store.cwd.parent, clock=store.clock)
-    _populate(other, 1, word="okapi")
-    return other
-
-
-def _statements(index: Index) -> list[str]:
-    seen: list[str] = []
-    index.file.db.set_trace_callback(seen.append)
-    return seen
+from tests.index_helpers import populate, statements, two_projects
 
 
 @pytest.mark.parametrize("all_projects", [True, False])
 def test_an_unchanged_folder_is_known_fresh_without_reading_rows(
     store: Store, all_projects: bool
 ) -> None:
-    _populate(store, 3)
+    populate(store, 3)
     with Index(store) as index:
         assert index.sync(all_projects) == 3
-        seen = _statements(index)
+        seen = statements(index)
         assert index.sync(all_projects) == 0
         assert seen and not [s for s in seen if "FROM sessions" in s], seen
         assert len(index.list_sessions()) == 3
 
 
 def test_a_hand_edit_a_new_file_and_a_removed_one_are_each_seen(store: Store) -> None:
-    first, second = _populate(store, 2)
+    first, second = populate(store, 2)
     with Index(store) as index:
         index.sync()
         index.sync()
@@ -52,7 +37,7 @@ def test_a_hand_edit_a_new_file_and_a_removed_one_are_each_seen(store: Store) ->
         assert index.sync() == 1
         assert [h.session.path for h in index.search("narwhal0")] == [str(first)]
         index.sync()  # marked again
-        (third,) = _populate(store, 1, word="okapi")
+        (third,) = populate(store, 1, word="okapi")
         assert index.sync() == 1
         assert [h.session.path for h in index.search("okapi0")] == [str(third)]
         index.sync()
@@ -64,13 +49,13 @@ def test_a_hand_edit_a_new_file_and_a_removed_one_are_each_seen(store: Store) ->
 def test_a_row_written_by_a_neighbour_clears_the_mark(store: Store) -> None:
     # a neighbour (any version of chatloop) that writes or removes a row makes the
     # next sync compare file by file: the trigger in the index, not the writer's code
-    (path,) = _populate(store, 1)
+    (path,) = populate(store, 1)
     with Index(store) as index:
         index.sync()
         index.sync()
         with sqlite3.connect(store.root / "index.db") as other:
             other.execute("UPDATE sessions SET size = size + 1 WHERE path = ?", (str(path),))
-        seen = _statements(index)
+        seen = statements(index)
         assert index.sync() == 1  # the row no longer matched the file: read again
         assert [s for s in seen if "FROM sessions" in s]
         with sqlite3.connect(store.root / "index.db") as other:
@@ -85,7 +70,7 @@ def test_no_mark_is_kept_when_a_neighbour_wrote_an_older_row_meanwhile(
     # between this sync's look at the folder and keeping its mark, a slower neighbour
     # writes the row of a file as it was before an edit: the mark must not be kept,
     # or the edit would stay unseen until the folder changed again
-    (path,) = _populate(store, 1)
+    (path,) = populate(store, 1)
     with Index(store) as index:
         index.sync()
         old = os.stat(path)
@@ -106,7 +91,7 @@ def test_no_mark_is_kept_when_a_neighbour_wrote_an_older_row_meanwhile(
 
 
 def test_a_project_folder_removed_leaves_every_project_listing(store: Store) -> None:
-    _two_projects(store, 2)
+    two_projects(store, 2)
     with Index(store) as index:
         index.sync()
         index.sync()
@@ -124,7 +109,7 @@ def test_rows_of_a_project_whose_mark_went_and_whose_folder_went_are_forgotten(
     # every-project listings trust marks only when they were kept by an every-project
     # sync with no row written since: here a neighbour writes a row of this project
     # (its mark goes), then the folder goes; the other project's mark still matches
-    _two_projects(store, 1)
+    two_projects(store, 1)
     with Index(store) as index:
         index.sync()
         index.sync()
@@ -141,7 +126,7 @@ def test_rows_of_a_project_whose_mark_went_and_whose_folder_went_are_forgotten(
 def test_marks_are_kept_only_with_the_triggers_that_remove_them(store: Store) -> None:
     # an older chatloop's rebuild copies in a file without triggers (or marks): the
     # next sync that keeps marks puts the triggers back in the same transaction
-    _populate(store, 1)
+    populate(store, 1)
     with Index(store) as index:
         index.sync()
         with sqlite3.connect(store.root / "index.db") as older:
@@ -160,7 +145,7 @@ def test_marks_are_kept_only_with_the_triggers_that_remove_them(store: Store) ->
 def test_a_moved_home_is_read_at_its_new_place(store: Store, tmp_path: Path) -> None:
     # rows hold full paths; a folder moved with its files keeps their times, so the
     # mark holds the folder's path too
-    _populate(store, 2)
+    populate(store, 2)
     with Index(store) as index:
         index.sync()
         index.sync()
@@ -175,7 +160,7 @@ def test_a_moved_home_is_read_at_its_new_place(store: Store, tmp_path: Path) -> 
 
 def test_a_busy_index_keeps_no_mark_and_waits_for_nobody(store: Store) -> None:
     # marks only spare work: a neighbour holding the write lock is not waited for
-    _populate(store, 1)
+    populate(store, 1)
     with Index(store) as index:
         index.sync()
         with sqlite3.connect(store.root / "index.db", isolation_level=None) as neighbour:
@@ -198,7 +183,7 @@ def test_a_busy_index_keeps_no_mark_and_waits_for_nobody(store: Store) -> None:
 def test_a_folder_name_sqlite_cannot_hold_keeps_no_mark_and_breaks_nothing(
     store: Store,
 ) -> None:
-    _populate(store, 1)
+    populate(store, 1)
     os.mkdir(os.path.join(os.fsencode(store.root / "projects"), b"caf\xe9"))
     with Index(store) as index:
         index.sync()
@@ -216,7 +201,7 @@ def test_an_index_without_the_open_sessions_index_opens_at_once_when_busy(
     # it again must not wait for a neighbour's write (the busy timeout is seconds)
     import time
 
-    _populate(store, 2)
+    populate(store, 2)
     with Index(store) as index:
         index.sync()
     with sqlite3.connect(store.root / "index.db", isolation_level=None) as neighbour:

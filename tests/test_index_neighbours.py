@@ -81,6 +81,14 @@ def _remove_index(root: Path) -> None:
             path.unlink()
 
 
+def _wait_for_side_file(root: Path, builder: subprocess.Popen[str]) -> None:
+    """Until ``builder`` (a ``reindex``) has begun writing its side file (or ended)."""
+    deadline = time.monotonic() + 120
+    while not any(root.glob(f"index.db.new-{builder.pid}-*")) and builder.poll() is None:
+        assert time.monotonic() < deadline, "the rebuild never began"
+        time.sleep(0.005)
+
+
 def _neighbours(store: Store, sessions: int, rounds: int) -> None:
     paths = _write_sessions(store, sessions)
     root, cwd = store.root, store.cwd
@@ -95,7 +103,8 @@ def _neighbours(store: Store, sessions: int, rounds: int) -> None:
         else:  # half-built: a rebuild killed in the middle left its side file behind
             _remove_index(root)
             victim = _start(_command("reindex"), cwd, quiet=True)
-            time.sleep(0.5 + 0.1 * round_)
+            _wait_for_side_file(root, victim)  # the rebuild began: kill it in the middle
+            time.sleep(0.02 * round_)
             victim.send_signal(signal.SIGKILL)
             victim.wait()
             killed.add(victim.pid)

@@ -17,7 +17,7 @@ from chatloop.store import index_build
 from chatloop.store.index import Index
 from chatloop.store.index_file import INDEX_FILE
 from chatloop.store.store import Store
-from tests.test_transcript import sessions, text_st
+from tests.strategies import examples, sessions, text_st
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
 
@@ -27,7 +27,7 @@ def _figures(data: bytes) -> tuple[object, ...]:
     return (replace(fast, text=b""), replace(slow, text=b""), fast.text)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sessions())
 def test_scan_gives_what_a_full_parse_gives(session: Session) -> None:
     data = render_markdown(session)
@@ -64,7 +64,7 @@ def test_scan_of_a_torn_file_counts_the_problem_and_keeps_the_rest() -> None:
     assert fast.queries <= whole.queries
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.dictionaries(st.sampled_from(["title", "agent", "cwd", "x_note"]), text_st, max_size=4))
 def test_simple_front_matter_reads_exactly_what_yaml_reads(values: dict[str, str]) -> None:
     text = frontmatter_yaml.dump({"format": 1, **values, "tokens": {"in": 3, "out": 0}})

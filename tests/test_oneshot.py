@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from chatloop.format import Session, parse_markdown
+from tests.pty_driver import chatloop_bin, environment
 from tests.scripted_server import scripted_server
-from tests.test_pty import chatloop_bin, environment, project  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.e2e
 
@@ -40,7 +40,7 @@ def answer(session: Session) -> str:
 
 
 def test_a_question_on_the_command_line_is_answered_once_and_saved(
-    llama_server: str, chatloop_home: Path, project: Path  # noqa: F811
+    llama_server: str, chatloop_home: Path, project: Path
 ) -> None:
     done = once(llama_server, chatloop_home, project, "The capital of France is")
     assert done.returncode == 0, done.stderr
@@ -52,7 +52,7 @@ def test_a_question_on_the_command_line_is_answered_once_and_saved(
 
 
 def test_piped_text_continues_the_last_session_and_only_the_answer_is_printed(
-    llama_server: str, chatloop_home: Path, project: Path  # noqa: F811
+    llama_server: str, chatloop_home: Path, project: Path
 ) -> None:
     first = once(llama_server, chatloop_home, project, "Once upon a time")
     assert first.returncode == 0, first.stderr
@@ -67,7 +67,7 @@ def test_piped_text_continues_the_last_session_and_only_the_answer_is_printed(
 
 
 def test_an_empty_pipe_is_a_clear_usage_error(
-    llama_server: str, chatloop_home: Path, project: Path  # noqa: F811
+    llama_server: str, chatloop_home: Path, project: Path
 ) -> None:
     done = once(llama_server, chatloop_home, project, stdin="")
     assert done.returncode == 2 and "Nothing to send" in done.stderr
@@ -75,7 +75,7 @@ def test_an_empty_pipe_is_a_clear_usage_error(
 
 
 def test_options_after_a_subcommand_and_unquoted_search_words(
-    chatloop_home: Path, project: Path, tmp_path: Path  # noqa: F811
+    chatloop_home: Path, project: Path, tmp_path: Path
 ) -> None:
     other = tmp_path / "elsewhere"
     env = environment(chatloop_home, 12)
@@ -91,7 +91,7 @@ def test_options_after_a_subcommand_and_unquoted_search_words(
 
 
 def test_two_forks_of_one_session_are_siblings_and_leave_it_as_it_was(
-    llama_server: str, chatloop_home: Path, project: Path  # noqa: F811
+    llama_server: str, chatloop_home: Path, project: Path
 ) -> None:
     first = once(llama_server, chatloop_home, project, "Once upon a time")
     assert first.returncode == 0, first.stderr
@@ -121,7 +121,7 @@ def test_two_forks_of_one_session_are_siblings_and_leave_it_as_it_was(
 
 
 def test_continue_without_flags_goes_back_to_the_sessions_own_server(
-    llama_server: str, chatloop_home: Path, project: Path  # noqa: F811
+    llama_server: str, chatloop_home: Path, project: Path
 ) -> None:
     """The first session named its server (a port auto-detection does not probe); `-c`
     with no --base-url reaches that server again, not another one or the embedded model."""
@@ -163,7 +163,7 @@ def test_only_a_plain_server_url_of_this_machine_is_reused_because_a_file_names_
 
 
 def test_a_question_answered_by_the_embedded_model_says_so(
-    chatloop_home: Path, project: Path  # noqa: F811
+    chatloop_home: Path, project: Path
 ) -> None:
     """No server: the embedded demo model answers, and stderr says it is the demo model
     (stdout keeps the answer alone)."""
@@ -176,7 +176,7 @@ def test_a_question_answered_by_the_embedded_model_says_so(
 
 
 def test_a_one_shot_resume_says_which_agent_answers(
-    llama_server: str, chatloop_home: Path, project: Path  # noqa: F811
+    llama_server: str, chatloop_home: Path, project: Path
 ) -> None:
     """No banner shows the agent in a one-shot run: continuing with the session's own
     agent (not the configured one), or switching to another with --agent, is said on
@@ -204,7 +204,7 @@ def _closed_reader() -> int:
 
 
 def test_blank_lines_before_the_replys_first_words_are_not_printed(
-    chatloop_home: Path, project: Path  # noqa: F811
+    chatloop_home: Path, project: Path
 ) -> None:
     """A model that opens with blank lines (the demo model often does): stdout starts with
     the first words, so `| head -1` gets them; the file keeps the reply as it came."""
@@ -220,7 +220,7 @@ def test_blank_lines_before_the_replys_first_words_are_not_printed(
 
 
 def test_a_reader_that_leaves_keeps_the_reply_that_came_and_the_session(
-    chatloop_home: Path, project: Path  # noqa: F811
+    chatloop_home: Path, project: Path
 ) -> None:
     """``chatloop "…" | head -1``: the reply stops at the first write that fails, and is
     kept in the file marked interrupted, with the text that had come; the session is
@@ -259,7 +259,7 @@ def test_a_reader_that_leaves_keeps_the_reply_that_came_and_the_session(
 
 
 def test_a_notice_to_a_stderr_whose_reader_left_does_not_stop_the_question(
-    chatloop_home: Path, project: Path, tmp_path: Path  # noqa: F811
+    chatloop_home: Path, project: Path, tmp_path: Path
 ) -> None:
     """``chatloop "…" 2>&1 | head -1``: a warning printed before the question is sent
     (here: an unknown key in the config) finds stderr's reader gone; the question is

@@ -20,8 +20,9 @@ from chatloop.chat.session import ChatSession
 from chatloop.store.index import Index
 from chatloop.store.rows import SessionRow
 from chatloop.store.store import Store
-from chatloop.ui.listing import cells, handle_width
+from chatloop.ui.listing import handle_width
 from chatloop.ui.picker import line_for, matches, pick, pick_numbered
+from chatloop.ui.terminal_text import cells
 from tests.conftest import T0
 from tests.fakes import STRUCTURED, FakeBackend
 from tests.hosts import ScriptedHost, chat

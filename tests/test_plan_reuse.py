@@ -19,6 +19,7 @@ from chatloop.format import Message, ToolCall, ToolResult
 from chatloop.store.store import Store
 from tests.fakes import FakeBackend
 from tests.hosts import chat
+from tests.strategies import examples
 
 AT = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
 
@@ -58,7 +59,7 @@ operation = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(operation, min_size=1, max_size=40), st.sampled_from([None, 400, 2000]))
 def test_a_reused_plan_is_the_plan_made_from_scratch(
     operations: list[tuple[str, int, int]], window: int | None

@@ -6,7 +6,6 @@ import io
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,122 +17,21 @@ import pexpect
 import pytest
 
 from chatloop.format import Session, parse_markdown
+from tests.pty_driver import (
+    CPR_REQUEST,
+    READY,
+    Screen,
+    chatloop_bin,
+    environment,
+    leave,
+    only_session,
+    ready,
+    run,
+    spawn,
+    wait,
+)
 
 pytestmark = pytest.mark.e2e
-READY = "new session"  # the toolbar before the first message
-
-
-def ready(queries: int) -> str:
-    """What the toolbar shows once the prompt is back after ``queries`` messages."""
-    return f" {queries}q · "
-
-
-def chatloop_bin() -> str:
-    found = shutil.which("chatloop", path=str(Path(sys.executable).parent)) or shutil.which(
-        "chatloop"
-    )
-    if not found:
-        pytest.fail("the chatloop console script is not installed (pip install -e .)")
-    return found
-
-
-def environment(home: Path, max_tokens: int, summary_tokens: int = 48) -> dict[str, str]:
-    """The program's environment. Titles come from the first request: a title request
-    after the first reply would take a Ctrl-C meant for the reply, or a scripted answer;
-    ``titles="model"`` (a ``spawn`` setting) asks the real model for one."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHATLOOP_")}
-    env.update(CHATLOOP_HOME=str(home), CHATLOOP_MAX_TOKENS=str(max_tokens), TERM="xterm",
-               CHATLOOP_CONFIG="", COLUMNS="100", CHATLOOP_TITLES="first",
-               CHATLOOP_SUMMARY_MAX_TOKENS=str(summary_tokens))  # fmt: skip
-    return env
-
-
-CPR_REQUEST = "\x1b[6n"
-
-
-def wait(child: pexpect.spawn, *patterns: str) -> int:
-    """Expect one of ``patterns``, answering cursor-position requests as a terminal does
-    (prompt_toolkit draws its bottom toolbar only once the terminal has answered)."""
-    while True:
-        index = child.expect_exact([*patterns, CPR_REQUEST])
-        if index < len(patterns):
-            return index
-        child.send("\x1b[1;1R")
-
-
-class Screen:
-    """What a terminal of ``rows`` x ``columns`` shows of a child's output (pyte): for
-    views that redraw in place, where the bytes hold only what changed."""
-
-    def __init__(self, child: pexpect.spawn, rows: int = 24, columns: int = 80) -> None:
-        import pyte
-
-        self.child, self.screen = child, pyte.Screen(columns, rows)
-        self.stream = pyte.Stream(self.screen)
-
-    def text(self) -> str:
-        return "\n".join(line.rstrip() for line in self.screen.display)
-
-    def wait(self, text: str, timeout: float = 60) -> None:
-        """Read until ``text`` is on the screen, answering cursor-position requests."""
-        self.wait_until(lambda shown: text in shown, repr(text), timeout)
-
-    def wait_until(self, seen: Callable[[str], bool], what: str, timeout: float = 60) -> None:
-        """Read until ``seen(the screen's text)``, answering cursor-position requests."""
-        deadline = time.monotonic() + timeout
-        while not seen(self.text()):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what} not on the screen:\n{self.text()}")
-            try:
-                data = self.child.read_nonblocking(65536, timeout=0.5)
-            except pexpect.TIMEOUT:
-                continue
-            self.stream.feed(data)
-            if CPR_REQUEST in data:
-                cursor = self.screen.cursor
-                self.child.send(f"\x1b[{cursor.y + 1};{cursor.x + 1}R")
-
-
-def spawn(url: str, home: Path, cwd: Path, max_tokens: int = 12, *args: str,
-          summary_tokens: int = 48, ready_text: str = READY,
-          log: io.StringIO | None = None, **settings: str) -> pexpect.spawn:  # fmt: skip
-    """The installed program in a pty; ``settings`` become CHATLOOP_<KEY> variables."""
-    env = environment(home, max_tokens, summary_tokens)
-    env.update({f"CHATLOOP_{key.upper()}": value for key, value in settings.items()})
-    child = pexpect.spawn(
-        chatloop_bin(), ["--base-url", url, *args], cwd=str(cwd), env=env,
-        encoding="utf-8", timeout=90, dimensions=(30, 100),
-    )  # fmt: skip
-    child.logfile_read = log  # everything the program showed, when asked for
-    wait(child, ready_text)
-    return child
-
-
-def leave(child: pexpect.spawn) -> None:
-    """Type exit, see the session saved, and wait for the program to end."""
-    child.sendline("exit")
-    child.expect("Saved session")
-    child.expect(pexpect.EOF)
-
-
-def only_session(home: Path) -> Session:
-    """The one session file under ``home``, parsed."""
-    (path,) = (home / "projects").glob("*/*.md")
-    return parse_markdown(path.read_bytes()).session
-
-
-def run(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([chatloop_bin(), *args], cwd=cwd, env=environment(home, 12),
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    folder = tmp_path / "project"
-    folder.mkdir()
-    return folder
-
-
 def test_chat_list_search_show(llama_server: str, chatloop_home: Path, project: Path) -> None:
     child = spawn(llama_server, chatloop_home, project, titles="model")
     child.sendline("zebracorn stories: once upon a time")
@@ -214,6 +112,15 @@ def test_ctrl_c_during_the_exit_summary_still_saves(
     assert "lighthouse keeper" in session.summary.text  # the goal, from the transcript
 
 
+def _until_on_disk(home: Path, text: str) -> None:
+    """Until a session file under ``home`` holds ``text`` (written before the request)."""
+    deadline = time.monotonic() + 60
+    said = text.encode()
+    while not any(said in p.read_bytes() for p in (home / "projects").glob("*/*.md")):
+        assert time.monotonic() < deadline, f"{text!r} never reached a file"
+        time.sleep(0.02)
+
+
 def test_sigkill_at_random_moments_loses_no_shown_message(
     llama_server: str, chatloop_home: Path, project: Path
 ) -> None:
@@ -224,7 +131,8 @@ def test_sigkill_at_random_moments_loses_no_shown_message(
         for n in range(3):
             text = f"kill test {run_number}.{n} once upon a time"
             child.sendline(text)
-            if n == 2:
+            if n == 2:  # once it began (the message is on disk), at a random moment of
+                _until_on_disk(chatloop_home, text)  # the request or the reply
                 time.sleep(rng.uniform(0.0, 1.5))
                 break
             wait(child, ready(n + 1))
@@ -328,7 +236,7 @@ def test_quoted_markers_in_a_legacy_file_hide_no_query_in_show_and_search(
     chatloop_home: Path, project: Path
 ) -> None:
     from chatloop.store.store import Store
-    from tests.test_summary_trust import LEGACY
+    from tests.conftest import LEGACY
 
     folder = Store(chatloop_home, cwd=project).project_dir
     folder.mkdir(parents=True)
@@ -345,7 +253,7 @@ def test_a_session_file_never_runs_code(chatloop_home: Path, project: Path,
                                         tmp_path: Path, kind: str) -> None:  # fmt: skip
     """A session naming an agent file that would leave a marker when imported: after
     ``chatloop -c`` the marker is not there, and the person is told which agent it was."""
-    from chatloop.format import Message, Session, render_markdown
+    from chatloop.format import Message, render_markdown
     from chatloop.store.store import Store
     from tests.conftest import T0, new_meta
     from tests.scripted_server import scripted_server
@@ -386,7 +294,7 @@ def test_an_empty_reply_is_said_and_an_acknowledgment_is_labelled(
     acknowledgment of the restoration prompt is labelled as such, and the answer
     after it as the answer (they differ only in style otherwise); an empty reply is
     said to be empty, where before the screen showed nothing."""
-    from chatloop.format import Message, Session, render_markdown
+    from chatloop.format import Message, render_markdown
     from chatloop.store.store import Store
     from tests.conftest import T0, new_meta
     from tests.scripted_server import scripted_server

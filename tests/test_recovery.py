@@ -123,8 +123,12 @@ def test_sigkill_during_rewrites_leaves_old_or_new_file(store: Store) -> None:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.child_writer", "rewrite", str(path)],
             cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
         )
-        time.sleep(rng.uniform(0.15, 0.3))
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "rewriting\n"  # it began: kill it mid-rewrite
+        time.sleep(rng.uniform(0, 0.03))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         result = parse_markdown(path.read_bytes())

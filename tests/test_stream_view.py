@@ -153,7 +153,8 @@ def test_listings_fit_a_terminal_and_keep_their_marks() -> None:
     from datetime import UTC, datetime
 
     from chatloop.store.rows import SearchHit, SessionRow
-    from chatloop.ui.listing import cells, hit_line, sessions_text
+    from chatloop.ui.listing import hit_line, sessions_text
+    from chatloop.ui.terminal_text import cells
 
     def row(title: str, chain: int, status: str = "closed") -> SessionRow:
         return SessionRow(1, "20261122-113134-6f070000", "/x.md", "p", title, "Simple Sally",

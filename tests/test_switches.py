@@ -10,7 +10,7 @@ import httpx
 from chatloop.backends.openai_compat import OpenAICompatBackend
 from chatloop.format import Session, parse_markdown
 from chatloop.store.store import Store
-from tests.test_repl import drive, reply_body
+from tests.repl_driver import drive, reply_body
 
 MODELS = ["fake-model", "other-model"]
 
@@ -131,7 +131,7 @@ def test_agent_right_after_an_overflow_compaction_carries_the_restoration_and_it
     from chatloop.chat.agent import load_agent
     from tests.fakes import STRUCTURED, FakeBackend
     from tests.hosts import chat
-    from tests.test_repl import AGENTS
+    from tests.repl_driver import AGENTS
 
     backend = FakeBackend("A.", ContextOverflow("too long", "", window=2048), STRUCTURED,
                           "Ack, and the answer.", STRUCTURED, "Fiona here.",

@@ -17,7 +17,7 @@ from chatloop.format import Message
 from chatloop.store.store import Store
 from tests.fakes import FakeBackend
 from tests.hosts import chat
-from tests.test_repl import drive
+from tests.repl_driver import drive
 
 AT = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 

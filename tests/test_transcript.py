@@ -7,13 +7,13 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chatloop.format import (
-    KNOWN_KEYS,
     SUMMARY_END,
     SUMMARY_START,
     UNREADABLE,
@@ -35,80 +35,7 @@ from chatloop.format import (
 from chatloop.format.body import compact_json
 from chatloop.ui.as_json import message_dict, message_json
 from tests.conftest import T0, new_meta
-
-HOSTILE = [
-    SUMMARY_START, SUMMARY_END, "---", "\n---\n", "## Query 3 (14:30:45)\n", "**You:** ",
-    "**Simple Sally:** ", "```", "````json\n", "~~~", "<!-- x -->", "<!--", "-->",
-    "<!-- chatloop:aaaaaaaa user {\"at\":\"2026-01-01T00:00:00+00:00\"} -->\n",
-    "<!-- /chatloop:aaaaaaaa 00000000 -->\n", "\x00", "\r\n", "\r", "\ufeff", "🦙", "\u2028",
-    "<details>", "</details>", "*Time: 1.0s*", "\n\n*Time: 2.0s | Tokens: 3 (in: 1, out: 2)*",
-    "\t", " ", "\n",
-]  # fmt: skip
-
-text_st = st.one_of(
-    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60),
-    st.lists(
-        st.one_of(st.sampled_from(HOSTILE), st.text(max_size=8).filter(str.isprintable)),
-        max_size=12,
-    ).map("".join),
-)
-opt_text = st.none() | text_st
-tz_st = st.integers(-23 * 60 - 59, 23 * 60 + 59).map(lambda m: timezone(timedelta(minutes=m)))
-at_st = st.builds(
-    lambda d, tz: d.replace(tzinfo=tz),
-    st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2100, 1, 1)),
-    tz_st,
-)
-usage_st = st.none() | st.builds(Usage, st.integers(0, 10**9), st.integers(0, 10**9), st.booleans())
-thinking_st = st.builds(Thinking, text_st, opt_text)
-call_st = st.builds(ToolCall, text_st, text_st, text_st)
-result_st = st.builds(ToolResult, text_st, text_st, text_st, st.booleans())
-
-
-@st.composite
-def messages(draw: st.DrawFn) -> Message:
-    return Message.create(
-        draw(st.sampled_from(["user", "assistant", "tool", "summary"])),
-        draw(at_st),
-        text=draw(text_st),
-        thinking=tuple(draw(st.lists(thinking_st, max_size=2))),
-        tool_calls=tuple(draw(st.lists(call_st, max_size=2))),
-        tool_results=tuple(draw(st.lists(result_st, max_size=2))),
-        model=draw(opt_text),
-        stop_reason=draw(opt_text),
-        usage=draw(usage_st),
-        duration=draw(st.none() | st.floats(0, 1e6, allow_nan=False)),
-        interrupted=draw(st.booleans()),
-        restore=draw(st.booleans()),
-        fallback=draw(st.booleans()),
-    )
-
-
-@st.composite
-def sessions(draw: st.DrawFn) -> Session:
-    extra_keys = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8).filter(
-        lambda k: k not in KNOWN_KEYS
-    )
-    version = draw(st.sampled_from([1, 2]))
-    meta = new_meta(
-        format=version,
-        agent_path="agents/simple_sally.py" if version == 1 else "",
-        agent_name="" if version == 1 else "simple_sally",
-        id=draw(text_st),
-        title=draw(text_st),
-        agent=draw(text_st),
-        model=draw(text_st),
-        created=draw(at_st),
-        updated=draw(at_st),
-        git_branch=draw(opt_text),
-        parent_id=draw(opt_text),
-        queries=draw(st.integers(0, 10**6)),
-        tokens_in=draw(st.integers(0, 10**9)),
-        status=draw(st.sampled_from(["open", "closed", "interrupted"])),
-        extra=draw(st.dictionaries(extra_keys, st.one_of(text_st, st.integers()), max_size=2)),
-    )
-    return Session(meta, tuple(draw(st.lists(messages(), max_size=5))))
-
+from tests.strategies import examples, messages, sessions, text_st, tz_st
 
 # offsets with seconds (Python's own fromisoformat drops an offset's microseconds, so
 # none of those is ever read back exactly: not generated)
@@ -118,7 +45,7 @@ odd_tz_st = st.builds(
 )  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
     tz_st | odd_tz_st | st.just(UTC),
@@ -160,7 +87,7 @@ def test_a_lone_surrogate_in_a_frames_json_keeps_the_message(version: int) -> No
     assert [p.kind for p in result.problems] == ["checksum"]  # edited: kept as found
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages(), st.none() | st.floats() | st.integers(0, 10))
 def test_a_message_exported_as_json_is_what_json_dumps_writes(
     message: Message, duration: float | None
@@ -236,7 +163,7 @@ def _info(frame: Frame, raw: bytes) -> Frame:
     return frame._replace(info=raw)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages(), st.dictionaries(st.sampled_from(
     ["at", "model", "stop", "secs", "usage", "in", "out", "est", "interrupted", "restore",
      "fallback"]), _V1_VALUE, max_size=4), st.lists(st.sampled_from(_V1_EDITS), max_size=2),
@@ -324,7 +251,7 @@ def test_a_part_marker_edited_by_hand_reads_as_json_reads_it(
         assert isinstance(found, tuple) and found[1] == []
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sessions())
 def test_any_session_round_trips_exactly(session: Session) -> None:
     data = render_markdown(session)
@@ -429,14 +356,13 @@ def test_title_no_stays_a_string_and_dates_stay_strings() -> None:
     assert meta.extra == {"mine": "0x1F"}
 
 
-def test_python_object_payload_runs_nothing(tmp_path: object) -> None:
-    payload = "id: a\ntitle: !!python/object/apply:os.system ['touch /tmp/chatloop-pwned']\n"
+def test_python_object_payload_runs_nothing(tmp_path: Path) -> None:
+    pwned = tmp_path / "chatloop-pwned"
+    payload = f"id: a\ntitle: !!python/object/apply:os.system ['touch {pwned}']\n"
     result = parse_markdown(_with_front_matter(payload))
     assert [p.kind for p in result.problems] == ["front_matter"]
     assert result.session.meta.id == "a"  # salvaged line by line; the tag ran nothing
-    import os
-
-    assert not os.path.exists("/tmp/chatloop-pwned")
+    assert not pwned.exists()
 
 
 def test_alias_bomb_is_refused_fast() -> None:

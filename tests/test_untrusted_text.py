@@ -17,9 +17,10 @@ from chatloop.backends.openai_compat import OpenAICompatBackend
 from chatloop.format import Message
 from chatloop.store.store import Store
 from chatloop.ui import commands
-from chatloop.ui.listing import _VISIBLE, visible
+from chatloop.ui.terminal_text import _VISIBLE, visible
 from tests.conftest import T0, new_meta
-from tests.test_repl import drive, reply_body
+from tests.repl_driver import drive, reply_body
+from tests.strategies import examples
 
 HOSTILE = ("[/INST] [bold]loud[/bold] \x1b[2J\x1b]52;c;ZXZpbA==\x07\x1b]0;pwned\x07 "
            "\x9b31m <img src=x onerror=alert(1)> <<SYS>> \u202eevil")  # fmt: skip
@@ -33,7 +34,7 @@ def test_visible_shows_every_control_character() -> None:
     assert "\u241b" in shown  # ESC as its picture
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",))))
 def test_visible_replaces_exactly_what_the_full_table_replaces(text: str) -> None:
     # visible() skips the per-character table for text with nothing to replace: the

@@ -24,7 +24,7 @@ from chatloop.format.read import message_from, plain_facts, plain_of
 from chatloop.ui.as_json import message_json, plain_json, write_sessions_json
 from chatloop.ui.listing import transcript_lines
 from tests.conftest import T0, new_meta, sealed_by_hand
-from tests.test_transcript import messages, sessions
+from tests.strategies import examples, messages, sessions
 
 
 @st.composite
@@ -73,7 +73,7 @@ def _damaged(raw: bytes, at: int | None) -> bytes:
     return raw[:where] + (b"Y" if raw[where : where + 1] != b"Y" else b"Z") + raw[where + 1 :]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mostly_plain(), st.none() | st.integers(0, 10**6))
 def test_a_plain_frame_says_what_its_message_says(session: Session, at: int | None) -> None:
     raw = _damaged(render_markdown(session), at)

@@ -11,7 +11,8 @@ list-of-parts content for system and assistant messages)::
 ``ThinkingDelta``; then the complete ``ToolCall`` events; then one ``UsageEvent``
 (from the server, or estimated and marked so); then one ``Finish``. It raises
 ``BackendError`` (or a subclass) for anything that goes wrong, after the
-events it already yielded.
+events it already yielded, and ``Cancelled`` (not a ``BackendError``: nothing
+went wrong) when its ``Cancel`` is set.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from chatloop.config import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT
-from chatloop.errors import BackendError
+from chatloop.errors import BackendError, ChatloopError
 
 ChatMessage = dict[str, Any]
 
@@ -71,8 +72,10 @@ class StreamInterrupted(BackendError):
     """The stream ended or broke before the model finished."""
 
 
-class Cancelled(BackendError):
-    """The person cancelled the generation (Ctrl-C)."""
+class Cancelled(ChatloopError):
+    """A generation stopped on purpose: the person's Ctrl-C, a time bound, or the
+    reader of the output leaving. Not a ``BackendError`` (the server did not fail),
+    so ``except BackendError`` never takes a cancellation for a failure."""
 
 
 @dataclass

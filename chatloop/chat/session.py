@@ -45,7 +45,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from chatloop.backends.base import Backend, ContextOverflow
+from chatloop.backends.base import Backend, Cancelled, ContextOverflow
 from chatloop.chat import chain, continuation, prompts, titles
 from chatloop.chat.agent import Agent
 from chatloop.chat.context import Plan, Sent, ack_cap, plan, reply_cap, summary_cap
@@ -653,7 +653,7 @@ class ChatSession:
             view.close(False, False)
             self.host.notice("Acknowledgment skipped; the summary is in place.")
             return
-        except BackendError as exc:
+        except (BackendError, Cancelled) as exc:  # (Cancelled: the output's reader left)
             view.close(False, False)
             self.host.notice(f"No acknowledgment ({exc.message}); the summary is in place.",
                              "warn")  # fmt: skip

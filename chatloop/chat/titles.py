@@ -23,7 +23,7 @@ import threading
 import unicodedata
 from dataclasses import dataclass
 
-from chatloop.backends.base import Backend, Cancel
+from chatloop.backends.base import Backend, Cancel, Cancelled
 from chatloop.chat import prompts
 from chatloop.chat.turn import complete
 from chatloop.config import DEFAULT_TITLE_MAX_TOKENS, DEFAULT_TITLE_TIMEOUT
@@ -84,7 +84,7 @@ def ask(
         cancel.set()
         return Title(fallback(request), True, f"no title within {timeout:g} s")
     done = outcome[0]
-    if isinstance(done, BackendError):
+    if isinstance(done, BackendError | Cancelled):
         return Title(fallback(request), True, done.message)
     if isinstance(done, BaseException):
         raise done

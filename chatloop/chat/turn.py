@@ -206,7 +206,8 @@ def complete(
     titles), given up after ``timeout`` seconds when one is set (``Cancelled``: the
     bound is checked as the reply streams, between its pieces).
 
-    Raises BackendError on failure; nothing is recorded anywhere.
+    Raises BackendError on failure, Cancelled past ``timeout``; nothing is recorded
+    anywhere.
     """
     messages: list[ChatMessage] = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": prompt})

@@ -169,7 +169,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     (``chatloop.store.export``, which ``/export`` uses too). JSON is read from the
     files: what ``show`` would note of them is noted on stderr."""
     from chatloop.store.export import open_new, write_markdown
-    from chatloop.ui.listing import visible
+    from chatloop.ui.terminal_text import visible
 
     with wiring.index(args) as index:
         row = index.find(args.ref)

@@ -32,7 +32,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     """Copy sessions from files or folders into a project; report each file."""
     from chatloop.store.importer import NO_SUCH_PATH, import_sessions
     from chatloop.store.store import Store
-    from chatloop.ui.listing import visible
+    from chatloop.ui.terminal_text import visible
 
     store = wiring.store(args)
     if args.project:
@@ -78,7 +78,7 @@ def cmd_reseal(args: argparse.Namespace) -> int:
     front matter has problems (those are left as they are, each named, and ``show``
     still notes them)."""
     from chatloop.format import HEAD_DAMAGE
-    from chatloop.ui.listing import visible
+    from chatloop.ui.terminal_text import visible
 
     with wiring.index(args) as index:
         row = index.find(args.ref)

@@ -100,7 +100,7 @@ def say(lines: list[str] | tuple[str, ...], prefix: str = "note") -> None:
     """Notes from the library (untrusted text: made visible) on stderr, one a line."""
     if not lines:
         return
-    from chatloop.ui.listing import visible
+    from chatloop.ui.terminal_text import visible
 
     for line in lines:
         print(visible(f"{prefix}: {line}"), file=sys.stderr)

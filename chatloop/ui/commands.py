@@ -29,7 +29,7 @@ from chatloop.config import DEFAULT_WINDOW
 from chatloop.errors import BackendError, ChatloopError, NotFound
 from chatloop.format.front_matter import MAX_TITLE_CHARS
 from chatloop.ui import render
-from chatloop.ui.listing import visible
+from chatloop.ui.terminal_text import visible
 
 
 class Shell(Protocol):

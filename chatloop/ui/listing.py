@@ -1,4 +1,5 @@
-"""Plain-text and JSON views of sessions for the management commands.
+"""Plain-text views of sessions for the management commands (their JSON is
+``chatloop.ui.as_json``; text made safe and measured, ``chatloop.ui.terminal_text``).
 
 Plain text on purpose: ``chatloop sessions`` must start and finish fast, and
 its output is meant for pipes and greps as much as for eyes.
@@ -6,40 +7,15 @@ its output is meant for pipes and greps as much as for eyes.
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from chatloop.store.rows import SearchHit, SessionRow
+from chatloop.ui.terminal_text import cells, clip, visible
 
 if TYPE_CHECKING:  # a listing from a fresh index imports no parser
     from chatloop.format import Message, Plain, Session, SessionMeta
-
-# C0 controls (but tab and newline), DEL and C1 controls become visible pictures or
-# escapes; bidirectional overrides too: none of them may reach a terminal as such.
-_VISIBLE = {code: chr(0x2400 + code) for code in range(32) if chr(code) not in "\t\n"}
-_VISIBLE[0x7F] = "\u2421"
-_VISIBLE.update({code: f"\\x{code:02x}" for code in range(0x80, 0xA0)})
-_VISIBLE.update({code: f"\\u{code:04x}" for code in (*range(0x202A, 0x202F),
-                                                     *range(0x2066, 0x206A))})  # fmt: skip
-
-
-_UNSAFE = re.compile("[" + "".join(re.escape(chr(code)) for code in _VISIBLE) + "]")
-# The same table as a list indexed by code point (past its end, a character is kept):
-# str.translate looks a list up faster than a dict.
-_TABLE: list[int | str] = list(range(max(_VISIBLE) + 1))
-for _code, _shown in _VISIBLE.items():
-    _TABLE[_code] = _shown
-
-
-def visible(text: str) -> str:
-    """``text`` safe to print to a terminal: control characters (ESC, BEL, OSC, C1,
-    bidirectional overrides) are shown as visible symbols, never acted on."""
-    if text.isascii() or _UNSAFE.search(text) is not None:
-        return text.translate(_TABLE)  # (translate has a fast path for ASCII text)
-    return text  # other text is looked through once, in C, not char by char
 
 
 def relative_time(when: str, now: datetime) -> str:
@@ -97,33 +73,6 @@ def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = Fa
             title = clip(title, columns - cells(head) - cells(visible(status + where)) - 1)
         lines.append(f"{head}{title}{status}{where}")
     return visible("\n".join(lines))
-
-
-def cells(text: str) -> int:
-    """How many terminal cells ``text`` (one line, made ``visible``) takes: two for a
-    wide character, none for a combining one."""
-    return sum(_cells(ch) for ch in text)
-
-
-def clip(text: str, room: int, least: int = 8) -> str:
-    """``text`` cut to ``room`` terminal cells (``least`` at least), "…" where it was
-    cut: a wide character takes two cells, a combining one none."""
-    room = max(room, least)
-    if (text.isascii() and len(text) <= room) or cells(text) <= room:
-        return text
-    kept, used = [], 0
-    for ch in text:
-        used += _cells(ch)
-        if used > room - 1:
-            break
-        kept.append(ch)
-    return "".join(kept) + "…"
-
-
-def _cells(ch: str) -> int:
-    if unicodedata.combining(ch):
-        return 0
-    return 2 if unicodedata.east_asian_width(ch) in "WF" else 1
 
 
 def hits_text(hits: list[SearchHit]) -> str:

@@ -35,8 +35,8 @@ from chatloop.backends.base import (
 from chatloop.chat.host import Lookup, Picked, Progress, Tone
 from chatloop.config import Settings
 from chatloop.format import Message, empty_reply
-from chatloop.ui.listing import visible
 from chatloop.ui.streams import write_nowhere
+from chatloop.ui.terminal_text import visible
 
 if TYPE_CHECKING:
     from chatloop.backends.base import Backend

@@ -36,7 +36,8 @@ from prompt_toolkit.output import Output
 
 from chatloop.chat.host import Lookup, Picked
 from chatloop.store.rows import SessionRow
-from chatloop.ui.listing import clip, describe, handle_width, relative_time, visible
+from chatloop.ui.listing import describe, handle_width, relative_time
+from chatloop.ui.terminal_text import clip, visible
 
 PREVIEW_LINES = 4
 NUMBERED_LINES = 30  # sessions the numbered fallback lists before "and N more"

@@ -1,8 +1,9 @@
 """What the REPL shows: the streaming reply, tool calls, errors, tables, the toolbar.
 
-rich is imported here and only here among the REPL's modules, so that
-``chatloop --version`` never pays for it. Domain values never print
-themselves; these functions turn them into renderables.
+rich is imported by the REPL's modules (this one, ``commands`` and ``repl``;
+``rich.markdown`` and ``rich.progress`` where they are used), never at the
+package's top, so ``chatloop --version`` never pays for it. Domain values never
+print themselves; these functions turn them into renderables.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from rich.text import Text
 from chatloop.backends.base import Event, Finish, TextDelta, ThinkingDelta, ToolCallEvent
 from chatloop.errors import ChatloopError
 from chatloop.format import Message, empty_reply
-from chatloop.ui.listing import describe, relative_time, visible
+from chatloop.ui.listing import describe, relative_time
+from chatloop.ui.terminal_text import visible
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a type only
     from chatloop.store.rows import SessionRow
 
 _FENCE_RE = re.compile(r"^\s*(```|~~~)", re.MULTILINE)

@@ -39,8 +39,8 @@ from chatloop.config import EMBEDDED_NOTE, Settings
 from chatloop.errors import ChatloopError
 from chatloop.store.store import Store
 from chatloop.ui import commands, render
-from chatloop.ui.listing import visible
 from chatloop.ui.prompt import PROMPT, chat_prompt, file_history
+from chatloop.ui.terminal_text import visible
 
 if TYPE_CHECKING:
     from chatloop.store.rows import SessionRow

@@ -178,7 +178,7 @@ def start_new_chat(store: Store, load: Callable[[Prompt], Repl]) -> int:
         except KeyboardInterrupt:
             if not signalled:
                 raise
-            from chatloop.ui.listing import visible  # typed text: shown, never acted on
+            from chatloop.ui.terminal_text import visible  # typed text: shown, never acted on
 
             print(f"Signal received before the chat had started; not sent: "
                   f"{visible(first())}", file=sys.stderr)
