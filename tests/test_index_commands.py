@@ -14,12 +14,11 @@ import pytest
 from chatloop.store.index import Index
 from chatloop.store.rows import SearchHit
 from chatloop.store.store import Store
-from tests.test_index import _populate
-from tests.test_index_marks import _two_projects
+from tests.index_helpers import populate, two_projects
 
 
 def test_a_file_changed_since_the_last_sync_is_read_again(store: Store) -> None:
-    first, _ = _populate(store, 2)
+    first, _ = populate(store, 2)
     with Index(store) as index:
         index.sync()
         first.write_bytes(first.read_bytes().replace(b"unicorn0", b"narwhal0"))
@@ -30,12 +29,12 @@ def test_a_file_changed_since_the_last_sync_is_read_again(store: Store) -> None:
 def test_a_home_without_projects_syncs_nothing_then_reads_what_comes(store: Store) -> None:
     with Index(store) as index:
         assert index.sync() == 0
-        _populate(store, 1)
+        populate(store, 1)
         assert index.sync() == 1
 
 
 def test_rows_a_neighbour_synced_are_found_by_an_open_index(store: Store) -> None:
-    first, _ = _populate(store, 2)
+    first, _ = populate(store, 2)
     with Index(store) as index:
         index.sync()
         first.write_bytes(first.read_bytes().replace(b"unicorn0", b"narwhal0"))
@@ -50,9 +49,9 @@ def test_sessions_dir_names_the_home_listed_whatever_chatloop_home_says(
 ) -> None:
     import chatloop.cli
 
-    _populate(store, 1)
+    populate(store, 1)
     elsewhere = Store(tmp_path / "elsewhere", cwd=store.cwd)
-    _populate(elsewhere, 1)
+    populate(elsewhere, 1)
     monkeypatch.setenv("CHATLOOP_HOME", str(elsewhere.root))
     monkeypatch.setenv("CHATLOOP_CONFIG", "")
     monkeypatch.chdir(store.cwd)
@@ -71,7 +70,7 @@ def test_search_prints_each_hit_as_its_snippet_is_read_and_reads_each_once(
     from chatloop.store import index_scan
     from chatloop.ui import listing
 
-    paths = _populate(store, 4)
+    paths = populate(store, 4)
     with Index(store) as index:
         index.sync()
     if stale:
@@ -106,10 +105,10 @@ def test_show_finds_a_session_the_index_has_not_seen_yet(
     """Asked for before the index lists it: not an error, but a sync, then found."""
     import chatloop.cli
 
-    _populate(store, 1)
+    populate(store, 1)
     with Index(store) as index:
         index.sync()
-    (new,) = _populate(store, 1, word="okapi")
+    (new,) = populate(store, 1, word="okapi")
     monkeypatch.setenv("CHATLOOP_HOME", str(store.root))
     monkeypatch.setenv("CHATLOOP_CONFIG", "")
     monkeypatch.chdir(store.cwd)
@@ -127,7 +126,7 @@ def test_search_of_every_project_names_the_project_of_each_hit(
     """Numbers count per project: a hit from another project says which."""
     import chatloop.cli
 
-    other = _two_projects(store, 1)
+    other = two_projects(store, 1)
     monkeypatch.setenv("CHATLOOP_HOME", str(store.root))
     monkeypatch.setenv("CHATLOOP_CONFIG", "")
     monkeypatch.chdir(store.cwd)
