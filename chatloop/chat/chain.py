@@ -218,6 +218,14 @@ def read_parent(store: Store, path: Path) -> Parent:
     return Parent(path, meta, text, note)
 
 
+def tokens_through(store: Store, parent: Parent) -> int:
+    """Tokens of ``parent`` and every ancestor of it: what a child of it carries as its
+    chain's base (``parent``'s front matter is in hand: only its ancestors are read)."""
+    meta = parent.meta
+    own = meta.tokens_in + meta.tokens_out + meta.restoration_tokens
+    return own + chain_tokens(store, parent.path, meta)
+
+
 def chain_tokens(store: Store, path: Path, meta: SessionMeta, limit: int = MAX_CHAIN) -> int:
     """Tokens of every ancestor of the session at ``path`` (conversation and
     restoration), from their front matter only. Missing ancestors end the walk."""

@@ -629,8 +629,7 @@ class ChatSession:
             writer = chain.start_child(self.store, template, parent, continuation.summary,
                                        self.clock, continuation.unanswered)
             prefix, previous = (), continuation.summary
-        base = chain.chain_tokens(self.store, writer.path, writer.meta)
-        self.state = Open(writer, previous, prefix, base)
+        self.state = Open(writer, previous, prefix, chain.tokens_through(self.store, parent))
         self.host.notice(f"Session Restored: {writer.meta.id} continues {parent.meta.id} "
                          f"({_queries(parent.meta.queries)}).", "restored")
         if isinstance(continuation, FromSummary) and not self.leaving:
@@ -907,7 +906,7 @@ class ChatSession:
         except ChatloopError:
             self.store.discard(writer)  # a branch that never began leaves no file
             raise
-        base = chain.chain_tokens(self.store, writer.path, writer.meta)
+        base = chain.tokens_through(self.store, branch.parent)
         self.state = Open(writer, branch.previous, (), base)
         self.host.notice(f"Forked: {writer.meta.id} branches from {branch.parent.meta.id} "
                          f"after query {branch.forked_at}.", "restored")
