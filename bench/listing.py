@@ -40,6 +40,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from chatloop.store.store import Store  # noqa: E402
+from search import print_row  # noqa: E402  (bench/search.py, beside this script)
 
 TARGET = 1.5  # chatloop sessions <= 1.5x ls -l
 Report = Callable[[str, str, str, "float | None", str, "bool | None"], None]
@@ -117,14 +118,8 @@ def main() -> int:
                         "rounds (reported, not judged)")  # fmt: skip
     args = parser.parse_args()
 
-    def report(figure: str, ours: str, baseline: str, ratio: float | None, target: str,
-               met: bool | None) -> None:  # fmt: skip
-        shown = "" if ratio is None else f" → {ratio:.2f}x"
-        mark = "n/a" if met is None else ("met" if met else "MISSED")
-        print(f"{figure}: {ours} vs {baseline}{shown} ({target}: {mark})", flush=True)
-
     print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
-    measure(args.sizes, args.rounds, report, args.also)
+    measure(args.sizes, args.rounds, print_row, args.also)
     print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
     return 0
 

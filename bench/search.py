@@ -127,6 +127,14 @@ def interleaved(cmds: dict[str, list[str]], rounds: int, cwd: Path,
 
 
 Report = Callable[[str, str, str, "float | None", str, "bool | None"], None]
+
+
+def print_row(figure: str, ours: str, baseline: str, ratio: float | None, target: str,
+              met: bool | None) -> None:
+    """A ``Report`` that prints one row: the figure, both sides, the ratio, the verdict."""
+    shown = "" if ratio is None else f" → {ratio:.2f}x"
+    mark = "n/a" if met is None else ("met" if met else "MISSED")
+    print(f"{figure}: {ours} vs {baseline}{shown} ({target}: {mark})", flush=True)
 TIME = Path("/usr/bin/time")  # GNU time: one child's peak RSS
 
 
@@ -196,13 +204,7 @@ def main() -> int:
                         help="made-up Zipf vocabulary (default), or sentences of docs/")
     args = parser.parse_args()
 
-    def report(figure: str, ours: str, baseline: str, ratio: float | None, target: str,
-               met: bool | None) -> None:  # fmt: skip
-        shown = "" if ratio is None else f" → {ratio:.2f}x"
-        mark = "n/a" if met is None else ("met" if met else "MISSED")
-        print(f"{figure}: {ours} vs {baseline}{shown} ({target}: {mark})", flush=True)
-
-    measure(args.sessions, args.rounds, args.text, report)
+    measure(args.sessions, args.rounds, args.text, print_row)
     return 0
 
 
