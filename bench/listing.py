@@ -39,8 +39,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from chatloop.store.store import Store  # noqa: E402
 from search import print_row  # noqa: E402  (bench/search.py, beside this script)
+
+from chatloop.store.store import Store  # noqa: E402
 
 TARGET = 1.5  # chatloop sessions <= 1.5x ls -l
 Report = Callable[[str, str, str, "float | None", str, "bool | None"], None]
