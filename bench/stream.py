@@ -92,8 +92,10 @@ def serve(script: Script) -> tuple[ThreadingHTTPServer, str]:
             # the prompt counted as a tokenizer might: about a token for three characters
             # (more than chatloop's four-character estimate, so its scale is learned)
             prompt = sum(4 + len(str(m.get("content") or "")) // 3 for m in request["messages"])
-            end = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-                   "usage": {"prompt_tokens": prompt, "completion_tokens": count}}  # fmt: skip
+            end = {
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": count},
+            }
             self._chunk(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n")
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
@@ -139,10 +141,21 @@ def measure(runs: int) -> tuple[list[float], float, float]:
     script = Script()
     server, url = serve(script)
     with tempfile.TemporaryDirectory() as home:
-        env = {**os.environ, "CHATLOOP_HOME": home, "TERM": "xterm", "CHATLOOP_CONFIG": "",
-               "CHATLOOP_CONTEXT_WINDOW": "100000"}  # fmt: skip
-        child = pexpect.spawn(CHATLOOP, ["--base-url", url], env=env, encoding="utf-8",
-                              timeout=120, dimensions=(40, 120))  # fmt: skip
+        env = {
+            **os.environ,
+            "CHATLOOP_HOME": home,
+            "TERM": "xterm",
+            "CHATLOOP_CONFIG": "",
+            "CHATLOOP_CONTEXT_WINDOW": "100000",
+        }
+        child = pexpect.spawn(
+            CHATLOOP,
+            ["--base-url", url],
+            env=env,
+            encoding="utf-8",
+            timeout=120,
+            dimensions=(40, 120),
+        )
         child.delaybeforesend = 0
         wait_prompt(child)
         delays = []
@@ -154,8 +167,9 @@ def measure(runs: int) -> tuple[list[float], float, float]:
             wait_prompt(child)
         samples: dict[int, float] = {}
         marks = (200, 1400, 2600, 3800)
-        script.marks = {i: (lambda i=i: samples.__setitem__(i, cpu_seconds(child.pid)))
-                        for i in marks}  # fmt: skip
+        script.marks = {
+            i: (lambda i=i: samples.__setitem__(i, cpu_seconds(child.pid))) for i in marks
+        }
         script.tokens, script.pace = 4000, 0.003
         child.sendline("a long one")
         wait_prompt(child)
@@ -172,11 +186,15 @@ def main() -> int:
     args = parser.parse_args()
     delays, start, end = measure(args.runs)
     median = statistics.median(delays)
-    print(f"first text on screen after the first token: median {median:.1f} ms "
-          f"({', '.join(f'{d:.1f}' for d in delays)}); target <= 10 ms: "
-          f"{'met' if median <= 10 else 'MISSED'}")
-    print(f"client CPU per token: {start:.0f} µs at tokens 200-1,400, {end:.0f} µs at "
-          f"2,600-3,800 ({end / start if start else float('nan'):.2f}x; target: no growth)")
+    print(
+        f"first text on screen after the first token: median {median:.1f} ms "
+        f"({', '.join(f'{d:.1f}' for d in delays)}); target <= 10 ms: "
+        f"{'met' if median <= 10 else 'MISSED'}"
+    )
+    print(
+        f"client CPU per token: {start:.0f} µs at tokens 200-1,400, {end:.0f} µs at "
+        f"2,600-3,800 ({end / start if start else float('nan'):.2f}x; target: no growth)"
+    )
     return 0
 
 

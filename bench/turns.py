@@ -36,11 +36,23 @@ def measure(turns: int) -> tuple[float, float]:
     early_at, late_at = 6, turns - WINDOW + 1  # from 6: the first turns load the rest
     cpu: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as home:
-        env = {**os.environ, "CHATLOOP_HOME": home, "TERM": "xterm", "CHATLOOP_CONFIG": "",
-               "CHATLOOP_CONTEXT_WINDOW": "4000000", "CHATLOOP_TITLES": "first"}  # fmt: skip
+        env = {
+            **os.environ,
+            "CHATLOOP_HOME": home,
+            "TERM": "xterm",
+            "CHATLOOP_CONFIG": "",
+            "CHATLOOP_CONTEXT_WINDOW": "4000000",
+            "CHATLOOP_TITLES": "first",
+        }
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        child = pexpect.spawn(CHATLOOP, ["--base-url", url, "--model", "bench"], env=env,
-                              encoding="utf-8", timeout=120, dimensions=(40, 120))  # fmt: skip
+        child = pexpect.spawn(
+            CHATLOOP,
+            ["--base-url", url, "--model", "bench"],
+            env=env,
+            encoding="utf-8",
+            timeout=120,
+            dimensions=(40, 120),
+        )
         child.delaybeforesend = 0
         wait_prompt(child)
         for turn in range(1, turns + 1):
@@ -68,9 +80,11 @@ def main() -> int:
     early, late = measure(args.turns)
     ratio = late / early if early else float("nan")
     print(f"load average {os.getloadavg()[0]:.2f}")
-    print(f"client CPU per turn: {early * 1000:.1f} ms at turns 6-25, {late * 1000:.1f} ms at "
-          f"turns {args.turns - WINDOW + 1}-{args.turns} ({ratio:.2f}x; target <= 1.2x: "
-          f"{'met' if ratio <= 1.2 else 'MISSED'})")
+    print(
+        f"client CPU per turn: {early * 1000:.1f} ms at turns 6-25, {late * 1000:.1f} ms at "
+        f"turns {args.turns - WINDOW + 1}-{args.turns} ({ratio:.2f}x; target <= 1.2x: "
+        f"{'met' if ratio <= 1.2 else 'MISSED'})"
+    )
     return 0
 
 

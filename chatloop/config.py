@@ -133,10 +133,14 @@ _ZERO_IS_DEFAULT = ("context_window", "max_tokens", "summary_max_tokens")
 
 
 CHOICES: dict[str, tuple[tuple[str, ...], str]] = {  # the words a key takes, and what they mean
-    "auto_compact": (("ask", "on", "off"), "ask asks before compacting a full window, on "
-                     "compacts without asking, off only says so."),
-    "titles": (("model", "first", "off"), "model asks the model, first takes the first "
-               "request's line, off makes none."),
+    "auto_compact": (
+        ("ask", "on", "off"),
+        "ask asks before compacting a full window, on compacts without asking, off only says so.",
+    ),
+    "titles": (
+        ("model", "first", "off"),
+        "model asks the model, first takes the first request's line, off makes none.",
+    ),
 }
 
 
@@ -160,8 +164,10 @@ def _coerce(key: str, value: Any, source: str) -> Any:
                 _check_url(text, source)
             words, meaning = CHOICES.get(key, ((text,), ""))
             if text not in words:
-                raise UsageError(f"{source}: {key} must be {', '.join(words[:-1])} or "
-                                 f"{words[-1]}, not {text!r}", meaning)  # fmt: skip
+                raise UsageError(
+                    f"{source}: {key} must be {', '.join(words[:-1])} or {words[-1]}, not {text!r}",
+                    meaning,
+                )
             return text
     except (TypeError, ValueError, OverflowError):
         raise UsageError(
@@ -173,8 +179,7 @@ def _coerce(key: str, value: Any, source: str) -> Any:
     if not low <= number <= high:  # also false for NaN
         zero = " (0: the default)" if low == 0 and key in _ZERO_IS_DEFAULT else ""
         raise UsageError(
-            f"{source}: {key} must be between {_said(low)}{zero} and {_said(high)}, not "
-            f"{value!r}",
+            f"{source}: {key} must be between {_said(low)}{zero} and {_said(high)}, not {value!r}",
             "Fix the value and try again.",
         )
     return number
@@ -190,8 +195,10 @@ def _check_url(text: str, source: str) -> None:
     except ValueError:
         parts, port_ok = None, False
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        raise UsageError(f"{source}: base_url {text!r} is not a usable http(s) URL",
-                         "For example: http://127.0.0.1:8080/v1")  # fmt: skip
+        raise UsageError(
+            f"{source}: base_url {text!r} is not a usable http(s) URL",
+            "For example: http://127.0.0.1:8080/v1",
+        )
 
 
 def load_settings(

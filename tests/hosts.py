@@ -86,18 +86,30 @@ class ScriptedHost:
 
 
 def chat(
-    store: Store, backend: Any, *, agent: str = "simple_sally.py",
-    settings: Settings | None = None, answers: list[bool] | None = None,
-    agent_named: bool = False, **changes: Any,
-) -> tuple[ChatSession, ScriptedHost]:  # fmt: skip
+    store: Store,
+    backend: Any,
+    *,
+    agent: str = "simple_sally.py",
+    settings: Settings | None = None,
+    answers: list[bool] | None = None,
+    agent_named: bool = False,
+    **changes: Any,
+) -> tuple[ChatSession, ScriptedHost]:
     """A ChatSession over ``store`` and ``backend`` with a scripted host; ``changes``
     are Settings fields (``context_window=900``). Without ``settings``, titles come
     from the first request (``TEST_SETTINGS``), so no scripted reply goes to a title
     request; ``titles="model"`` asks for one."""
     host = ScriptedHost(answers=list(answers or []))
     settings = (settings or TEST_SETTINGS)._replace(**changes)
-    session = ChatSession(load_agent(AGENTS / agent), backend, store, settings, host,
-                          clock=Clock(), agent_named=agent_named)  # fmt: skip
+    session = ChatSession(
+        load_agent(AGENTS / agent),
+        backend,
+        store,
+        settings,
+        host,
+        clock=Clock(),
+        agent_named=agent_named,
+    )
     return session, host
 
 

@@ -40,9 +40,15 @@ def environment(home: Path, max_tokens: int, summary_tokens: int = 48) -> dict[s
     after the first reply would take a Ctrl-C meant for the reply, or a scripted answer;
     ``titles="model"`` (a ``spawn`` setting) asks the real model for one."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHATLOOP_")}
-    env.update(CHATLOOP_HOME=str(home), CHATLOOP_MAX_TOKENS=str(max_tokens), TERM="xterm",
-               CHATLOOP_CONFIG="", COLUMNS="100", CHATLOOP_TITLES="first",
-               CHATLOOP_SUMMARY_MAX_TOKENS=str(summary_tokens))  # fmt: skip
+    env.update(
+        CHATLOOP_HOME=str(home),
+        CHATLOOP_MAX_TOKENS=str(max_tokens),
+        TERM="xterm",
+        CHATLOOP_CONFIG="",
+        COLUMNS="100",
+        CHATLOOP_TITLES="first",
+        CHATLOOP_SUMMARY_MAX_TOKENS=str(summary_tokens),
+    )
     return env
 
 
@@ -92,16 +98,29 @@ class Screen:
                 self.child.send(f"\x1b[{cursor.y + 1};{cursor.x + 1}R")
 
 
-def spawn(url: str, home: Path, cwd: Path, max_tokens: int = 12, *args: str,
-          summary_tokens: int = 48, ready_text: str = READY,
-          log: io.StringIO | None = None, **settings: str) -> pexpect.spawn:  # fmt: skip
+def spawn(
+    url: str,
+    home: Path,
+    cwd: Path,
+    max_tokens: int = 12,
+    *args: str,
+    summary_tokens: int = 48,
+    ready_text: str = READY,
+    log: io.StringIO | None = None,
+    **settings: str,
+) -> pexpect.spawn:
     """The installed program in a pty; ``settings`` become CHATLOOP_<KEY> variables."""
     env = environment(home, max_tokens, summary_tokens)
     env.update({f"CHATLOOP_{key.upper()}": value for key, value in settings.items()})
     child = pexpect.spawn(
-        chatloop_bin(), ["--base-url", url, *args], cwd=str(cwd), env=env,
-        encoding="utf-8", timeout=90, dimensions=(30, 100),
-    )  # fmt: skip
+        chatloop_bin(),
+        ["--base-url", url, *args],
+        cwd=str(cwd),
+        env=env,
+        encoding="utf-8",
+        timeout=90,
+        dimensions=(30, 100),
+    )
     child.logfile_read = log  # everything the program showed, when asked for
     wait(child, ready_text)
     return child
@@ -121,5 +140,11 @@ def only_session(home: Path) -> Session:
 
 
 def run(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([chatloop_bin(), *args], cwd=cwd, env=environment(home, 12),
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [chatloop_bin(), *args],
+        cwd=cwd,
+        env=environment(home, 12),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

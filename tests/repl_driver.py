@@ -27,8 +27,12 @@ AGENTS = Path(__file__).resolve().parent.parent / "agents"
 def reply_body(text: str) -> bytes:
     words = re.findall(r"\S+\s*", text)
     chunks = [{"choices": [{"index": 0, "delta": {"content": w}}]} for w in words]
-    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-                   "usage": {"prompt_tokens": 20, "completion_tokens": 5}})  # fmt: skip
+    chunks.append(
+        {
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 5},
+        }
+    )
     return ("".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n").encode()
 
 
@@ -43,19 +47,33 @@ def fake_server(requests: list[dict[str, object]]) -> OpenAICompatBackend:
     return OpenAICompatBackend("http://fake/v1", "fake-model", client=client)
 
 
-def drive(store: Store, backend: object, lines: str, agent: str = "simple_sally.py",
-          settings: Settings | None = None, run_args: dict[str, object] | None = None,
-          agent_named: bool = False, code: int = 0,
-          width: int = 240) -> tuple[Repl, str]:  # fmt: skip
+def drive(
+    store: Store,
+    backend: object,
+    lines: str,
+    agent: str = "simple_sally.py",
+    settings: Settings | None = None,
+    run_args: dict[str, object] | None = None,
+    agent_named: bool = False,
+    code: int = 0,
+    width: int = 240,
+) -> tuple[Repl, str]:
     """Run a whole REPL on scripted input, its console ``width`` wide; returns it and
     everything it printed (what its prompts drew last)."""
     out, prompts = io.StringIO(), io.StringIO()
     with create_pipe_input() as pipe:
         pipe.send_text(lines)
-        repl = Repl(load_agent(AGENTS / agent), backend, store, settings or TEST_SETTINGS,  # type: ignore[arg-type]
-                    Console(file=out, width=width), input=pipe,
-                    output=PlainTextOutput(prompts), clock=Clock(),
-                    agent_named=agent_named)  # fmt: skip
+        repl = Repl(
+            load_agent(AGENTS / agent),
+            backend,
+            store,
+            settings or TEST_SETTINGS,  # type: ignore[arg-type]
+            Console(file=out, width=width),
+            input=pipe,
+            output=PlainTextOutput(prompts),
+            clock=Clock(),
+            agent_named=agent_named,
+        )
         assert repl.run(**(run_args or {})) == code  # type: ignore[arg-type]
     return repl, out.getvalue() + "\n[prompts]\n" + prompts.getvalue()
 

@@ -45,13 +45,22 @@ def scripted_server(reply: Reply) -> Iterator[str]:
             text = reply(request)
             usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
             if not request.get("stream"):
-                body = {"choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": text}}],
-                        "usage": usage}  # fmt: skip
+                body = {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": text},
+                        }
+                    ],
+                    "usage": usage,
+                }
                 self._send(200, json.dumps(body).encode(), "application/json")
                 return
-            chunks = [{"choices": [{"index": 0, "delta": {"content": text[i : i + 16]}}]}
-                      for i in range(0, len(text), 16)]  # fmt: skip
+            chunks = [
+                {"choices": [{"index": 0, "delta": {"content": text[i : i + 16]}}]}
+                for i in range(0, len(text), 16)
+            ]
             chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
             chunks.append({"choices": [], "usage": usage})
             events = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"

@@ -35,13 +35,35 @@ def examples(n: int) -> int:
 
 
 HOSTILE = [
-    SUMMARY_START, SUMMARY_END, "---", "\n---\n", "## Query 3 (14:30:45)\n", "**You:** ",
-    "**Simple Sally:** ", "```", "````json\n", "~~~", "<!-- x -->", "<!--", "-->",
-    "<!-- chatloop:aaaaaaaa user {\"at\":\"2026-01-01T00:00:00+00:00\"} -->\n",
-    "<!-- /chatloop:aaaaaaaa 00000000 -->\n", "\x00", "\r\n", "\r", "\ufeff", "🦙", "\u2028",
-    "<details>", "</details>", "*Time: 1.0s*", "\n\n*Time: 2.0s | Tokens: 3 (in: 1, out: 2)*",
-    "\t", " ", "\n",
-]  # fmt: skip
+    SUMMARY_START,
+    SUMMARY_END,
+    "---",
+    "\n---\n",
+    "## Query 3 (14:30:45)\n",
+    "**You:** ",
+    "**Simple Sally:** ",
+    "```",
+    "````json\n",
+    "~~~",
+    "<!-- x -->",
+    "<!--",
+    "-->",
+    '<!-- chatloop:aaaaaaaa user {"at":"2026-01-01T00:00:00+00:00"} -->\n',
+    "<!-- /chatloop:aaaaaaaa 00000000 -->\n",
+    "\x00",
+    "\r\n",
+    "\r",
+    "\ufeff",
+    "🦙",
+    "\u2028",
+    "<details>",
+    "</details>",
+    "*Time: 1.0s*",
+    "\n\n*Time: 2.0s | Tokens: 3 (in: 1, out: 2)*",
+    "\t",
+    " ",
+    "\n",
+]
 
 # Any character but a lone surrogate (no UTF-8 file holds one): controls, NUL, BOM,
 # CR, LS and PS, combining marks, unassigned code points.
@@ -50,17 +72,17 @@ ANY_CHAR = st.characters(exclude_categories=("Cs",))
 # private use, unassigned), no separator but the ASCII space. (Filtering arbitrary
 # text by isprintable threw most draws away: test_views drew 10,979 invalid examples
 # for its 150, in 82 s; drawn so, 15 for 150, in 20 s.)
-PRINTABLE_CHAR = st.characters(exclude_categories=("C", "Zl", "Zp", "Zs"),
-                               include_characters=" ")  # fmt: skip
+PRINTABLE_CHAR = st.characters(exclude_categories=("C", "Zl", "Zp", "Zs"), include_characters=" ")
 
 # Text as a model, a tool or a person may send it: anything, or printable pieces
 # mixed with what the format must never take for structure (markers, `---`, fences,
 # headings, frame lines, NUL, CRLF and CR, BOM, LS).
 text_st = st.one_of(
     st.text(ANY_CHAR, max_size=60),
-    st.lists(st.one_of(st.sampled_from(HOSTILE), st.text(PRINTABLE_CHAR, max_size=8)),
-             max_size=12).map("".join),
-)  # fmt: skip
+    st.lists(
+        st.one_of(st.sampled_from(HOSTILE), st.text(PRINTABLE_CHAR, max_size=8)), max_size=12
+    ).map("".join),
+)
 opt_text = st.none() | text_st
 tz_st = st.integers(-23 * 60 - 59, 23 * 60 + 59).map(lambda m: timezone(timedelta(minutes=m)))
 at_st = st.builds(
@@ -134,10 +156,21 @@ def damaged_files(draw: st.DrawFn) -> bytes:
         elif how == "cut":
             data = data[: draw(st.integers(0, len(data)))]
         elif how == "splice":
-            junk = draw(st.sampled_from([b"queries: 1e999\n", b"created: 2026-01-01\n",
-                                         b"tokens:\n  in: -5\n", b"- x\n", b"id: ../../x\n",
-                                         b'{"usage":{"in":1e999}}', b" 1e999s 9/9 ",
-                                         b"summary_at: 99999999\n", b"format: 7\n"]))  # fmt: skip
+            junk = draw(
+                st.sampled_from(
+                    [
+                        b"queries: 1e999\n",
+                        b"created: 2026-01-01\n",
+                        b"tokens:\n  in: -5\n",
+                        b"- x\n",
+                        b"id: ../../x\n",
+                        b'{"usage":{"in":1e999}}',
+                        b" 1e999s 9/9 ",
+                        b"summary_at: 99999999\n",
+                        b"format: 7\n",
+                    ]
+                )
+            )
             at = draw(st.integers(0, len(data)))
             data = data[:at] + junk + data[at:]
         elif how == "number":

@@ -26,8 +26,16 @@ def sse_body(*deltas: dict[str, object], reason: str = "stop") -> bytes:
 
 
 def tool_call(call_id: str, name: str, arguments: str) -> dict[str, object]:
-    return {"tool_calls": [{"index": 0, "id": call_id, "type": "function",
-                            "function": {"name": name, "arguments": arguments}}]}  # fmt: skip
+    return {
+        "tool_calls": [
+            {
+                "index": 0,
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }
+        ]
+    }
 
 
 class Script:
@@ -104,10 +112,14 @@ def run(script: Script, agent_file: str, text: str, **kwargs: object):  # type: 
     recorded: list[Message] = []
     history = [Message.create("user", T0, text=text)]
     result = run_turn(
-        agent, script.backend(), history,
+        agent,
+        script.backend(),
+        history,
         build_context=lambda msgs: to_wire(agent.system_prompt, msgs),
-        record=recorded.append, clock=Clock(), **kwargs,
-    )  # fmt: skip
+        record=recorded.append,
+        clock=Clock(),
+        **kwargs,
+    )
     return result, recorded
 
 
@@ -162,7 +174,11 @@ def test_server_failure_mid_turn_keeps_the_partial_reply() -> None:
     # nothing arrived: the failed exchange is still marked in the file
     [mark] = recorded
     assert (mark.role, mark.text, mark.interrupted, mark.stop_reason) == (
-        "assistant", "", True, "error")
+        "assistant",
+        "",
+        True,
+        "error",
+    )
 
 
 def test_a_tool_name_the_agent_lacks_is_an_error_result() -> None:
@@ -179,5 +195,7 @@ def test_complete_is_outside_history_and_without_tools() -> None:
     assert text == "summary" and usage is not None and usage.estimated
     body = script.requests[0]
     assert "tools" not in body
-    assert body["messages"] == [{"role": "system", "content": "You summarize."},
-                                {"role": "user", "content": "Summarize"}]  # fmt: skip
+    assert body["messages"] == [
+        {"role": "system", "content": "You summarize."},
+        {"role": "user", "content": "Summarize"},
+    ]

@@ -430,9 +430,10 @@ def test_a_server_slow_to_end_the_body_after_done_does_not_hold_the_reply() -> N
         conn.recv(65536)
         usage = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 1}}
         body = sse(chunk("Hi"), finish(), usage, "[DONE]")
-        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                     b"transfer-encoding: chunked\r\n\r\n"
-                     + f"{len(body):x}\r\n".encode() + body + b"\r\n")  # fmt: skip
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n" + f"{len(body):x}\r\n".encode() + body + b"\r\n"
+        )
         release.wait(10)  # the end of the body comes late
         with contextlib.suppress(OSError):
             conn.sendall(b"0\r\n\r\n")
@@ -440,8 +441,9 @@ def test_a_server_slow_to_end_the_body_after_done_does_not_hold_the_reply() -> N
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    backend = OpenAICompatBackend(f"http://127.0.0.1:{port}/v1", "m",
-                                  timeouts=Timeouts(connect=5, read=8))  # fmt: skip
+    backend = OpenAICompatBackend(
+        f"http://127.0.0.1:{port}/v1", "m", timeouts=Timeouts(connect=5, read=8)
+    )
     started = clock.monotonic()
     events = list(backend.stream(MESSAGES))
     took = clock.monotonic() - started

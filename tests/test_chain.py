@@ -42,16 +42,18 @@ def test_summary_request_is_one_message_without_tools_and_keeps_the_structure() 
 
 def test_previous_summary_is_given_to_condense() -> None:
     backend = FakeBackend(STRUCTURED)
-    chain.summarize(backend, talk(1), previous="**Background Context:** x\nEarlier stuff",
-                    window=8192)  # fmt: skip
+    chain.summarize(
+        backend, talk(1), previous="**Background Context:** x\nEarlier stuff", window=8192
+    )
     prompt = backend.prompts()[0]
     assert "Previous summary:\n\n**Background Context:** x" in prompt
     assert prompts.BACKGROUND_RULE_CHAINED in prompt
 
 
 def test_shapeless_output_is_wrapped_and_markers_are_stripped() -> None:
-    raw = ("<!-- SESSION_SUMMARY_START -->\nWe talked about notes files.\n"
-           "<!-- SESSION_SUMMARY_END -->")  # fmt: skip
+    raw = (
+        "<!-- SESSION_SUMMARY_START -->\nWe talked about notes files.\n<!-- SESSION_SUMMARY_END -->"
+    )
     outcome = chain.summarize(FakeBackend(raw), talk(2), previous=None, window=8192)
     assert not outcome.fallback and prompts.shape(outcome.text)
     assert "We talked about notes files." in outcome.text
@@ -60,8 +62,9 @@ def test_shapeless_output_is_wrapped_and_markers_are_stripped() -> None:
 
 
 def test_one_retry_then_the_deterministic_fallback() -> None:
-    retried = chain.summarize(FakeBackend(BackendError("boom", ""), STRUCTURED), talk(1),
-                              previous=None, window=8192)  # fmt: skip
+    retried = chain.summarize(
+        FakeBackend(BackendError("boom", ""), STRUCTURED), talk(1), previous=None, window=8192
+    )
     assert not retried.fallback and retried.calls == 2
     failing = FakeBackend(BackendError("boom", ""), "   ")  # an empty answer is a failure too
     outcome = chain.summarize(failing, talk(3), previous=STRUCTURED, window=8192)
@@ -70,8 +73,10 @@ def test_one_retry_then_the_deterministic_fallback() -> None:
     text = outcome.text
     assert "Goal (first request): Question number 1: what is in notes-1.txt?" in text
     assert "Tools used: read_file" in text and "notes-3.txt" in text
-    assert ("**Background Context:** Settled: Water every 2 days, 250 ml each. Earlier: "
-            "Watering schedule for basil in pots/basil.md. Open then: Check drainage.") in text
+    assert (
+        "**Background Context:** Settled: Water every 2 days, 250 ml each. Earlier: "
+        "Watering schedule for basil in pots/basil.md. Open then: Check drainage."
+    ) in text
     assert "- Water every 2 days, 250 ml each" in text  # carried, word for word
     assert len(text.split()) < prompts.MAX_WORDS
 
@@ -99,8 +104,9 @@ def test_long_transcripts_are_summarized_in_parts_within_the_window() -> None:
 
 
 def test_summaries_stay_under_500_words() -> None:
-    outcome = chain.summarize(FakeBackend(STRUCTURED + "\n- more" * 700), talk(1),
-                              previous=None, window=8192)  # fmt: skip
+    outcome = chain.summarize(
+        FakeBackend(STRUCTURED + "\n- more" * 700), talk(1), previous=None, window=8192
+    )
     assert len(outcome.text.split()) <= prompts.MAX_WORDS + 1
 
 
@@ -239,14 +245,22 @@ def test_where_it_ended_says_what_a_reply_without_text_did(store: Store) -> None
     assert host.said("Simple Sally: (called read_file)") and not host.said("empty reply")
 
 
-@pytest.mark.parametrize(("reply", "said"), [
-    ({}, "(the model sent an empty reply)"),
-    ({"text": " \n "}, "(the model sent an empty reply)"),  # blank: empty, as in the chat
-    ({"stop_reason": "length"}, "(no reply: the model reached its token limit)"),
-    ({"interrupted": True, "stop_reason": "cancelled",
-      "tool_calls": (ToolCall("c1", "read_file", "{}"),)},
-     "(no reply: interrupted before any text arrived)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        ({}, "(the model sent an empty reply)"),
+        ({"text": " \n "}, "(the model sent an empty reply)"),  # blank: empty, as in the chat
+        ({"stop_reason": "length"}, "(no reply: the model reached its token limit)"),
+        (
+            {
+                "interrupted": True,
+                "stop_reason": "cancelled",
+                "tool_calls": (ToolCall("c1", "read_file", "{}"),),
+            },
+            "(no reply: interrupted before any text arrived)",
+        ),
+    ],
+)
 def test_where_it_ended_says_what_show_says_of_a_reply_without_text(
     store: Store, reply: dict[str, object], said: str
 ) -> None:
@@ -336,8 +350,9 @@ def test_resume_goes_on_with_the_sessions_own_agent_unless_one_was_chosen(store:
     assert own.resume("1") and host.questions == []
     assert own.agent.name == "Simple Sally" and host.said("session's own agent, Simple Sally")
     own.close()
-    chosen, host = chat(store, FakeBackend("Ready.", "Yes.", STRUCTURED), agent="file_fiona.py",
-                        agent_named=True)
+    chosen, host = chat(
+        store, FakeBackend("Ready.", "Yes.", STRUCTURED), agent="file_fiona.py", agent_named=True
+    )
     assert chosen.resume("1") and host.questions == []
     assert chosen.agent.name == "File Fiona"
     chosen.send("go on")
@@ -360,17 +375,22 @@ def test_resume_of_an_unknown_session_names_the_closest(store: Store) -> None:
 
 
 def test_auto_compaction_keeps_every_message_and_links_the_chain(store: Store) -> None:
-    typed = [f"message {i}: " + "tell me about the garden beds and their soil " * 3
-             for i in range(24)]  # fmt: skip
-    backend = FakeBackend(default=lambda msgs: STRUCTURED if "progressive summary" in
-                          str(msgs[-1]["content"]) else "Short reply.")  # fmt: skip
+    typed = [
+        f"message {i}: " + "tell me about the garden beds and their soil " * 3 for i in range(24)
+    ]
+    backend = FakeBackend(
+        default=lambda msgs: (
+            STRUCTURED if "progressive summary" in str(msgs[-1]["content"]) else "Short reply."
+        )
+    )
     session, host = chat(store, backend, context_window=900, auto_compact="on", max_tokens=64)
     for text in typed:
         session.send(text)
     session.close()
     chain_files = files(store)
-    assert len(chain_files) >= 2 and not any(tone == "warn" and "error" in text
-                                             for text, tone in host.notices)  # fmt: skip
+    assert len(chain_files) >= 2 and not any(
+        tone == "warn" and "error" in text for text, tone in host.notices
+    )
     for parent, child in itertools.pairwise(chain_files):
         assert child.meta.parent_id == parent.meta.id
     sent = [m.text for s in chain_files for m in s.messages if m.is_query]
@@ -387,8 +407,9 @@ def test_ask_mode_asks_and_off_mode_only_warns(store: Store) -> None:
     assert host.questions == ["Compact now?"] and host.said("Context ") and host.said("full (")
     declined.close()
     assert len(files(store)) == 1
-    agreed, host = chat(store, FakeBackend("A.", STRUCTURED, "Ack.", "B.", STRUCTURED),
-                        settings=settings)  # the default answer: yes  # fmt: skip
+    agreed, host = chat(
+        store, FakeBackend("A.", STRUCTURED, "Ack.", "B.", STRUCTURED), settings=settings
+    )  # the default answer: yes
     agreed.send(text)
     agreed.send("and more")  # the child is written with the next message
     agreed.close()
@@ -401,8 +422,13 @@ def test_ask_mode_asks_and_off_mode_only_warns(store: Store) -> None:
 
 
 def test_a_server_overflow_compacts_and_the_child_answers_the_message(store: Store) -> None:
-    backend = FakeBackend("A.", ContextOverflow("too long", "", window=2048), STRUCTURED,
-                          "Ack, and the answer.", STRUCTURED)  # fmt: skip
+    backend = FakeBackend(
+        "A.",
+        ContextOverflow("too long", "", window=2048),
+        STRUCTURED,
+        "Ack, and the answer.",
+        STRUCTURED,
+    )
     session, host = chat(store, backend)
     session.send("first")
     session.send("second")
@@ -431,9 +457,11 @@ def test_tool_results_are_pruned_from_the_sent_copy_only() -> None:
     for i in range(6):
         call = ToolCall(f"c{i}", "read", "{}")
         result = ToolResult(f"c{i}", "read", "z" * 2000)
-        messages += [Message.create("user", T0, text=f"q{i}"),
-                     Message.create("assistant", T0, tool_calls=(call,), usage=Usage(1, 1)),
-                     Message.create("tool", T0, tool_results=(result,))]  # fmt: skip
+        messages += [
+            Message.create("user", T0, text=f"q{i}"),
+            Message.create("assistant", T0, tool_calls=(call,), usage=Usage(1, 1)),
+            Message.create("tool", T0, tool_results=(result,)),
+        ]
     full = plan("sys", messages, window=100_000)
     assert full.fits and full.pruned == 0
     tight = plan("sys", messages, window=2200, reserve=200)
@@ -468,8 +496,9 @@ def test_a_2k_window_at_default_settings_compacts_every_eight_messages_or_more(
     backend = FakeBackend()  # its reply depends on the max_tokens of the call it answers
     backend.default = lambda msgs: model(list(msgs), backend.calls[-1]["options"]["max_tokens"])
     session, host = chat(store, backend, context_window=window)
-    typed = [f"note {i}: " + "the basil beds need water every other morning " * 5
-             for i in range(40)]  # fmt: skip
+    typed = [
+        f"note {i}: " + "the basil beds need water every other morning " * 5 for i in range(40)
+    ]
     assert all(35 <= len(text.split()) <= 45 for text in typed)
     for text in typed:
         session.send(text)
@@ -503,8 +532,11 @@ def test_a_restoration_summary_fits_its_cap_in_the_models_tokens(store: Store) -
 
     facts = "\n".join(f"- FACT-{n:03d}: gauge {n * 37}.5 at /srv/tide/{n}.csv" for n in range(60))
     summary = STRUCTURED.replace("- Water every 2 days, 250 ml each", facts)
-    session, _ = chat(store, Dense("One.", summary, "Ack.", "Two.", STRUCTURED, default="Ok."),
-                      context_window=2048)  # fmt: skip
+    session, _ = chat(
+        store,
+        Dense("One.", summary, "Ack.", "Two.", STRUCTURED, default="Ok."),
+        context_window=2048,
+    )
     session.send("first")
     session.compact()
     session.send("second")

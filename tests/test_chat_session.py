@@ -33,8 +33,9 @@ def queries(store: Store) -> list[str]:
 
 
 def test_a_failed_exchange_is_marked_in_the_file_and_the_chat_goes_on(store: Store) -> None:
-    backend = FakeBackend(BackendError("Cannot reach the server", "Start it."), "Back again.",
-                          STRUCTURED)  # fmt: skip
+    backend = FakeBackend(
+        BackendError("Cannot reach the server", "Start it."), "Back again.", STRUCTURED
+    )
     session, host = chat(store, backend)
     with pytest.raises(BackendError, match="Cannot reach"):
         session.send("are you there?")
@@ -44,7 +45,12 @@ def test_a_failed_exchange_is_marked_in_the_file_and_the_chat_goes_on(store: Sto
     (found,) = files(store)
     user, mark, user2, reply, _summary = found.messages
     assert (user.text, mark.role, mark.text, mark.interrupted, mark.stop_reason) == (
-        "are you there?", "assistant", "", True, "error")  # fmt: skip
+        "are you there?",
+        "assistant",
+        "",
+        True,
+        "error",
+    )
     assert user2.text == "and now?" and reply.text.strip() == "Back again."
     assert "(no reply: the request failed)" in transcript_text(found)  # what `show` prints
 
@@ -100,11 +106,16 @@ def test_totals_are_one_notion_from_the_file_to_the_toolbar(store: Store) -> Non
     session.close()
     parent, child = files(store)
     assert (parent.meta.queries, parent.meta.tokens_in, parent.meta.tokens_out) == (
-        2, before.tokens_in, before.tokens_out)  # fmt: skip
+        2,
+        before.tokens_in,
+        before.tokens_out,
+    )
     assert child_totals.fields() == {
-        "queries": child.meta.queries, "tokens_in": child.meta.tokens_in,
-        "tokens_out": child.meta.tokens_out, "restoration_tokens": child.meta.restoration_tokens,
-    }  # fmt: skip
+        "queries": child.meta.queries,
+        "tokens_in": child.meta.tokens_in,
+        "tokens_out": child.meta.tokens_out,
+        "restoration_tokens": child.meta.restoration_tokens,
+    }
     assert child_totals.restoration > 0 and child_totals.queries == 1
 
 
@@ -114,12 +125,17 @@ def test_totals_are_one_notion_from_the_file_to_the_toolbar(store: Store) -> Non
 def test_disk_full_during_automatic_compaction_loses_no_message(small_disk: Path) -> None:
     store = Store(small_disk / "home", cwd=small_disk / "project")
     (small_disk / "project").mkdir()
-    typed = [f"message {i}: " + "the soil of the garden beds and their drainage " * 4
-             for i in range(30)]  # fmt: skip
-    backend = FakeBackend(default=lambda msgs: STRUCTURED if "progressive summary" in
-                          str(msgs[-1]["content"]) else "Short reply.")  # fmt: skip
-    session, host = chat(store, backend, context_window=700, auto_compact="on", max_tokens=32,
-                         compact_threshold=1.0)  # compaction only when a message does not fit
+    typed = [
+        f"message {i}: " + "the soil of the garden beds and their drainage " * 4 for i in range(30)
+    ]
+    backend = FakeBackend(
+        default=lambda msgs: (
+            STRUCTURED if "progressive summary" in str(msgs[-1]["content"]) else "Short reply."
+        )
+    )
+    session, host = chat(
+        store, backend, context_window=700, auto_compact="on", max_tokens=32, compact_threshold=1.0
+    )  # compaction only when a message does not fit
     session.clock = Clock()
     sent = 0
     while session.plan([Message.create("user", session.clock(), text=typed[sent])]).fits:
@@ -182,7 +198,9 @@ def test_a_continuation_that_cannot_be_written_waits_for_the_next_try(small_disk
     parent, child = files(store)
     assert parent.meta.id == parent_id and child.meta.parent_id == parent_id
     assert [m.text for m in child.messages if m.is_query] == [
-        "typed on a full disk", "typed with space again"]  # fmt: skip
+        "typed on a full disk",
+        "typed with space again",
+    ]
     assert child.messages[0].restore and child.messages[1].restore
 
 
@@ -190,6 +208,7 @@ def test_pinned_facts_survive_six_compactions_word_for_word(store: Store) -> Non
     """A model whose summaries lose everything (the fallback-prone demo model does):
     pinned facts are in every restoration prompt of the chain, and in every file's
     front matter, exactly as typed; /unpin drops one from the next prompt on."""
+
     def model(msgs: Sequence[dict[str, object]]) -> str:
         summary = "progressive summary" in str(msgs[-1]["content"])
         return "**Topics Discussed:** nothing kept" if summary else "Ok."
@@ -258,8 +277,11 @@ def test_unsaved_messages_never_move_into_another_conversation(small_disk: Path)
 
 
 def other_id(store: Store) -> str:
-    return next(s.meta.id for s in files(store)
-                if any(m.text == "the other conversation" for m in s.messages))  # fmt: skip
+    return next(
+        s.meta.id
+        for s in files(store)
+        if any(m.text == "the other conversation" for m in s.messages)
+    )
 
 
 def test_a_full_history_that_stops_fitting_continues_from_the_summary(store: Store) -> None:
@@ -284,8 +306,13 @@ def test_a_full_history_that_stops_fitting_continues_from_the_summary(store: Sto
 def test_fit_keeps_every_heading_when_one_paragraph_is_too_long() -> None:
     from chatloop.chat import prompts
 
-    long = prompts.assemble("Initial session.", topics=["basil"], decisions=["water daily"],
-                            pending=["drainage"], narrative="word " * 240)  # fmt: skip
+    long = prompts.assemble(
+        "Initial session.",
+        topics=["basil"],
+        decisions=["water daily"],
+        pending=["drainage"],
+        narrative="word " * 240,
+    )
     fitted = prompts.fit(long, 100)
     assert prompts.shape(fitted) and len(fitted.split()) <= 100
     assert "- water daily" in fitted and "- drainage" in fitted
@@ -299,11 +326,25 @@ def test_fit_always_ends_within_its_budget() -> None:
 
     rng = random.Random(7)
     for _ in range(300):
-        rows = [rng.choice(["- short", "- a longer bullet with several words in it",
-                            "word " * rng.randint(1, 120), "", "plain line"])
-                for _ in range(rng.randint(0, 12))]  # fmt: skip
-        text = prompts.assemble("Initial session.", topics=["basil"], decisions=["d"],
-                                pending=["p"], narrative="\n".join(rows))  # fmt: skip
+        rows = [
+            rng.choice(
+                [
+                    "- short",
+                    "- a longer bullet with several words in it",
+                    "word " * rng.randint(1, 120),
+                    "",
+                    "plain line",
+                ]
+            )
+            for _ in range(rng.randint(0, 12))
+        ]
+        text = prompts.assemble(
+            "Initial session.",
+            topics=["basil"],
+            decisions=["d"],
+            pending=["p"],
+            narrative="\n".join(rows),
+        )
         budget = rng.randint(1, 300)
         fitted = prompts.fit(text, budget)
         assert len(fitted.split()) <= max(budget, 0) + 1
@@ -322,9 +363,11 @@ def test_facts_a_summarizer_keeps_in_decisions_survive_six_compactions(store: St
             return "Noted."
         facts = sorted(set(re.findall(r"FACT-\d{3}: [a-z ]+ is \d+", prompt)))
         decisions = "\n".join(f"- {fact}" for fact in facts) or "- None."
-        return ("**Background Context:** A chat about the harbour.\n\n"
-                "**Current Session Summary:**\n\n**Topics Discussed:**\n- The harbour\n\n"
-                f"**Decisions Made:**\n{decisions}\n\n**Pending:**\n- None.")  # fmt: skip
+        return (
+            "**Background Context:** A chat about the harbour.\n\n"
+            "**Current Session Summary:**\n\n**Topics Discussed:**\n- The harbour\n\n"
+            f"**Decisions Made:**\n{decisions}\n\n**Pending:**\n- None."
+        )
 
     session, _host = chat(store, FakeBackend(default=model, window=2048))
     typed = [f"FACT-{n:03d}: the tide gauge reading is {n * 37}" for n in range(1, 8)]
@@ -344,10 +387,13 @@ def test_facts_a_summarizer_keeps_in_decisions_survive_six_compactions(store: St
 def test_a_wrapped_summary_keeps_no_name_the_transcript_never_had(store: Store) -> None:
     """The demo model writes unstructured text with invented identifiers: the wrapped
     summary keeps its sentences that name only what was typed, and none of the rest."""
+
     def model(msgs: Sequence[dict[str, object]]) -> str:
         if "progressive summary" in str(msgs[-1]["content"]):
-            return ("The keeper logged FACT-001 at the pier. FACT-042 was set to 9,999 "
-                    "by the council. The boats waited for the light.")  # fmt: skip
+            return (
+                "The keeper logged FACT-001 at the pier. FACT-042 was set to 9,999 "
+                "by the council. The boats waited for the light."
+            )
         return "Noted."
 
     session, _host = chat(store, FakeBackend(default=model, window=2048))
@@ -365,8 +411,9 @@ def test_ctrl_c_during_the_compaction_a_message_needs_keeps_the_message(store: S
     Ctrl-C while the model summarizes. The summary built from the transcript is used,
     and the message in hand is saved in the child and answered there."""
     backend = FakeBackend("First answer.", KeyboardInterrupt(), "Ack.", "Second answer.")
-    session, host = chat(store, backend, context_window=700, auto_compact="on", max_tokens=32,
-                         compact_threshold=0.99)  # fmt: skip
+    session, host = chat(
+        store, backend, context_window=700, auto_compact="on", max_tokens=32, compact_threshold=0.99
+    )
     in_hand = "the message in hand: " + "the tide came in over the stones " * 40
     session.send("first " + "harbour lights and the keeper's log " * 30)
     session.send(in_hand)  # fits alone, not after the first
@@ -388,13 +435,20 @@ def test_a_fork_carries_the_history_up_to_its_point_and_nothing_after(store: Sto
     session.close()
     parent, fork = files(store)
     assert [m.text for m in parent.messages if m.is_query] == [
-        "first question", "second question", "third question"]  # fmt: skip
+        "first question",
+        "second question",
+        "third question",
+    ]
     assert parent.meta.status == "closed" and parent.summary is not None
     assert fork.meta.parent_id == parent.meta.id and fork.meta.extra["forked_at"] == 2
     assert [m.text for m in fork.messages if m.is_query] == ["a different third question"]
     carried = [m for m in fork.messages if m.restore]
-    assert [m.text.strip() for m in carried] == ["first question", "One.", "second question",
-                                                 "Two."]
+    assert [m.text.strip() for m in carried] == [
+        "first question",
+        "One.",
+        "second question",
+        "Two.",
+    ]
     sent = [str(m["content"]) for m in backend.calls[4]["messages"]]  # the branch's first call
     assert "second question" in sent and "third question" not in sent
     assert not any("Three" in text for text in sent)
@@ -408,8 +462,9 @@ def test_a_forks_summary_covers_what_it_carried_and_its_child_says_it_branched(
     """The copies a fork carries are its own past: its summary covers them (by the
     model, or built from the transcript), so resuming the branch keeps them; the
     restoration prompt of its child says the fork branched from its parent."""
-    backend = FakeBackend("One.", "Two.", STRUCTURED, "Branch answer.", STRUCTURED, "Ready.",
-                          "Later.", STRUCTURED)  # fmt: skip
+    backend = FakeBackend(
+        "One.", "Two.", STRUCTURED, "Branch answer.", STRUCTURED, "Ready.", "Later.", STRUCTURED
+    )
     session, _ = chat(store, backend)
     session.send("tomatoes need six hours of sun")
     session.send("the second question")
@@ -433,15 +488,26 @@ def test_a_forks_summary_covers_what_it_carried_and_its_child_says_it_branched(
     third.send("what about shade")
     third.leaving = True
     third.close()
-    (branch,) = [s for s in files(store) if s.meta.extra.get("forked_at") and
-                 s.meta.parent_id not in (parent.meta.id,)]  # fmt: skip
+    (branch,) = [
+        s
+        for s in files(store)
+        if s.meta.extra.get("forked_at") and s.meta.parent_id not in (parent.meta.id,)
+    ]
     assert branch.summary is not None
     assert "Goal (first request): cucumbers climb" in branch.summary.text
 
 
 def test_a_compacted_fork_continues_as_a_continuation_not_as_a_fork(store: Store) -> None:
-    backend = FakeBackend("One.", "Two.", STRUCTURED, "Branch answer.", STRUCTURED, "Ready.",
-                          "Later answer.", STRUCTURED)  # fmt: skip
+    backend = FakeBackend(
+        "One.",
+        "Two.",
+        STRUCTURED,
+        "Branch answer.",
+        STRUCTURED,
+        "Ready.",
+        "Later answer.",
+        STRUCTURED,
+    )
     session, _ = chat(store, backend)
     for text in ("first question", "second question"):
         session.send(text)
@@ -493,8 +559,9 @@ def test_fork_needs_a_query_and_a_real_query_number(store: Store) -> None:
 def test_retry_and_edit_ask_again_in_a_branch_that_never_saw_the_first_answer(
     store: Store,
 ) -> None:
-    backend = FakeBackend("One.", "Two.", STRUCTURED, "Two again.", STRUCTURED, "Two, edited.",
-                          STRUCTURED)  # fmt: skip
+    backend = FakeBackend(
+        "One.", "Two.", STRUCTURED, "Two again.", STRUCTURED, "Two, edited.", STRUCTURED
+    )
     session, _ = chat(store, backend)
     session.send("first question")
     session.send("second question")
@@ -504,8 +571,10 @@ def test_retry_and_edit_ask_again_in_a_branch_that_never_saw_the_first_answer(
     session.again("second question, put better")
     session.close()
     original, retried, edited = files(store)
-    assert [m.text for m in original.messages if m.is_query] == ["first question",
-                                                                 "second question"]  # fmt: skip
+    assert [m.text for m in original.messages if m.is_query] == [
+        "first question",
+        "second question",
+    ]
     assert retried.meta.parent_id == original.meta.id and retried.meta.extra["forked_at"] == 1
     assert [m.text for m in retried.messages if m.is_query] == ["second question"]
     assert edited.meta.parent_id == retried.meta.id and edited.meta.extra["forked_at"] == 0
@@ -548,8 +617,14 @@ def test_ctrl_c_while_the_call_is_planned_is_a_cancelled_reply(store: Store) -> 
         raise KeyboardInterrupt
 
     session, _host = chat(store, FakeBackend("unused"))
-    result = run_turn(session.agent, session.backend, [Message.create("user", T0, text="hi")],
-                      build_context=planning, record=recorded.append, clock=Clock())  # fmt: skip
+    result = run_turn(
+        session.agent,
+        session.backend,
+        [Message.create("user", T0, text="hi")],
+        build_context=planning,
+        record=recorded.append,
+        clock=Clock(),
+    )
     assert result.interrupted
     (reply,) = recorded
     assert reply.interrupted and reply.stop_reason == "cancelled" and reply.usage is None
@@ -561,8 +636,13 @@ def test_what_a_summary_counts_as_said_in_a_fork_of_a_continued_session() -> Non
     what was said count as said."""
     from chatloop.chat import prompts
 
-    prompt = prompts.restoration_prompt(session_id="s1", date="2026-11-21 10:00", queries=1,
-                                        tokens=10, summary="**Background Context:** x")
+    prompt = prompts.restoration_prompt(
+        session_id="s1",
+        date="2026-11-21 10:00",
+        queries=1,
+        tokens=10,
+        summary="**Background Context:** x",
+    )
     carried = [
         Message.create("user", T0, text=prompt, restore=True),
         Message.create("assistant", T0, text="Ready.", restore=True),
@@ -587,8 +667,13 @@ def test_a_chat_writes_each_time_to_the_second(store: Store) -> None:
     from tests.hosts import AGENTS, TEST_SETTINGS, ScriptedHost
 
     store = Store(store.root, cwd=store.cwd)  # (the fixture's clock has microseconds)
-    session = ChatSession(load_agent(AGENTS / "simple_sally.py"), FakeBackend("Fine."),
-                          store, TEST_SETTINGS, ScriptedHost())  # fmt: skip
+    session = ChatSession(
+        load_agent(AGENTS / "simple_sally.py"),
+        FakeBackend("Fine."),
+        store,
+        TEST_SETTINGS,
+        ScriptedHost(),
+    )
     session.send("what time is it")
     session.close()
     (found,) = files(store)

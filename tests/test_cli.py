@@ -79,7 +79,8 @@ def test_errors_are_one_line_with_a_hint(project: Path, chatloop_home: Path) -> 
     nothing = run("-c", cwd=empty, home=chatloop_home)
     assert nothing.returncode == 1
     assert nothing.stderr.splitlines()[0] == (
-        "error: There is no session to continue in this project yet")
+        "error: There is no session to continue in this project yet"
+    )
     assert nothing.stderr.splitlines()[1].startswith("hint: Start one with `chatloop`")
     lone_full = run("--full", cwd=project, home=chatloop_home)
     assert lone_full.returncode == 2 and "--full goes with --resume" in lone_full.stderr
@@ -91,7 +92,8 @@ def test_errors_are_one_line_with_a_hint(project: Path, chatloop_home: Path) -> 
         assert bare.stderr.splitlines() == [
             f"error: chatloop {command} needs a session: its number or id",
             f"hint: `chatloop sessions` lists them, numbered; e.g. `chatloop {command} 1` for "
-            "the most recent."]  # fmt: skip
+            "the most recent.",
+        ]
 
 
 def test_main_help_teaches_the_chat_options(tmp_path: Path) -> None:
@@ -132,8 +134,9 @@ def test_version_does_not_import_heavy_modules(tmp_path: Path) -> None:
     assert out.stdout.strip().endswith("[]"), out.stdout
 
 
-def test_tree_and_export_follow_the_chain(project: Path, chatloop_home: Path,
-                                          tmp_path: Path) -> None:  # fmt: skip
+def test_tree_and_export_follow_the_chain(
+    project: Path, chatloop_home: Path, tmp_path: Path
+) -> None:
     rows = json.loads(run("sessions", "--json", cwd=project, home=chatloop_home).stdout)
     third = next(r for r in rows if r["title"] == "Composting, part 3")
     tree = run("tree", third["id"], cwd=project, home=chatloop_home).stdout.splitlines()
@@ -142,14 +145,16 @@ def test_tree_and_export_follow_the_chain(project: Path, chatloop_home: Path,
     assert (
         tree[2].startswith("   └─ ") and "Composting, part 3" in tree[2] and "this one" in tree[2]
     )
-    every = json.loads(run("sessions", "--json", "--expand", cwd=project,
-                           home=chatloop_home).stdout)  # fmt: skip
+    every = json.loads(
+        run("sessions", "--json", "--expand", cwd=project, home=chatloop_home).stdout
+    )
     first = next(r for r in every if r["title"] == "Composting, part 1")
     tree = run("tree", first["id"], cwd=project, home=chatloop_home).stdout.splitlines()
     assert "Composting, part 1" in tree[0] and tree[0].endswith("← this one")
     assert not any("this one" in line for line in tree[1:])
-    exported = run("export", third["id"], "--chain", "--format", "json", cwd=project,
-                   home=chatloop_home)  # fmt: skip
+    exported = run(
+        "export", third["id"], "--chain", "--format", "json", cwd=project, home=chatloop_home
+    )
     sessions = json.loads(exported.stdout)
     assert [s["meta"]["title"] for s in sessions] == [f"Composting, part {i}" for i in (1, 2, 3)]
     out = tmp_path / "chain.md"
@@ -164,8 +169,15 @@ def test_doctor_reports_each_check(project: Path, chatloop_home: Path) -> None:
     assert "sessions directory" in out.stdout and "index" in out.stdout
     assert out.returncode in (0, 1) and "Traceback" not in out.stderr
     fresh = chatloop_home.parent / "fresh-home"  # a check creates nothing
-    out = run("doctor", "--base-url", "http://127.0.0.1:9/v1", "--sessions-dir", str(fresh),
-              cwd=project, home=chatloop_home)  # fmt: skip
+    out = run(
+        "doctor",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--sessions-dir",
+        str(fresh),
+        cwd=project,
+        home=chatloop_home,
+    )
     assert out.returncode == 1 and not fresh.exists()
     lines = out.stdout.splitlines()
     assert lines[0].startswith("FAIL  server http://127.0.0.1:9/v1: Cannot reach")
@@ -175,14 +187,22 @@ def test_doctor_reports_each_check(project: Path, chatloop_home: Path) -> None:
     loose = chatloop_home.parent / "loose-home"  # made by hand, open to others
     loose.mkdir(mode=0o755)
     loose.chmod(0o755)
-    out = run("doctor", "--base-url", "http://127.0.0.1:9/v1", "--sessions-dir", str(loose),
-              cwd=project, home=chatloop_home)  # fmt: skip
+    out = run(
+        "doctor",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--sessions-dir",
+        str(loose),
+        cwd=project,
+        home=chatloop_home,
+    )
     assert f"FAIL  sessions directory {loose} (mode 0o755)" in out.stdout
     assert f"chmod 700 {loose}" in out.stdout  # what to do, under what failed
 
 
-def test_config_warnings_are_printed_once(project: Path, chatloop_home: Path,
-                                          tmp_path: Path) -> None:  # fmt: skip
+def test_config_warnings_are_printed_once(
+    project: Path, chatloop_home: Path, tmp_path: Path
+) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("colour: blue\n")
     out = run("--config", str(config), "doctor", cwd=project, home=chatloop_home)
@@ -218,7 +238,6 @@ def test_a_one_shot_question_is_told_from_options_and_their_values() -> None:
         assert split_prompt(list(argv)) == expected, argv
 
 
-
 @pytest.mark.parametrize("backend", ["openai", "ollama"])
 def test_a_question_to_a_server_that_is_not_there_saves_nothing(
     tmp_path: Path, chatloop_home: Path, backend: str
@@ -231,8 +250,17 @@ def test_a_question_to_a_server_that_is_not_there_saves_nothing(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}" + ("/v1" if backend == "openai" else "")
-    done = run("--backend", backend, "--base-url", url, "--model", "llama3", "hi there",
-               cwd=tmp_path, home=chatloop_home)  # fmt: skip
+    done = run(
+        "--backend",
+        backend,
+        "--base-url",
+        url,
+        "--model",
+        "llama3",
+        "hi there",
+        cwd=tmp_path,
+        home=chatloop_home,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith(f"error: Cannot reach the model server at {url}")
     assert "hint:" in done.stderr and "Saved session" not in done.stderr
@@ -243,20 +271,28 @@ def test_newcomer_errors_name_their_cause_and_say_what_to_do(
     project: Path, chatloop_home: Path, tmp_path: Path
 ) -> None:
     env = {"CHATLOOP_HOME": str(chatloop_home), "PATH": "/usr/bin:/bin", "HOME": str(chatloop_home)}
-    picker = subprocess.run([sys.executable, "-m", "chatloop.cli", "--resume"], cwd=project,
-                            env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                            timeout=60)  # fmt: skip
+    picker = subprocess.run(
+        [sys.executable, "-m", "chatloop.cli", "--resume"],
+        cwd=project,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert picker.returncode == 2 and "needs a terminal" in picker.stderr
     assert 'hint: Name it: chatloop -r 3 "…"' in picker.stderr
     config = tmp_path / "config.yaml"
     config.write_text("auto_compact: maybe\n")
     bad = run("sessions", "--config", str(config), cwd=project, home=chatloop_home)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
-    assert bad.stderr.startswith(f"error: config file {config}: auto_compact must be ask, on "
-                                 "or off, not 'maybe'")  # fmt: skip
+    assert bad.stderr.startswith(
+        f"error: config file {config}: auto_compact must be ask, on or off, not 'maybe'"
+    )
     assert "\nhint: ask asks before compacting" in bad.stderr
-    nowhere = run("export", "1", "-o", str(tmp_path / "no" / "such" / "x.md"), cwd=project,
-                  home=chatloop_home)  # fmt: skip
+    nowhere = run(
+        "export", "1", "-o", str(tmp_path / "no" / "such" / "x.md"), cwd=project, home=chatloop_home
+    )
     assert nowhere.returncode == 1 and "\nhint: Check that its folder exists" in nowhere.stderr
 
 

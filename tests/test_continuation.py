@@ -48,9 +48,14 @@ def test_the_same_resume_from_the_shell_and_the_chat_keeps_agent_and_server(
         held_session(store, held_at)
         # from the shell: `chatloop -r 1 "…"`, Simple Sally configured, no server named
         env = {**os.environ, "CHATLOOP_HOME": str(chatloop_home), "CHATLOOP_TITLES": "first"}
-        done = subprocess.run([sys.executable, "-m", "chatloop.cli", "-r", "1", "go on"],
-                              cwd=store.cwd, env=env, capture_output=True, text=True,
-                              timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "chatloop.cli", "-r", "1", "go on"],
+            cwd=store.cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         assert "session's own agent, File Fiona" in done.stderr
         shell = newest(store)

@@ -121,8 +121,11 @@ def test_ten_turns_use_one_connection(llama_server: str) -> None:
     backend.models()  # name the model first (its own request, on the same connection)
     seen: set[int] = set()
     for turn in range(10):
-        events = list(backend.stream([{"role": "user", "content": f"Count to {turn}:"}],
-                                     options={"max_tokens": 4}))  # fmt: skip
+        events = list(
+            backend.stream(
+                [{"role": "user", "content": f"Count to {turn}:"}], options={"max_tokens": 4}
+            )
+        )
         assert isinstance(events[-1], Finish)
         seen |= client_ports(port) - others
     backend.close()

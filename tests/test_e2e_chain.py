@@ -75,8 +75,9 @@ def test_forty_messages_in_a_2k_window_compact_into_a_linked_chain(
 
 def _chain(store: Store, llama_server: str, typed: list[str], **changes: Any) -> None:
     # llama-cpp-python does not report its window, so it is configured, as a person would
-    settings = Settings(auto_compact="on", max_tokens=24, summary_max_tokens=48,
-                        context_window=E2E_WINDOW)._replace(**changes)  # fmt: skip
+    settings = Settings(
+        auto_compact="on", max_tokens=24, summary_max_tokens=48, context_window=E2E_WINDOW
+    )._replace(**changes)
     backend = Counted(llama_server)
     session, host = chat(store, backend, settings=settings)
     for text in typed:
@@ -115,8 +116,7 @@ def _chain(store: Store, llama_server: str, typed: list[str], **changes: Any) ->
     for session in chain:
         assert any(session.meta.id in line for line in lines)
 
-    child = spawn(backend.base_url, store.root, store.cwd, 12, "--resume", "1",
-                  ready_text=ready(0))  # fmt: skip
+    child = spawn(backend.base_url, store.root, store.cwd, 12, "--resume", "1", ready_text=ready(0))
     child.sendline("And then?")
     wait(child, ready(1))
     child.sendline("exit")
@@ -138,8 +138,11 @@ def test_sixty_messages_at_default_settings_meet_the_chain_targets(llama_server:
     import sys
 
     bench = Path(__file__).resolve().parent.parent / "bench" / "chain.py"
-    done = subprocess.run([sys.executable, str(bench), "--base-url", llama_server,
-                           "--window", str(E2E_WINDOW)], capture_output=True, text=True,
-                          timeout=3600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(bench), "--base-url", llama_server, "--window", str(E2E_WINDOW)],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     assert "targets of issue 14            met" in done.stdout

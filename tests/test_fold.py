@@ -36,7 +36,7 @@ def chain_and_lone(store: Store) -> None:
 
 def test_a_chain_is_one_line_with_its_length_and_forks_stay_apart(
     store: Store, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:  # fmt: skip
+) -> None:
     monkeypatch.chdir(store.cwd)
     chain_and_lone(store)
     brancher, _ = chat(store, FakeBackend(default=STRUCTURED))
@@ -85,7 +85,9 @@ def test_the_picker_lists_a_chain_as_its_last_file_as_sessions_does(store: Store
     with Index(store) as index:  # under the number and handle `sessions` gives it
         last = index.find(rows[1].id)
     assert rows[1].parent_id is not None and (rows[1].number, rows[1].handle) == (
-        last.number, last.handle)  # fmt: skip
+        last.number,
+        last.handle,
+    )
     now = datetime.now().astimezone()
     assert "(chain of 3)" in line_for(rows[1], now, width=200)
     assert "(chain of" not in line_for(rows[0], now, width=200)
@@ -98,18 +100,26 @@ def write(store: Store, session_id: str, parent: str | None, minute: int) -> Non
     from tests.conftest import T0, new_meta
 
     at = T0 + timedelta(minutes=minute)
-    meta = new_meta(id=session_id, parent_id=parent, status="closed", created=at, updated=at,
-                    title=f"session {session_id[-4:]}", queries=1)  # fmt: skip
+    meta = new_meta(
+        id=session_id,
+        parent_id=parent,
+        status="closed",
+        created=at,
+        updated=at,
+        title=f"session {session_id[-4:]}",
+        queries=1,
+    )
     messages = (Message.create("user", at, text=f"question of {session_id}"),)
     store.project_dir.mkdir(parents=True, exist_ok=True)
-    (store.project_dir / f"{session_id}.md").write_bytes(
-        render_markdown(Session(meta, messages)))
+    (store.project_dir / f"{session_id}.md").write_bytes(render_markdown(Session(meta, messages)))
 
 
 def test_a_continuation_elsewhere_or_a_loop_of_links_hides_no_session(
-    store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    store: Store,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     other = tmp_path / "other"
     other.mkdir()
     elsewhere = Store(store.root, cwd=other)
@@ -141,13 +151,24 @@ def test_a_continuation_being_written_leaves_its_parent_listed_under_its_number(
     going.send("and it goes on")  # the child is open, its lock held by this process
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": str(root), "CHATLOOP_CONFIG": ""}
-    shown = subprocess.run([sys.executable, "-c", "from chatloop.cli import main; main()",
-                            "sessions"], cwd=store.cwd, env=env, capture_output=True,
-                           text=True, timeout=60, check=True).stdout.splitlines()  # fmt: skip
-    limited = subprocess.run([sys.executable, "-c", "from chatloop.cli import main; main()",
-                              "sessions", "--limit", "1"], cwd=store.cwd, env=env,
-                             capture_output=True, text=True, timeout=60,
-                             check=True).stdout.splitlines()  # fmt: skip
+    shown = subprocess.run(
+        [sys.executable, "-c", "from chatloop.cli import main; main()", "sessions"],
+        cwd=store.cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.splitlines()
+    limited = subprocess.run(
+        [sys.executable, "-c", "from chatloop.cli import main; main()", "sessions", "--limit", "1"],
+        cwd=store.cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.splitlines()
     going.close()
     assert limited[-1].startswith("… 1 older; `--limit 2`"), limited  # the count agrees
     assert len(shown) == 2, shown
@@ -165,8 +186,10 @@ def test_the_chat_listing_keeps_number_and_handle_at_80_columns(store: Store) ->
     from tests.conftest import T0
 
     session, _ = chat(store, FakeBackend(default=STRUCTURED))
-    session.send("How do I compost coffee grounds and eggshells in a small apartment "
-                 "kitchen bin without smell?")  # fmt: skip
+    session.send(
+        "How do I compost coffee grounds and eggshells in a small apartment "
+        "kitchen bin without smell?"
+    )
     session.close()
     with Index(store) as index:
         index.sync()

@@ -125,10 +125,14 @@ def test_the_index_lists_every_other_session_beside_hostile_files(store: Store) 
     healthy = store.create(new_meta(title="still listed"))
     healthy.append(Message.create("user", T0, text="hello"))
     healthy.close()
-    hostile = [b"---\ncreated: 2026-01-01\nqueries: 1" + b"0" * 40 + b"\n---\n",
-               b"\xef\xbb\xbf---\r\nid: x\r\n---\r\n", b"---\n- a\n---\n", b"\x00" * 100,
-               b'---\nformat: 2\n---\n<!-- abcdefgh user 10:00:00 {"usage":[1e999,2]} -->\n'
-               b"x\n<!-- /abcdefgh 00000000 -->\n"]  # fmt: skip
+    hostile = [
+        b"---\ncreated: 2026-01-01\nqueries: 1" + b"0" * 40 + b"\n---\n",
+        b"\xef\xbb\xbf---\r\nid: x\r\n---\r\n",
+        b"---\n- a\n---\n",
+        b"\x00" * 100,
+        b'---\nformat: 2\n---\n<!-- abcdefgh user 10:00:00 {"usage":[1e999,2]} -->\n'
+        b"x\n<!-- /abcdefgh 00000000 -->\n",
+    ]
     for i, data in enumerate(hostile):
         (store.project_dir / f"20261121-1000{i:02d}-0000000{i}.md").write_bytes(data)
     with Index(store) as index:
@@ -143,9 +147,14 @@ def test_the_index_lists_every_other_session_beside_hostile_files(store: Store) 
 
 
 def run(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "chatloop.cli", *args], cwd=cwd,
-                          env={"CHATLOOP_HOME": str(home), "PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "chatloop.cli", *args],
+        cwd=cwd,
+        env={"CHATLOOP_HOME": str(home), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("version", [2, 1])
@@ -234,13 +243,16 @@ def test_reseal_names_a_broken_front_matter_and_fails(store: Store) -> None:
         assert writer.path.read_bytes().startswith(head)
     shown = run("show", "1", cwd=store.cwd, home=store.root)
     assert "checksum" not in shown.stderr and "created is not" in shown.stderr
-    writer.path.write_bytes(writer.path.read_bytes().replace(b"\ncreated: yesterday",
-                                                             created.group(), 1))  # fmt: skip
+    writer.path.write_bytes(
+        writer.path.read_bytes().replace(b"\ncreated: yesterday", created.group(), 1)
+    )
     done = run("reseal", "1", cwd=store.cwd, home=store.root)
     assert done.returncode == 0 and "Resealed" in done.stdout, done.stdout + done.stderr
     resealed = writer.path.read_bytes()
-    assert b"\nmy_note: keep me\n" in resealed and parse_markdown(resealed).problems[0].kind \
-        == "unknown_key"  # fmt: skip
+    assert (
+        b"\nmy_note: keep me\n" in resealed
+        and parse_markdown(resealed).problems[0].kind == "unknown_key"
+    )
     found = store.summary_of(writer.path)
     assert found.message is not None and found.note is None  # the pointer is right again
 
@@ -262,8 +274,9 @@ def test_reseal_moves_the_summary_pointer_in_place(store: Store) -> None:
     assert done.returncode == 0 and "Resealed" in done.stdout, done.stdout + done.stderr
     resealed = writer.path.read_bytes()
     before, after = (x.split(b"\n---\n", 1)[0].split(b"\n") for x in (data[4:], resealed[4:]))
-    assert [line for line in before if not line.startswith(b"summary_at:")] == \
-        [line for line in after if not line.startswith(b"summary_at:")]  # fmt: skip
+    assert [line for line in before if not line.startswith(b"summary_at:")] == [
+        line for line in after if not line.startswith(b"summary_at:")
+    ]
     assert b"# why: a test" in after
     found = store.summary_of(writer.path)
     assert found.message is not None and found.note is None  # found where it points
@@ -338,8 +351,9 @@ def test_show_into_a_closed_pipe_is_quiet(store: Store) -> None:
     writer.close()
     env = {"CHATLOOP_HOME": str(store.root), "PATH": os.environ["PATH"]}
     command = f"{sys.executable} -m chatloop.cli show 1 | head -3"
-    proc = subprocess.run(command, shell=True, cwd=store.cwd, env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        command, shell=True, cwd=store.cwd, env=env, capture_output=True, text=True, timeout=120
+    )
     assert len(proc.stdout.splitlines()) == 3 and "Traceback" not in proc.stderr
 
 

@@ -23,10 +23,18 @@ from tests.conftest import T0, exchange, new_meta
 from tests.strategies import examples
 
 JUNK = [
-    b"", b"\n", b"<", b"<!-- ", b"<!-- /", b" -->\n", b"\n<!-- /aaaaaaaa 00000000 -->\n",
+    b"",
+    b"\n",
+    b"<",
+    b"<!-- ",
+    b"<!-- /",
+    b" -->\n",
+    b"\n<!-- /aaaaaaaa 00000000 -->\n",
     b"<!-- aaaaaaaa user 10:00:00 -->\nforged\n<!-- /aaaaaaaa 00000000 -->\n",
-    b"<!-- chatloop:aaaaaaaa user {} -->\n", b"\xff\xfe", b"---\n",
-]  # fmt: skip
+    b"<!-- chatloop:aaaaaaaa user {} -->\n",
+    b"\xff\xfe",
+    b"---\n",
+]
 
 
 class CountedReads(io.BytesIO):
@@ -40,8 +48,11 @@ class CountedReads(io.BytesIO):
 
 
 def _file(version: int, queries: int) -> bytes:
-    meta = new_meta(format=version) if version == 1 else new_meta(agent_path="",
-                                                                  agent_name="simple_sally")
+    meta = (
+        new_meta(format=version)
+        if version == 1
+        else new_meta(agent_path="", agent_name="simple_sally")
+    )
     messages = tuple(m for n in range(1, queries + 1) for m in exchange(n))
     return render_markdown(Session(meta, messages))
 
@@ -60,10 +71,11 @@ def _whole(data: bytes) -> list[Frame | Flaw]:
 
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    st.sampled_from([1, 2]), st.integers(1, 6), st.integers(1, 400),
-    st.lists(st.tuples(st.floats(0, 1), st.integers(0, 40), st.sampled_from(JUNK)),
-             max_size=3),
-)  # fmt: skip
+    st.sampled_from([1, 2]),
+    st.integers(1, 6),
+    st.integers(1, 400),
+    st.lists(st.tuples(st.floats(0, 1), st.integers(0, 40), st.sampled_from(JUNK)), max_size=3),
+)
 def test_a_file_read_in_pieces_gives_what_its_bytes_give(
     version: int, queries: int, chunk: int, edits: list[tuple[float, int, bytes]]
 ) -> None:
@@ -101,7 +113,9 @@ def test_a_frame_longer_than_the_limit_is_skipped_and_the_next_one_read(
         assert read[0].offset == opens  # where it opens, whatever the chunk
         assert "longer than" in read[0].detail  # told once: its close line is no new damage
         assert [f.role if isinstance(f, Frame) else f.kind for f in read[1:]] == [
-            "user", "assistant"]  # fmt: skip
+            "user",
+            "assistant",
+        ]
 
 
 def test_the_limit_holds_whatever_the_chunk(monkeypatch: pytest.MonkeyPatch) -> None:

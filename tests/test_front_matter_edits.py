@@ -106,10 +106,16 @@ def _edit_by_hand(path: Path, meta: SessionMeta) -> str:
     """Replace the front matter of ``path`` with HAND_EDITED (as a person would,
     with an editor: the file's mtime moves); returns the new front matter."""
     data = path.read_bytes()
-    text = "---\n" + HAND_EDITED.format(
-        id=meta.id, created=meta.created.isoformat(), updated=meta.updated.isoformat(),
-        cwd=meta.cwd,
-    ) + "---\n"  # fmt: skip
+    text = (
+        "---\n"
+        + HAND_EDITED.format(
+            id=meta.id,
+            created=meta.created.isoformat(),
+            updated=meta.updated.isoformat(),
+            cwd=meta.cwd,
+        )
+        + "---\n"
+    )
     path.write_bytes(text.encode() + data[front_matter_end(data) :])
     st_ = path.stat()
     os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 1_000_000))
@@ -160,10 +166,11 @@ def test_rename_and_finalize_keep_every_hand_edit(store: Store) -> None:
     result = parse_markdown(writer.path.read_bytes())
     _same_meta(result.session.meta, meta)
     assert meta.extra == {
-        "project": "ACME-7", "tags": ["garden", "balcony"],
+        "project": "ACME-7",
+        "tags": ["garden", "balcony"],
         "notes": "a block of text\n# not a comment: part of the text\n",
         "Quoted key": "kept as typed",
-    }  # fmt: skip
+    }
 
     for message in exchange(2):
         writer.append(message)
@@ -226,9 +233,16 @@ def _drive_long(store: Store, lines: str) -> str:
     with create_pipe_input() as pipe:
         feeder = threading.Thread(target=pipe.send_text, args=(lines,), daemon=True)
         feeder.start()
-        repl = Repl(load_agent(AGENTS / "simple_sally.py"), fake_server([]), store, TEST_SETTINGS,
-                    Console(file=out, width=240), input=pipe, output=DummyOutput(),
-                    clock=Clock())  # fmt: skip
+        repl = Repl(
+            load_agent(AGENTS / "simple_sally.py"),
+            fake_server([]),
+            store,
+            TEST_SETTINGS,
+            Console(file=out, width=240),
+            input=pipe,
+            output=DummyOutput(),
+            clock=Clock(),
+        )
         assert repl.run() == 0
         feeder.join(timeout=10)
     return out.getvalue()
@@ -258,8 +272,9 @@ def test_a_long_rename_before_the_first_message_is_cut_too(store: Store) -> None
 
 
 def _meta(**fields: object) -> SessionMeta:
-    return new_meta(id="20261121-143045-abcdef01", agent_name="simple_sally", agent_path="",
-                    **fields)  # fmt: skip
+    return new_meta(
+        id="20261121-143045-abcdef01", agent_name="simple_sally", agent_path="", **fields
+    )
 
 
 def test_unchanged_values_keep_their_lines_even_written_unlike_chatloop() -> None:

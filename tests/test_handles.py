@@ -18,8 +18,12 @@ from tests.pty_driver import chatloop_bin, environment
 def test_handles_are_short_unique_prefixes_that_cannot_be_read_as_numbers() -> None:
     rng = random.Random(5)
     ids = [f"20261121-1200{n % 60:02d}-{rng.getrandbits(32):08x}" for n in range(3000)]
-    ids += ["20261121-120000-abcd0001", "20261121-120001-abcd0002", "20261121-120002-12345678",
-            "agent_20250101_120000"]  # fmt: skip
+    ids += [
+        "20261121-120000-abcd0001",
+        "20261121-120001-abcd0002",
+        "20261121-120002-12345678",
+        "agent_20250101_120000",
+    ]
     found = handles(ids)
     assert "agent_20250101_120000" not in found  # legacy ids have none
     tails = {i: i[-8:] for i in found}
@@ -40,23 +44,41 @@ def test_every_command_takes_a_handle_from_any_directory(
         writer.append(Message.create("user", T0, text="Where do the kumquats go?"))
         writer.finalize()
     env = environment(chatloop_home, 12)
-    listed = subprocess.run([chatloop_bin(), "sessions", "--json"], cwd=store.cwd, env=env,
-                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    listed = subprocess.run(
+        [chatloop_bin(), "sessions", "--json"],
+        cwd=store.cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     (row,) = json.loads(listed)
     handle = row["handle"]
     assert len(handle) >= MIN_HANDLE and row["id"][-8:].startswith(handle)
-    text = subprocess.run([chatloop_bin(), "sessions"], cwd=store.cwd, env=env,
-                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    text = subprocess.run(
+        [chatloop_bin(), "sessions"],
+        cwd=store.cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert handle in text
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     for args in (["show", handle], ["tree", handle], ["export", handle], ["search", "kumquats"]):
-        done = subprocess.run([chatloop_bin(), *args, *(["--all"] if args[0] == "search" else [])],
-                              cwd=elsewhere, env=env, capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            [chatloop_bin(), *args, *(["--all"] if args[0] == "search" else [])],
+            cwd=elsewhere,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert done.returncode == 0, (args, done.stderr)
         assert "Garden plan" in done.stdout or "kumquats" in done.stdout, args
-    done = subprocess.run([chatloop_bin(), "show", "ffff0"], cwd=elsewhere, env=env,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [chatloop_bin(), "show", "ffff0"], cwd=elsewhere, env=env, capture_output=True, text=True
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr
 
 

@@ -21,16 +21,30 @@ from tests.conftest import T0, new_meta
 from tests.strategies import damaged_files, examples
 
 COMMANDS = [
-    ["sessions"], ["sessions", "--all", "--json"], ["show", "1"], ["show", "1", "--raw"],
-    ["search", "hello"], ["tree", "1"], ["export", "1"], ["export", "1", "--format", "json"],
-    ["reseal", "1"], ["reindex"], ["show", "2"], ["tree", "2"],
-]  # fmt: skip
+    ["sessions"],
+    ["sessions", "--all", "--json"],
+    ["show", "1"],
+    ["show", "1", "--raw"],
+    ["search", "hello"],
+    ["tree", "1"],
+    ["export", "1"],
+    ["export", "1", "--format", "json"],
+    ["reseal", "1"],
+    ["reindex"],
+    ["show", "2"],
+    ["tree", "2"],
+]
 
 
 def cli(*args: str, cwd: Path, home: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "chatloop.cli", *args], cwd=cwd,
-                          env={"CHATLOOP_HOME": str(home), "PATH": "/usr/bin:/bin", **env},
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "chatloop.cli", *args],
+        cwd=cwd,
+        env={"CHATLOOP_HOME": str(home), "PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def healthy(store: Store) -> Path:
@@ -72,8 +86,9 @@ def plant(store: Store, files: list[tuple[str, bytes | str]]) -> None:
         elif kind == "chain":
             fifo = folder / f"fifo-{i}"
             os.mkfifo(fifo)
-            meta = new_meta(id=path.stem, parent_id=path.stem, parent_file=str(fifo),
-                            status="closed")  # fmt: skip
+            meta = new_meta(
+                id=path.stem, parent_id=path.stem, parent_file=str(fifo), status="closed"
+            )
             path.write_bytes(render_markdown_one(meta))
         else:
             assert isinstance(content, bytes)
@@ -92,9 +107,11 @@ SLOW_OK = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 @settings(max_examples=examples(25), deadline=None, suppress_health_check=SLOW_OK)
 @given(hostile_files())
 def test_every_subcommand_survives_a_hostile_home(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
-    capfdbinary: pytest.CaptureFixture[bytes], files: list[tuple[str, bytes | str]],
-) -> None:  # fmt: skip
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    capfdbinary: pytest.CaptureFixture[bytes],
+    files: list[tuple[str, bytes | str]],
+) -> None:
     base = tmp_path_factory.mktemp("hostile")
     cwd = base / "work"
     cwd.mkdir()
@@ -121,8 +138,9 @@ def test_a_fifo_in_place_of_a_lock_or_a_parent_never_blocks(store: Store, tmp_pa
     os.mkfifo(lock)
     fifo = tmp_path / "parent.md"
     os.mkfifo(fifo)
-    child = new_meta(id="20261121-143045-0f0f0f0f", parent_id="20261121-143045-0e0e0e0e",
-                     parent_file=str(fifo))  # fmt: skip
+    child = new_meta(
+        id="20261121-143045-0f0f0f0f", parent_id="20261121-143045-0e0e0e0e", parent_file=str(fifo)
+    )
     assert chain.chain_tokens(store, path, child) == 0  # returns, does not block
     listed = cli("sessions", cwd=store.cwd, home=store.root)
     assert listed.returncode == 0 and "the healthy one" in listed.stdout
@@ -229,9 +247,13 @@ def test_a_chain_two_thousand_sessions_deep(store: Store) -> None:
     store.project_dir.mkdir(parents=True)
     parent_id = None
     for n in range(2000):
-        meta = new_meta(id=f"20261121-{n // 3600:02d}{n // 60 % 60:02d}{n % 60:02d}-{n:08x}",
-                        parent_id=parent_id, parent_file=f"{parent_id}.md" if parent_id else None,
-                        status="closed", tokens_in=1)  # fmt: skip
+        meta = new_meta(
+            id=f"20261121-{n // 3600:02d}{n // 60 % 60:02d}{n % 60:02d}-{n:08x}",
+            parent_id=parent_id,
+            parent_file=f"{parent_id}.md" if parent_id else None,
+            status="closed",
+            tokens_in=1,
+        )
         message = Message.create("user", T0, text=f"message {n}")
         (store.project_dir / f"{meta.id}.md").write_bytes(
             render_markdown(Session(meta, (message,)))

@@ -16,8 +16,11 @@ LEGACY = SAMPLES / "legacy" / "Simple_Sally_20250614_101500.md"
 
 
 def digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}  # fmt: skip
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def seed_folder(tmp_path: Path) -> Path:
@@ -26,16 +29,21 @@ def seed_folder(tmp_path: Path) -> Path:
     folder = tmp_path / "old-project" / ".chat-sessions"
     folder.mkdir(parents=True)
     shutil.copy(LEGACY, folder)
-    child = LEGACY.read_text(encoding="utf-8").replace(
-        "Simple_Sally_20250614_101500", "Simple_Sally_20250615_090000").replace(
-        "**Date:** 2025-06-14T10:15:00.481922",
-        "**Date:** 2025-06-15T09:00:00.000000\n\n**Resumed From:** Simple_Sally_20250614_101500")
+    child = (
+        LEGACY.read_text(encoding="utf-8")
+        .replace("Simple_Sally_20250614_101500", "Simple_Sally_20250615_090000")
+        .replace(
+            "**Date:** 2025-06-14T10:15:00.481922",
+            "**Date:** 2025-06-15T09:00:00.000000\n\n"
+            "**Resumed From:** Simple_Sally_20250614_101500",
+        )
+    )
     (folder / "Simple_Sally_20250615_090000.md").write_text(child, encoding="utf-8")
     shutil.copy(SAMPLES / "format1" / "01-plain-chat.md", folder)
     (folder / "broken.md").write_bytes(b"---\nid: 20261121-120000-abcdabcd\n---\n\n<!-- chat")
     (folder / "notes.md").write_text("# My notes\n\nNot a chat at all.\n", encoding="utf-8")
     (folder / ".index.json").write_text("{}", encoding="utf-8")
-    return folder  # fmt: skip
+    return folder
 
 
 def test_import_copies_once_keeps_chains_and_reports_every_file(
@@ -45,32 +53,66 @@ def test_import_copies_once_keeps_chains_and_reports_every_file(
     before = digest(folder)
     project = folder.parent
     env = environment(chatloop_home, 12)
-    doctor = subprocess.run([chatloop_bin(), "doctor", "--base-url", "http://127.0.0.1:9/v1"],
-                            cwd=project, env=env, capture_output=True, text=True)  # fmt: skip
+    doctor = subprocess.run(
+        [chatloop_bin(), "doctor", "--base-url", "http://127.0.0.1:9/v1"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert "(3 not imported); `chatloop import .chat-sessions`" in doctor.stdout
-    first = subprocess.run([chatloop_bin(), "import", ".chat-sessions"], cwd=project, env=env,
-                           capture_output=True, text=True)  # fmt: skip
+    first = subprocess.run(
+        [chatloop_bin(), "import", ".chat-sessions"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert first.returncode == 0, first.stderr
     assert "Imported 3 session(s)" in first.stdout
     assert "broken.md: damaged" in first.stdout and "notes.md: not a session" in first.stdout
     assert digest(folder) == before  # the originals are untouched
-    again = subprocess.run([chatloop_bin(), "import", ".chat-sessions"], cwd=project, env=env,
-                           capture_output=True, text=True)  # fmt: skip
+    again = subprocess.run(
+        [chatloop_bin(), "import", ".chat-sessions"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert "Nothing new to import (3 already here, 2 skipped)" in again.stdout
-    doctor = subprocess.run([chatloop_bin(), "doctor", "--base-url", "http://127.0.0.1:9/v1"],
-                            cwd=project, env=env, capture_output=True, text=True)  # fmt: skip
+    doctor = subprocess.run(
+        [chatloop_bin(), "doctor", "--base-url", "http://127.0.0.1:9/v1"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert "chatloop import" not in doctor.stdout  # done: no longer suggested
     assert "3 imported, none left" in doctor.stdout
     imported = {p.stem: p for p in chatloop_home.rglob("*.md")}
-    assert set(imported) == {"Simple_Sally_20250614_101500", "Simple_Sally_20250615_090000",
-                             parse_markdown((SAMPLES / "format1" / "01-plain-chat.md")
-                                            .read_bytes()).session.meta.id}  # fmt: skip
+    assert set(imported) == {
+        "Simple_Sally_20250614_101500",
+        "Simple_Sally_20250615_090000",
+        parse_markdown((SAMPLES / "format1" / "01-plain-chat.md").read_bytes()).session.meta.id,
+    }
     assert imported["Simple_Sally_20250614_101500"].read_bytes() == LEGACY.read_bytes()
-    listed = subprocess.run([chatloop_bin(), "sessions", "--expand"], cwd=project, env=env,
-                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    listed = subprocess.run(
+        [chatloop_bin(), "sessions", "--expand"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert len(listed.strip().splitlines()) == 3
-    tree = subprocess.run([chatloop_bin(), "tree", "Simple_Sally_20250615_090000"], cwd=project,
-                          env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    tree = subprocess.run(
+        [chatloop_bin(), "tree", "Simple_Sally_20250615_090000"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "Simple_Sally_20250614_101500" in tree.splitlines()[0]
     assert "└─ Simple_Sally_20250615_090000" in tree
 
@@ -82,21 +124,41 @@ def test_import_into_another_project_and_a_different_file_with_a_taken_id(
     elsewhere = tmp_path / "new-project"
     elsewhere.mkdir()
     env = environment(chatloop_home, 12)
-    done = subprocess.run([chatloop_bin(), "import", str(LEGACY), "--project", str(elsewhere)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [chatloop_bin(), "import", str(LEGACY), "--project", str(elsewhere)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0 and "Imported 1 session(s)" in done.stdout
     changed = folder / "Simple_Sally_20250614_101500.md"
     changed.write_text(changed.read_text(encoding="utf-8") + "\nmore\n", encoding="utf-8")
-    done = subprocess.run([chatloop_bin(), "import", str(changed), "--project", str(elsewhere)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [chatloop_bin(), "import", str(changed), "--project", str(elsewhere)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert "duplicate: a different session" in done.stdout
-    missing = subprocess.run([chatloop_bin(), "import", str(tmp_path / "nope")], cwd=tmp_path,
-                             env=env, capture_output=True, text=True)  # fmt: skip
+    missing = subprocess.run(
+        [chatloop_bin(), "import", str(tmp_path / "nope")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert missing.returncode == 1 and "no such file or folder" in missing.stdout
     assert "error: No such file or folder" in missing.stderr and "Traceback" not in missing.stderr
     nowhere = str(tmp_path / "nonexistent")  # (a fixed path may exist: another's)
-    bad = subprocess.run([chatloop_bin(), "import", str(LEGACY), "--project", nowhere],
-                         cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
+    bad = subprocess.run(
+        [chatloop_bin(), "import", str(LEGACY), "--project", nowhere],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "not a directory" in bad.stderr
 
 
@@ -122,23 +184,30 @@ def test_another_home_keeps_its_projects_apart(chatloop_home: Path, tmp_path: Pa
     here = tmp_path / "here"
     here.mkdir()
     env = environment(chatloop_home, 12)
-    done = subprocess.run([chatloop_bin(), "import", str(other)], cwd=here, env=env,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [chatloop_bin(), "import", str(other)], cwd=here, env=env, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     assert "into 3 projects" in done.stdout and "sessions --all" in done.stdout
     placed = {p.stem: p.parent.name for p in (chatloop_home / "projects").rglob("*.md")}
     assert placed == made
     gathered = tmp_path / "gathered"
     gathered.mkdir()
-    done = subprocess.run([chatloop_bin(), "import", str(other), "--project", str(gathered)],
-                          cwd=here, env=env, capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [chatloop_bin(), "import", str(other), "--project", str(gathered)],
+        cwd=here,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert "Imported 3 session(s) into " in done.stdout
     project = Store(chatloop_home, cwd=gathered.resolve()).project_dir
     assert sorted(p.stem for p in project.glob("*.md")) == sorted(made)
     link = tmp_path / "link-to-home"
     link.symlink_to(other)
-    done = subprocess.run([chatloop_bin(), "import", str(link)], cwd=here, env=env,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [chatloop_bin(), "import", str(link)], cwd=here, env=env, capture_output=True, text=True
+    )
     assert done.returncode == 0 and "a symbolic link to a folder (not followed" in done.stdout
 
 
@@ -156,9 +225,13 @@ def test_a_folder_only_called_projects_is_imported_into_this_project(
     here = tmp_path / "here"
     here.mkdir()
     for named in (exports, tmp_path / "u"):
-        done = subprocess.run([chatloop_bin(), "import", str(named)], cwd=here,
-                              env=environment(chatloop_home, 12), capture_output=True,
-                              text=True)  # fmt: skip
+        done = subprocess.run(
+            [chatloop_bin(), "import", str(named)],
+            cwd=here,
+            env=environment(chatloop_home, 12),
+            capture_output=True,
+            text=True,
+        )
         assert done.returncode == 0, done.stderr
     project = Store(chatloop_home, cwd=here).project_dir
     assert [p.name for p in (chatloop_home / "projects").iterdir()] == [project.name]

@@ -181,8 +181,20 @@ def test_unlisted_chunks_that_outweigh_the_listed_ones_rebuild_the_index(
     writer.close()
 
 
-HOSTILE_WORDS = ["<!--", "-->", "chatloop:frame", "---", "summary:", "[bold]", "\x1b[2J",
-                 "```", "**You:**", "SESSION_SUMMARY_START", "\u202e", "{\"role\":1}"]  # fmt: skip
+HOSTILE_WORDS = [
+    "<!--",
+    "-->",
+    "chatloop:frame",
+    "---",
+    "summary:",
+    "[bold]",
+    "\x1b[2J",
+    "```",
+    "**You:**",
+    "SESSION_SUMMARY_START",
+    "\u202e",
+    '{"role":1}',
+]
 
 
 def test_search_finds_the_sessions_grep_finds(store: Store) -> None:
@@ -194,23 +206,41 @@ def test_search_finds_the_sessions_grep_finds(store: Store) -> None:
     import subprocess
 
     rng = random.Random(7)
-    vocabulary = ["apricot", "bramble", "cinder", "damson", "elder", "fennel", "gorse",
-                  "hazel", "iris", "juniper", "kelp", "larch"]  # fmt: skip
+    vocabulary = [
+        "apricot",
+        "bramble",
+        "cinder",
+        "damson",
+        "elder",
+        "fennel",
+        "gorse",
+        "hazel",
+        "iris",
+        "juniper",
+        "kelp",
+        "larch",
+    ]
     for n in range(60):
         with store.create(new_meta(title=f"corpus {n}")) as writer:
             for _ in range(rng.randint(1, 4)):
                 others = [*HOSTILE_WORDS, "plain", "words", "here"]
-                said = [rng.choice(vocabulary) if rng.random() < 0.08 else rng.choice(others)
-                        for _ in range(rng.randint(3, 30))]  # fmt: skip
-                writer.append(Message.create(rng.choice(["user", "assistant"]), T0,
-                                             text=" ".join(said)))  # fmt: skip
+                said = [
+                    rng.choice(vocabulary) if rng.random() < 0.08 else rng.choice(others)
+                    for _ in range(rng.randint(3, 30))
+                ]
+                writer.append(
+                    Message.create(rng.choice(["user", "assistant"]), T0, text=" ".join(said))
+                )
             writer.finalize()
     with Index(store) as index:
         index.sync()
         for word in vocabulary:
             ours = {h.session.path for h in index.search(word, limit=1000)}
-            grep = subprocess.run(["grep", "-rilw", "--include=*.md", word, str(store.root)],
-                                  capture_output=True, text=True).stdout.split()  # fmt: skip
+            grep = subprocess.run(
+                ["grep", "-rilw", "--include=*.md", word, str(store.root)],
+                capture_output=True,
+                text=True,
+            ).stdout.split()
             assert ours == set(grep), word
             assert ours or word in ("kelp",), word  # most words are somewhere
 
@@ -222,9 +252,11 @@ def test_hits_in_copies_are_labelled_and_come_after_the_message_itself(store: St
     from tests.fakes import FakeBackend
     from tests.hosts import chat
 
-    summary = ("**Background Context:** Initial session.\n\n**Current Session Summary:**\n\n"
-               "**Topics Discussed:**\n- The kumquat tree\n\n**Decisions Made:**\n- None.\n\n"
-               "**Pending:**\n- None.")  # fmt: skip
+    summary = (
+        "**Background Context:** Initial session.\n\n**Current Session Summary:**\n\n"
+        "**Topics Discussed:**\n- The kumquat tree\n\n**Decisions Made:**\n- None.\n\n"
+        "**Pending:**\n- None."
+    )
     session, _ = chat(store, FakeBackend("Noted.", summary, "Ack.", "Fine."))
     session.send("Plant the kumquat tree by the gate")
     session.compact()
@@ -276,8 +308,9 @@ def test_search_hits_carry_the_numbers_and_handles_of_the_listing(
         listed = {r.path: (r.number, r.handle, r.status) for r in rows}
         assert len(listed) == 18 and None in {number for number, _, _ in listed.values()}
         assert {r[2] for r in listed.values()} == {"closed", "open", "interrupted"}
-        assert {h.session.path: (h.session.number, h.session.handle, h.session.status)
-                for h in hits} == listed  # fmt: skip
+        assert {
+            h.session.path: (h.session.number, h.session.handle, h.session.status) for h in hits
+        } == listed
         assert {r.path: (r.number, r.handle, r.status) for r in found} == listed
     finally:
         live.close()

@@ -44,7 +44,9 @@ def test_rows_a_neighbour_synced_are_found_by_an_open_index(store: Store) -> Non
 
 
 def test_sessions_dir_names_the_home_listed_whatever_chatloop_home_says(
-    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    store: Store,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     import chatloop.cli
@@ -61,7 +63,9 @@ def test_sessions_dir_names_the_home_listed_whatever_chatloop_home_says(
 
 @pytest.mark.parametrize("stale", [False, True])
 def test_search_prints_each_hit_as_its_snippet_is_read_and_reads_each_once(
-    store: Store, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
     stale: bool,
 ) -> None:
     """The index is read first; the snippets are read after, one by one as the hits
@@ -133,6 +137,7 @@ def test_search_of_every_project_names_the_project_of_each_hit(
     assert chatloop.cli.main(["search", "question", "--all"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert sorted(line.rsplit("  (", 1)[1] for line in lines) == sorted(
-        [f"{store.project})", f"{other.project})"])  # fmt: skip
+        [f"{store.project})", f"{other.project})"]
+    )
     assert chatloop.cli.main(["search", "question"]) == 0
     assert "  (" not in capsys.readouterr().out  # one project: no names

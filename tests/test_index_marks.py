@@ -79,8 +79,10 @@ def test_no_mark_is_kept_when_a_neighbour_wrote_an_older_row_meanwhile(
 
         def neighbour_first(*args: object) -> None:
             with sqlite3.connect(store.root / "index.db") as other:
-                other.execute("UPDATE sessions SET size = ?, mtime_ns = ? WHERE path = ?",
-                              (old.st_size, old.st_mtime_ns, str(path)))  # fmt: skip
+                other.execute(
+                    "UPDATE sessions SET size = ?, mtime_ns = ? WHERE path = ?",
+                    (old.st_size, old.st_mtime_ns, str(path)),
+                )
             keep(*args)  # type: ignore[arg-type]
 
         monkeypatch.setattr(index_build, "_mark", neighbour_first)
@@ -114,8 +116,9 @@ def test_rows_of_a_project_whose_mark_went_and_whose_folder_went_are_forgotten(
         index.sync()
         index.sync()
         with sqlite3.connect(store.root / "index.db") as neighbour:
-            neighbour.execute("UPDATE sessions SET title = 'edited' WHERE project = ?",
-                              (store.project,))  # fmt: skip
+            neighbour.execute(
+                "UPDATE sessions SET title = 'edited' WHERE project = ?", (store.project,)
+            )
         for path in store.project_dir.iterdir():
             path.unlink()
         store.project_dir.rmdir()
@@ -136,7 +139,8 @@ def test_marks_are_kept_only_with_the_triggers_that_remove_them(store: Store) ->
         index.sync()
         with sqlite3.connect(store.root / "index.db") as older:
             triggers = older.execute(
-                "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'").fetchone()[0]
+                "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'"
+            ).fetchone()[0]
             older.execute("UPDATE sessions SET size = size + 1")  # an older writer's row
         assert triggers == 3
         assert index.sync() == 1
@@ -171,13 +175,18 @@ def test_a_busy_index_keeps_no_mark_and_waits_for_nobody(store: Store) -> None:
             try:
                 assert index.sync() == 0  # returns at once: the lock is still held here
                 kept = index.file.db.execute(
-                    "SELECT count(*) FROM info WHERE key LIKE 'folder%'").fetchone()[0]
+                    "SELECT count(*) FROM info WHERE key LIKE 'folder%'"
+                ).fetchone()[0]
             finally:
                 neighbour.execute("ROLLBACK")
         assert kept == 0
         index.sync()
-        assert index.file.db.execute(
-            "SELECT count(*) FROM info WHERE key LIKE 'folder%'").fetchone()[0] == 2
+        assert (
+            index.file.db.execute("SELECT count(*) FROM info WHERE key LIKE 'folder%'").fetchone()[
+                0
+            ]
+            == 2
+        )
 
 
 def test_a_folder_name_sqlite_cannot_hold_keeps_no_mark_and_breaks_nothing(
@@ -215,11 +224,16 @@ def test_an_index_without_the_open_sessions_index_opens_at_once_when_busy(
         finally:
             neighbour.execute("ROLLBACK")
         made = neighbour.execute(
-            "SELECT count(*) FROM sqlite_master WHERE name = 'sessions_open'").fetchone()[0]
+            "SELECT count(*) FROM sqlite_master WHERE name = 'sessions_open'"
+        ).fetchone()[0]
     assert len(rows) == 2 and made == 0
     assert waited < 3  # (the busy timeout is 5 s)
     with Index(store) as index:
         index.sync()
     with sqlite3.connect(store.root / "index.db") as db:
-        assert db.execute(
-            "SELECT count(*) FROM sqlite_master WHERE name = 'sessions_open'").fetchone()[0] == 1
+        assert (
+            db.execute(
+                "SELECT count(*) FROM sqlite_master WHERE name = 'sessions_open'"
+            ).fetchone()[0]
+            == 1
+        )

@@ -162,8 +162,9 @@ def _read_only(args: list[str], home: Path, cwd: Path) -> subprocess.CompletedPr
     return _run(args, cwd, timeout=120)
 
 
-def _reads_from_the_files(store: Store, cwd: Path, expected: object, expected_hits: object,
-                          reads: list[list[str]]) -> None:  # fmt: skip
+def _reads_from_the_files(
+    store: Store, cwd: Path, expected: object, expected_hits: object, reads: list[list[str]]
+) -> None:
     """An index that cannot be written: it works in memory, the same as a writable one,
     and every read command exits 0."""
     with Index(store) as index:

@@ -12,8 +12,17 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "chatloop"
-LAYER = {"config": 0, "errors": 0, "ids": 0, "format": 1, "store": 2, "backends": 2,
-         "chat": 3, "ui": 4, "cli": 5}  # fmt: skip
+LAYER = {
+    "config": 0,
+    "errors": 0,
+    "ids": 0,
+    "format": 1,
+    "store": 2,
+    "backends": 2,
+    "chat": 3,
+    "ui": 4,
+    "cli": 5,
+}
 TERMINAL = ("rich", "prompt_toolkit")
 
 

@@ -33,8 +33,15 @@ sys.exit(code)
 
 def loaded(store: Store, *args: str) -> tuple[str, list[str]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CHATLOOP_CONFIG": ""}
-    done = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=store.cwd, env=env,
-                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        cwd=store.cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     line = next(x for x in done.stderr.splitlines() if x.startswith("LOADED"))
     return done.stdout, line.split()[1:]
 
@@ -63,22 +70,36 @@ def test_reading_sessions_chatloop_wrote_loads_no_yaml(store: Store) -> None:
     for args in (("reindex",), ("search", "kestrels"), ("show", "1")):
         out, heavy = loaded(store, *args)
         assert "chatloop.format" in heavy and not [
-            m for m in heavy if m.startswith(("yaml", "frontmatter"))], (args, heavy)
+            m for m in heavy if m.startswith(("yaml", "frontmatter"))
+        ], (args, heavy)
     assert "kestrels" in out
 
 
 def test_version_loads_no_command_line_module() -> None:
-    probe = ("import sys; sys.argv = ['chatloop', '--version']\n"
-             "from chatloop.__main__ import main\n"
-             "code = main()\n"
-             "print(code, 'argparse' in sys.modules, 'chatloop.cli' in sys.modules)")  # fmt: skip
+    probe = (
+        "import sys; sys.argv = ['chatloop', '--version']\n"
+        "from chatloop.__main__ import main\n"
+        "code = main()\n"
+        "print(code, 'argparse' in sys.modules, 'chatloop.cli' in sys.modules)"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
-                          text=True, timeout=60, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     version, verdict = done.stdout.splitlines()
     assert version.startswith("chatloop ") and verdict == "0 False False"
-    run = subprocess.run([sys.executable, "-m", "chatloop", "--version"], env=env,
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "chatloop", "--version"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0 and run.stdout == version + "\n"
 
 
@@ -94,22 +115,55 @@ def test_a_lone_word_close_to_a_command_is_a_typo_not_a_question(
 
     assert split_prompt(["--", "sesions"]) == ([], "sesions")
     assert split_prompt(["why", "is", "it"]) == ([], "why is it")
-    for typo, meant in (("serach", "search"), ("docter", "doctor"), ("sessons", "sessions"),
-                        ("shwo", "show"), ("tere", "tree")):  # short: only a swap of two
+    for typo, meant in (
+        ("serach", "search"),
+        ("docter", "doctor"),
+        ("sessons", "sessions"),
+        ("shwo", "show"),
+        ("tere", "tree"),
+    ):  # short: only a swap of two
         with pytest.raises(UsageError, match=typo) as refused:
             split_prompt([typo])
         assert f"chatloop {meant}`" in refused.value.hint
-    for word in ("research", "report", "seasons", "lessons", "snow", "three", "how?",
-                 "Show", "sessions?", "index", "resale", "hello", "tee", "trees", "shoe",
-                 "tre"):  # fmt: skip
+    for word in (
+        "research",
+        "report",
+        "seasons",
+        "lessons",
+        "snow",
+        "three",
+        "how?",
+        "Show",
+        "sessions?",
+        "index",
+        "resale",
+        "hello",
+        "tee",
+        "trees",
+        "shoe",
+        "tre",
+    ):
         assert split_prompt([word]) == ([], word), word
     # the usual typo: the command mistyped, then what it acts on
-    for typed, meant in (("shwo 1", "show 1"), ("exprot 8c1d", "export 8c1d"),
-                         ("--agent x tere 2", "tree 2")):  # fmt: skip
+    for typed, meant in (
+        ("shwo 1", "show 1"),
+        ("exprot 8c1d", "export 8c1d"),
+        ("--agent x tere 2", "tree 2"),
+    ):
         with pytest.raises(UsageError) as refused:
             split_prompt(typed.split())
         assert f"chatloop {meant}`" in refused.value.hint, refused.value.hint
-    for question in ("shwo me around", "serach mint leaves", "snow 2", "three 4",
-                     "tell me 1", "shwo 1 2 3 4", "imports 2023", "doctors 911",
-                     "session 3", "exports 2023 2024", "expert cafe"):  # fmt: skip
+    for question in (
+        "shwo me around",
+        "serach mint leaves",
+        "snow 2",
+        "three 4",
+        "tell me 1",
+        "shwo 1 2 3 4",
+        "imports 2023",
+        "doctors 911",
+        "session 3",
+        "exports 2023 2024",
+        "expert cafe",
+    ):
         assert split_prompt(question.split()) == ([], question), question

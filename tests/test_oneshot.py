@@ -21,9 +21,15 @@ pytestmark = pytest.mark.e2e
 def once(
     url: str, home: Path, cwd: Path, *args: str, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([chatloop_bin(), "--base-url", url, *args], cwd=cwd, input=stdin,
-                          env=environment(home, 12), capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return subprocess.run(
+        [chatloop_bin(), "--base-url", url, *args],
+        cwd=cwd,
+        input=stdin,
+        env=environment(home, 12),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def sessions(home: Path) -> list[Session]:
@@ -56,8 +62,9 @@ def test_piped_text_continues_the_last_session_and_only_the_answer_is_printed(
 ) -> None:
     first = once(llama_server, chatloop_home, project, "Once upon a time")
     assert first.returncode == 0, first.stderr
-    follow = once(llama_server, chatloop_home, project, "-c", "Go on:",
-                  stdin="the keeper lit the lamp\n")  # fmt: skip
+    follow = once(
+        llama_server, chatloop_home, project, "-c", "Go on:", stdin="the keeper lit the lamp\n"
+    )
     assert follow.returncode == 0, follow.stderr
     parent, child = sessions(chatloop_home)
     assert child.meta.parent_id == parent.meta.id
@@ -79,11 +86,19 @@ def test_options_after_a_subcommand_and_unquoted_search_words(
 ) -> None:
     other = tmp_path / "elsewhere"
     env = environment(chatloop_home, 12)
-    for args in (["sessions", "--sessions-dir", str(other)],
-                 ["search", "forty", "cm", "deep", "--sessions-dir", str(other)],
-                 ["doctor", "--sessions-dir", str(other), "--base-url", "http://127.0.0.1:9/v1"]):
-        done = subprocess.run([chatloop_bin(), *args], cwd=project, env=env,
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    for args in (
+        ["sessions", "--sessions-dir", str(other)],
+        ["search", "forty", "cm", "deep", "--sessions-dir", str(other)],
+        ["doctor", "--sessions-dir", str(other), "--base-url", "http://127.0.0.1:9/v1"],
+    ):
+        done = subprocess.run(
+            [chatloop_bin(), *args],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert "unrecognized arguments" not in done.stderr and "Traceback" not in done.stderr
         assert done.returncode in (0, 1), (args, done.stderr)
     assert (other / "index.db").exists()  # the option given after the subcommand was used
@@ -109,14 +124,26 @@ def test_two_forks_of_one_session_are_siblings_and_leave_it_as_it_was(
         assert carried[0] == "Once upon a time"  # the history, copied, then the new question
         assert [m.text for m in fork.messages if m.is_query] == [question]
     env = environment(chatloop_home, 12)
-    drawn = subprocess.run([chatloop_bin(), "tree", root.meta.id], cwd=project, env=env,
-                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    drawn = subprocess.run(
+        [chatloop_bin(), "tree", root.meta.id],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     tree = drawn.splitlines()
     assert tree[0].startswith(root.meta.id)
     assert tree[1].startswith("├─ ") and tree[2].startswith("└─ ")
     assert all("fork after query 1" in line for line in tree[1:])
-    listed = subprocess.run([chatloop_bin(), "sessions"], cwd=project, env=env,
-                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    listed = subprocess.run(
+        [chatloop_bin(), "sessions"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert listed.count("[fork after query 1]") == 2
 
 
@@ -127,9 +154,14 @@ def test_continue_without_flags_goes_back_to_the_sessions_own_server(
     with no --base-url reaches that server again, not another one or the embedded model."""
     first = once(llama_server, chatloop_home, project, "Once upon a time")
     assert first.returncode == 0, first.stderr
-    follow = subprocess.run([chatloop_bin(), "-c", "Go on:"], cwd=project, text=True,
-                            env={**environment(chatloop_home, 12), "CHATLOOP_BACKEND": "auto"},
-                            capture_output=True, timeout=300)  # fmt: skip
+    follow = subprocess.run(
+        [chatloop_bin(), "-c", "Go on:"],
+        cwd=project,
+        text=True,
+        env={**environment(chatloop_home, 12), "CHATLOOP_BACKEND": "auto"},
+        capture_output=True,
+        timeout=300,
+    )
     assert follow.returncode == 0, follow.stderr
     assert "does not answer" not in follow.stderr and "Traceback" not in follow.stderr
     parent, child = sessions(chatloop_home)
@@ -138,20 +170,31 @@ def test_continue_without_flags_goes_back_to_the_sessions_own_server(
     assert child.meta.model == parent.meta.model
 
 
-@pytest.mark.parametrize(("url", "tried"), [
-    ("http://127.0.0.1:8765/v1", ["openai http://127.0.0.1:8765/v1"]),
-    ("http://127.0.0.1:8765/v1/", ["openai http://127.0.0.1:8765/v1"]),
-    ("http://localhost:11434", ["ollama http://localhost:11434",
-                                "openai http://localhost:11434/v1"]),
-    ("http://[::1]:8080/v1", ["openai http://[::1]:8080/v1"]),
-    ("http://127.evil.example/v1", []), ("https://example.com/v1", []),
-    ("http://10.0.0.1:8080/v1", []), ("embedded:/models/x.gguf", []),
-    ("http://[broken/v1", []), ("http://127.0.0.1:abc/v1", []),
-    ("http://127.0.0.1:8799/admin/run?cmd=", []), ("http://127.0.0.1:8799/v1?x=1", []),
-    ("http://127.0.0.1:8799/v1#x", []), ("http://user@127.0.0.1:8799/v1", []),
-    ("http://127.0.0.1@evil.example/", []), ("http://127.0.0.1:8765\x1b/v1", []),
-    ("ftp://127.0.0.1/v1", []),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("url", "tried"),
+    [
+        ("http://127.0.0.1:8765/v1", ["openai http://127.0.0.1:8765/v1"]),
+        ("http://127.0.0.1:8765/v1/", ["openai http://127.0.0.1:8765/v1"]),
+        (
+            "http://localhost:11434",
+            ["ollama http://localhost:11434", "openai http://localhost:11434/v1"],
+        ),
+        ("http://[::1]:8080/v1", ["openai http://[::1]:8080/v1"]),
+        ("http://127.evil.example/v1", []),
+        ("https://example.com/v1", []),
+        ("http://10.0.0.1:8080/v1", []),
+        ("embedded:/models/x.gguf", []),
+        ("http://[broken/v1", []),
+        ("http://127.0.0.1:abc/v1", []),
+        ("http://127.0.0.1:8799/admin/run?cmd=", []),
+        ("http://127.0.0.1:8799/v1?x=1", []),
+        ("http://127.0.0.1:8799/v1#x", []),
+        ("http://user@127.0.0.1:8799/v1", []),
+        ("http://127.0.0.1@evil.example/", []),
+        ("http://127.0.0.1:8765\x1b/v1", []),
+        ("ftp://127.0.0.1/v1", []),
+    ],
+)
 def test_only_a_plain_server_url_of_this_machine_is_reused_because_a_file_names_it(
     url: str, tried: list[str]
 ) -> None:
@@ -167,9 +210,14 @@ def test_a_question_answered_by_the_embedded_model_says_so(
 ) -> None:
     """No server: the embedded demo model answers, and stderr says it is the demo model
     (stdout keeps the answer alone)."""
-    done = subprocess.run([chatloop_bin(), "--backend", "embedded", "The capital of France is"],
-                          cwd=project, env=environment(chatloop_home, 8), capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [chatloop_bin(), "--backend", "embedded", "The capital of France is"],
+        cwd=project,
+        env=environment(chatloop_home, 8),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "note: Using the embedded Gemma 3 270M demo model" in done.stderr
     assert "demo model" not in done.stdout
@@ -193,7 +241,10 @@ def test_a_one_shot_resume_says_which_agent_answers(
     assert switched.returncode == 0, switched.stderr
     assert "was with Pirate Pete; continuing it with Simple Sally." in switched.stderr
     assert [s.meta.agent for s in sessions(chatloop_home)] == [
-        "Pirate Pete", "Pirate Pete", "Simple Sally"]  # fmt: skip
+        "Pirate Pete",
+        "Pirate Pete",
+        "Simple Sally",
+    ]
 
 
 def _closed_reader() -> int:
@@ -210,9 +261,14 @@ def test_blank_lines_before_the_replys_first_words_are_not_printed(
     the first words, so `| head -1` gets them; the file keeps the reply as it came."""
     text = "\n\nBasil likes warm sun.\n\nPinch the flowers."
     with scripted_server(lambda request: text) as url:
-        done = subprocess.run([chatloop_bin(), "--base-url", url, "Tell me about basil"],
-                              cwd=project, env=environment(chatloop_home, 12),
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [chatloop_bin(), "--base-url", url, "Tell me about basil"],
+            cwd=project,
+            env=environment(chatloop_home, 12),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "Basil likes warm sun.\n\nPinch the flowers.\n"
     (session,) = sessions(chatloop_home)
@@ -231,9 +287,15 @@ def test_a_reader_that_leaves_keeps_the_reply_that_came_and_the_session(
         env = environment(chatloop_home, 12)
         out = _closed_reader()
         try:
-            done = subprocess.run([chatloop_bin(), "--base-url", url, "Tell me about basil"],
-                                  cwd=project, env=env, stdout=out, stderr=subprocess.PIPE,
-                                  text=True, timeout=120)  # fmt: skip
+            done = subprocess.run(
+                [chatloop_bin(), "--base-url", url, "Tell me about basil"],
+                cwd=project,
+                env=env,
+                stdout=out,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=120,
+            )
         finally:
             os.close(out)
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
@@ -246,9 +308,14 @@ def test_a_reader_that_leaves_keeps_the_reply_that_came_and_the_session(
         assert first.meta.title == "Tell me about basil"  # named at close: no exchange ended well
         out, err = _closed_reader(), _closed_reader()
         try:
-            again = subprocess.run([chatloop_bin(), "--base-url", url, "-c", "And mint?"],
-                                   cwd=project, env=env, stdout=out, stderr=err,
-                                   timeout=120)  # fmt: skip
+            again = subprocess.run(
+                [chatloop_bin(), "--base-url", url, "-c", "And mint?"],
+                cwd=project,
+                env=env,
+                stdout=out,
+                stderr=err,
+                timeout=120,
+            )
         finally:
             os.close(out)
             os.close(err)
@@ -270,13 +337,18 @@ def test_a_notice_to_a_stderr_whose_reader_left_does_not_stop_the_question(
         env = {**environment(chatloop_home, 12), "CHATLOOP_CONFIG": str(config)}
         err = _closed_reader()
         try:
-            done = subprocess.run([chatloop_bin(), "--base-url", url, "And mint?"], cwd=project,
-                                  env=env, stdout=subprocess.PIPE, stderr=err, text=True,
-                                  timeout=120)  # fmt: skip
+            done = subprocess.run(
+                [chatloop_bin(), "--base-url", url, "And mint?"],
+                cwd=project,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                timeout=120,
+            )
         finally:
             os.close(err)
     assert done.returncode == 0 and done.stdout.strip() == "Mint spreads fast."
     (session,) = sessions(chatloop_home)
     assert [m.text for m in session.messages if m.is_query] == ["And mint?"]
     assert [m.text for m in session.messages if m.role == "assistant"] == ["Mint spreads fast."]
-

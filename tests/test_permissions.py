@@ -24,8 +24,16 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 def as_nobody(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-               sys.executable, "-m", "chatloop.cli", *args]  # fmt: skip
+    command = [
+        "setpriv",
+        f"--reuid={NOBODY}",
+        f"--regid={NOBODY}",
+        "--clear-groups",
+        sys.executable,
+        "-m",
+        "chatloop.cli",
+        *args,
+    ]
     return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
@@ -36,11 +44,21 @@ def shared_place() -> Iterator[Path]:
         pytest.skip("needs root and setpriv to run commands as an ordinary user")
     base = Path(tempfile.mkdtemp(prefix="chatloop-perm-"))
     base.chmod(0o755)
-    probe = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
-                            "--clear-groups", sys.executable, "-c", "import chatloop"],
-                           capture_output=True, cwd=base, check=False,
-                           env={"PATH": os.environ.get("PATH", ""),
-                                "PYTHONPATH": str(CHECKOUT)})  # fmt: skip
+    probe = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            "import chatloop",
+        ],
+        capture_output=True,
+        cwd=base,
+        check=False,
+        env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(CHECKOUT)},
+    )
     if probe.returncode != 0:
         shutil.rmtree(base)
         pytest.skip(f"this Python cannot be run as nobody: {probe.stderr.decode()[-200:]}")
@@ -63,16 +81,29 @@ def test_unreadable_files_and_folders_cost_one_line_not_the_home(shared_place: P
         ids.append(writer.meta.id)
     for path in (shared_place, *shared_place.rglob("*")):
         os.chown(path, NOBODY, NOBODY)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(shared_place),
-           "CHATLOOP_HOME": str(home), "XDG_CONFIG_HOME": str(shared_place / "config"),
-           "PYTHONPATH": str(CHECKOUT)}  # this checkout's code, whatever is installed
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(shared_place),
+        "CHATLOOP_HOME": str(home),
+        "XDG_CONFIG_HOME": str(shared_place / "config"),
+        "PYTHONPATH": str(CHECKOUT),
+    }  # this checkout's code, whatever is installed
     assert as_nobody(["reindex"], env, project).returncode == 0  # the index exists, as usual
     locked = store.find_file(ids[0])
     locked.chmod(0o000)  # one session the user cannot read
     (home / "index.db").chmod(0o400)  # an index the user cannot write
-    commands = [["sessions"], ["sessions", "--all"], ["search", "findme"], ["show", "1"],
-                ["show", ids[0]], ["tree", "1"], ["export", "1"], ["reindex"], ["doctor"],
-                ["reseal", "1"]]  # fmt: skip
+    commands = [
+        ["sessions"],
+        ["sessions", "--all"],
+        ["search", "findme"],
+        ["show", "1"],
+        ["show", ids[0]],
+        ["tree", "1"],
+        ["export", "1"],
+        ["reindex"],
+        ["doctor"],
+        ["reseal", "1"],
+    ]
     for args in commands:
         done = as_nobody(args, env, project)
         assert done.returncode in (0, 1, 2), (args, done.stderr)

@@ -59,10 +59,12 @@ def drive(rows: list[SessionRow], keys: str, lookup: Lookup | None = None) -> Pi
         return pick(rows, T0, lookup, input=pipe, output=Small())
 
 
-@pytest.mark.parametrize("keys, expected", [(ENTER, 0), (DOWN + ENTER, 1),
-                                            (DOWN + DOWN + UP + ENTER, 1)])  # fmt: skip
-def test_arrow_keys_move_and_enter_resumes(sessions: list[SessionRow], keys: str,
-                                           expected: int) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "keys, expected", [(ENTER, 0), (DOWN + ENTER, 1), (DOWN + DOWN + UP + ENTER, 1)]
+)
+def test_arrow_keys_move_and_enter_resumes(
+    sessions: list[SessionRow], keys: str, expected: int
+) -> None:
     assert drive(sessions, keys) == Picked(sessions[expected], fork=False)
 
 
@@ -107,7 +109,7 @@ def choose(session: ChatSession) -> Picked | None:
 
 def test_tab_searches_every_word_of_every_session_as_typed(
     store: Store, sessions: list[SessionRow]
-) -> None:  # fmt: skip
+) -> None:
     # the summaries hold "drainage"; no title, agent or request does: the filter finds
     # nothing, the search finds it typed in part (a prefix, as while typing)
     assert drive(sessions, "drainag" + ENTER + ESC) is None
@@ -131,7 +133,7 @@ def test_preview_is_the_summary_in_a_few_lines(store: Store, sessions: list[Sess
 
 def test_picking_fork_branches_and_leaves_the_session_as_it_was(
     store: Store, sessions: list[SessionRow]
-) -> None:  # fmt: skip
+) -> None:
     before = Path(sessions[1].path).read_bytes()
     session, _ = picker_session(store, DOWN + CTRL_F)
     assert session.resume("") is True
@@ -237,7 +239,8 @@ def test_search_hits_beyond_the_first_list_are_drawn_and_live_sessions_left_out(
     assert f"> {line_for(sessions[2], T0, 77, False, wide)}" in drawn  # the chosen row is drawn
     assert picker._list_height().preferred == 3
     assert drive(sessions[:1], TAB + "x" + DOWN + DOWN + ENTER, Found([*sessions, live])) == (
-        Picked(sessions[2], False))  # fmt: skip
+        Picked(sessions[2], False)
+    )
 
 
 def test_the_numbered_fallback_names_projects_and_refuses_a_number_two_share(
@@ -254,9 +257,11 @@ def test_the_numbered_fallback_names_projects_and_refuses_a_number_two_share(
 
 
 def test_search_resume_needs_a_terminal_and_no_json(
-    store: Store, sessions: list[SessionRow], capsys: pytest.CaptureFixture[str],
+    store: Store,
+    sessions: list[SessionRow],
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     from chatloop.cli import main
 
     monkeypatch.chdir(store.cwd)
@@ -272,7 +277,8 @@ def test_a_handle_of_eight_digits_is_taken_as_the_handle(sessions: list[SessionR
     rows = [*sessions[:2], digits]
     feed = iter(["35680846"])
     assert pick_numbered(rows, T0, read=lambda _: next(feed), write=lambda _: None) == Picked(
-        digits, False)  # fmt: skip
+        digits, False
+    )
 
 
 def test_marks_survive_a_narrow_terminal_in_the_picker_and_in_slash_sessions(
@@ -282,8 +288,9 @@ def test_marks_survive_a_narrow_terminal_in_the_picker_and_in_slash_sessions(
 
     from chatloop.ui.render import sessions_table
 
-    long = sessions[0]._replace(title="a very long title " * 6, status="interrupted",
-                                forked_at=2, chain=3)  # fmt: skip
+    long = sessions[0]._replace(
+        title="a very long title " * 6, status="interrupted", forked_at=2, chain=3
+    )
     line = line_for(long, T0, 72)
     assert len(line) == 72 and "(interrupted) (fork)" in line and line.endswith("…")
     console = Console(width=80, record=True, force_terminal=False)

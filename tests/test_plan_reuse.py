@@ -103,9 +103,15 @@ def test_a_long_session_plans_each_turn_from_what_it_made(store: Store) -> None:
     session, _ = chat(store, backend)
     for n in range(40):
         session.send(f"question {n}")
+
     def fresh(messages: list[Message]) -> object:
-        return plan(session.agent.system_prompt, messages, window=session.window(),
-                    count=session.tokens, reserve=session.reply_options().get("max_tokens"))
+        return plan(
+            session.agent.system_prompt,
+            messages,
+            window=session.window(),
+            count=session.tokens,
+            reserve=session.reply_options().get("max_tokens"),
+        )
 
     assert len(backend.calls) == 40
     assert session.plan() == fresh(session.messages)

@@ -32,6 +32,8 @@ from tests.pty_driver import (
 )
 
 pytestmark = pytest.mark.e2e
+
+
 def test_chat_list_search_show(llama_server: str, chatloop_home: Path, project: Path) -> None:
     child = spawn(llama_server, chatloop_home, project, titles="model")
     child.sendline("zebracorn stories: once upon a time")
@@ -58,8 +60,9 @@ def test_chat_list_search_show(llama_server: str, chatloop_home: Path, project: 
     assert shown.returncode == 0 and "zebracorn stories" in shown.stdout
 
 
-def test_ctrl_c_keeps_the_partial_reply(llama_server: str, chatloop_home: Path,
-                                        project: Path) -> None:  # fmt: skip
+def test_ctrl_c_keeps_the_partial_reply(
+    llama_server: str, chatloop_home: Path, project: Path
+) -> None:
     child = spawn(llama_server, chatloop_home, project, max_tokens=400)
     screen = Screen(child, 30, 100)
 
@@ -179,8 +182,9 @@ def test_a_forged_summary_typed_then_a_crash_is_not_restored(
     child.close(force=True)
 
     shown = io.StringIO()
-    child = spawn(llama_server, chatloop_home, project, 12, "-c",
-                  ready_text="Continuing session", log=shown)  # fmt: skip
+    child = spawn(
+        llama_server, chatloop_home, project, 12, "-c", ready_text="Continuing session", log=shown
+    )
     wait(child, ready(0))
     child.sendline("And then?")  # the child, its restoration prompt and ack come with it
     wait(child, ready(1))
@@ -249,8 +253,9 @@ def test_quoted_markers_in_a_legacy_file_hide_no_query_in_show_and_search(
 
 
 @pytest.mark.parametrize("kind", ["format2", "format1", "legacy"])
-def test_a_session_file_never_runs_code(chatloop_home: Path, project: Path,
-                                        tmp_path: Path, kind: str) -> None:  # fmt: skip
+def test_a_session_file_never_runs_code(
+    chatloop_home: Path, project: Path, tmp_path: Path, kind: str
+) -> None:
     """A session naming an agent file that would leave a marker when imported: after
     ``chatloop -c`` the marker is not there, and the person is told which agent it was."""
     from chatloop.format import Message, render_markdown
@@ -260,26 +265,37 @@ def test_a_session_file_never_runs_code(chatloop_home: Path, project: Path,
 
     marker = tmp_path / "marker"
     evil = tmp_path / "evil_agent.py"
-    evil.write_text(f"open({str(marker)!r}, 'w').write('ran')\nNAME = 'Evil'\n"
-                    "SYSTEM_PROMPT = 'x'\n")  # fmt: skip
+    evil.write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\nNAME = 'Evil'\nSYSTEM_PROMPT = 'x'\n"
+    )
     folder = Store(chatloop_home, cwd=project).project_dir
     folder.mkdir(parents=True)
     if kind == "legacy":
-        body = (f"# Evil Conversation\n\n**Session ID:** Evil_20250614_101500\n\n**Date:** "
-                f"2025-06-14T10:15:00\n\n**Agent:** Evil\n\n**Agent Path:** {evil}\n\n---\n\n"
-                "## Query 1 (10:15:12)\n**You:** hi\n\n**Evil:** hello\n\n---\n")  # fmt: skip
+        body = (
+            f"# Evil Conversation\n\n**Session ID:** Evil_20250614_101500\n\n**Date:** "
+            f"2025-06-14T10:15:00\n\n**Agent:** Evil\n\n**Agent Path:** {evil}\n\n---\n\n"
+            "## Query 1 (10:15:12)\n**You:** hi\n\n**Evil:** hello\n\n---\n"
+        )
         (folder / "Evil_20250614_101500.md").write_text(body)
     else:
         fields = {"agent_path": str(evil)} if kind == "format1" else {"agent_name": str(evil)}
-        meta = new_meta(id="20261121-143045-0e0e0e0e", agent="Evil", status="closed",
-                        format=1 if kind == "format1" else 2, **fields)  # fmt: skip
-        messages = (Message.create("user", T0, text="hi"),
-                    Message.create("summary", T0, text="**Pending:** none"))  # fmt: skip
+        meta = new_meta(
+            id="20261121-143045-0e0e0e0e",
+            agent="Evil",
+            status="closed",
+            format=1 if kind == "format1" else 2,
+            **fields,
+        )
+        messages = (
+            Message.create("user", T0, text="hi"),
+            Message.create("summary", T0, text="**Pending:** none"),
+        )
         (folder / f"{meta.id}.md").write_bytes(render_markdown(Session(meta, messages)))
     with scripted_server(lambda request: "Ready.") as url:
         shown = io.StringIO()
-        child = spawn(url, chatloop_home, project, 12, "-c",
-                      ready_text="Continuing session", log=shown)  # fmt: skip
+        child = spawn(
+            url, chatloop_home, project, 12, "-c", ready_text="Continuing session", log=shown
+        )
         wait(child, ready(0))
         child.sendline("exit")
         child.expect(pexpect.EOF)
@@ -302,9 +318,11 @@ def test_an_empty_reply_is_said_and_an_acknowledgment_is_labelled(
     folder = Store(chatloop_home, cwd=project).project_dir
     folder.mkdir(parents=True)
     meta = new_meta(id="20261121-143045-0e0e0e0e", status="closed", queries=1)
-    messages = (Message.create("user", T0, text="Plan the herb pots"),
-                Message.create("assistant", T0, text="Mint and parsley."),
-                Message.create("summary", T0, text="**Pending:** pot sizes"))  # fmt: skip
+    messages = (
+        Message.create("user", T0, text="Plan the herb pots"),
+        Message.create("assistant", T0, text="Mint and parsley."),
+        Message.create("summary", T0, text="**Pending:** pot sizes"),
+    )
     (folder / f"{meta.id}.md").write_bytes(render_markdown(Session(meta, messages)))
 
     answers = iter(["Thirty centimetres.", ""])
@@ -317,8 +335,9 @@ def test_an_empty_reply_is_said_and_an_acknowledgment_is_labelled(
 
     with scripted_server(reply) as url:
         shown = io.StringIO()
-        child = spawn(url, chatloop_home, project, 12, "-c",
-                      ready_text="Continuing session", log=shown)  # fmt: skip
+        child = spawn(
+            url, chatloop_home, project, 12, "-c", ready_text="Continuing session", log=shown
+        )
         child.sendline("How deep should the pots be?")
         wait(child, ready(1))
         child.sendline("And how wide?")
@@ -342,17 +361,39 @@ def test_a_wheel_in_a_fresh_venv_chats_with_the_real_server(
     the program finds its bundled agent and holds a real chat."""
     root = Path(__file__).resolve().parent.parent
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w",
-                    str(wheels), str(root)], check=True, timeout=600)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--quiet",
+            "-w",
+            str(wheels),
+            str(root),
+        ],
+        check=True,
+        timeout=600,
+    )
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     (wheel,) = wheels.glob("chatloop-*.whl")
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                    str(wheel)], check=True, timeout=900)  # fmt: skip
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(wheel)],
+        check=True,
+        timeout=900,
+    )
     program = str(venv / "bin" / "chatloop")
-    child = pexpect.spawn(program, ["--base-url", llama_server], cwd=str(project),
-                          env=environment(chatloop_home, 12), encoding="utf-8", timeout=120,
-                          dimensions=(30, 100))  # fmt: skip
+    child = pexpect.spawn(
+        program,
+        ["--base-url", llama_server],
+        cwd=str(project),
+        env=environment(chatloop_home, 12),
+        encoding="utf-8",
+        timeout=120,
+        dimensions=(30, 100),
+    )
     wait(child, READY)
     child.sendline("Once upon a time")
     wait(child, ready(1))
@@ -391,8 +432,9 @@ def test_a_signal_keeps_the_partial_reply_and_leaves_no_file_open(
             os.kill(child.pid, signum)  # a second one must not cut the saving short
         child.expect(pexpect.EOF, timeout=120)
         child.close()
-    sessions = [parse_markdown(p.read_bytes()).session
-                for p in (chatloop_home / "projects").glob("*/*.md")]  # fmt: skip
+    sessions = [
+        parse_markdown(p.read_bytes()).session for p in (chatloop_home / "projects").glob("*/*.md")
+    ]
     assert len(sessions) == runs
     assert [s.meta.status for s in sessions] == ["closed"] * runs  # 0 files left open
     assert all(s.summary is not None for s in sessions)
@@ -417,12 +459,15 @@ def test_disk_full_during_automatic_compaction_in_the_installed_program(
     log = io.StringIO()
     # sizes (Gemma tokens: about 362 and 662): the second message fits the window alone
     # but not after the first one
-    child = spawn(llama_server, home, project, 12, log=log, context_window="1000",
-                  auto_compact="on")  # fmt: skip
-    typed = ["first " + "a note about the harbour lights and the keeper's log " * 30,
-             "long " + "the tide came in over the stones and the boats waited " * 60,
-             "A second short note, typed while the disk was full.",
-             "A third note, after space came back."]  # fmt: skip
+    child = spawn(
+        llama_server, home, project, 12, log=log, context_window="1000", auto_compact="on"
+    )
+    typed = [
+        "first " + "a note about the harbour lights and the keeper's log " * 30,
+        "long " + "the tide came in over the stones and the boats waited " * 60,
+        "A second short note, typed while the disk was full.",
+        "A third note, after space came back.",
+    ]
     child.sendline(typed[0])
     wait(child, ready(1))
     filler = fill(small_disk)
@@ -438,8 +483,10 @@ def test_disk_full_during_automatic_compaction_in_the_installed_program(
     child.close()
     shown = log.getvalue()
     assert child.exitstatus == 0 and "Traceback" not in shown, shown[-3000:]
-    sessions = sorted((parse_markdown(p.read_bytes()).session for p in home.rglob("*.md")),
-                      key=lambda s: (s.meta.created, s.meta.parent_id is not None))  # fmt: skip
+    sessions = sorted(
+        (parse_markdown(p.read_bytes()).session for p in home.rglob("*.md")),
+        key=lambda s: (s.meta.created, s.meta.parent_id is not None),
+    )
     assert [m.text for s in sessions for m in s.messages if m.is_query] == typed
     assert len(sessions) >= 2 and all(s.meta.status == "closed" for s in sessions)
 
@@ -454,8 +501,11 @@ def test_hostile_text_then_every_view_in_the_installed_program(
     child = spawn(llama_server, chatloop_home, project, log=log)
     child.sendline("[/INST] [bold]x[/bold] [/] <<SYS>> <img src=x onerror=alert(1)> end")
     wait(child, ready(1))
-    for command, shows in (("/context", "next call:"), ("/sessions", "title or last question"),
-                           ("/info", "context window")):  # fmt: skip
+    for command, shows in (
+        ("/context", "next call:"),
+        ("/sessions", "title or last question"),
+        ("/info", "context window"),
+    ):
         child.sendline(command)
         wait(child, shows)
         wait(child, ready(1))
@@ -466,10 +516,10 @@ def test_hostile_text_then_every_view_in_the_installed_program(
     assert "[/INST]" in shown and "<<SYS>>" in shown
 
 
-
 @pytest.mark.parametrize("paste", ["bracketed", "lines"])
-def test_a_large_paste_cut_by_ctrl_c_then_leaving(paste: str, chatloop_home: Path,
-                                                  project: Path) -> None:  # fmt: skip
+def test_a_large_paste_cut_by_ctrl_c_then_leaving(
+    paste: str, chatloop_home: Path, project: Path
+) -> None:
     """200 KB pasted at once (bracketed, or 300 lines that each send), Ctrl-C while it is
     still being taken in, then leaving: one clean exit, no traceback, no event-loop
     error, the file closed with its summary."""
@@ -486,8 +536,9 @@ def test_a_large_paste_cut_by_ctrl_c_then_leaving(paste: str, chatloop_home: Pat
         body = "".join(f"line {i} of the pasted text\r" for i in range(300))
     with scripted_server(reply) as url:
         shown = io.StringIO()
-        child = spawn(url, chatloop_home, project, 12, log=shown, context_window="400000",
-                      auto_compact="off")  # fmt: skip
+        child = spawn(
+            url, chatloop_home, project, 12, log=shown, context_window="400000", auto_compact="off"
+        )
         for start in range(0, len(body), 4096):
             child.send(body[start : start + 4096])
         child.sendintr()
@@ -520,16 +571,18 @@ def test_resume_shows_where_it_ended_and_an_unused_resume_leaves_no_session(
     child.expect(pexpect.EOF)
     before = json.loads(run("sessions", "--json", home=chatloop_home, cwd=project).stdout)
     shown = io.StringIO()
-    child = spawn(llama_server, chatloop_home, project, 12, "-r", "1", log=shown,
-                  ready_text="Where it ended:")  # fmt: skip
+    child = spawn(
+        llama_server, chatloop_home, project, 12, "-r", "1", log=shown, ready_text="Where it ended:"
+    )
     wait(child, ready(0))
     assert "zebracorn harbour" in shown.getvalue()
     child.sendline("exit")
     child.expect(pexpect.EOF)
     after = json.loads(run("sessions", "--json", home=chatloop_home, cwd=project).stdout)
     assert [r["id"] for r in after] == [r["id"] for r in before]  # nothing new listed
-    child = spawn(llama_server, chatloop_home, project, 12, "-r", "1",
-                  ready_text="Continuing session")  # fmt: skip
+    child = spawn(
+        llama_server, chatloop_home, project, 12, "-r", "1", ready_text="Continuing session"
+    )
     wait(child, ready(0))
     child.sendline("and then?")
     wait(child, ready(1))
@@ -547,15 +600,21 @@ def test_resume_shows_where_it_ended_and_an_unused_resume_leaves_no_session(
     assert query.text == "and then?"
 
 
-
 def test_a_line_typed_while_a_question_waits_is_sent_not_eaten(
     llama_server: str, chatloop_home: Path, project: Path
 ) -> None:
     """`Compact now? [Y/n]` waits while a message is typed: that line is no answer, so
     the question counts as no and the line is sent next, as a message."""
     shown = io.StringIO()
-    child = spawn(llama_server, chatloop_home, project, 12, log=shown, context_window="500",
-                  compact_threshold="0.1")  # past 10% of 500 tokens after one exchange
+    child = spawn(
+        llama_server,
+        chatloop_home,
+        project,
+        12,
+        log=shown,
+        context_window="500",
+        compact_threshold="0.1",
+    )  # past 10% of 500 tokens after one exchange
     child.sendline("The lighthouse keeper wrote in his log that")
     wait(child, "Compact now?")
     child.sendline("a message typed before noticing the question")
@@ -581,10 +640,14 @@ def test_doctor_says_how_to_set_a_window_the_server_does_not_report(
     assert out.returncode == 0, out.stdout + out.stderr
     assert "warn  the server does not say its context window" in out.stdout
     assert "CHATLOOP_CONTEXT_WINDOW=2048" in out.stdout
-    env_run = subprocess.run([chatloop_bin(), "--base-url", llama_server, "doctor"], cwd=project,
-                             env={**environment(chatloop_home, 12),
-                                  "CHATLOOP_CONTEXT_WINDOW": "2048"},
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    env_run = subprocess.run(
+        [chatloop_bin(), "--base-url", llama_server, "doctor"],
+        cwd=project,
+        env={**environment(chatloop_home, 12), "CHATLOOP_CONTEXT_WINDOW": "2048"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "ok    context window 2,048 tokens (your context_window)" in env_run.stdout
 
 
@@ -599,9 +662,15 @@ def test_the_picker_filters_searches_previews_resumes_and_forks(
 
     def picker(*args: str) -> Screen:
         env = {**environment(chatloop_home, 12), "COLUMNS": "80"}
-        child = pexpect.spawn(chatloop_bin(), [*args, "--base-url", llama_server],
-                              cwd=str(project), env=env, encoding="utf-8", timeout=60,
-                              dimensions=(24, 80))  # fmt: skip
+        child = pexpect.spawn(
+            chatloop_bin(),
+            [*args, "--base-url", llama_server],
+            cwd=str(project),
+            env=env,
+            encoding="utf-8",
+            timeout=60,
+            dimensions=(24, 80),
+        )
         child.delaybeforesend = 0
         screen = Screen(child)
         screen.wait("Resume which session?")
@@ -662,8 +731,15 @@ def test_the_picker_goes_back_to_the_picked_sessions_own_server(
     first = run("--base-url", llama_server, "Once upon a time", home=chatloop_home, cwd=project)
     assert first.returncode == 0, first.stderr
     env = {**environment(chatloop_home, 12), "COLUMNS": "80", "CHATLOOP_BACKEND": "auto"}
-    child = pexpect.spawn(chatloop_bin(), ["-r"], cwd=str(project), env=env, encoding="utf-8",
-                          timeout=60, dimensions=(24, 80))  # fmt: skip
+    child = pexpect.spawn(
+        chatloop_bin(),
+        ["-r"],
+        cwd=str(project),
+        env=env,
+        encoding="utf-8",
+        timeout=60,
+        dimensions=(24, 80),
+    )
     child.delaybeforesend = 0
     screen = Screen(child)
     screen.wait("Resume which session?")
@@ -692,23 +768,33 @@ def test_a_picked_session_is_the_one_resumed_not_another_its_id_could_name(
     (store.project_dir / "1.md").write_text(
         "# Simple Sally Conversation\n\n**Session ID:** 1\n\n**Date:** 2025-06-14T10:15:00\n\n"
         "**Agent:** Simple Sally\n\n---\n\n## Query 1 (10:15:12)\n**You:** Where do the figs "
-        "go?\n\n**Simple Sally:** In the sun.\n\n---\n", encoding="utf-8")  # fmt: skip
+        "go?\n\n**Simple Sally:** In the sun.\n\n---\n",
+        encoding="utf-8",
+    )
     with store.create(new_meta(id="20261121-120000-aaaa0001", title="Newer")) as writer:
         writer.append(Message.create("user", T0, text="Say hi"))
         writer.finalize()
     other = tmp_path / "other"
     other.mkdir()
     copy = new_meta(id="20261120-100000-5fe0a1b2", title="Copy")
-    for folder, text in ((project, "Where do the apples go?"),
-                         (other, "Where do the kumquats go?")):  # fmt: skip
+    for folder, text in (
+        (project, "Where do the apples go?"),
+        (other, "Where do the kumquats go?"),
+    ):
         with Store(chatloop_home, cwd=folder).create(copy) as writer:
             writer.append(Message.create("user", T0, text=text))
             writer.finalize()
 
     def picker(url: str, *args: str, ready: str = "Resume which session?") -> Screen:
-        child = pexpect.spawn(chatloop_bin(), [*args, "--base-url", url], cwd=str(project),
-                              env={**environment(chatloop_home, 12), "COLUMNS": "80"},
-                              encoding="utf-8", timeout=60, dimensions=(24, 80))  # fmt: skip
+        child = pexpect.spawn(
+            chatloop_bin(),
+            [*args, "--base-url", url],
+            cwd=str(project),
+            env={**environment(chatloop_home, 12), "COLUMNS": "80"},
+            encoding="utf-8",
+            timeout=60,
+            dimensions=(24, 80),
+        )
         child.delaybeforesend = 0
         screen = Screen(child)
         screen.wait(ready)
@@ -761,15 +847,23 @@ def test_retry_edit_model_and_new_in_the_installed_program(
     child.close()
     assert child.exitstatus == 0
 
-    files = [parse_markdown(p.read_bytes()).session
-             for p in (chatloop_home / "projects").glob("*/*.md")]  # fmt: skip
+    files = [
+        parse_markdown(p.read_bytes()).session for p in (chatloop_home / "projects").glob("*/*.md")
+    ]
     by_query = {s.messages and next(m.text for m in s.messages if m.is_query): s for s in files}
-    assert set(by_query) == {"zebracorn first question", "zebracorn edited question",
-                             "zebracorn after new"} and len(files) == 4  # fmt: skip
-    first = [s for s in files if s.meta.parent_id is None and s.meta.title.startswith(
-        "zebracorn first")]  # fmt: skip
-    retried = [s for s in files if s.meta.extra.get("forked_at") == 0
-               and s.meta.parent_id == first[0].meta.id]  # fmt: skip
+    assert (
+        set(by_query)
+        == {"zebracorn first question", "zebracorn edited question", "zebracorn after new"}
+        and len(files) == 4
+    )
+    first = [
+        s for s in files if s.meta.parent_id is None and s.meta.title.startswith("zebracorn first")
+    ]
+    retried = [
+        s
+        for s in files
+        if s.meta.extra.get("forked_at") == 0 and s.meta.parent_id == first[0].meta.id
+    ]
     assert len(first) == 1 and len(retried) == 1
     assert [m.text for m in retried[0].messages if m.is_query] == ["zebracorn first question"]
     edited = by_query["zebracorn edited question"]
@@ -800,9 +894,21 @@ from chatloop.__main__ import main
 
 sys.exit(main())
 """
-HEAVY = ("rich", "httpx", "httpcore", "yaml", "sqlite3", "llama_cpp", "chatloop.format",
-         "chatloop.chat", "chatloop.backends", "chatloop.store.index", "chatloop.ui.repl",
-         "chatloop.ui.render", "chatloop.ui.commands")  # fmt: skip
+HEAVY = (
+    "rich",
+    "httpx",
+    "httpcore",
+    "yaml",
+    "sqlite3",
+    "llama_cpp",
+    "chatloop.format",
+    "chatloop.chat",
+    "chatloop.backends",
+    "chatloop.store.index",
+    "chatloop.ui.repl",
+    "chatloop.ui.render",
+    "chatloop.ui.commands",
+)
 
 
 def test_the_prompt_is_drawn_before_the_backend_and_the_chat_load(
@@ -815,9 +921,15 @@ def test_the_prompt_is_drawn_before_the_backend_and_the_chat_load(
     env = environment(chatloop_home, 12)
     env["MODULES_AT_PROMPT"] = str(modules)
     shown = io.StringIO()
-    child = pexpect.spawn(sys.executable, [str(spied), "--base-url", llama_server],
-                          cwd=str(project), env=env, encoding="utf-8", timeout=90,
-                          dimensions=(30, 100))  # fmt: skip
+    child = pexpect.spawn(
+        sys.executable,
+        [str(spied), "--base-url", llama_server],
+        cwd=str(project),
+        env=env,
+        encoding="utf-8",
+        timeout=90,
+        dimensions=(30, 100),
+    )
     child.logfile_read = shown
     wait(child, READY)  # the toolbar, once everything is loaded
     loaded = modules.read_text().split()
@@ -845,8 +957,9 @@ def test_what_fails_while_the_prompt_waits_ends_it_with_the_error(
     else:
         args, said = ["--agent", "nobody", "--base-url", llama_server], "No agent named"
     env = environment(chatloop_home, 12)
-    child = pexpect.spawn(chatloop_bin(), args, cwd=str(project), env=env, encoding="utf-8",
-                          timeout=90)  # fmt: skip
+    child = pexpect.spawn(
+        chatloop_bin(), args, cwd=str(project), env=env, encoding="utf-8", timeout=90
+    )
     wait(child, "you>")
     wait(child, said)
     child.expect("hint: ")
@@ -865,8 +978,9 @@ def test_a_signal_at_the_first_prompt_gives_the_terminal_back(
 
     env = environment(chatloop_home, 12)
     args = ["--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
-    child = pexpect.spawn(chatloop_bin(), args, cwd=str(project), env=env, encoding="utf-8",
-                          timeout=90)  # fmt: skip
+    child = pexpect.spawn(
+        chatloop_bin(), args, cwd=str(project), env=env, encoding="utf-8", timeout=90
+    )
     wait(child, "you>")
     assert not termios.tcgetattr(child.child_fd)[3] & termios.ICANON  # raw at the prompt
     child.kill(signal.SIGTERM)
@@ -894,9 +1008,14 @@ def test_a_signal_while_the_first_line_waits_for_the_load_shows_the_line(
     silent.listen()
     try:
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
-        child = pexpect.spawn(chatloop_bin(), ["--base-url", url], cwd=str(project),
-                              env=environment(chatloop_home, 12), encoding="utf-8",
-                              timeout=90)  # fmt: skip
+        child = pexpect.spawn(
+            chatloop_bin(),
+            ["--base-url", url],
+            cwd=str(project),
+            env=environment(chatloop_home, 12),
+            encoding="utf-8",
+            timeout=90,
+        )
         wait(child, "you>")
         child.sendline("hello there")
         wait(child, "(starting: checking the agent and the server")

@@ -30,8 +30,10 @@ from tests.repl_driver import AGENTS, drive, fake_server, only_session
 
 def test_a_whole_conversation_with_commands(store: Store) -> None:
     requests: list[dict[str, object]] = []
-    script = ("hello there\r/info\r/infoo\rsecond question\\\rwith two lines\r/context\r"
-              "/rename Garden plans\r/sessions\r/help\rexit\r")  # fmt: skip
+    script = (
+        "hello there\r/info\r/infoo\rsecond question\\\rwith two lines\r/context\r"
+        "/rename Garden plans\r/sessions\r/help\rexit\r"
+    )
     _, shown = drive(store, fake_server(requests), script)
     assert "Reply number 1 here" in shown and "Reply number 2 here" in shown
     assert "Unknown command /infoo" in shown and "Did you mean /info?" in shown
@@ -43,7 +45,9 @@ def test_a_whole_conversation_with_commands(store: Store) -> None:
     session = parse_markdown(only_session(store).read_bytes()).session
     assert session.meta.status == "closed" and session.meta.title == "Garden plans"
     assert [m.text for m in session.messages if m.role == "user"] == [
-        "hello there", "second question\nwith two lines"]  # fmt: skip
+        "hello there",
+        "second question\nwith two lines",
+    ]
     assert session.meta.queries == 2 and session.meta.tokens_in == 40
     second = requests[1]["messages"]
     assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]  # type: ignore[index]
@@ -61,8 +65,9 @@ def test_unknown_commands_and_bare_words() -> None:
     assert commands.parse("resume 3") == commands.Command(commands.spec("resume"), "3")
     assert commands.parse("resume the story please") == commands.Text("resume the story please")
     assert commands.parse("//etc/hosts is a path") == commands.Text("/etc/hosts is a path")
-    assert commands.parse("  /RENAME  New title ") == commands.Command(commands.spec("rename"),
-                                                                       "New title")
+    assert commands.parse("  /RENAME  New title ") == commands.Command(
+        commands.spec("rename"), "New title"
+    )
 
 
 def test_nothing_typed_means_no_file(store: Store) -> None:
@@ -81,7 +86,9 @@ def test_server_failure_keeps_the_message_and_the_loop(store: Store) -> None:
     assert "The model could not summarize (Cannot reach the model server" in shown
     session = parse_markdown(only_session(store).read_bytes()).session
     assert [m.text for m in session.messages if m.role == "user"] == [
-        "are you there?", "still there?"]  # fmt: skip
+        "are you there?",
+        "still there?",
+    ]
     # the server never answered, yet the session is closed with a resumable summary
     assert session.meta.status == "closed" and session.meta.summary == "fallback"
     assert session.summary is not None and "Unanswered: still there?" in session.summary.text
@@ -100,13 +107,18 @@ def test_settings_precedence_and_unknown_keys(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("model: from-file\nbase_url: http://file/v1\ncolour: blue\nretries: 5\n")
     env = {"CHATLOOP_MODEL": "from-env"}
-    settings, warnings = load_settings(read_yaml=yaml_load, flags={"model": None, "base_url": "http://flag/v1"},
-                                       config_file=str(config), environ=env)  # fmt: skip
+    settings, warnings = load_settings(
+        read_yaml=yaml_load,
+        flags={"model": None, "base_url": "http://flag/v1"},
+        config_file=str(config),
+        environ=env,
+    )
     assert settings.model == "from-env" and settings.base_url == "http://flag/v1"
     assert settings.retries == 5 and "colour" in warnings[0]
     with pytest.raises(UsageError):
-        load_settings(read_yaml=yaml_load, flags={}, environ={},
-                      config_file=str(tmp_path / "missing.yaml"))  # fmt: skip
+        load_settings(
+            read_yaml=yaml_load, flags={}, environ={}, config_file=str(tmp_path / "missing.yaml")
+        )
     home = tmp_path / "home-with-config"
     home.mkdir()
     (home / "config.yaml").write_text("model: from-home\n")  # a home that carries its settings
@@ -126,8 +138,9 @@ def test_settings_precedence_and_unknown_keys(tmp_path: Path) -> None:
 def test_two_real_messages_against_the_llama_server(store: Store, llama_server: str) -> None:
     backend = OpenAICompatBackend(llama_server)
     settings = Settings(max_tokens=12, summary_max_tokens=48)  # titles by the real model
-    _, shown = drive(store, backend, "Once upon a time\rThe capital of France is\r\x04",
-                        settings=settings)  # fmt: skip
+    _, shown = drive(
+        store, backend, "Once upon a time\rThe capital of France is\r\x04", settings=settings
+    )
     result = parse_markdown(only_session(store).read_bytes())
     assert result.problems == ()
     session = result.session
@@ -194,8 +207,12 @@ def test_a_question_never_eats_a_message(store: Store) -> None:
 
     settings = Settings(context_window=1200, compact_threshold=0.05, titles="first")
     text = "describe the soil " * 10
-    _, shown = drive(store, FakeBackend("A.", "B.", STRUCTURED), f"{text}\rtyped ahead\rn\rexit\r",
-                     settings=settings)  # fmt: skip
+    _, shown = drive(
+        store,
+        FakeBackend("A.", "B.", STRUCTURED),
+        f"{text}\rtyped ahead\rn\rexit\r",
+        settings=settings,
+    )
     assert "Compact now? [Y/n]" in shown and "not a yes or no" in shown  # (one line)
     session = parse_markdown(only_session(store).read_bytes()).session
     assert [m.text for m in session.messages if m.is_query] == [text, "typed ahead"]
@@ -239,8 +256,12 @@ def test_help_fits_an_80_column_terminal_and_wraps_under_itself() -> None:
     assert max(len(line) for line in lines) <= 80
     column = len("  ") + commands.USAGE_WIDTH + 1
     for line in lines:  # a wrapped explanation continues in its own column
-        assert not line or line.startswith("  /") or line.startswith(" " * column) or (
-            line.startswith("  ") and line[2] in "EC")  # the two lines about keys
+        assert (
+            not line
+            or line.startswith("  /")
+            or line.startswith(" " * column)
+            or (line.startswith("  ") and line[2] in "EC")
+        )  # the two lines about keys
     words = " ".join(line.strip() for line in lines)
     assert all(spec.help in words for spec in commands.TABLE)
 
@@ -248,9 +269,17 @@ def test_help_fits_an_80_column_terminal_and_wraps_under_itself() -> None:
 def test_the_toolbar_keeps_the_counts_and_the_meter_on_a_narrow_terminal() -> None:
     from chatloop.ui.render import toolbar
 
-    parts = {"agent": "Simple Sally", "model": "gemma-3-270m-it-Q4_K_M.gguf",
-             "session": "20261122-060426-3d469a99", "queries": 12, "tokens": 3456,
-             "chain_tokens": 12345, "used": 1843, "window": 2048, "unsaved": 1}  # fmt: skip
+    parts = {
+        "agent": "Simple Sally",
+        "model": "gemma-3-270m-it-Q4_K_M.gguf",
+        "session": "20261122-060426-3d469a99",
+        "queries": 12,
+        "tokens": 3456,
+        "chain_tokens": 12345,
+        "used": 1843,
+        "window": 2048,
+        "unsaved": 1,
+    }
 
     def shown(width: int | None) -> str:
         return "".join(fragment[1] for fragment in toolbar(parts, width))
@@ -283,8 +312,7 @@ def test_new_closes_the_session_with_its_summary_and_starts_an_unlinked_one(
     assert "This is a new session already" in shown
     found = (parse_markdown(Path(e.path).read_bytes()).session for e in store.session_files())
     sessions = sorted(found, key=lambda s: s.meta.created)
-    assert [[m.text for m in s.messages if m.is_query] for s in sessions] == [["first"],
-                                                                              ["second"]]
+    assert [[m.text for m in s.messages if m.is_query] for s in sessions] == [["first"], ["second"]]
     assert all(s.meta.status == "closed" and s.summary is not None for s in sessions)
     assert sessions[1].meta.parent_id is None
 
@@ -305,8 +333,10 @@ def test_info_and_the_toolbar_count_tokens_alike_after_a_compaction(store: Store
     restoration prompt and its acknowledgment are listed apart."""
     backend = FakeBackend("One.", STRUCTURED, "Understood.", "Two.", STRUCTURED)
     _, shown = drive(store, backend, "first\r/compact\rsecond\r/info\rexit\r")
-    child = max((parse_markdown(Path(e.path).read_bytes()).session for e in store.session_files()),
-                key=lambda s: s.meta.created)  # fmt: skip
+    child = max(
+        (parse_markdown(Path(e.path).read_bytes()).session for e in store.session_files()),
+        key=lambda s: s.meta.created,
+    )
     used = child.meta.tokens_in + child.meta.tokens_out
     assert child.meta.restoration_tokens > 0 and used > 0
     assert re.search(rf"tokens +{used:,} \(in", shown), shown
@@ -317,9 +347,16 @@ def test_info_and_the_toolbar_count_tokens_alike_after_a_compaction(store: Store
 def test_the_toolbar_counts_what_the_replies_used_and_the_chain_the_rest(store: Store) -> None:
     backend = FakeBackend("One.", STRUCTURED, "Understood.", "Two.", STRUCTURED)
     with create_pipe_input() as pipe:
-        repl = Repl(load_agent(AGENTS / "simple_sally.py"), backend, store, TEST_SETTINGS,  # type: ignore[arg-type]
-                    Console(file=io.StringIO(), width=240), input=pipe, output=DummyOutput(),
-                    clock=Clock())  # fmt: skip
+        repl = Repl(
+            load_agent(AGENTS / "simple_sally.py"),
+            backend,
+            store,
+            TEST_SETTINGS,  # type: ignore[arg-type]
+            Console(file=io.StringIO(), width=240),
+            input=pipe,
+            output=DummyOutput(),
+            clock=Clock(),
+        )
         session = repl.session
         session.send("first")
         session.compact()

@@ -43,16 +43,20 @@ def test_sample_round_trips_byte_for_byte(path: Path) -> None:
 def test_format_2_samples_say_what_format_1_said(path: Path) -> None:
     new = parse_markdown(path.read_bytes()).session
     old = parse_markdown((SAMPLES / "format1" / path.name).read_bytes()).session
-    assert [(m.role, m.text, m.tool_calls, m.tool_results, m.usage, m.restore)
-            for m in new.messages] == [(m.role, m.text, m.tool_calls, m.tool_results, m.usage,
-                                        m.restore) for m in old.messages]  # fmt: skip
+    assert [
+        (m.role, m.text, m.tool_calls, m.tool_results, m.usage, m.restore) for m in new.messages
+    ] == [(m.role, m.text, m.tool_calls, m.tool_results, m.usage, m.restore) for m in old.messages]
 
 
 def test_format_2_open_lines_are_short_and_user_text_starts_a_line() -> None:
     for path in GOLDEN:
         lines = path.read_text(encoding="utf-8").splitlines()
-        opens = [line for line in lines if (line.startswith("<!-- ") and " user " in line)
-                 or (" assistant " in line and line.startswith("<!-- "))]  # fmt: skip
+        opens = [
+            line
+            for line in lines
+            if (line.startswith("<!-- ") and " user " in line)
+            or (" assistant " in line and line.startswith("<!-- "))
+        ]
         assert opens and max(map(len, opens)) <= 100, path.name
         assert not any(line.startswith("**You:**") for line in lines)
 

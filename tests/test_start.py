@@ -28,8 +28,12 @@ def pipe() -> Iterator[PipeInput]:
         yield made
 
 
-def startup(pipe: PipeInput, load: Callable[[], str], announced: list[str],
-            shown: threading.Event | None = None) -> Startup[str]:  # fmt: skip
+def startup(
+    pipe: PipeInput,
+    load: Callable[[], str],
+    announced: list[str],
+    shown: threading.Event | None = None,
+) -> Startup[str]:
     """A Startup whose banner is recorded in ``announced`` (and sets ``shown``)."""
 
     def announce(value: str) -> None:

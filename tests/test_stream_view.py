@@ -29,8 +29,9 @@ def stream(text: str, pieces: list[str] | None = None) -> tuple[str, int]:
 
 
 def test_a_long_reply_of_paragraphs_is_shown_once_in_order_with_a_small_live_region() -> None:
-    paragraphs = [" ".join(f"p{p}w{w}" for w in range(30)) + "\nand a second line"
-                  for p in range(200)]  # fmt: skip
+    paragraphs = [
+        " ".join(f"p{p}w{w}" for w in range(30)) + "\nand a second line" for p in range(200)
+    ]
     text = "\n\n".join(paragraphs)
     shown, largest = stream(text)
     assert shown.split() == text.split()
@@ -50,8 +51,7 @@ def test_a_code_block_is_never_cut_and_keeps_its_lines() -> None:
     text = "Here it is:\n\n```python\n" + code + "\n\n```\n\nThat was all."
     pieces = [line + "\n" for line in text.split("\n")]
     shown, _ = stream(text, pieces)
-    assert [w for w in shown.split() if w.startswith("line_")] == [
-        f"line_{i}" for i in range(200)]  # fmt: skip
+    assert [w for w in shown.split() if w.startswith("line_")] == [f"line_{i}" for i in range(200)]
     assert shown.count("Here it is:") == 1 and shown.count("That was all.") == 1
 
 
@@ -81,8 +81,9 @@ def test_an_empty_reply_is_said_to_be_empty_and_a_failed_or_cut_one_is_not() -> 
     assert "empty" not in shown_by([])  # the stream failed: no Finish, the error says it
     assert "empty" not in shown_by([Finish("stop")], interrupted=True, saved=False)
     # a reply that called a tool said something; the reply after the results did not
-    result = Message.create("tool", datetime.now(UTC),
-                            tool_results=(ToolResult("c1", "clock", "12:00"),))  # fmt: skip
+    result = Message.create(
+        "tool", datetime.now(UTC), tool_results=(ToolResult("c1", "clock", "12:00"),)
+    )
     called = [ToolCallEvent("c1", "clock", "{}"), Finish("tool_calls")]
     assert "empty" not in shown_by(called)
     assert "(the model sent an empty reply)" in shown_by([*called, result, Finish("stop")])
@@ -90,13 +91,16 @@ def test_an_empty_reply_is_said_to_be_empty_and_a_failed_or_cut_one_is_not() -> 
 
 
 def test_an_acknowledgment_is_labelled_so_it_does_not_read_as_the_answer() -> None:
-    shown = shown_by([TextDelta("Understood, "), TextDelta("I have the summary."), Finish("stop")],
-                     acknowledgment=True)  # fmt: skip
+    shown = shown_by(
+        [TextDelta("Understood, "), TextDelta("I have the summary."), Finish("stop")],
+        acknowledgment=True,
+    )
     label = shown.index("The model acknowledges the summary:")
     assert label < shown.index("Understood, I have the summary.")
     assert "acknowledges" not in shown_by([TextDelta("An answer."), Finish("stop")])
-    assert "(the model sent an empty acknowledgment)" in shown_by([Finish("stop")],
-                                                                   acknowledgment=True)  # fmt: skip
+    assert "(the model sent an empty acknowledgment)" in shown_by(
+        [Finish("stop")], acknowledgment=True
+    )
 
 
 def test_a_reply_that_only_thought_or_hit_its_limit_says_so_not_empty() -> None:
@@ -139,9 +143,31 @@ def test_search_hits_keep_their_columns_whatever_the_handles() -> None:
     from chatloop.ui.listing import hit_line
 
     def row(handle: str) -> SessionRow:
-        return SessionRow(1, "20261122-113134-" + handle.ljust(8, "0"), "/x.md", "p", "", "A",
-                          "a", "m", "", "", "closed", 1, 0, 0, 0, None, None, None, "", True,
-                          False, 0, handle)  # fmt: skip
+        return SessionRow(
+            1,
+            "20261122-113134-" + handle.ljust(8, "0"),
+            "/x.md",
+            "p",
+            "",
+            "A",
+            "a",
+            "m",
+            "",
+            "",
+            "closed",
+            1,
+            0,
+            0,
+            0,
+            None,
+            None,
+            None,
+            "",
+            True,
+            False,
+            0,
+            handle,
+        )
 
     lines = [hit_line(SearchHit(row(h), "user", "the [word]")) for h in ("6f07", "2696241b")]
     assert len({line.index("user") for line in lines}) == 1, lines
@@ -157,10 +183,32 @@ def test_listings_fit_a_terminal_and_keep_their_marks() -> None:
     from chatloop.ui.terminal_text import cells
 
     def row(title: str, chain: int, status: str = "closed") -> SessionRow:
-        return SessionRow(1, "20261122-113134-6f070000", "/x.md", "p", title, "Simple Sally",
-                          "a", "m", "", "2026-11-22T11:31:34+00:00", status, 3, 0, 0, 0,
-                          None, None, None, "", True, False, 0, "6f07",
-                          chain=chain)  # fmt: skip
+        return SessionRow(
+            1,
+            "20261122-113134-6f070000",
+            "/x.md",
+            "p",
+            title,
+            "Simple Sally",
+            "a",
+            "m",
+            "",
+            "2026-11-22T11:31:34+00:00",
+            status,
+            3,
+            0,
+            0,
+            0,
+            None,
+            None,
+            None,
+            "",
+            True,
+            False,
+            0,
+            "6f07",
+            chain=chain,
+        )
 
     now = datetime(2026, 11, 22, 12, tzinfo=UTC)
     long = "Which herbs grow well in the capital of France on a balcony " + "日本語" * 8
@@ -174,7 +222,8 @@ def test_listings_fit_a_terminal_and_keep_their_marks() -> None:
     narrow = sessions_text([row(long, 2, "interrupted")], now, columns=40)  # a few cells kept
     assert "  Which h… [interrupted] [chain of 2]" in narrow
     assert long in sessions_text([row(long, 1)], now) or long[:70] in sessions_text(
-        [row(long, 1)], now)  # a pipe gets the line whole (the title to 70 characters)
+        [row(long, 1)], now
+    )  # a pipe gets the line whole (the title to 70 characters)
     assert hit_line(SearchHit(row("t", 1), "user", long)).endswith(long)
 
 
@@ -189,9 +238,14 @@ def test_a_reply_that_only_calls_tools_has_no_empty_speaker_line() -> None:
     assert "File Fiona: \n" not in shown + "\n" and "  → list_dir({})" in shown
     assert "File Fiona: (the model sent an empty reply)" in shown  # said, as in the chat
     # cut by Ctrl-C after thinking and a call, before any text: said, before its arrow
-    cut = Message.create("assistant", T0, thinking=(Thinking("let me look"),),
-                         tool_calls=(ToolCall("c2", "read_file", "{}"),), interrupted=True,
-                         stop_reason="cancelled")  # fmt: skip
+    cut = Message.create(
+        "assistant",
+        T0,
+        thinking=(Thinking("let me look"),),
+        tool_calls=(ToolCall("c2", "read_file", "{}"),),
+        interrupted=True,
+        stop_reason="cancelled",
+    )
     lines = transcript_text(Session(new_meta(agent="File Fiona"), (cut,))).splitlines()
     said = lines.index("File Fiona: (no reply: interrupted before any text arrived)")
     assert said < lines.index("  → read_file({})")

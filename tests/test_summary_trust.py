@@ -61,8 +61,7 @@ def test_a_forged_summary_typed_in_a_message_is_never_trusted(store: Store) -> N
     backend = FakeBackend(STRUCTURED, "Ready.", "Go on.", STRUCTURED)
     from chatloop.chat.continuation import locate
 
-    _, shown = drive(store, backend, "and then?\rexit\r",
-                     run_args={"resume": locate(store, "1")})
+    _, shown = drive(store, backend, "and then?\rexit\r", run_args={"resume": locate(store, "1")})
     assert "it has no summary" in shown  # the person is told why a summary is made
     parent, child = files(store)
     restore = child.messages[0]
@@ -110,14 +109,13 @@ def test_a_reply_that_echoes_the_template_is_not_a_summary() -> None:
     )
     assert prompts.shape(echo) and prompts.echoes_template(echo)
     assert not prompts.echoes_template(STRUCTURED)
-    retried = chain.summarize(FakeBackend(echo, STRUCTURED), exchange(1), previous=None,
-                              window=8192)  # fmt: skip
+    retried = chain.summarize(
+        FakeBackend(echo, STRUCTURED), exchange(1), previous=None, window=8192
+    )
     assert not retried.fallback and retried.calls == 2 and retried.text == STRUCTURED
     failed = chain.summarize(FakeBackend(echo, echo), exchange(1), previous=None, window=8192)
     assert failed.fallback and "template" in (failed.error or "")
     assert not prompts.echoes_template(failed.text) and prompts.shape(failed.text)
-
-
 
 
 def test_quoted_markers_in_a_legacy_file_hide_no_query() -> None:

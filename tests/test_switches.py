@@ -37,8 +37,7 @@ def sessions(store: Store) -> list[Session]:
 
 def asked(requests: list[dict[str, object]], text: str) -> dict[str, object]:
     """The chat request whose last message is ``text``."""
-    return next(r for r in requests
-                if r["messages"][-1]["content"] == text)  # type: ignore[index]  # fmt: skip
+    return next(r for r in requests if r["messages"][-1]["content"] == text)  # type: ignore[index]
 
 
 def test_model_switches_the_next_requests_and_each_reply_records_its_model(
@@ -133,9 +132,15 @@ def test_agent_right_after_an_overflow_compaction_carries_the_restoration_and_it
     from tests.hosts import chat
     from tests.repl_driver import AGENTS
 
-    backend = FakeBackend("A.", ContextOverflow("too long", "", window=2048), STRUCTURED,
-                          "Ack, and the answer.", STRUCTURED, "Fiona here.",
-                          STRUCTURED)  # fmt: skip
+    backend = FakeBackend(
+        "A.",
+        ContextOverflow("too long", "", window=2048),
+        STRUCTURED,
+        "Ack, and the answer.",
+        STRUCTURED,
+        "Fiona here.",
+        STRUCTURED,
+    )
     session, _ = chat(store, backend)
     session.send("first")
     session.send("second")  # overflows: the child's restoration prompt carries it, answered

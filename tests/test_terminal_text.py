@@ -12,9 +12,16 @@ RAINBOW_FLAG = "\U0001f3f3\ufe0f\u200d\U0001f308"  # white flag VS16 ZWJ rainbow
 
 @pytest.mark.parametrize(
     ("text", "width"),
-    [("abc", 3), ("中文", 4), ("e\u0301", 1), (FAMILY, 2), (RAINBOW_FLAG, 2),
-     (f"a{FAMILY}b", 4), ("\u2400", 1)],
-)  # fmt: skip
+    [
+        ("abc", 3),
+        ("中文", 4),
+        ("e\u0301", 1),
+        (FAMILY, 2),
+        (RAINBOW_FLAG, 2),
+        (f"a{FAMILY}b", 4),
+        ("\u2400", 1),
+    ],
+)
 def test_cells_are_what_the_terminal_draws(text: str, width: int) -> None:
     # an emoji joined by ZWJ was counted per code point (the flag: 5 cells)
     assert cells(text) == width

@@ -56,8 +56,9 @@ def listed(store: Store) -> str:
         return sessions_text(index.list_sessions(), T0)
 
 
-def named(store: Store, answer: object, **changes: object) -> tuple[ChatSession, ScriptedHost,
-                                                                    FakeBackend]:  # fmt: skip
+def named(
+    store: Store, answer: object, **changes: object
+) -> tuple[ChatSession, ScriptedHost, FakeBackend]:
     """A session with model titles whose first exchange is ASKED → REPLY and whose
     title request gets ``answer``."""
     backend = FakeBackend(REPLY, answer, STRUCTURED)  # type: ignore[arg-type]
@@ -104,8 +105,10 @@ def test_the_title_prompt_carries_the_start_of_the_conversation_only() -> None:
         ("'Session title: Herb garden'", "Herb garden"),
         ("Title-based routing", "Title-based routing"),  # a word, not a label
         ("“Basil, sun and water” ", "Basil, sun and water"),
-        ("Watering basil in clay pots on a sunny balcony through the long hot summer",
-         "Watering basil in clay pots on a sunny balcony through the…"),
+        (
+            "Watering basil in clay pots on a sunny balcony through the long hot summer",
+            "Watering basil in clay pots on a sunny balcony through the…",
+        ),
         # what the demo (base) model wraps its answers in: template tokens, HTML
         ("[/INST] Herb pots on a sunny balcony", "Herb pots on a sunny balcony"),
         ("<h2>Tomato beds</h2>", "Tomato beds"),
@@ -118,7 +121,7 @@ def test_the_title_prompt_carries_the_start_of_the_conversation_only() -> None:
         ("<think>they want a title\nshort</think>Compost ratios", "Compost ratios"),
         ("Using <think> tags in Qwen", "Using <think> tags in Qwen"),  # not a block: words
     ],
-)  # fmt: skip
+)
 def test_the_models_answer_is_cleaned(store: Store, answer: str, title: str) -> None:
     session, _host, _backend = named(store, answer)
     assert on_disk(session) == title
@@ -186,8 +189,7 @@ def test_a_title_the_disk_refuses_is_written_at_close(small_disk: Path) -> None:
         filler.append(fill(small_disk))  # the disk fills while the model thinks
         return "Basil watering schedule"
 
-    session, host = chat(store, FakeBackend(REPLY, fill_then_answer, STRUCTURED),
-                         titles="model")  # fmt: skip
+    session, host = chat(store, FakeBackend(REPLY, fill_then_answer, STRUCTURED), titles="model")
     session.send(ASKED)  # no StoreError: a title is cosmetic
     assert session.title == "Basil watering schedule" and on_disk(session) == ""
     assert session.unsaved == 0 and not host.said("Could not")
@@ -224,8 +226,7 @@ def test_a_session_whose_only_reply_was_cut_short_is_named_at_close(
 
 
 def test_ask_says_why_it_fell_back() -> None:
-    down = titles.ask(FakeBackend(BackendError("Cannot reach the model server", "")), ASKED,
-                      REPLY)  # fmt: skip
+    down = titles.ask(FakeBackend(BackendError("Cannot reach the model server", "")), ASKED, REPLY)
     assert down == titles.Title(FIRST_LINE, True, "Cannot reach the model server")
     slow = titles.ask(FakeBackend("word " * 100, delay=0.02), ASKED, REPLY, timeout=0.1)
     assert slow == titles.Title(FIRST_LINE, True, "no title within 0.1 s")
@@ -259,8 +260,17 @@ def test_a_rename_after_the_title_replaces_it_for_good(store: Store) -> None:
 
 
 def test_continuations_keep_the_parents_title_and_ask_for_none(store: Store) -> None:
-    backend = FakeBackend(REPLY, "Basil watering schedule", STRUCTURED, "Ack.", "Two.",
-                          STRUCTURED, "Ready.", "Three.", STRUCTURED)  # fmt: skip
+    backend = FakeBackend(
+        REPLY,
+        "Basil watering schedule",
+        STRUCTURED,
+        "Ack.",
+        "Two.",
+        STRUCTURED,
+        "Ready.",
+        "Three.",
+        STRUCTURED,
+    )
     session, _ = chat(store, backend, titles="model")
     session.send(ASKED)
     session.compact()
@@ -277,8 +287,7 @@ def test_continuations_keep_the_parents_title_and_ask_for_none(store: Store) -> 
     root = by_parent[None]
     child = by_parent[root.meta.id]
     grandchild = by_parent[child.meta.id]
-    assert {root.meta.title, child.meta.title, grandchild.meta.title} == {
-        "Basil watering schedule"}  # fmt: skip
+    assert {root.meta.title, child.meta.title, grandchild.meta.title} == {"Basil watering schedule"}
 
 
 def test_a_continuation_of_an_untitled_session_stays_untitled(store: Store) -> None:
@@ -352,24 +361,43 @@ def test_a_one_shot_question_is_named_by_its_first_line_with_one_request(
     project = tmp_path / "project"
     project.mkdir()
     # PYTHONPATH: the chatloop of this tree, not whichever is installed
-    env = {"CHATLOOP_HOME": str(chatloop_home), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
-           "PYTHONPATH": str(ROOT), "CHATLOOP_TITLES": "model"}  # fmt: skip
+    env = {
+        "CHATLOOP_HOME": str(chatloop_home),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "PYTHONPATH": str(ROOT),
+        "CHATLOOP_TITLES": "model",
+    }
     with scripted_server(reply) as url:
-        done = subprocess.run([sys.executable, "-m", "chatloop.cli", "--base-url", url, ASKED],
-                              cwd=project, env=env, capture_output=True, text=True,
-                              timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "chatloop.cli", "--base-url", url, ASKED],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert done.returncode == 0, done.stderr
     assert len(asked) == 2 and not any("Write a title" in a for a in asked)
     assert "Naming the session" not in done.stderr
     found = Store(chatloop_home, cwd=project)
-    listing = subprocess.run([sys.executable, "-m", "chatloop.cli", "sessions", "--json"],
-                             cwd=project, env=env, capture_output=True, text=True,
-                             timeout=60)  # fmt: skip
+    listing = subprocess.run(
+        [sys.executable, "-m", "chatloop.cli", "sessions", "--json"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert [row["title"] for row in json.loads(listing.stdout)] == [FIRST_LINE]
     assert [s.meta.title for s in files(found)] == [FIRST_LINE]
     assert settings_once(load_settings(environ={}, read_yaml=yaml_load)[0]).titles == "first"
-    assert settings_once(load_settings(environ={"CHATLOOP_TITLES": "off"},
-                                       read_yaml=yaml_load)[0]).titles == "off"  # fmt: skip
+    assert (
+        settings_once(
+            load_settings(environ={"CHATLOOP_TITLES": "off"}, read_yaml=yaml_load)[0]
+        ).titles
+        == "off"
+    )
 
 
 class SilentFirst(FakeBackend):

@@ -30,12 +30,14 @@ CONVERSATIONS = [
         {"role": "user", "content": "Héllo wörld, 日本語のテキスト, emoji 🚢 and code `x = f(y)`."},
     ],
     [
-        {"role": "user" if i % 2 == 0 else "assistant",
-         "content": f"Message {i}: the boats waited in the harbour; notes-{i}.txt says "
-                    f"the wind at {i:02d}:15 came from the west over the old stone bridge."}
+        {
+            "role": "user" if i % 2 == 0 else "assistant",
+            "content": f"Message {i}: the boats waited in the harbour; notes-{i}.txt says "
+            f"the wind at {i:02d}:15 came from the west over the old stone bridge.",
+        }
         for i in range(24)
     ],
-]  # fmt: skip
+]
 
 
 class Words:
@@ -52,8 +54,10 @@ class Words:
 def test_each_distinct_text_is_counted_once() -> None:
     words = Words()
     count = TokenCount(words, lambda: (3, 2))
-    messages = [{"role": "user", "content": "one two three"}, {"role": "assistant",
-                                                               "content": "four five"}]  # fmt: skip
+    messages = [
+        {"role": "user", "content": "one two three"},
+        {"role": "assistant", "content": "four five"},
+    ]
     assert count.prompt(messages) == (3 + 3) + (2 + 3) + 2
     assert count.prompt(messages) == 13
     assert sorted(words.asked) == ["four five", "one two three"]
@@ -65,7 +69,8 @@ def test_a_tokenizer_that_stops_answering_turns_into_the_marked_estimate() -> No
     count = TokenCount(lambda text: answers.pop(0) if answers else None)
     assert count.text("alpha beta gamma delta") == 4
     assert count.text("a text the server no longer counts") == estimate_tokens(
-        "a text the server no longer counts")  # fmt: skip
+        "a text the server no longer counts"
+    )
     assert not count.exact and count.mark == "~"
     assert count.overhead() == (PER_MESSAGE, PER_PROMPT)  # the safe guess
 
@@ -126,8 +131,11 @@ def test_prompt_counts_are_within_two_percent_of_the_servers(llama_server: str) 
     count = TokenCount(backend.count_tokens, backend.chat_overhead)
     misses = []
     for messages in CONVERSATIONS:
-        reply = httpx.post(f"{llama_server}/chat/completions", timeout=120,
-                           json={"messages": messages, "max_tokens": 1}).json()  # fmt: skip
+        reply = httpx.post(
+            f"{llama_server}/chat/completions",
+            timeout=120,
+            json={"messages": messages, "max_tokens": 1},
+        ).json()
         real = reply["usage"]["prompt_tokens"]
         ours = count.prompt(messages)
         misses.append((real, ours, sum(4 + estimate_tokens(m["content"]) for m in messages)))
@@ -147,8 +155,11 @@ def test_a_session_on_the_real_server_plans_with_exact_counts(
     assert sent.exact and session.tokens.mark == ""
     _, shown = drive(store, backend, "/context\r/exit\r", settings=session.settings)
     assert "counted by the server's tokenizer" in shown and "~" not in shown
-    reply = httpx.post(f"{llama_server}/chat/completions", timeout=120,
-                       json={"messages": sent.wire, "max_tokens": 1}).json()  # fmt: skip
+    reply = httpx.post(
+        f"{llama_server}/chat/completions",
+        timeout=120,
+        json={"messages": sent.wire, "max_tokens": 1},
+    ).json()
     real = reply["usage"]["prompt_tokens"]
     assert abs(sent.tokens - real) <= max(2, 0.02 * real), (sent.tokens, real)
     backend.close()
@@ -177,7 +188,7 @@ def test_context_rows_add_up_to_the_calls_total(store: Store) -> None:
     besides them (the template's fixed tokens), so no row disagrees with the budget."""
     _, shown = drive(store, FakeBackend(window=4096), "hello\r/context\r/exit\r")
     start = shown.index("#  role")
-    table = shown[start:shown.index("next call:", start)]
+    table = shown[start : shown.index("next call:", start)]
     row = re.compile(r"^\s*\d*\s+\(?[a-z]+\)?\s+~([\d,]+)\s", re.MULTILINE)
     counts = [int(m.group(1).replace(",", "")) for m in row.finditer(table)]
     total = int(re.search(r"next call: 3 messages, ~([\d,]+) of", shown).group(1).replace(",", ""))
@@ -193,11 +204,13 @@ def test_context_in_a_narrow_terminal_cuts_the_content_never_the_numbers(width: 
 
     from chatloop.ui import render
 
-    rows = [("system", 46, "You are a friendly assistant. " * 5), ("user", 13, "hello"),
-            ("assistant", 1_234, "x" * 200)]  # fmt: skip
+    rows = [
+        ("system", 46, "You are a friendly assistant. " * 5),
+        ("user", 13, "hello"),
+        ("assistant", 1_234, "x" * 200),
+    ]
     console = Console(width=width, record=True, force_terminal=False)
-    console.print(render.context_table(rows, 2048, 1_298, "~", [("(template)", 5, "fixed")],
-                                       width))  # fmt: skip
+    console.print(render.context_table(rows, 2048, 1_298, "~", [("(template)", 5, "fixed")], width))
     lines = console.export_text().splitlines()
     assert all(len(line) <= width for line in lines)
     for number, (role, tokens, _) in enumerate(rows, 1):

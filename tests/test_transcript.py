@@ -41,8 +41,9 @@ from tests.strategies import examples, messages, sessions, text_st, tz_st
 # none of those is ever read back exactly: not generated)
 odd_tz_st = st.builds(
     lambda minutes, seconds: timezone(timedelta(minutes=minutes, seconds=seconds)),
-    st.integers(-23 * 60, 23 * 60), st.integers(1, 59),
-)  # fmt: skip
+    st.integers(-23 * 60, 23 * 60),
+    st.integers(1, 59),
+)
 
 
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -54,20 +55,31 @@ odd_tz_st = st.builds(
     st.sampled_from([1, 2]),
 )
 def test_times_on_the_first_day_and_after_it_round_trip(
-    created: datetime, tz: timezone, seconds: list[int], durations: list[float | None],
+    created: datetime,
+    tz: timezone,
+    seconds: list[int],
+    durations: list[float | None],
     version: int,
 ) -> None:
     # format 2 writes HH:MM:SS for a message on the session's first day (read through
     # a fast path) and full ISO times otherwise; any offset, either side of midnight
     start = created.replace(tzinfo=tz)
-    meta = new_meta(format=version, created=start, updated=start,
-                    agent_path="agents/simple_sally.py" if version == 1 else "",
-                    agent_name="" if version == 1 else "simple_sally")  # fmt: skip
+    meta = new_meta(
+        format=version,
+        created=start,
+        updated=start,
+        agent_path="agents/simple_sally.py" if version == 1 else "",
+        agent_name="" if version == 1 else "simple_sally",
+    )
     found = [
-        Message.create("assistant", start + timedelta(seconds=n), text=f"at {n}",
-                       duration=durations[i % len(durations)] if durations else None)
+        Message.create(
+            "assistant",
+            start + timedelta(seconds=n),
+            text=f"at {n}",
+            duration=durations[i % len(durations)] if durations else None,
+        )
         for i, n in enumerate(seconds)
-    ]  # fmt: skip
+    ]
     session = Session(meta, tuple(found))
     result = parse_markdown(render_markdown(session))
     assert result.session == session and not result.problems
@@ -77,9 +89,12 @@ def test_times_on_the_first_day_and_after_it_round_trip(
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_a_lone_surrogate_in_a_frames_json_keeps_the_message(version: int) -> None:
-    meta = new_meta(format=version, model="front-model",
-                    agent_path="agents/simple_sally.py" if version == 1 else "",
-                    agent_name="" if version == 1 else "simple_sally")  # fmt: skip
+    meta = new_meta(
+        format=version,
+        model="front-model",
+        agent_path="agents/simple_sally.py" if version == 1 else "",
+        agent_name="" if version == 1 else "simple_sally",
+    )
     reply = Message.create("assistant", T0, text="hi", model="xQy")
     data = render_markdown(Session(meta, (reply,))).replace(b"xQy", b"x\xed\xa0\x80y")
     result = parse_markdown(data)
@@ -94,8 +109,10 @@ def test_a_message_exported_as_json_is_what_json_dumps_writes(
 ) -> None:
     # durations include NaN, infinities and ints: json writes them as it writes any value
     plain = replace(message, thinking=(), tool_calls=(), tool_results=())
-    ints = (replace(plain, interrupted=1, usage=None),  # type: ignore[arg-type]
-            replace(plain, usage=Usage(1, 2, 0)))  # type: ignore[arg-type]  # fmt: skip
+    ints = (
+        replace(plain, interrupted=1, usage=None),  # type: ignore[arg-type]
+        replace(plain, usage=Usage(1, 2, 0)),
+    )  # type: ignore[arg-type]
     for m in (message, plain, replace(plain, duration=duration), *ints):
         assert message_json(m) == json.dumps(message_dict(m), ensure_ascii=False)
         assert json.loads(message_json(m))["text"] == m.text
@@ -104,10 +121,14 @@ def test_a_message_exported_as_json_is_what_json_dumps_writes(
 @pytest.mark.parametrize("odd", ["int flag", "int signature", "none argument", "int model"])
 def test_a_message_with_parts_of_odd_types_is_exported_as_json_dumps_writes(odd: str) -> None:
     # a value of another type than declared is written as json writes it
-    parts = {"thinking": (Thinking("hmm \"x\"\n", "s1"), Thinking("b", None)),
-             "tool_calls": (ToolCall("c1", "read", '{"p": 1}'),),
-             "tool_results": (ToolResult("c1", "read", "out\n", True),
-                              ToolResult("c2", "r\u2028", "é", False))}  # fmt: skip
+    parts = {
+        "thinking": (Thinking('hmm "x"\n', "s1"), Thinking("b", None)),
+        "tool_calls": (ToolCall("c1", "read", '{"p": 1}'),),
+        "tool_results": (
+            ToolResult("c1", "read", "out\n", True),
+            ToolResult("c2", "r\u2028", "é", False),
+        ),
+    }
     m = Message.create("assistant", T0, text="t", usage=Usage(3, 4), duration=1.5, **parts)
     assert message_json(m) == json.dumps(message_dict(m), ensure_ascii=False)
     if odd == "int flag":
@@ -122,14 +143,33 @@ def test_a_message_with_parts_of_odd_types_is_exported_as_json_dumps_writes(odd:
 
 
 _V1_VALUE = st.one_of(
-    text_st, st.integers(-5, 10**16), st.floats(allow_nan=False), st.booleans(), st.none(),
-    st.sampled_from(["2026-11-18T09:12:34-05:00", "2026-11-18T09:12:34", "2026-13-01T00:00:00Z",
-                     "2026-11-18T09:12:34.5+00:00"]),
-)  # fmt: skip
-_V1_EDITS = [(b'":', b'": '), (b'"in":', b'"in":0'), (b'"secs":', b'"secs":0'),
-             (b'"out":', b'"out":00'), (b"true", b"True"),
-             (b'"at":', b'"at":"x","at":'), (b"}", b" }"), (b'"in":', b'"in":-'),
-             (b".", b"e1"), (b'"', b'\\u0022'), (b"a", b"\\u0061")]  # fmt: skip
+    text_st,
+    st.integers(-5, 10**16),
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.none(),
+    st.sampled_from(
+        [
+            "2026-11-18T09:12:34-05:00",
+            "2026-11-18T09:12:34",
+            "2026-13-01T00:00:00Z",
+            "2026-11-18T09:12:34.5+00:00",
+        ]
+    ),
+)
+_V1_EDITS = [
+    (b'":', b'": '),
+    (b'"in":', b'"in":0'),
+    (b'"secs":', b'"secs":0'),
+    (b'"out":', b'"out":00'),
+    (b"true", b"True"),
+    (b'"at":', b'"at":"x","at":'),
+    (b"}", b" }"),
+    (b'"in":', b'"in":-'),
+    (b".", b"e1"),
+    (b'"', b"\\u0022"),
+    (b"a", b"\\u0061"),
+]
 
 
 def _reads_as_json_reads(
@@ -164,15 +204,40 @@ def _info(frame: Frame, raw: bytes) -> Frame:
 
 
 @settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(messages(), st.dictionaries(st.sampled_from(
-    ["at", "model", "stop", "secs", "usage", "in", "out", "est", "interrupted", "restore",
-     "fallback"]), _V1_VALUE, max_size=4), st.lists(st.sampled_from(_V1_EDITS), max_size=2),
-    st.sampled_from([None, "llama3.2:3b"]), st.sampled_from([None, "stop", "length"]),
-    st.booleans())  # fmt: skip
+@given(
+    messages(),
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "at",
+                "model",
+                "stop",
+                "secs",
+                "usage",
+                "in",
+                "out",
+                "est",
+                "interrupted",
+                "restore",
+                "fallback",
+            ]
+        ),
+        _V1_VALUE,
+        max_size=4,
+    ),
+    st.lists(st.sampled_from(_V1_EDITS), max_size=2),
+    st.sampled_from([None, "llama3.2:3b"]),
+    st.sampled_from([None, "stop", "length"]),
+    st.booleans(),
+)
 def test_a_format_1_open_line_reads_as_json_reads_it(
-    message: Message, changes: dict[str, object], edits: list[tuple[bytes, bytes]],
-    model: str | None, stop: str | None, as_written: bool,
-) -> None:  # fmt: skip
+    message: Message,
+    changes: dict[str, object],
+    edits: list[tuple[bytes, bytes]],
+    model: str | None,
+    stop: str | None,
+    as_written: bool,
+) -> None:
     # any line, as written or edited by hand, gives the message and problems (or the
     # error) of the value json reads from it
     meta = new_meta(format=1, agent_path="agents/simple_sally.py", agent_name="")
@@ -182,49 +247,77 @@ def test_a_format_1_open_line_reads_as_json_reads_it(
     assert isinstance(frame, Frame)
     info = json.loads(frame.info)
     for name, value in changes.items():
-        (info["usage"] if name in ("in", "out", "est") and isinstance(info.get("usage"), dict)
-         else info)[name] = value  # fmt: skip
+        (
+            info["usage"]
+            if name in ("in", "out", "est") and isinstance(info.get("usage"), dict)
+            else info
+        )[name] = value
     raw = compact_json(info).encode()
     for old, new in edits:
         raw = raw.replace(old, new, 1)
     _reads_as_json_reads(frame, meta, raw, _info)
 
 
-_V1_LINE = (b'{"at":"2026-11-18T09:12:34.100000-05:00","model":"llama3.2:3b","stop":"stop",'
-            b'"secs":4.1,"usage":{"in":58,"out":121,"est":true},"interrupted":true,'
-            b'"restore":true,"fallback":true}')  # fmt: skip
+_V1_LINE = (
+    b'{"at":"2026-11-18T09:12:34.100000-05:00","model":"llama3.2:3b","stop":"stop",'
+    b'"secs":4.1,"usage":{"in":58,"out":121,"est":true},"interrupted":true,'
+    b'"restore":true,"fallback":true}'
+)
 
 
-@pytest.mark.parametrize("edit", [
-    (b"", b""), (b'"secs":4.1', b'"secs":04.1'), (b'"secs":4.1', b'"secs":4'),
-    (b'"secs":4.1', b'"secs":4.1e2'), (b'"in":58', b'"in":058'), (b'"out":121', b'"out":-1'),
-    (b'"in":58', b'"in":99999999999999999'), (b',"est":true', b',"est":false'),
-    (b'"stop":"stop"', b'"stop":"st\\u006fp"'), (b'"model":', b'"model": '),
-    (b',"restore":true', b''), (b'"fallback":true', b'"fallback":1'),
-    (b'"at":"2026-11-18T09:12:34.100000-05:00"', b'"at":"2026-11-18T09:12:34"'),
-    (b'"at":"2026-11-18T09:12:34.100000-05:00"', b'"at":"yesterday"'),
-    (b'"model":"llama3.2:3b"', b'"model":"caf\xc3\xa9"'), (b"}", b"}}"),
-    (b'"model":"llama3.2:3b"', b'"model":"x\xed\xa0\x80y"'),  # a lone surrogate: json keeps it
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "edit",
+    [
+        (b"", b""),
+        (b'"secs":4.1', b'"secs":04.1'),
+        (b'"secs":4.1', b'"secs":4'),
+        (b'"secs":4.1', b'"secs":4.1e2'),
+        (b'"in":58', b'"in":058'),
+        (b'"out":121', b'"out":-1'),
+        (b'"in":58', b'"in":99999999999999999'),
+        (b',"est":true', b',"est":false'),
+        (b'"stop":"stop"', b'"stop":"st\\u006fp"'),
+        (b'"model":', b'"model": '),
+        (b',"restore":true', b""),
+        (b'"fallback":true', b'"fallback":1'),
+        (b'"at":"2026-11-18T09:12:34.100000-05:00"', b'"at":"2026-11-18T09:12:34"'),
+        (b'"at":"2026-11-18T09:12:34.100000-05:00"', b'"at":"yesterday"'),
+        (b'"model":"llama3.2:3b"', b'"model":"caf\xc3\xa9"'),
+        (b"}", b"}}"),
+        (b'"model":"llama3.2:3b"', b'"model":"x\xed\xa0\x80y"'),  # a lone surrogate: json keeps it
+    ],
+)
 def test_a_format_1_open_line_edited_by_hand_reads_as_json_reads_it(
     edit: tuple[bytes, bytes],
 ) -> None:
     meta = new_meta(format=1, agent_path="agents/simple_sally.py", agent_name="")
-    frame = next(iter_frames(render_frame(Message.create("assistant", T0, text="hi"), meta, 1),
-                             0, 1))  # fmt: skip
+    frame = next(
+        iter_frames(render_frame(Message.create("assistant", T0, text="hi"), meta, 1), 0, 1)
+    )
     assert isinstance(frame, Frame)
     _reads_as_json_reads(frame, meta, _V1_LINE.replace(*edit), _info)
 
 
-@pytest.mark.parametrize("edit", [
-    (b"", b""), (b'"name":"read_file"', b'"name":"read_file","error":true'),
-    (b'"name":"read_file"', b'"name":"read_file","error":false'),
-    (b'"name":"read_file"', b'"name":"read_file","error":1'), (b'":"', b'": "'),
-    (b'"id":"c1","name":"read_file"', b'"name":"read_file","id":"c1"'),
-    (b'"c1"', b'"\\u0063\\u0031"'), (b'"c1"', b'1'), (b'"c1"', b'null'),
-    (b'"id":"c1",', b''), (b'"read_file"', b'"caf\xc3\xa9"'), (b'"read_file"', b'"x\\"y"'),
-    (b'"name":"read_file"', b'"name":"read_file","id":"c2"'), (b"}", b"}}"), (b"}", b""),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "edit",
+    [
+        (b"", b""),
+        (b'"name":"read_file"', b'"name":"read_file","error":true'),
+        (b'"name":"read_file"', b'"name":"read_file","error":false'),
+        (b'"name":"read_file"', b'"name":"read_file","error":1'),
+        (b'":"', b'": "'),
+        (b'"id":"c1","name":"read_file"', b'"name":"read_file","id":"c1"'),
+        (b'"c1"', b'"\\u0063\\u0031"'),
+        (b'"c1"', b"1"),
+        (b'"c1"', b"null"),
+        (b'"id":"c1",', b""),
+        (b'"read_file"', b'"caf\xc3\xa9"'),
+        (b'"read_file"', b'"x\\"y"'),
+        (b'"name":"read_file"', b'"name":"read_file","id":"c2"'),
+        (b"}", b"}}"),
+        (b"}", b""),
+    ],
+)
 @pytest.mark.parametrize("kind", ["call", "result"])
 def test_a_part_marker_edited_by_hand_reads_as_json_reads_it(
     edit: tuple[bytes, bytes], kind: str
@@ -328,8 +421,15 @@ def test_file_is_readable_markdown() -> None:
 def test_format_2_says_each_fact_once_and_reads_as_markdown() -> None:
     msgs = (
         Message.create("user", T0.replace(microsecond=0), text="- a list\n- of things"),
-        Message.create("assistant", T0.replace(microsecond=0), text="Hi!", usage=Usage(123, 222),
-                       duration=3.2, model="gemma-3-270m", stop_reason="stop"),
+        Message.create(
+            "assistant",
+            T0.replace(microsecond=0),
+            text="Hi!",
+            usage=Usage(123, 222),
+            duration=3.2,
+            model="gemma-3-270m",
+            stop_reason="stop",
+        ),
     )
     text = render_markdown(Session(new_meta(id="20261121-143045-0a1b2c3d"), msgs)).decode()
     body = text.split("\n---\n", 1)[1]

@@ -22,8 +22,10 @@ from tests.conftest import T0, new_meta
 from tests.repl_driver import drive, reply_body
 from tests.strategies import examples
 
-HOSTILE = ("[/INST] [bold]loud[/bold] \x1b[2J\x1b]52;c;ZXZpbA==\x07\x1b]0;pwned\x07 "
-           "\x9b31m <img src=x onerror=alert(1)> <<SYS>> \u202eevil")  # fmt: skip
+HOSTILE = (
+    "[/INST] [bold]loud[/bold] \x1b[2J\x1b]52;c;ZXZpbA==\x07\x1b]0;pwned\x07 "
+    "\x9b31m <img src=x onerror=alert(1)> <<SYS>> \u202eevil"
+)
 CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e")
 
 
@@ -51,13 +53,25 @@ def test_show_prints_every_field_of_every_kind_of_message_as_text() -> None:
     messages = (
         Message.create("user", T0, text=HOSTILE),
         Message.create("user", T0, text=HOSTILE, restore=True, interrupted=True),
-        Message.create("assistant", T0, text=HOSTILE, thinking=(Thinking(HOSTILE, HOSTILE),),
-                       tool_calls=(ToolCall(HOSTILE, HOSTILE, HOSTILE),), stop_reason=HOSTILE),
+        Message.create(
+            "assistant",
+            T0,
+            text=HOSTILE,
+            thinking=(Thinking(HOSTILE, HOSTILE),),
+            tool_calls=(ToolCall(HOSTILE, HOSTILE, HOSTILE),),
+            stop_reason=HOSTILE,
+        ),
         Message.create("assistant", T0, interrupted=True, stop_reason=HOSTILE),
-        Message.create("tool", T0, tool_results=(ToolResult(HOSTILE, HOSTILE, HOSTILE, True),
-                                                 ToolResult("c", "n", f"\n {HOSTILE}\nmore"))),
+        Message.create(
+            "tool",
+            T0,
+            tool_results=(
+                ToolResult(HOSTILE, HOSTILE, HOSTILE, True),
+                ToolResult("c", "n", f"\n {HOSTILE}\nmore"),
+            ),
+        ),
         Message.create("summary", T0, text=HOSTILE),
-    )  # fmt: skip
+    )
     shown = transcript_text(Session(meta, messages))
     assert not any(c in shown for c in CONTROLS)
     assert shown.count("[/INST]") >= 9  # every field was shown, made visible
@@ -72,11 +86,19 @@ def test_the_repl_shows_hostile_replies_and_titles_as_text(store: Store) -> None
     backend = OpenAICompatBackend(
         "http://fake/v1", "fake-model", client=httpx.Client(transport=httpx.MockTransport(handler))
     )
-    arguments = {"rename": HOSTILE, "export": str(store.cwd / "exported.md"), "pin": HOSTILE,
-                 "unpin": "1", "search": HOSTILE}
+    arguments = {
+        "rename": HOSTILE,
+        "export": str(store.cwd / "exported.md"),
+        "pin": HOSTILE,
+        "unpin": "1",
+        "search": HOSTILE,
+    }
     skipped = {"exit", "resume", "new", "fork", "retry", "edit", "clear", "copy"}  # elsewhere
-    every = [f"/{spec.name} {arguments.get(spec.name, '')}".rstrip()
-             for spec in commands.TABLE if spec.name not in skipped]  # fmt: skip
+    every = [
+        f"/{spec.name} {arguments.get(spec.name, '')}".rstrip()
+        for spec in commands.TABLE
+        if spec.name not in skipped
+    ]
     every.sort(key=lambda line: line.startswith("/compact"))  # last: it ends this file
     script = "\r".join([HOSTILE, *every, HOSTILE, "/copy", "exit"]) + "\r"
     _, shown = drive(store, backend, script)
@@ -92,9 +114,21 @@ def test_the_toolbar_shows_names_from_servers_and_files_as_text() -> None:
     from chatloop.ui.render import toolbar
 
     for width in (None, 60):  # (a narrow toolbar drops some of them: each way is checked)
-        drawn = "".join(text for _, text in toolbar(
-            {"agent": HOSTILE, "model": HOSTILE, "session": HOSTILE, "queries": 1, "tokens": 5,
-             "used": 10, "window": 100}, width))  # fmt: skip
+        drawn = "".join(
+            text
+            for _, text in toolbar(
+                {
+                    "agent": HOSTILE,
+                    "model": HOSTILE,
+                    "session": HOSTILE,
+                    "queries": 1,
+                    "tokens": 5,
+                    "used": 10,
+                    "window": 100,
+                },
+                width,
+            )
+        )
         assert HOSTILE[:7] in drawn or width is not None
         assert not any(c in drawn for c in CONTROLS)
 
@@ -106,16 +140,28 @@ def test_every_subcommand_prints_hostile_text_as_text(store: Store, tmp_path: Pa
     writer.finalize(Message.create("summary", T0, text=HOSTILE))
     writer.close()
     env = {"CHATLOOP_HOME": str(store.root), "PATH": "/usr/bin:/bin"}
-    for args in (["show", "1"], ["sessions"], ["sessions", "--all"], ["search", "findme"],
-                 ["tree", "1"]):  # fmt: skip
-        out = subprocess.run([sys.executable, "-m", "chatloop.cli", *args], cwd=store.cwd,
-                             env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    for args in (
+        ["show", "1"],
+        ["sessions"],
+        ["sessions", "--all"],
+        ["search", "findme"],
+        ["tree", "1"],
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "chatloop.cli", *args],
+            cwd=store.cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, (args, out.stderr)
         assert not any(c in out.stdout + out.stderr for c in CONTROLS), args
         assert "[/INST]" in out.stdout or args[0] == "sessions", args
     command = [sys.executable, "-m", "chatloop.cli", "sessions", "--json"]
-    listed = subprocess.run(command, cwd=store.cwd, env=env, capture_output=True, text=True,
-                            timeout=60)  # fmt: skip
+    listed = subprocess.run(
+        command, cwd=store.cwd, env=env, capture_output=True, text=True, timeout=60
+    )
     assert json.loads(listed.stdout)[0]["title"] == HOSTILE  # JSON keeps the exact text
 
 

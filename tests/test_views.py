@@ -41,21 +41,38 @@ def mostly_plain(draw: st.DrawFn) -> Session:
         at = datetime.combine(meta.created.date(), clock, meta.created.tzinfo)
         role = draw(st.sampled_from(["user", "assistant"]))
         plain = Message.create(
-            role, at, text=m.text if draw(st.integers(0, 4)) else "",
+            role,
+            at,
+            text=m.text if draw(st.integers(0, 4)) else "",
             model=None if role == "user" else meta.model or None,
-            stop_reason=None if role == "user" else "stop", usage=m.usage,
+            stop_reason=None if role == "user" else "stop",
+            usage=m.usage,
             duration=m.duration,
-        )  # fmt: skip
+        )
         kind = draw(st.sampled_from(["plain", "plain", "parts", "flags", "as drawn"]))
         if kind == "parts":
             calls = m.tool_calls or (ToolCall("c1", "look", "{}"),)  # at least one part
-            m = Message.create(role, at, text=plain.text or "text", thinking=m.thinking,
-                               tool_calls=calls, tool_results=m.tool_results,
-                               model=plain.model, stop_reason=plain.stop_reason)  # fmt: skip
+            m = Message.create(
+                role,
+                at,
+                text=plain.text or "text",
+                thinking=m.thinking,
+                tool_calls=calls,
+                tool_results=m.tool_results,
+                model=plain.model,
+                stop_reason=plain.stop_reason,
+            )
         elif kind == "flags":
-            m = Message.create(role, at, text=plain.text, model=plain.model,
-                               stop_reason=m.stop_reason, interrupted=m.interrupted,
-                               restore=m.restore, fallback=m.fallback)  # fmt: skip
+            m = Message.create(
+                role,
+                at,
+                text=plain.text,
+                model=plain.model,
+                stop_reason=m.stop_reason,
+                interrupted=m.interrupted,
+                restore=m.restore,
+                fallback=m.fallback,
+            )
         elif kind == "plain":
             m = plain
         out.append(m)
@@ -110,16 +127,22 @@ def _exported(raw: bytes, how: str) -> str:
 def test_export_reads_plain_frames_as_their_messages_in_any_time_zone() -> None:
     """Every field a plain frame's message has, time, usage (estimated or not) and
     duration included, in an offset of whole minutes and in one with seconds."""
-    for tz in (timezone(timedelta(hours=-9, minutes=-30)),
-               timezone(timedelta(hours=5, seconds=7))):  # fmt: skip
+    for tz in (timezone(timedelta(hours=-9, minutes=-30)), timezone(timedelta(hours=5, seconds=7))):
         at = datetime(2026, 3, 1, 23, 59, 58, tzinfo=tz)
         meta = new_meta(format=2, agent_name="simple_sally", agent_path="", created=at)
         said = (
             Message.create("user", at, text="hi", usage=Usage(3, 0, True)),
-            Message.create("assistant", at + timedelta(seconds=1), text="yo", model=meta.model,
-                           stop_reason="stop", usage=Usage(12, 7, False), duration=0.25),
+            Message.create(
+                "assistant",
+                at + timedelta(seconds=1),
+                text="yo",
+                model=meta.model,
+                stop_reason="stop",
+                usage=Usage(12, 7, False),
+                duration=0.25,
+            ),
             Message.create("assistant", at, text="bare", model=meta.model, stop_reason="stop"),
-        )  # fmt: skip
+        )
         raw = render_markdown(Session(meta, said))
         views = list(open_document(raw, "x").views())
         assert [type(v) for v in views] == [Plain] * 3

@@ -23,6 +23,17 @@ from chatloop.backends.base import (
 )
 
 __all__ = [
-    "Backend", "Cancel", "Cancelled", "ChatMessage", "ContextOverflow", "Event", "Finish",
-    "StreamInterrupted", "TextDelta", "ThinkingDelta", "Timeouts", "ToolCallEvent", "UsageEvent",
-]  # fmt: skip
+    "Backend",
+    "Cancel",
+    "Cancelled",
+    "ChatMessage",
+    "ContextOverflow",
+    "Event",
+    "Finish",
+    "StreamInterrupted",
+    "TextDelta",
+    "ThinkingDelta",
+    "Timeouts",
+    "ToolCallEvent",
+    "UsageEvent",
+]

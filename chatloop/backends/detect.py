@@ -79,9 +79,15 @@ def held_candidates(url: str) -> tuple[Candidate, ...]:
     except ValueError:  # not a URL, a bad port, or a host that is a name
         return ()
     path = parts.path.rstrip("/")
-    if (parts.scheme not in ("http", "https") or parts.username is not None
-            or parts.password is not None or parts.query or parts.fragment
-            or path not in ("", "/v1") or "@" in parts.netloc):  # fmt: skip
+    if (
+        parts.scheme not in ("http", "https")
+        or parts.username is not None
+        or parts.password is not None
+        or parts.query
+        or parts.fragment
+        or path not in ("", "/v1")
+        or "@" in parts.netloc
+    ):
         return ()
     name = f"[{host}]" if ":" in host else host
     base = f"{parts.scheme}://{name}" + (f":{port}" if port is not None else "")
@@ -138,12 +144,19 @@ def make_backend(choice: BackendChoice, candidates: tuple[Candidate, ...] = CAND
         from chatloop.backends.ollama import OllamaBackend
 
         return OllamaBackend(
-            url or CANDIDATES[0].base_url, choice.model, timeouts=choice.timeouts,
-            retries=choice.retries, window=choice.window,
-        )  # fmt: skip
+            url or CANDIDATES[0].base_url,
+            choice.model,
+            timeouts=choice.timeouts,
+            retries=choice.retries,
+            window=choice.window,
+        )
     from chatloop.backends.openai_compat import OpenAICompatBackend
 
     return OpenAICompatBackend(
-        url or CANDIDATES[2].base_url, choice.model, timeouts=choice.timeouts,
-        retries=choice.retries, api_key=choice.api_key, window=choice.window,
-    )  # fmt: skip
+        url or CANDIDATES[2].base_url,
+        choice.model,
+        timeouts=choice.timeouts,
+        retries=choice.retries,
+        api_key=choice.api_key,
+        window=choice.window,
+    )

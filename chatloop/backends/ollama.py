@@ -43,9 +43,14 @@ from chatloop.errors import BackendError
 
 # OpenAI-style option names and their Ollama equivalents.
 _OPTION_NAMES = {
-    "max_tokens": "num_predict", "temperature": "temperature", "top_p": "top_p",
-    "top_k": "top_k", "seed": "seed", "stop": "stop", "num_ctx": "num_ctx",
-}  # fmt: skip
+    "max_tokens": "num_predict",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "seed": "seed",
+    "stop": "stop",
+    "num_ctx": "num_ctx",
+}
 
 
 def to_ollama(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
@@ -120,9 +125,14 @@ class OllamaBackend:
         calls: list[ToolCallEvent] = []
         final: dict[str, Any] | None = None
         with open_stream(
-            self.client, f"{self.base_url}/api/chat", body, base_url=self.base_url,
-            timeouts=self.timeouts, retries=self.retries, cancel=cancel,
-        ) as response:  # fmt: skip
+            self.client,
+            f"{self.base_url}/api/chat",
+            body,
+            base_url=self.base_url,
+            timeouts=self.timeouts,
+            retries=self.retries,
+            cancel=cancel,
+        ) as response:
             try:
                 lines = response.iter_lines()
                 for line in lines:
@@ -145,11 +155,13 @@ class OllamaBackend:
                     for call in delta.get("tool_calls") or ():
                         function = call.get("function", {})
                         arguments = function.get("arguments", {})
-                        calls.append(ToolCallEvent(
-                            str(call.get("id") or f"call_{len(calls)}"),
-                            str(function.get("name", "")),
-                            arguments if isinstance(arguments, str) else json.dumps(arguments),
-                        ))  # fmt: skip
+                        calls.append(
+                            ToolCallEvent(
+                                str(call.get("id") or f"call_{len(calls)}"),
+                                str(function.get("name", "")),
+                                arguments if isinstance(arguments, str) else json.dumps(arguments),
+                            )
+                        )
                     if chunk.get("done"):
                         final = chunk
                         finish_body(lines, response)  # the connection serves the next turn

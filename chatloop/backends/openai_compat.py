@@ -108,8 +108,10 @@ class ChunkDecoder:
             yield ToolCallEvent(
                 call["id"] or f"call_{index}", call["name"], call["arguments"] or "{}"
             )
-        yield self.usage or counted or UsageEvent(
-            estimate_prompt(messages), estimate_tokens(self.text), estimated=True
+        yield (
+            self.usage
+            or counted
+            or UsageEvent(estimate_prompt(messages), estimate_tokens(self.text), estimated=True)
         )
         reason = self.finish_reason or ("tool_calls" if self._calls else "stop")
         yield Finish(reason)
@@ -168,9 +170,14 @@ class OpenAICompatBackend:
         done = False
         started = False
         with open_stream(
-            self.client, f"{self.base_url}/chat/completions", body, base_url=self.base_url,
-            timeouts=self.timeouts, retries=self.retries, cancel=cancel,
-        ) as response:  # fmt: skip
+            self.client,
+            f"{self.base_url}/chat/completions",
+            body,
+            base_url=self.base_url,
+            timeouts=self.timeouts,
+            retries=self.retries,
+            cancel=cancel,
+        ) as response:
             try:
                 lines = response.iter_lines()
                 for payload in iter_sse(lines):
@@ -208,8 +215,10 @@ class OpenAICompatBackend:
         prompt = fixed
         for m in messages:
             parts = [str(m.get("content") or "")]
-            parts += [str((c.get("function") or {}).get("arguments", ""))
-                      for c in m.get("tool_calls") or ()]  # fmt: skip
+            parts += [
+                str((c.get("function") or {}).get("arguments", ""))
+                for c in m.get("tool_calls") or ()
+            ]
             for part in parts:
                 counted = self.count_tokens(part) if part else 0
                 if counted is None:
@@ -288,8 +297,11 @@ class OpenAICompatBackend:
             return None
         sizes = []
         for n in (1, 3):
-            body = {"model": self.model or self._first_model(), "max_tokens": 1,
-                    "messages": [{"role": r, "content": t} for r, t in turns[:n]]}
+            body = {
+                "model": self.model or self._first_model(),
+                "max_tokens": 1,
+                "messages": [{"role": r, "content": t} for r, t in turns[:n]],
+            }
             try:
                 response = self.client.post(f"{self.base_url}/chat/completions", json=body)
                 usage = response.json().get("usage") if response.status_code == 200 else None
@@ -315,13 +327,19 @@ class OpenAICompatBackend:
         return ""
 
     def _count(self, url: str, text: str, timeout: float | None = None) -> int | None:
-        body = {"content": text, "input": text, "prompt": text, "add_special": False,
-                "add_special_tokens": False}  # fmt: skip
+        body = {
+            "content": text,
+            "input": text,
+            "prompt": text,
+            "add_special": False,
+            "add_special_tokens": False,
+        }
         if self.model:
             body["model"] = self.model
         try:
-            response = self.client.post(url, json=body,
-                                        timeout=timeout or self.timeouts.connect + 5)  # fmt: skip
+            response = self.client.post(
+                url, json=body, timeout=timeout or self.timeouts.connect + 5
+            )
             data = response.json() if response.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return None
@@ -343,8 +361,13 @@ class OpenAICompatBackend:
         return self.model
 
     def _get_json(self, path: str) -> dict[str, Any]:
-        return request_json(self.client, "GET", f"{self.base_url}{path}",
-                            base_url=self.base_url, timeouts=self.timeouts)  # fmt: skip
+        return request_json(
+            self.client,
+            "GET",
+            f"{self.base_url}{path}",
+            base_url=self.base_url,
+            timeouts=self.timeouts,
+        )
 
 
 def _chunk_error(chunk: dict[str, Any], base_url: str) -> BackendError:

@@ -30,8 +30,15 @@ from chatloop.errors import UsageError
 from chatloop.format import ToolCall, ToolResult
 
 MAX_TOOL_RESULT_CHARS = 20_000
-_JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean",
-                               list: "array", tuple: "array", dict: "object"}  # fmt: skip
+_JSON_TYPES: dict[Any, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    list: "array",
+    tuple: "array",
+    dict: "object",
+}
 
 
 @dataclass(frozen=True)
@@ -186,12 +193,16 @@ def load_agent(path: Path) -> Agent:
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # the agent file is user code; report, do not crash
-        raise UsageError(f"{path.name} failed to load: {type(exc).__name__}: {exc}",
-                         "Fix the agent file and start chatloop again.") from exc  # fmt: skip
+        raise UsageError(
+            f"{path.name} failed to load: {type(exc).__name__}: {exc}",
+            "Fix the agent file and start chatloop again.",
+        ) from exc
     prompt = getattr(module, "SYSTEM_PROMPT", None)
     if not isinstance(prompt, str):
-        raise UsageError(f"{path.name} defines no SYSTEM_PROMPT string",
-                         "An agent file needs NAME and SYSTEM_PROMPT.")  # fmt: skip
+        raise UsageError(
+            f"{path.name} defines no SYSTEM_PROMPT string",
+            "An agent file needs NAME and SYSTEM_PROMPT.",
+        )
     return Agent(
         name=str(getattr(module, "NAME", path.stem.replace("_", " ").title())),
         system_prompt=prompt,

@@ -131,8 +131,9 @@ def summarize(
     answer = prompts.clean(answer)
     if prompts.shape(answer):
         return SummaryOutcome(prompts.fit(answer, words), False, calls)
-    return SummaryOutcome(prompts.fit(prompts.wrap(answer, previous, messages), words), False,
-                          calls)  # fmt: skip
+    return SummaryOutcome(
+        prompts.fit(prompts.wrap(answer, previous, messages), words), False, calls
+    )
 
 
 def summary_words(tokens: int) -> int:
@@ -251,8 +252,9 @@ def chain_tokens(store: Store, path: Path, meta: SessionMeta, limit: int = MAX_C
 # ------------------------------------------------------------------ starting a child
 
 
-def restoration(parent: Parent, summary: str, unanswered: str | None = None,
-                pins: Sequence[str] = ()) -> str:  # fmt: skip
+def restoration(
+    parent: Parent, summary: str, unanswered: str | None = None, pins: Sequence[str] = ()
+) -> str:
     """The restoration prompt that opens a child of ``parent`` (with the facts the
     person pinned in the chain, word for word)."""
     return prompts.restoration_prompt(
@@ -298,12 +300,20 @@ def child_meta(template: SessionMeta, parent: Parent, now: datetime, folder: Pat
     The link to the parent is relative to ``folder`` (where the child is created),
     so a sessions folder moved or synced elsewhere keeps its chains."""
     return SessionMeta(
-        id="", created=now, updated=now, title=template.title or parent.meta.title,
-        agent=template.agent, agent_name=template.agent_name, model=template.model,
-        backend_url=template.backend_url, git_branch=template.git_branch,
-        parent_id=parent.meta.id, parent_file=os.path.relpath(parent.path, folder),
-        extra=dict(template.extra), pins=template.pins,
-    )  # fmt: skip
+        id="",
+        created=now,
+        updated=now,
+        title=template.title or parent.meta.title,
+        agent=template.agent,
+        agent_name=template.agent_name,
+        model=template.model,
+        backend_url=template.backend_url,
+        git_branch=template.git_branch,
+        parent_id=parent.meta.id,
+        parent_file=os.path.relpath(parent.path, folder),
+        extra=dict(template.extra),
+        pins=template.pins,
+    )
 
 
 def closed_parent(writer: SessionWriter) -> Parent:

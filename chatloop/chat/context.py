@@ -204,8 +204,14 @@ def plan(
             if used * margin <= budget.available:
                 break
     own = sum(count.content(item) for item in system) + used - per * len(body)
-    return Plan(wire=[*system, *body], budget=budget, messages_tokens=used, pruned=pruned,
-                exact=count.exact, content=own)  # fmt: skip
+    return Plan(
+        wire=[*system, *body],
+        budget=budget,
+        messages_tokens=used,
+        pruned=pruned,
+        exact=count.exact,
+        content=own,
+    )
 
 
 def to_wire(system_prompt: str, messages: Iterable[Message]) -> list[ChatMessage]:
@@ -218,10 +224,13 @@ def to_wire(system_prompt: str, messages: Iterable[Message]) -> list[ChatMessage
             item: ChatMessage = {"role": "assistant", "content": m.text}
             if m.tool_calls:
                 item["tool_calls"] = [
-                    {"id": c.id, "type": "function",
-                     "function": {"name": c.name, "arguments": c.arguments}}
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments},
+                    }
                     for c in m.tool_calls
-                ]  # fmt: skip
+                ]
             out.append(item)
         elif m.role == "tool":
             out.extend(

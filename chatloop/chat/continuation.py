@@ -93,8 +93,10 @@ def locate(store: Store, ref: str | SessionRow, *, latest: bool = False) -> Loca
     try:
         parent = chain.read_parent(store, path)
     except (ChatloopError, OSError):
-        raise ChatloopError(f"The session file {path} is gone or unreadable",
-                            "`chatloop reindex` refreshes the list.") from None
+        raise ChatloopError(
+            f"The session file {path} is gone or unreadable",
+            "`chatloop reindex` refreshes the list.",
+        ) from None
     return Located(row, parent, later)
 
 
@@ -138,15 +140,20 @@ def agent_for(
     if not recorded or normalise(recorded) == normalise(current.stem):
         return AgentChoice(current)
     if named:
-        return AgentChoice(current, f"session {meta.id} was with {held}; continuing it with "
-                           f"{current_name}.")
+        return AgentChoice(
+            current, f"session {meta.id} was with {held}; continuing it with {current_name}."
+        )
     try:
         own = find_agent_file(recorded, dirs, names_only=True)
     except ChatloopError:
-        return AgentChoice(current, f"session {meta.id} was held with the agent {held!r}, "
-                           "which is not in your agent folders; continuing with "
-                           f"{current_name} (--agent chooses the one to continue with).")
+        return AgentChoice(
+            current,
+            f"session {meta.id} was held with the agent {held!r}, "
+            "which is not in your agent folders; continuing with "
+            f"{current_name} (--agent chooses the one to continue with).",
+        )
     if own.resolve() == current.resolve():
         return AgentChoice(current)
-    return AgentChoice(own, f"continuing with the session's own agent, {held} (--agent "
-                       "chooses another).")
+    return AgentChoice(
+        own, f"continuing with the session's own agent, {held} (--agent chooses another)."
+    )

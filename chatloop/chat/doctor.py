@@ -35,8 +35,9 @@ class Check:
     hint: str = ""
 
 
-def checks(settings: Settings, store: Store, config: Path, config_warnings: list[str],
-           looked: str) -> Iterator[Check]:
+def checks(
+    settings: Settings, store: Store, config: Path, config_warnings: list[str], looked: str
+) -> Iterator[Check]:
     """Every check, in the order a person reads them. ``config``: the config file that
     was (or would be) read; ``config_warnings``: what loading it said; ``looked``: where
     chatloop looked for one, said when there is none."""
@@ -52,8 +53,10 @@ def _server(settings: Settings) -> Iterator[Check]:
             backend = server.make(settings)
             try:
                 models = backend.models()
-                yield Check("ok", f"server {settings.base_url}: {len(models)} model(s): "
-                                  f"{', '.join(models[:5])}")
+                yield Check(
+                    "ok",
+                    f"server {settings.base_url}: {len(models)} model(s): {', '.join(models[:5])}",
+                )
                 yield window_check(backend, settings)
             finally:
                 backend.close()
@@ -69,9 +72,11 @@ def _server(settings: Settings) -> Iterator[Check]:
         return
     tried = ", ".join(f"{c.label} ({c.base_url})" for c in CANDIDATES)
     embedded = embedded_available()
-    yield Check("ok" if embedded else "FAIL",
-                f"no model server answered (tried {tried}); embedded model "
-                f"{'installed' if embedded else 'not installed'}")
+    yield Check(
+        "ok" if embedded else "FAIL",
+        f"no model server answered (tried {tried}); embedded model "
+        f"{'installed' if embedded else 'not installed'}",
+    )
 
 
 def window_check(backend: Backend, settings: Settings) -> Check:
@@ -80,15 +85,19 @@ def window_check(backend: Backend, settings: Settings) -> Check:
     from chatloop.config import DEFAULT_WINDOW
 
     if settings.context_window:
-        return Check("ok", f"context window {settings.context_window:,} tokens (your "
-                           "context_window)")
+        return Check(
+            "ok", f"context window {settings.context_window:,} tokens (your context_window)"
+        )
     told = backend.context_window()
     if told:
         return Check("ok", f"context window {told:,} tokens (from the server)")
-    return Check("warn", f"the server does not say its context window, so chatloop assumes "
-                         f"{DEFAULT_WINDOW:,}: set context_window to what the server was "
-                         "started with (for llama-cpp-python, its --n_ctx; e.g. "
-                         "CHATLOOP_CONTEXT_WINDOW=2048)")
+    return Check(
+        "warn",
+        f"the server does not say its context window, so chatloop assumes "
+        f"{DEFAULT_WINDOW:,}: set context_window to what the server was "
+        "started with (for llama-cpp-python, its --n_ctx; e.g. "
+        "CHATLOOP_CONTEXT_WINDOW=2048)",
+    )
 
 
 def _config(config: Path, warnings: list[str], looked: str) -> Check:
@@ -111,9 +120,12 @@ def _seed(store: Store) -> Iterator[Check]:
     left = sum(1 for outcome in outcomes if outcome.status == "imported")
     here = sum(1 for outcome in outcomes if outcome.status == "present")
     if left:
-        yield Check("note", f"the seed project's sessions are here: {seed} ({left} not "
-                            f"imported{f', {here} already' if here else ''}); `chatloop "
-                            f"import {SEED_FOLDER}` copies them in")
+        yield Check(
+            "note",
+            f"the seed project's sessions are here: {seed} ({left} not "
+            f"imported{f', {here} already' if here else ''}); `chatloop "
+            f"import {SEED_FOLDER}` copies them in",
+        )
     elif here:
         yield Check("ok", f"the seed project's sessions ({seed}): {here} imported, none left")
 
@@ -122,13 +134,17 @@ def _home(store: Store) -> Iterator[Check]:
     """The sessions directory (private?) and the index (readable? how many?)."""
     root = store.root
     if not root.exists():  # a check makes nothing: the first chat creates it, and the index
-        yield Check("ok", f"sessions directory {root} (not created yet: your first chat "
-                          "creates it)")
+        yield Check(
+            "ok", f"sessions directory {root} (not created yet: your first chat creates it)"
+        )
         return
     mode = stat.S_IMODE(root.stat().st_mode)
     private = mode & 0o077 == 0
-    yield Check("ok" if private else "FAIL", f"sessions directory {root} (mode {oct(mode)})",
-                "" if private else f"others can read your conversations there: chmod 700 {root}")
+    yield Check(
+        "ok" if private else "FAIL",
+        f"sessions directory {root} (mode {oct(mode)})",
+        "" if private else f"others can read your conversations there: chmod 700 {root}",
+    )
     from chatloop.store.index import Index
 
     try:

@@ -18,14 +18,16 @@ from chatloop.store.store import Store
 class IndexLookup:
     """The index and the files, as a picker asks them (see ``host.Lookup``)."""
 
-    def __init__(self, index: Index, store: Store, limit: int = 500,
-                 all_projects: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self, index: Index, store: Store, limit: int = 500, all_projects: bool = False
+    ) -> None:
         self.index, self.store, self.limit = index, store, limit
         self.all_projects = all_projects  # search every project, not only this one
 
     def search(self, text: str, prefix: bool = False) -> list[SessionRow]:
-        return self.index.search_sessions(text, prefix=prefix, all_projects=self.all_projects,
-                                          limit=self.limit)  # fmt: skip
+        return self.index.search_sessions(
+            text, prefix=prefix, all_projects=self.all_projects, limit=self.limit
+        )
 
     def preview(self, row: SessionRow) -> str:
         if not row.has_summary:
@@ -52,8 +54,9 @@ def summary_digest(text: str) -> str:
         line = line.lstrip("-*• ").strip()
         if line and line.lower().rstrip(".") not in ("none", "none recorded", "initial session"):
             sections.setdefault(name, []).append(line)
-    return "\n".join(f"{name}: " * bool(name) + "; ".join(items)
-                     for name, items in sections.items())  # fmt: skip
+    return "\n".join(
+        f"{name}: " * bool(name) + "; ".join(items) for name, items in sections.items()
+    )
 
 
 def _heading(line: str) -> tuple[str, str] | None:

@@ -125,8 +125,9 @@ TITLE_SOURCE_CHARS = 500  # of the first request and of the reply, at most, in t
 _MARKER_LINE = re.compile(r"^.*SESSION_SUMMARY.*$\n?", re.MULTILINE)  # whole or damaged markers
 
 
-def summary_prompt(text: str, previous: str | None, notes: bool = False,
-                   instructions: str = "") -> str:  # fmt: skip
+def summary_prompt(
+    text: str, previous: str | None, notes: bool = False, instructions: str = ""
+) -> str:
     """The request for a summary of ``text`` (a transcript, or notes on its parts);
     ``instructions`` are the person's own words on what to keep."""
     asked = instructions.strip()
@@ -163,8 +164,11 @@ def restoration_prompt(
         date=date,
         queries=f"{queries:,} {'query' if queries == 1 else 'queries'}",
         tokens=tokens,
-        grandparent=(f"; it {'branched from' if branched else 'continued'} session "
-                     f"{grandparent}" if grandparent else ""),
+        grandparent=(
+            f"; it {'branched from' if branched else 'continued'} session {grandparent}"
+            if grandparent
+            else ""
+        ),
         summary=summary.strip(),
         unanswered=UNANSWERED.format(text=unanswered.strip()) if unanswered else "",
         pins=PINS.format(facts="\n".join(f"- {p}" for p in pins)) if pins else "",
@@ -174,15 +178,21 @@ def restoration_prompt(
 def title_prompt(request: str, reply: str, limit: int = TITLE_SOURCE_CHARS) -> str:
     """The request for a title of the conversation that began with ``request`` and
     ``reply``, each cut to ``limit`` characters (the opening says what it is about)."""
-    return TITLE_PROMPT.format(words=TITLE_WORDS, request=_clip(request.strip(), limit),
-                               reply=_clip(reply.strip(), limit) or "(no text)")  # fmt: skip
+    return TITLE_PROMPT.format(
+        words=TITLE_WORDS,
+        request=_clip(request.strip(), limit),
+        reply=_clip(reply.strip(), limit) or "(no text)",
+    )
 
 
 def is_restoration(message: Message) -> bool:
     """Whether ``message`` is a restoration prompt as chatloop writes it (a continued
     session's first message: its parent's summary), not a copy of something said."""
-    return (message.role == "user" and message.restore
-            and message.text.startswith(RESTORE_PROMPT[:RESTORE_PROMPT.index(":")]))  # fmt: skip
+    return (
+        message.role == "user"
+        and message.restore
+        and message.text.startswith(RESTORE_PROMPT[: RESTORE_PROMPT.index(":")])
+    )
 
 
 def as_said(messages: Sequence[Message]) -> list[Message]:
@@ -219,11 +229,11 @@ def transcript_lines(messages: Sequence[Message], limit: int = 2000) -> list[str
         elif m.role == "assistant":
             if m.text.strip():
                 lines.append(f"Assistant: {_clip(m.text, limit)}")
-            lines.extend(f"Assistant called {c.name}({_clip(c.arguments, 200)})"
-                         for c in m.tool_calls)  # fmt: skip
+            lines.extend(
+                f"Assistant called {c.name}({_clip(c.arguments, 200)})" for c in m.tool_calls
+            )
         elif m.role == "tool":
-            lines.extend(f"Tool {r.name} returned: {_clip(r.content, 300)}"
-                         for r in m.tool_results)  # fmt: skip
+            lines.extend(f"Tool {r.name} returned: {_clip(r.content, 300)}" for r in m.tool_results)
     return lines
 
 
@@ -333,8 +343,13 @@ def wrap(text: str, previous: str | None, messages: Sequence[Message]) -> str:
     """A summary with the required structure around model output that lacks it. The
     model's text is kept only where it is ``grounded`` in the transcript or ``previous``."""
     parts = _fallback_parts(messages)
-    source = "\n".join([previous or "", *(m.text for m in messages),
-                        *(r.content for m in messages for r in m.tool_results)])  # fmt: skip
+    source = "\n".join(
+        [
+            previous or "",
+            *(m.text for m in messages),
+            *(r.content for m in messages for r in m.tool_results),
+        ]
+    )
     return assemble(
         condense(previous),
         topics=parts["topics"],
@@ -366,8 +381,7 @@ def grounded(text: str, source: str) -> str:
 
 
 def _is_name(word: str) -> bool:
-    return (any(c.isdigit() or c in "/_" for c in word)
-            or any(c.isupper() for c in word[1:]))  # fmt: skip
+    return any(c.isdigit() or c in "/_" for c in word) or any(c.isupper() for c in word[1:])
 
 
 def fallback_summary(messages: Sequence[Message], previous: str | None) -> str:

@@ -92,19 +92,26 @@ def connect(settings: Settings, held: Held = Held()) -> Connected:
 
         tried = held_candidates(held.url)
         if not tried:
-            notes.append(f"this session was held with the server at {held.url}, which "
-                         "is not a plain URL of this machine: --base-url uses it again (a "
-                         "session file never sends a conversation elsewhere by itself).")
+            notes.append(
+                f"this session was held with the server at {held.url}, which "
+                "is not a plain URL of this machine: --base-url uses it again (a "
+                "session file never sends a conversation elsewhere by itself)."
+            )
             backend = make(settings)
         else:
             backend = make(settings, (*tried, *CANDIDATES))
             on_held = backend.base_url in {c.base_url for c in tried}
             if not on_held:
-                now = ("the embedded model" if backend.base_url.startswith("embedded:")
-                       else backend.base_url)
-                notes.append(f"this session was held with the server at {held.url}, "
-                             f"which does not answer; continuing with {now} "
-                             "(--base-url chooses another).")
+                now = (
+                    "the embedded model"
+                    if backend.base_url.startswith("embedded:")
+                    else backend.base_url
+                )
+                notes.append(
+                    f"this session was held with the server at {held.url}, "
+                    f"which does not answer; continuing with {now} "
+                    "(--base-url chooses another)."
+                )
     else:
         backend = make(settings)
     try:

@@ -182,12 +182,18 @@ class ChatSession:
         spent = totals.tokens + totals.restoration
         match self.state:
             case Waiting(continuation=continuation):
-                return Status("waiting", continues=continuation.parent.meta.id,
-                              how=how(continuation))
+                return Status(
+                    "waiting", continues=continuation.parent.meta.id, how=how(continuation)
+                )
             case Open(writer=writer, chain_base=base):
                 meta = writer.meta
-                return Status("open", meta.id, writer.path, meta.parent_id or "",
-                              chain_tokens=base + spent if meta.parent_id else 0)
+                return Status(
+                    "open",
+                    meta.id,
+                    writer.path,
+                    meta.parent_id or "",
+                    chain_tokens=base + spent if meta.parent_id else 0,
+                )
             case Closing(writer=writer):
                 meta = writer.meta
                 return Status("closing", meta.id, writer.path, meta.parent_id or "")
@@ -200,11 +206,17 @@ class ChatSession:
             return writer.meta
         now = self.clock()
         return SessionMeta(
-            id="", created=now, updated=now, title=self.title, agent=self.agent.name,
-            agent_name=Path(self.agent.path).stem, model=self.backend.model,
-            backend_url=self.backend.base_url, git_branch=git_branch(self.store.cwd),
+            id="",
+            created=now,
+            updated=now,
+            title=self.title,
+            agent=self.agent.name,
+            agent_name=Path(self.agent.path).stem,
+            model=self.backend.model,
+            backend_url=self.backend.base_url,
+            git_branch=git_branch(self.store.cwd),
             pins=self.pins,
-        )  # fmt: skip
+        )
 
     def _summary_words(self) -> int:
         """The words a summary may have here (``context.summary_cap``, in words)."""
@@ -254,16 +266,20 @@ class ChatSession:
         """What the next call would send: the --full prefix, this session, ``extra``."""
         return self._plan([*self.messages, *extra], reuse=True)
 
-    def _plan(self, messages: Sequence[Message], history: bool = True,
-              reuse: bool = False) -> Plan:  # fmt: skip
+    def _plan(self, messages: Sequence[Message], history: bool = True, reuse: bool = False) -> Plan:
         """The call for ``messages``, after the --full prefix unless ``history`` is False.
         ``reuse``: ``messages`` are this conversation's (what earlier such plans made
         is reused: a turn's cost does not grow with the conversation)."""
         before = self.prefix if history else []
-        return plan(self.agent.system_prompt, [*before, *messages], window=self.window(),
-                    tools=self.agent.tool_specs() if self.agent.tools else None,
-                    reserve=self.reply_options().get("max_tokens"),
-                    count=self.tokens, sent=self._made if reuse else None)  # fmt: skip
+        return plan(
+            self.agent.system_prompt,
+            [*before, *messages],
+            window=self.window(),
+            tools=self.agent.tool_specs() if self.agent.tools else None,
+            reserve=self.reply_options().get("max_tokens"),
+            count=self.tokens,
+            sent=self._made if reuse else None,
+        )
 
     # ------------------------------------------------------------------ saving
     def _ensure_file(self) -> SessionWriter:
@@ -298,8 +314,11 @@ class ChatSession:
         """``exc`` with a hint that tells the truth about the queue."""
         n = len(self._queue)
         held = f"{n} message{'s' if n != 1 else ''} kept in memory, not yet saved"
-        return StoreError(exc.message, f"{held}: chatloop writes them before anything else "
-                          "and sends nothing until they are saved.")  # fmt: skip
+        return StoreError(
+            exc.message,
+            f"{held}: chatloop writes them before anything else "
+            "and sends nothing until they are saved.",
+        )
 
     # ------------------------------------------------------------------ a turn
     def send(self, text: str) -> TurnResult:
@@ -316,8 +335,7 @@ class ChatSession:
         self._queue.append(draft)  # in hand: from here on it is on disk or visibly queued
         try:
             if not room.fits:
-                self.host.notice("The context window is full: compacting before sending.",
-                                 "warn")  # fmt: skip
+                self.host.notice("The context window is full: compacting before sending.", "warn")
                 self.compact()
             self.flush()
         except StoreError as exc:
@@ -358,10 +376,16 @@ class ChatSession:
                 view.tool_results(message)
 
         result = run_turn(
-            self.agent, self.backend, self.messages, build_context=self.wire, record=record,
-            clock=self.clock, on_event=view.on_event, max_rounds=self.settings.max_tool_rounds,
+            self.agent,
+            self.backend,
+            self.messages,
+            build_context=self.wire,
+            record=record,
+            clock=self.clock,
+            on_event=view.on_event,
+            max_rounds=self.settings.max_tool_rounds,
             options=self.reply_options(),
-        )  # fmt: skip
+        )
         kept = any(m.interrupted and (m.text or m.thinking) for m in result.messages)
         view.close(result.interrupted, saved=kept)
         if failures:
@@ -372,8 +396,11 @@ class ChatSession:
         if isinstance(error, ContextOverflow) and error.window:
             self._window = error.window  # the server told us its real window
         if isinstance(error, ContextOverflow) and self.settings.auto_compact != "off":
-            self.host.notice("The server says the context window is full: compacting; the new "
-                             "session answers your message.", "warn")  # fmt: skip
+            self.host.notice(
+                "The server says the context window is full: compacting; the new "
+                "session answers your message.",
+                "warn",
+            )
             self.compact(unanswered=text)
         elif error is not None:
             raise error
@@ -425,8 +452,9 @@ class ChatSession:
         if mode == "model" and self.backend.kind != "embedded":  # in process: not in a thread
             try:
                 with self.host.working("Naming the session", trace=False):
-                    made = titles.ask(self.backend, first, reply,
-                                      timeout=self.settings.title_timeout)  # fmt: skip
+                    made = titles.ask(
+                        self.backend, first, reply, timeout=self.settings.title_timeout
+                    )
             except KeyboardInterrupt:  # the person wants the prompt back: the first line will do
                 pass
         if not made.text:
@@ -446,8 +474,9 @@ class ChatSession:
         return writer.meta.parent_id is None and self.naming == "untried"
 
     # ------------------------------------------------------------------ summaries
-    def summarize(self, messages: list[Message], previous: str | None,
-                  instructions: str = "") -> chain.SummaryOutcome:  # fmt: skip
+    def summarize(
+        self, messages: list[Message], previous: str | None, instructions: str = ""
+    ) -> chain.SummaryOutcome:
         """The summary of ``messages``; never raises for the model, never hangs forever.
         Cut short (Ctrl-C), or while leaving on a signal, the one built from the
         transcript is used. What a fork carried over counts as said
@@ -459,18 +488,26 @@ class ChatSession:
         try:
             with self.host.working("Generating session summary...") as progress:
                 outcome = chain.summarize(
-                    self.backend, messages, previous=previous, window=self.window(),
+                    self.backend,
+                    messages,
+                    previous=previous,
+                    window=self.window(),
                     max_tokens=summary_cap(self.window(), self.settings.summary_max_tokens),
-                    timeout=self.settings.summary_timeout, progress=progress,
-                    instructions=instructions, count=self.tokens.text,
-                )  # fmt: skip
+                    timeout=self.settings.summary_timeout,
+                    progress=progress,
+                    instructions=instructions,
+                    count=self.tokens.text,
+                )
         except KeyboardInterrupt:
             self.host.notice("Summary cut short: using one built from the transcript.", "warn")
             text = prompts.fit(prompts.fallback_summary(messages, previous), self._summary_words())
             return chain.SummaryOutcome(text, True, 0)
         if outcome.fallback and outcome.error:
-            self.host.notice(f"The model could not summarize ({outcome.error}); wrote a summary "
-                             "built from the transcript.", "warn")  # fmt: skip
+            self.host.notice(
+                f"The model could not summarize ({outcome.error}); wrote a summary "
+                "built from the transcript.",
+                "warn",
+            )
         return outcome
 
     def close(self) -> Closed:
@@ -488,15 +525,21 @@ class ChatSession:
         if writer is None:  # nothing written: a pending continuation leaves no file
             if isinstance(self.state, Waiting):
                 parent = self.state.continuation.parent.meta.id
-                self.host.notice(f"Nothing new to save; session {parent} is closed with its "
-                                 "summary, ready to resume.", "ok")
+                self.host.notice(
+                    f"Nothing new to save; session {parent} is closed with its "
+                    "summary, ready to resume.",
+                    "ok",
+                )
             self._release()
             return Closed(None, tuple(self._queue))
         try:
             return Closed(self._finalize(writer), tuple(self._queue))
         except StoreError as exc:
-            self.host.notice(f"Could not finalize {writer.path.name}: {exc.message}. It stays "
-                             "open and is recovered at the next start.", "warn")  # fmt: skip
+            self.host.notice(
+                f"Could not finalize {writer.path.name}: {exc.message}. It stays "
+                "open and is recovered at the next start.",
+                "warn",
+            )
             return Closed(None, tuple(self._queue))
         finally:
             self._release()
@@ -524,8 +567,9 @@ class ChatSession:
         kind = "fallback summary" if outcome.fallback else "summary"
         self.host.notice(
             f"Saved session {meta.id} with its {kind}: {_queries(meta.queries)}, "
-            f"{meta.tokens_in + meta.tokens_out:,} tokens → {writer.path}", "ok",
-        )  # fmt: skip
+            f"{meta.tokens_in + meta.tokens_out:,} tokens → {writer.path}",
+            "ok",
+        )
         return chain.closed_parent(writer)
 
     def _release(self) -> None:
@@ -565,8 +609,9 @@ class ChatSession:
                 )
             case Waiting(continuation=WithHistory() as full):
                 # --full, and the history no longer fits with the message: use the summary
-                self.host.notice("The full history no longer fits: continuing from the summary.",
-                                 "warn")
+                self.host.notice(
+                    "The full history no longer fits: continuing from the summary.", "warn"
+                )
                 self.begin_child(full.parent, full.summary or "", full.template)
                 return
             case Fresh():
@@ -578,8 +623,9 @@ class ChatSession:
             try:
                 parent = self._finalize(writer, instructions)
             except StoreError as exc:
-                raise StoreError(f"Could not compact: {exc.message}",
-                                 "The session goes on as it was.") from exc
+                raise StoreError(
+                    f"Could not compact: {exc.message}", "The session goes on as it was."
+                ) from exc
             self._release()
             if parent.summary is None:  # finalize always writes one; a guard, not a path
                 raise StoreError("Could not compact: the summary is missing", "")
@@ -587,8 +633,13 @@ class ChatSession:
         finally:
             self._queue[0:0] = held
 
-    def begin_child(self, parent: chain.Parent, summary: str, template: SessionMeta | None = None,
-                    unanswered: str | None = None) -> None:
+    def begin_child(
+        self,
+        parent: chain.Parent,
+        summary: str,
+        template: SessionMeta | None = None,
+        unanswered: str | None = None,
+    ) -> None:
         """Continue ``parent`` in a child from ``summary``: ``Waiting`` for the next
         message; written at once when the child must answer ``unanswered`` (a message
         the parent's window could not take)."""
@@ -602,9 +653,12 @@ class ChatSession:
         if unanswered is not None:
             self._begin(continuation)
         else:
-            self.host.notice(f"Continuing session {parent.meta.id} "
-                             f"({_queries(parent.meta.queries)}) from its summary: the new "
-                             "session begins with your next message.", "restored")
+            self.host.notice(
+                f"Continuing session {parent.meta.id} "
+                f"({_queries(parent.meta.queries)}) from its summary: the new "
+                "session begins with your next message.",
+                "restored",
+            )
 
     def _begin(self, continuation: Continuation) -> SessionWriter:
         """Write the waiting child: its file, then the restoration prompt and the
@@ -613,25 +667,40 @@ class ChatSession:
         hand queued) for the next try."""
         parent = continuation.parent
         # what was pinned or renamed while the continuation waited goes in too
-        template = replace(continuation.template, pins=self.pins, model=self.backend.model,
-                           title=self.title or continuation.template.title)
+        template = replace(
+            continuation.template,
+            pins=self.pins,
+            model=self.backend.model,
+            title=self.title or continuation.template.title,
+        )
         if isinstance(continuation, Branch):
             return self._begin_fork(continuation, template)
         # how the parent was made (a fork of its own parent, a full restoration) is not
         # how this child is: a continuation of a fork is a continuation, not a fork
-        template = replace(template, extra={k: v for k, v in template.extra.items()
-                                            if k not in ("forked_at", "restored")})
+        template = replace(
+            template,
+            extra={k: v for k, v in template.extra.items() if k not in ("forked_at", "restored")},
+        )
         if isinstance(continuation, WithHistory):
             meta = chain.child_meta(template, parent, self.clock(), self.store.project_dir)
             writer = self.store.create(replace(meta, extra={**meta.extra, "restored": "full"}))
             prefix, previous = continuation.history, continuation.summary
         else:
-            writer = chain.start_child(self.store, template, parent, continuation.summary,
-                                       self.clock, continuation.unanswered)
+            writer = chain.start_child(
+                self.store,
+                template,
+                parent,
+                continuation.summary,
+                self.clock,
+                continuation.unanswered,
+            )
             prefix, previous = (), continuation.summary
         self.state = Open(writer, previous, prefix, chain.tokens_through(self.store, parent))
-        self.host.notice(f"Session Restored: {writer.meta.id} continues {parent.meta.id} "
-                         f"({_queries(parent.meta.queries)}).", "restored")
+        self.host.notice(
+            f"Session Restored: {writer.meta.id} continues {parent.meta.id} "
+            f"({_queries(parent.meta.queries)}).",
+            "restored",
+        )
         if isinstance(continuation, FromSummary) and not self.leaving:
             self._acknowledge(writer, answers=continuation.unanswered is not None)
         return writer
@@ -644,9 +713,13 @@ class ChatSession:
         try:
             reply_limit = self.reply_options()["max_tokens"]
             cap = reply_limit if answers else ack_cap(self.window(), reply_limit)
-            reply = respond(self.backend, self.wire(writer.messages), clock=self.clock,
-                            on_event=view.on_event,
-                            options={**self.agent.options, "max_tokens": cap})  # fmt: skip
+            reply = respond(
+                self.backend,
+                self.wire(writer.messages),
+                clock=self.clock,
+                on_event=view.on_event,
+                options={**self.agent.options, "max_tokens": cap},
+            )
             self._learn(reply)
         except KeyboardInterrupt:
             view.close(False, False)
@@ -654,8 +727,7 @@ class ChatSession:
             return
         except (BackendError, Cancelled) as exc:  # (Cancelled: the output's reader left)
             view.close(False, False)
-            self.host.notice(f"No acknowledgment ({exc.message}); the summary is in place.",
-                             "warn")  # fmt: skip
+            self.host.notice(f"No acknowledgment ({exc.message}); the summary is in place.", "warn")
             return
         view.close(False, False)
         ack = replace(reply, restore=True)
@@ -697,9 +769,13 @@ class ChatSession:
         from chatloop.chat import server
         from chatloop.chat.agent import agent_dirs, load_agent
 
-        choice = continuation.agent_for(located, current=Path(self.agent.path),
-                                        current_name=self.agent.name, named=self.agent_named,
-                                        dirs=agent_dirs(self.store.cwd, self.store.root))
+        choice = continuation.agent_for(
+            located,
+            current=Path(self.agent.path),
+            current_name=self.agent.name,
+            named=self.agent_named,
+            dirs=agent_dirs(self.store.cwd, self.store.root),
+        )
         if choice.note:
             self.host.notice(choice.note[0].upper() + choice.note[1:], "warn")
         held = server.Held.of(located.parent.meta)
@@ -761,7 +837,9 @@ class ChatSession:
             self.host.notice(
                 f"Session {session_id} was continued already, in {later[-1]}: this resume "
                 "starts a second line from it (`chatloop tree` shows both; `chatloop -r "
-                f"{later[-1]}` goes on with the later one).", "warn")
+                f"{later[-1]}` goes on with the later one).",
+                "warn",
+            )
 
     def _show_last_exchange(self, parent: chain.Parent) -> None:
         try:
@@ -769,9 +847,12 @@ class ChatSession:
         except (ChatloopError, OSError):
             return
         if last:
-            lines = [f"{'You' if m.role == 'user' else parent.meta.agent or 'Agent'}: "
-                     f"{_short(m.text) or _no_text(m)}"
-                     for m in last if m.role != "tool"]
+            lines = [
+                f"{'You' if m.role == 'user' else parent.meta.agent or 'Agent'}: "
+                f"{_short(m.text) or _no_text(m)}"
+                for m in last
+                if m.role != "tool"
+            ]
             self.host.notice("Where it ended:\n" + "\n".join(lines))
 
     def _summarize_parent(self, parent: chain.Parent) -> chain.Parent:
@@ -802,20 +883,26 @@ class ChatSession:
             return history
         self.host.notice(
             f"The full history of {parent.meta.id} (about {fit.messages_tokens:,} tokens) does "
-            f"not fit the budget ({fit.budget.available:,}); using its summary instead.", "warn",
+            f"not fit the budget ({fit.budget.available:,}); using its summary instead.",
+            "warn",
         )
         return None
 
-    def _continue_full(self, parent: chain.Parent, history: list[Message],
-                       template: SessionMeta) -> None:
+    def _continue_full(
+        self, parent: chain.Parent, history: list[Message], template: SessionMeta
+    ) -> None:
         """Continue ``parent`` with its whole history sent before this session's messages;
         the child file is written with the next message."""
         self.pins = _merged(parent.meta.pins, self.pins)
-        self.state = Waiting(WithHistory(parent, parent.summary,
-                                         replace(template, pins=self.pins), tuple(history)))
-        self.host.notice(f"Continuing session {parent.meta.id} with its full history "
-                         f"({len(history)} messages): the new session begins with your next "
-                         "message.", "restored")
+        self.state = Waiting(
+            WithHistory(parent, parent.summary, replace(template, pins=self.pins), tuple(history))
+        )
+        self.host.notice(
+            f"Continuing session {parent.meta.id} with its full history "
+            f"({len(history)} messages): the new session begins with your next "
+            "message.",
+            "restored",
+        )
 
     # ------------------------------------------------------------------ fork
     def fork(self, upto: int | None = None) -> None:
@@ -835,8 +922,9 @@ class ChatSession:
         try:
             parent = self._finalize(writer)
         except StoreError as exc:
-            raise StoreError(f"Could not fork: {exc.message}",
-                             "The session goes on as it was.") from exc
+            raise StoreError(
+                f"Could not fork: {exc.message}", "The session goes on as it was."
+            ) from exc
         self._release()
         self._fork_from(parent, history, at, template, previous)
 
@@ -858,8 +946,10 @@ class ChatSession:
         try:
             session = self.store.read(parent.path).session
         except (ChatloopError, OSError):
-            raise ChatloopError(f"The session file {parent.path} is gone or unreadable",
-                                "`chatloop reindex` refreshes the list.") from None
+            raise ChatloopError(
+                f"The session file {parent.path} is gone or unreadable",
+                "`chatloop reindex` refreshes the list.",
+            ) from None
         messages = [m for m in session.messages if m.role != "summary"]
         cut, at = _fork_point(messages, None)
         template = replace(self.meta(), title="")
@@ -867,22 +957,35 @@ class ChatSession:
         self._show_last_exchange(parent)
         self._fork_from(parent, messages[:cut], at, template, chain.previous_summary(messages))
 
-    def _fork_from(self, parent: chain.Parent, history: list[Message], at: int,
-                   template: SessionMeta, previous: str | None) -> None:
+    def _fork_from(
+        self,
+        parent: chain.Parent,
+        history: list[Message],
+        at: int,
+        template: SessionMeta,
+        previous: str | None,
+    ) -> None:
         """Make the fork wait for the next message: ``history`` copied (written marked
         as restored) when it fits, else a restoration prompt built from a summary of it.
         ``previous``: the summary the carried history began from."""
         self.pins = _merged(parent.meta.pins, self.pins)
-        base = replace(template, pins=self.pins, title=parent.meta.title,
-                       extra={**template.extra, "forked_at": at})
+        base = replace(
+            template,
+            pins=self.pins,
+            title=parent.meta.title,
+            extra={**template.extra, "forked_at": at},
+        )
         branch = Branch(parent, previous, base, tuple(history), at)
         self.state = Waiting(branch)
         if not self._plan(list(branch.copies), history=False).fits:
             self._fork_summarized(branch)
             return
-        self.host.notice(f"Forking session {parent.meta.id} after query {at} ({len(history)} "
-                         "messages carried): the branch begins with your next message; "
-                         f"{parent.meta.id} stays as it is.", "restored")
+        self.host.notice(
+            f"Forking session {parent.meta.id} after query {at} ({len(history)} "
+            "messages carried): the branch begins with your next message; "
+            f"{parent.meta.id} stays as it is.",
+            "restored",
+        )
 
     def _fork_summarized(self, branch: Branch) -> None:
         """The fork carries a summary of its history instead of the history itself."""
@@ -892,8 +995,11 @@ class ChatSession:
         text = chain.restoration(branch.parent, summary, None, self.pins)
         restoration = Message.create("user", self.clock(), text=text, restore=True)
         self.state = Waiting(replace(branch, copies=(restoration,), previous=summary))
-        self.host.notice(f"The history up to query {branch.forked_at} does not fit whole: the "
-                         "branch carries a summary of it.", "warn")
+        self.host.notice(
+            f"The history up to query {branch.forked_at} does not fit whole: the "
+            "branch carries a summary of it.",
+            "warn",
+        )
 
     def _begin_fork(self, branch: Branch, template: SessionMeta) -> SessionWriter:
         """Write the waiting fork: its file (linked to the parent, ``forked_at`` in its
@@ -908,8 +1014,11 @@ class ChatSession:
             raise
         base = chain.tokens_through(self.store, branch.parent)
         self.state = Open(writer, branch.previous, (), base)
-        self.host.notice(f"Forked: {writer.meta.id} branches from {branch.parent.meta.id} "
-                         f"after query {branch.forked_at}.", "restored")
+        self.host.notice(
+            f"Forked: {writer.meta.id} branches from {branch.parent.meta.id} "
+            f"after query {branch.forked_at}.",
+            "restored",
+        )
         return writer
 
     # ------------------------------------------------------------------ switches
@@ -922,9 +1031,10 @@ class ChatSession:
         import difflib
 
         if self.backend.kind == "embedded":
-            raise ChatloopError("The embedded model cannot be switched mid-chat",
-                                "Start a server for several models, or chatloop --model PATH "
-                                "for another file.")  # fmt: skip
+            raise ChatloopError(
+                "The embedded model cannot be switched mid-chat",
+                "Start a server for several models, or chatloop --model PATH for another file.",
+            )
         unchecked = None
         try:
             offered = self.backend.models()
@@ -933,8 +1043,10 @@ class ChatSession:
         if offered and name not in offered:
             close = difflib.get_close_matches(name, offered, 1, 0.5)
             names = ", ".join(offered[:8]) + (", ..." if len(offered) > 8 else "")
-            raise ChatloopError(f"The server offers no model {name!r}",
-                                f"Did you mean {close[0]}?" if close else f"It offers: {names}")
+            raise ChatloopError(
+                f"The server offers no model {name!r}",
+                f"Did you mean {close[0]}?" if close else f"It offers: {names}",
+            )
         self.backend.model = name
         self._forget_counts()
         return unchecked
@@ -963,8 +1075,7 @@ class ChatSession:
         self._sent = None
         if isinstance(self.state, Waiting):
             waiting = self.state.continuation
-            template = replace(waiting.template, agent=agent.name,
-                               agent_name=Path(agent.path).stem)
+            template = replace(waiting.template, agent=agent.name, agent_name=Path(agent.path).stem)
             self.state = Waiting(replace(waiting, template=template))
         return branched
 
@@ -990,7 +1101,8 @@ class ChatSession:
         if len(fact) > MAX_PIN_CHARS:
             raise ChatloopError(
                 f"A pinned fact may have {MAX_PIN_CHARS} characters at most (this one has "
-                f"{len(fact)})", "Pin the essential part.",
+                f"{len(fact)})",
+                "Pin the essential part.",
             )
         if len(self.pins) >= MAX_PINS:
             raise ChatloopError(f"{MAX_PINS} facts are pinned already", "/unpin N frees one.")
@@ -999,8 +1111,9 @@ class ChatSession:
     def unpin(self, number: int) -> tuple[str, ...]:
         """Remove pinned fact ``number`` (1 = the first, as /pins lists them)."""
         if not 1 <= number <= len(self.pins):
-            raise ChatloopError(f"There is no pinned fact {number}",
-                                "/pins lists them with their numbers.")  # fmt: skip
+            raise ChatloopError(
+                f"There is no pinned fact {number}", "/pins lists them with their numbers."
+            )
         return self._set_pins(self.pins[: number - 1] + self.pins[number:])
 
     def _set_pins(self, pins: tuple[str, ...]) -> tuple[str, ...]:
@@ -1018,8 +1131,9 @@ class ChatSession:
 
     def last_reply(self) -> str | None:
         """The text of the latest reply (for /copy)."""
-        return next((m.text for m in reversed(self.messages) if m.role == "assistant" and m.text),
-                    None)  # fmt: skip
+        return next(
+            (m.text for m in reversed(self.messages) if m.role == "assistant" and m.text), None
+        )
 
 
 def _queries(count: int) -> str:

@@ -68,8 +68,11 @@ def ask(
 
     def work() -> None:
         try:
-            outcome.append(complete(backend, prompts.title_prompt(request, reply),
-                                    options=options, cancel=cancel))  # fmt: skip
+            outcome.append(
+                complete(
+                    backend, prompts.title_prompt(request, reply), options=options, cancel=cancel
+                )
+            )
         except BaseException as exc:  # handed to the waiting thread
             outcome.append(exc)
 
@@ -118,28 +121,35 @@ _ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?
 # What a model's answer may carry that is no part of a title: HTML tags and chat
 # template tokens ([INST], <<SYS>>, <|im_end|>, <end_of_turn>). Only a model's answer
 # is cleaned of them: a person's first line keeps its "<vector>" (``fallback``).
-_HTML = ("a|b|big|blockquote|body|br|center|code|div|em|font|h[1-6]|head|hr|html|i|img|li|ol"
-         "|p|pre|s|small|span|strong|sub|sup|table|td|th|title|tr|u|ul")
+_HTML = (
+    "a|b|big|blockquote|body|br|center|code|div|em|font|h[1-6]|head|hr|html|i|img|li|ol"
+    "|p|pre|s|small|span|strong|sub|sup|table|td|th|title|tr|u|ul"
+)
 _ROLE = r"(?:\s*(?:assistant|model|user|system)\b)?"  # the role a template token opens
 _MODEL_MARKUP = re.compile(
     rf"\A\s*(?-i:<think>).*?(?:</think>|\Z)|</?(?:{_HTML})(?:\s[^<>\n]*)?/?>|<</?SYS>>|\[/?INST\]"
     rf"|<\|start_header_id\|>[^<\n]*<\|end_header_id\|>|<\|im_start\|>{_ROLE}"
     rf"|<start_of_turn>{_ROLE}|<\|[^|<>\n]*\|>|<end_of_turn>",
     re.IGNORECASE | re.DOTALL,
-)  # fmt: skip
+)
 _LEAD = re.compile(r"^(?:#{1,6}\s+|>\s*|[-*+•]\s+|\d{1,3}[.)]\s+)+")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _WRAPPED = re.compile(r"(?<!\w)(_{1,2}|~~)(\S(?:.*?\S)?)\1(?!\w)")
-_LABEL = re.compile(r"^(?:(?:session|conversation|chat|suggested|short)\s+)?title"
-                    r"(?:\s*[:=]\s*|\s+[-–—]\s+|\s+is\s*:?\s+)", re.IGNORECASE)  # fmt: skip
+_LABEL = re.compile(
+    r"^(?:(?:session|conversation|chat|suggested|short)\s+)?title"
+    r"(?:\s*[:=]\s*|\s+[-–—]\s+|\s+is\s*:?\s+)",
+    re.IGNORECASE,
+)
 _QUOTES = "\"'“”‘’«»„‚` "
 _TRAILING = ".,;:-–— "
 _KEEP_FORMAT = {"\u200c", "\u200d"}  # joiners: parts of emoji and of some scripts' words
 # The prompt's own lines, or the next heading of its pattern (a base model carries on
 # "First request:" with "Second request:"): a model that answers with them did not answer.
-_PROMPT_LINE = re.compile(r"(?:(?:first|second|third|next|last|another|start of the)\s+)?"
-                          r"(?:request|reply|response|answer|conversation|title)|no text",
-                          re.IGNORECASE)  # fmt: skip
+_PROMPT_LINE = re.compile(
+    r"(?:(?:first|second|third|next|last|another|start of the)\s+)?"
+    r"(?:request|reply|response|answer|conversation|title)|no text",
+    re.IGNORECASE,
+)
 _PROMPT_PHRASES = ("title of at most", "reply with the title only", "conversation that begins")
 
 

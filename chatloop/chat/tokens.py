@@ -84,7 +84,8 @@ class TokenCount:
         for call in message.get("tool_calls") or ():
             function = call.get("function") or {}
             total += self.text(str(function.get("name", ""))) + self.text(
-                str(function.get("arguments", "")))  # fmt: skip
+                str(function.get("arguments", ""))
+            )
         return total
 
     def message(self, message: ChatMessage) -> int:
@@ -99,8 +100,13 @@ class TokenCount:
         """A whole prompt's tokens, as the server will count them."""
         return self.messages(messages) + self.overhead()[1] if messages else 0
 
-    def learn(self, messages: Sequence[ChatMessage], reported: int, tools: int = 0,
-              content: int | None = None) -> None:  # fmt: skip
+    def learn(
+        self,
+        messages: Sequence[ChatMessage],
+        reported: int,
+        tools: int = 0,
+        content: int | None = None,
+    ) -> None:
         """The server counted ``reported`` tokens for ``messages`` and tool definitions
         of ``tools`` tokens (as planned): correct what follows. Exact counts learn the
         template's overhead per message; estimates their scale. ``content``: the
@@ -117,8 +123,11 @@ class TokenCount:
             if 0 <= learned <= 64:
                 self._overhead = (round(learned), fixed)
             return
-        raw = (content / self.scale if content is not None else
-               sum(estimate_tokens(str(m.get("content") or "")) for m in messages))  # fmt: skip
+        raw = (
+            content / self.scale
+            if content is not None
+            else sum(estimate_tokens(str(m.get("content") or "")) for m in messages)
+        )
         if raw > 0:
             low, high = SCALE_RANGE
             measured = (reported - fixed - per * len(messages)) / raw

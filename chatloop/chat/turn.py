@@ -56,8 +56,9 @@ class TurnResult:
     @property
     def usage(self) -> Usage:
         used = [m.usage for m in self.messages if m.usage is not None]
-        return Usage(sum(u.input for u in used), sum(u.output for u in used),
-                     any(u.estimated for u in used))  # fmt: skip
+        return Usage(
+            sum(u.input for u in used), sum(u.output for u in used), any(u.estimated for u in used)
+        )
 
 
 @dataclass
@@ -85,10 +86,17 @@ class _Reply:
     def message(self, at: datetime, model: str, seconds: float, interrupted: bool) -> Message:
         thinking = (Thinking("".join(self.thinking)),) if self.thinking else ()
         return Message.create(
-            "assistant", at, text="".join(self.text), thinking=thinking,
-            tool_calls=tuple(self.calls), model=model or None, stop_reason=self.finish,
-            usage=self.usage, duration=round(seconds, 3), interrupted=interrupted,
-        )  # fmt: skip
+            "assistant",
+            at,
+            text="".join(self.text),
+            thinking=thinking,
+            tool_calls=tuple(self.calls),
+            model=model or None,
+            stop_reason=self.finish,
+            usage=self.usage,
+            duration=round(seconds, 3),
+            interrupted=interrupted,
+        )
 
 
 def run_turn(
@@ -120,8 +128,10 @@ def run_turn(
             context = build_context([*history, *result.messages])
             events = backend.stream(
                 context,
-                tools=tools, options={**agent.options, **(options or {})}, cancel=cancel,
-            )  # fmt: skip
+                tools=tools,
+                options={**agent.options, **(options or {})},
+                cancel=cancel,
+            )
             for event in events:
                 reply.take(event)
                 if on_event is not None:

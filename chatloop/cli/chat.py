@@ -66,8 +66,9 @@ def _picker() -> Pick:
     return choose
 
 
-def chat(args: argparse.Namespace, ref: str | SessionRow | None, kind: Kind,
-         latest: bool = False) -> int:
+def chat(
+    args: argparse.Namespace, ref: str | SessionRow | None, kind: Kind, latest: bool = False
+) -> int:
     """Continue ``ref`` (None: a new session) in the REPL, or answer a one-shot question
     there. The session is found before anything slow (a wrong ref fails first), then
     its agent and server are chosen by the rules every resume uses."""
@@ -81,8 +82,13 @@ def chat(args: argparse.Namespace, ref: str | SessionRow | None, kind: Kind,
     agent_file = find_agent_file(settings.agent, dirs)
     agent = load_agent(agent_file)
     if located is not None:
-        choice = continuation.agent_for(located, current=agent_file, current_name=agent.name,
-                                        named=args.agent is not None, dirs=dirs)
+        choice = continuation.agent_for(
+            located,
+            current=agent_file,
+            current_name=agent.name,
+            named=args.agent is not None,
+            dirs=dirs,
+        )
         if choice.path != agent_file:
             agent = load_agent(choice.path)
         wiring.say([choice.note] if choice.note else [])
@@ -95,8 +101,16 @@ def chat(args: argparse.Namespace, ref: str | SessionRow | None, kind: Kind,
         if question is not None:
             from chatloop.ui.oneshot import answer_once
 
-            return answer_once(agent, backend, store, settings, question, located, kind,
-                               agent_named=args.agent is not None)
+            return answer_once(
+                agent,
+                backend,
+                store,
+                settings,
+                question,
+                located,
+                kind,
+                agent_named=args.agent is not None,
+            )
         from chatloop.ui.repl import Repl
 
         repl = Repl(agent, backend, store, settings, agent_named=args.agent is not None)
@@ -150,8 +164,9 @@ def _chat_new(args: argparse.Namespace) -> int:
         agent = load_agent(find_agent_file(settings.agent, agent_dirs(store.cwd, store.root)))
         backend = server.connect(settings).backend
         try:
-            return Repl(agent, backend, store, settings, prompt=prompt,
-                        agent_named=args.agent is not None)
+            return Repl(
+                agent, backend, store, settings, prompt=prompt, agent_named=args.agent is not None
+            )
         except BaseException:
             backend.close()
             raise

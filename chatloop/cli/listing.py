@@ -29,8 +29,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
         print(as_json.sessions_json(rows))
         return 0
-    print(listing.sessions_text(rows, local_now(), show_project=args.all,
-                                columns=wiring.columns()))
+    print(listing.sessions_text(rows, local_now(), show_project=args.all, columns=wiring.columns()))
     if total > len(rows):
         print(f"… {total - len(rows):,} older; `--limit {total}` lists them all")
     return 0
@@ -59,8 +58,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     for problem in shown:
         print(f"note: {problem}", file=sys.stderr)
     if any(p.kind in ("checksum", "decoration") for p in shown) and not doc.legacy:
-        print(f"hint: edited by hand on purpose? `chatloop reseal {row.handle or row.id}` "
-              "accepts the edits (the original is kept).", file=sys.stderr)
+        print(
+            f"hint: edited by hand on purpose? `chatloop reseal {row.handle or row.id}` "
+            "accepts the edits (the original is kept).",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -132,15 +134,22 @@ def _search_and_resume(args: argparse.Namespace) -> int:
     if args.json:
         raise UsageError("--json lists hits; --resume continues one: choose one of them", "")
     if not sys.stdin.isatty():
-        raise UsageError("search --resume continues the session in the chat, which needs a "
-                         "terminal", 'To ask it once from a script: chatloop -r HANDLE "…"')
+        raise UsageError(
+            "search --resume continues the session in the chat, which needs a terminal",
+            'To ask it once from a script: chatloop -r HANDLE "…"',
+        )
     query = " ".join(args.query)
     with wiring.index(args) as index:
-        rows = [r for r in index.search_sessions(query, all_projects=args.all, limit=args.limit)
-                if not r.live]
+        rows = [
+            r
+            for r in index.search_sessions(query, all_projects=args.all, limit=args.limit)
+            if not r.live
+        ]
         if not rows:
-            raise ChatloopError(f"No finished session holds {query!r}",
-                                "`chatloop sessions` lists them; fewer words find more.")
+            raise ChatloopError(
+                f"No finished session holds {query!r}",
+                "`chatloop sessions` lists them; fewer words find more.",
+            )
         if len(rows) == 1:
             row, fork = rows[0], bool(args.search_fork)
         else:

@@ -62,9 +62,11 @@ def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv, argparse.Namespace(question=question))
     try:
         if "ref" in args and args.ref is None:
-            raise UsageError(f"chatloop {args.command} needs a session: its number or id",
-                             f"`chatloop sessions` lists them, numbered; e.g. `chatloop "
-                             f"{args.command} 1` for the most recent.")
+            raise UsageError(
+                f"chatloop {args.command} needs a session: its number or id",
+                f"`chatloop sessions` lists them, numbered; e.g. `chatloop "
+                f"{args.command} 1` for the most recent.",
+            )
         return _commands()[args.command](args)
     except ChatloopError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
@@ -81,6 +83,9 @@ def _run(argv: list[str]) -> int:
     except OSError as exc:  # the home itself is unusable: a file, unreadable, a full disk
         where = f": {exc.filename}" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
-        print("hint: check that the sessions directory (CHATLOOP_HOME or --sessions-dir) is a "
-              "directory you can read and write.", file=sys.stderr)
+        print(
+            "hint: check that the sessions directory (CHATLOOP_HOME or --sessions-dir) is a "
+            "directory you can read and write.",
+            file=sys.stderr,
+        )
         return 1

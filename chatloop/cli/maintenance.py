@@ -38,14 +38,19 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.project:
         project = Path(args.project).expanduser()
         if not project.is_dir():
-            raise UsageError(f"{args.project} is not a directory",
-                             "--project names the directory the sessions belong to.")  # fmt: skip
+            raise UsageError(
+                f"{args.project} is not a directory",
+                "--project names the directory the sessions belong to.",
+            )
         store = Store(store.root, cwd=project.resolve())
     # a file of another home goes into its own project, unless --project names one
-    outcomes = import_sessions(store, [Path(p).expanduser() for p in args.paths],
-                               keep_projects=not args.project)  # fmt: skip
-    counts = {status: sum(o.status == status for o in outcomes)
-              for status in ("imported", "present", "skipped")}  # fmt: skip
+    outcomes = import_sessions(
+        store, [Path(p).expanduser() for p in args.paths], keep_projects=not args.project
+    )
+    counts = {
+        status: sum(o.status == status for o in outcomes)
+        for status in ("imported", "present", "skipped")
+    }
     for outcome in outcomes:
         if outcome.status == "skipped":
             print(visible(f"skipped  {outcome.source}: {outcome.reason}"))
@@ -54,22 +59,32 @@ def cmd_import(args: argparse.Namespace) -> int:
     if not outcomes:
         print("No files found to import.")
     elif not counts["imported"]:
-        print(f"Nothing new to import ({counts['present']} already here, "
-              f"{counts['skipped']} skipped).")  # fmt: skip
+        print(
+            f"Nothing new to import ({counts['present']} already here, "
+            f"{counts['skipped']} skipped)."
+        )
     else:
         into = sorted({o.project for o in outcomes if o.status == "imported"})
-        where = (f"into {store.project_dir}" if into == [store.project] else
-                 f"into {len(into)} project{'s' if len(into) > 1 else ''} under "
-                 f"{store.root / 'projects'} ({', '.join(into)})")  # fmt: skip
+        where = (
+            f"into {store.project_dir}"
+            if into == [store.project]
+            else f"into {len(into)} project{'s' if len(into) > 1 else ''} under "
+            f"{store.root / 'projects'} ({', '.join(into)})"
+        )
         more = "" if into == [store.project] else " --all"
-        print(visible(f"Imported {counts['imported']} session(s) {where} ({counts['present']} "
-                      f"already here, {counts['skipped']} skipped). `chatloop sessions{more}` "
-                      "lists them."))  # fmt: skip
+        print(
+            visible(
+                f"Imported {counts['imported']} session(s) {where} ({counts['present']} "
+                f"already here, {counts['skipped']} skipped). `chatloop sessions{more}` "
+                "lists them."
+            )
+        )
     missing = [str(o.source) for o in outcomes if o.reason == NO_SUCH_PATH]
     if missing:  # as cp does: the rest is imported, and the exit says a path was wrong
         done = " (what the other paths held was imported)" if counts["imported"] else ""
-        raise NotFound(visible(f"No such file or folder: {', '.join(missing)}"),
-                       f"Check the path{done}.")  # fmt: skip
+        raise NotFound(
+            visible(f"No such file or folder: {', '.join(missing)}"), f"Check the path{done}."
+        )
     return 0
 
 
@@ -87,8 +102,10 @@ def cmd_reseal(args: argparse.Namespace) -> int:
         print(f"Nothing to reseal: every frame of {row.id} checks out.")
         return 0
     if kept is not None:
-        print(f"Resealed {row.id}: {changed} frame(s) given new checksums; the file as it "
-              f"was is kept as {kept}")  # fmt: skip
+        print(
+            f"Resealed {row.id}: {changed} frame(s) given new checksums; the file as it "
+            f"was is kept as {kept}"
+        )
     if not left:
         return 0
     for problem in left:
@@ -96,14 +113,19 @@ def cmd_reseal(args: argparse.Namespace) -> int:
     raw = f"`chatloop show {row.handle or row.id} --raw` shows the file"
     frames = [p for p in left if p.kind not in HEAD_DAMAGE]
     if frames:
-        print(f"error: {len(frames)} part(s) of {row.id} cannot be read, so they are left as "
-              f"they are (offsets in the file as it was)\nhint: mend them by hand ({raw}), "
-              "then reseal again; everything else reads as it is.", file=sys.stderr)  # fmt: skip
+        print(
+            f"error: {len(frames)} part(s) of {row.id} cannot be read, so they are left as "
+            f"they are (offsets in the file as it was)\nhint: mend them by hand ({raw}), "
+            "then reseal again; everything else reads as it is.",
+            file=sys.stderr,
+        )
     if len(frames) < len(left):
-        print(f"error: the front matter of {row.id} has problems that reseal cannot mend\n"
-              f"hint: edit those lines by hand ({raw}; docs/format.md lists each key), "
-              "then run `chatloop show` again: it is quiet when they read.",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: the front matter of {row.id} has problems that reseal cannot mend\n"
+            f"hint: edit those lines by hand ({raw}; docs/format.md lists each key), "
+            "then run `chatloop show` again: it is quiet when they read.",
+            file=sys.stderr,
+        )
     return 1
 
 

@@ -61,33 +61,73 @@ class Option(NamedTuple):
 
     @property
     def takes(self) -> str:
-        """"flag" (no value), "value" (one), or "optional" (a value if one follows)."""
+        """ "flag" (no value), "value" (one), or "optional" (a value if one follows)."""
         if self.kwargs.get("action") in ("store_true", "version"):
             return "flag"
         return "optional" if self.kwargs.get("nargs") == "?" else "value"
 
 
 OPTIONS = (
-    Option(("--sessions-dir",), {"metavar": "DIR",
-           "help": "root directory of sessions (env CHATLOOP_HOME)"}, shared=True),
+    Option(
+        ("--sessions-dir",),
+        {"metavar": "DIR", "help": "root directory of sessions (env CHATLOOP_HOME)"},
+        shared=True,
+    ),
     Option(("--config",), {"metavar": "FILE", "help": "YAML config file to read"}, shared=True),
-    Option(("--agent",), {"metavar": "NAME|PATH",
-           "help": "agent name in agents/ or a .py file"}, shared=True),
+    Option(
+        ("--agent",),
+        {"metavar": "NAME|PATH", "help": "agent name in agents/ or a .py file"},
+        shared=True,
+    ),
     Option(("--model",), {"metavar": "M", "help": "model name on the server"}, shared=True),
-    Option(("--backend",), {"choices": BACKENDS, "help": "auto (default) probes Ollama, LM "
-           "Studio, llama.cpp, vLLM, then the embedded model"}, shared=True),
-    Option(("--base-url",), {"metavar": "URL",
-           "help": "server URL, e.g. http://127.0.0.1:8080/v1"}, shared=True),
+    Option(
+        ("--backend",),
+        {
+            "choices": BACKENDS,
+            "help": "auto (default) probes Ollama, LM "
+            "Studio, llama.cpp, vLLM, then the embedded model",
+        },
+        shared=True,
+    ),
+    Option(
+        ("--base-url",),
+        {"metavar": "URL", "help": "server URL, e.g. http://127.0.0.1:8080/v1"},
+        shared=True,
+    ),
     Option(("--new",), {"action": "store_true", "help": "start a new session (the default)"}),
-    Option(("-c", "--continue"), {"dest": "continue_", "action": "store_true",
-           "help": "continue the most recent session of this directory (from its summary)"}),
-    Option(("-r", "--resume"), {"nargs": "?", "const": "", "metavar": "N|ID",
-           "help": "continue session N (1 = most recent) or ID; without a value, pick from "
-           "a list"}),
-    Option(("--full",), {"action": "store_true", "help": "with --resume/--continue: restore "
-           "the full history instead of the summary when it fits the context window"}),
-    Option(("--fork",), {"action": "store_true", "help": "with --resume/--continue: branch "
-           "that session instead (it stays as it is; the new session carries its history)"}),
+    Option(
+        ("-c", "--continue"),
+        {
+            "dest": "continue_",
+            "action": "store_true",
+            "help": "continue the most recent session of this directory (from its summary)",
+        },
+    ),
+    Option(
+        ("-r", "--resume"),
+        {
+            "nargs": "?",
+            "const": "",
+            "metavar": "N|ID",
+            "help": "continue session N (1 = most recent) or ID; without a value, pick from a list",
+        },
+    ),
+    Option(
+        ("--full",),
+        {
+            "action": "store_true",
+            "help": "with --resume/--continue: restore "
+            "the full history instead of the summary when it fits the context window",
+        },
+    ),
+    Option(
+        ("--fork",),
+        {
+            "action": "store_true",
+            "help": "with --resume/--continue: branch "
+            "that session instead (it stays as it is; the new session carries its history)",
+        },
+    ),
 )
 STARTS = frozenset({"-c", "-r"})  # one of these at most: what the chat starts from
 
@@ -106,16 +146,22 @@ COMMANDS_TABLE = (
     Command("search", "full-text search over every message"),
     Command("tree", "show the compact/resume lineage of a session"),
     Command("export", "write a session (or its whole chain) as markdown or JSON"),
-    Command("reseal", "accept your hand edits to a session file (new checksums)",
-            "Re-check a session file you edited by hand and give the frames you changed "
-            "new checksums, so `show` no longer reports them. The original is kept beside "
-            "it as {id}.md.orig (mode 0600). Hand edits are kept without this too; they "
-            "are only reported."),
-    Command("import", "copy sessions in: the seed project's .chat-sessions, other homes",
-            "Copy session files (the seed project's markdown, or chatloop's own) from "
-            "files or folders into this directory's project (or --project DIR). The "
-            "originals are never moved or changed; running it again imports nothing new. "
-            "Each file is reported: imported, already here, or skipped and why."),
+    Command(
+        "reseal",
+        "accept your hand edits to a session file (new checksums)",
+        "Re-check a session file you edited by hand and give the frames you changed "
+        "new checksums, so `show` no longer reports them. The original is kept beside "
+        "it as {id}.md.orig (mode 0600). Hand edits are kept without this too; they "
+        "are only reported.",
+    ),
+    Command(
+        "import",
+        "copy sessions in: the seed project's .chat-sessions, other homes",
+        "Copy session files (the seed project's markdown, or chatloop's own) from "
+        "files or folders into this directory's project (or --project DIR). The "
+        "originals are never moved or changed; running it again imports nothing new. "
+        "Each file is reported: imported, already here, or skipped and why.",
+    ),
     Command("reindex", "rebuild the session index from the files"),
     Command("doctor", "check the model server, sessions directory and index"),
 )
@@ -144,36 +190,56 @@ def build_parser() -> argparse.ArgumentParser:
         if option.shared:  # absent after the subcommand: the value given before it stands
             given.add_argument(*option.names, **{**option.kwargs, "default": argparse.SUPPRESS})
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    made = {c.name: sub.add_parser(c.name, parents=[shared], help=c.help,
-                                   description=c.description or None) for c in COMMANDS_TABLE}
+    made = {
+        c.name: sub.add_parser(
+            c.name, parents=[shared], help=c.help, description=c.description or None
+        )
+        for c in COMMANDS_TABLE
+    }
 
     p = made["sessions"]
     p.add_argument("--all", action="store_true", help="every project, not only this directory")
-    p.add_argument("--limit", type=_positive, default=LIST_LIMIT, metavar="N",
-                   help=f"show the N most recent (default {LIST_LIMIT})")
+    p.add_argument(
+        "--limit",
+        type=_positive,
+        default=LIST_LIMIT,
+        metavar="N",
+        help=f"show the N most recent (default {LIST_LIMIT})",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("--expand", action="store_true",
-                   help="list every file of a compact/resume chain (by default a chain is one "
-                        "line, its latest session, with its length)")
+    p.add_argument(
+        "--expand",
+        action="store_true",
+        help="list every file of a compact/resume chain (by default a chain is one "
+        "line, its latest session, with its length)",
+    )
     _session_ref(made["show"])
-    made["show"].add_argument("--raw", action="store_true",
-                              help="print the markdown file as it is")
+    made["show"].add_argument("--raw", action="store_true", help="print the markdown file as it is")
     p = made["search"]
     p.add_argument("query", nargs="+", help="words to look for (no quotes needed)")
     p.add_argument("--all", action="store_true", help="search every project")
     p.add_argument("--limit", type=_positive, default=50, metavar="N", help="at most N hits")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("--resume", dest="search_resume", action="store_true",
-                   help="continue a session that matched: the only one, or the one you pick")
-    p.add_argument("--fork", dest="search_fork", action="store_true",
-                   help="like --resume, but branch the session (it stays as it is)")
+    p.add_argument(
+        "--resume",
+        dest="search_resume",
+        action="store_true",
+        help="continue a session that matched: the only one, or the one you pick",
+    )
+    p.add_argument(
+        "--fork",
+        dest="search_fork",
+        action="store_true",
+        help="like --resume, but branch the session (it stays as it is)",
+    )
     _session_ref(made["tree"])
     p = made["export"]
     _session_ref(p)
     p.add_argument("--chain", action="store_true", help="include every ancestor, oldest first")
     p.add_argument("--format", choices=("md", "json"), default="md", help="md (default) or json")
-    p.add_argument("-o", "--output", metavar="FILE",
-                   help="write to FILE (never overwritten; - is stdout)")
+    p.add_argument(
+        "-o", "--output", metavar="FILE", help="write to FILE (never overwritten; - is stdout)"
+    )
     _session_ref(made["reseal"])
     p = made["import"]
     p.add_argument("paths", nargs="+", metavar="PATH", help="session files or folders")
@@ -184,9 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _session_ref(p: argparse.ArgumentParser) -> None:
     """The session a command acts on. Optional to argparse, so that leaving it out is
     said in one line with a hint (``main``), not with the whole usage."""
-    p.add_argument("ref", metavar="N|ID", nargs="?",
-                   help="session number (1 = most recent; `chatloop sessions` lists them) "
-                        "or id")
+    p.add_argument(
+        "ref",
+        metavar="N|ID",
+        nargs="?",
+        help="session number (1 = most recent; `chatloop sessions` lists them) or id",
+    )
 
 
 def _positive(text: str) -> int:
@@ -201,8 +270,7 @@ def _positive(text: str) -> int:
 
 def _takes() -> dict[str, str]:
     """What each option of the chat takes (``Option.takes``), by each of its names."""
-    return {name: option.takes for option in (*OPTIONS, _HELP, _VERSION)
-            for name in option.names}
+    return {name: option.takes for option in (*OPTIONS, _HELP, _VERSION) for name in option.names}
 
 
 _HELP = Option(("-h", "--help"), {"action": "store_true"})
@@ -245,9 +313,10 @@ def split_prompt(argv: list[str]) -> tuple[list[str], str]:
         meant = _mistyped(words[0])
         if meant and (len(words) == 1 or meant in ACT_ON_A_SESSION):
             said, typed = " ".join([meant, *words[1:]]), " ".join(words)
-            raise UsageError(f"{words[0]!r} is not a command",
-                             f"Did you mean `chatloop {said}`? To ask it as a question: "
-                             f"chatloop -- {typed}")
+            raise UsageError(
+                f"{words[0]!r} is not a command",
+                f"Did you mean `chatloop {said}`? To ask it as a question: chatloop -- {typed}",
+            )
     return kept, " ".join(words)
 
 
@@ -278,8 +347,12 @@ def _one_edit(a: str, b: str) -> bool:
         return False
     if len(a) == len(b):
         diff = [i for i in range(len(a)) if a[i] != b[i]]
-        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
-                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+        return len(diff) == 1 or (
+            len(diff) == 2
+            and diff[1] == diff[0] + 1
+            and a[diff[0]] == b[diff[1]]
+            and a[diff[1]] == b[diff[0]]
+        )
     short, long = (a, b) if len(a) < len(b) else (b, a)
     return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
 

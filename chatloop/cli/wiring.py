@@ -50,8 +50,11 @@ def store(args: argparse.Namespace, loaded: Settings | None = None) -> Store:
     from chatloop.store.store import Store
 
     loaded = loaded or settings(args)
-    root = (Path(os.path.abspath(Path(loaded.sessions_dir).expanduser()))
-            if loaded.sessions_dir else chatloop_home())
+    root = (
+        Path(os.path.abspath(Path(loaded.sessions_dir).expanduser()))
+        if loaded.sessions_dir
+        else chatloop_home()
+    )
     return Store(root)
 
 

@@ -35,10 +35,19 @@ DETAILS_CLOSE = "\n\n</details>"
 THINK_OPEN = "<details><summary>Thinking</summary>\n\n"
 
 __all__ = [
-    "DETAILS_CLOSE", "RESTORE_OPEN", "SUMMARY_END", "SUMMARY_START",
-    "THINK_OPEN", "Content", "compact_json", "display_name", "plain_text", "read_body",
-    "render_body", "searchable",
-]  # fmt: skip
+    "DETAILS_CLOSE",
+    "RESTORE_OPEN",
+    "SUMMARY_END",
+    "SUMMARY_START",
+    "THINK_OPEN",
+    "Content",
+    "compact_json",
+    "display_name",
+    "plain_text",
+    "read_body",
+    "render_body",
+    "searchable",
+]
 
 _LEAD_RE = {
     1: re.compile(r"## (?:Query \d+|Session Restored) \([^)\n]*\)\n\n"),

@@ -40,8 +40,16 @@ _OPEN_1 = b"<!-- chatloop:"
 CHUNK_BYTES = 1 << 18
 MAX_FRAME_BYTES = 32 << 20  # a longer frame (or one with no end) is damage, read no further
 
-__all__ = ["CHUNK_BYTES", "MAX_FRAME_BYTES", "Flaw", "Frame", "close_line",
-           "iter_frames", "open_line", "sniff_format"]  # fmt: skip
+__all__ = [
+    "CHUNK_BYTES",
+    "MAX_FRAME_BYTES",
+    "Flaw",
+    "Frame",
+    "close_line",
+    "iter_frames",
+    "open_line",
+    "sniff_format",
+]
 
 
 class Frame(NamedTuple):
@@ -183,9 +191,14 @@ class _Scanner:
             expected, close_at + 1
         )
         frame = Frame(
-            base + start, base + close_end + 1, key.decode(), _ROLES[match.group(2)],
-            match.group(3), buf[body_from:close_at], crc_ok,
-        )  # fmt: skip
+            base + start,
+            base + close_end + 1,
+            key.decode(),
+            _ROLES[match.group(2)],
+            match.group(3),
+            buf[body_from:close_at],
+            crc_ok,
+        )
         return frame, close_end + 1
 
 
@@ -236,8 +249,15 @@ def iter_frames(
             if close_at >= 0:
                 close = sealed % (key, crc32(buf[here:close_at]))
                 if buf.startswith(close, close_at + 1):
-                    yield Frame(base + here, base + close_at + 1 + len(close), key.decode(),
-                                _ROLES[role], info, buf[body_from:close_at], True)
+                    yield Frame(
+                        base + here,
+                        base + close_at + 1 + len(close),
+                        key.decode(),
+                        _ROLES[role],
+                        info,
+                        buf[body_from:close_at],
+                        True,
+                    )
                     pos = close_at + 1 + len(close)
                     if final and pos >= len(buf):
                         return

@@ -38,15 +38,42 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_TITLE_CHARS = 200  # /rename cuts a title to this many characters
 
 __all__ = [
-    "BOM", "KNOWN_KEYS", "MAX_COUNT", "MAX_TITLE_CHARS", "Head", "check_count", "check_time",
-    "front_matter_end", "read_head", "render_front_matter", "rewrite_front_matter",
-]  # fmt: skip
+    "BOM",
+    "KNOWN_KEYS",
+    "MAX_COUNT",
+    "MAX_TITLE_CHARS",
+    "Head",
+    "check_count",
+    "check_time",
+    "front_matter_end",
+    "read_head",
+    "render_front_matter",
+    "rewrite_front_matter",
+]
 
 KNOWN_KEYS = [
-    "format", "id", "title", "agent", "agent_name", "agent_path", "model", "backend_url",
-    "created", "updated", "cwd", "git_branch", "parent_id", "parent_file", "status", "queries",
-    "tokens", "summary", "summary_key", "summary_at", "pins",
-]  # fmt: skip
+    "format",
+    "id",
+    "title",
+    "agent",
+    "agent_name",
+    "agent_path",
+    "model",
+    "backend_url",
+    "created",
+    "updated",
+    "cwd",
+    "git_branch",
+    "parent_id",
+    "parent_file",
+    "status",
+    "queries",
+    "tokens",
+    "summary",
+    "summary_key",
+    "summary_at",
+    "pins",
+]
 MAX_PINS, MAX_PIN_CHARS = 50, 500  # pinned facts: how many, and how long each
 _ID_RE = re.compile(r"\d{8}-\d{6}-[0-9a-f]{8}")
 
@@ -129,8 +156,9 @@ def _salvage(text: str) -> dict[str, Any]:
 
 
 def _fallback(name: str) -> SessionMeta:
-    return SessionMeta(id=name if _ID_RE.fullmatch(name) else "", created=EPOCH, updated=EPOCH,
-                       format=1)  # fmt: skip
+    return SessionMeta(
+        id=name if _ID_RE.fullmatch(name) else "", created=EPOCH, updated=EPOCH, format=1
+    )
 
 
 def check_count(value: object, what: str, notes: list[tuple[str, str]]) -> int:
@@ -160,8 +188,12 @@ def check_time(value: object, what: str, notes: list[tuple[str, str]]) -> dateti
     try:
         parsed = datetime.fromisoformat(str(value))
     except ValueError:
-        notes.append(("front_matter" if what in ("created", "updated") else "damaged",
-                      f"{what} is not an ISO 8601 time"))  # fmt: skip
+        notes.append(
+            (
+                "front_matter" if what in ("created", "updated") else "damaged",
+                f"{what} is not an ISO 8601 time",
+            )
+        )
         return None
     if parsed.tzinfo is None:  # fromisoformat gives a fixed offset or none at all
         notes.append(("naive_time", f"{what} has no UTC offset; taken as UTC"))
@@ -238,30 +270,36 @@ def render_front_matter(meta: SessionMeta) -> bytes:
 
 
 def _meta_to_dict(meta: SessionMeta) -> dict[str, Any]:
-    data: dict[str, Any] = {"format": meta.format, "id": meta.id, "title": meta.title,
-                            "agent": meta.agent}  # fmt: skip
+    data: dict[str, Any] = {
+        "format": meta.format,
+        "id": meta.id,
+        "title": meta.title,
+        "agent": meta.agent,
+    }
     if meta.format >= 2:
         data["agent_name"] = meta.agent_name
     else:
         data["agent_path"] = meta.agent_path
-    data.update({
-        "model": meta.model,
-        "backend_url": meta.backend_url,
-        "created": meta.created.isoformat(),
-        "updated": meta.updated.isoformat(),
-        "cwd": meta.cwd,
-        "git_branch": meta.git_branch,
-        "parent_id": meta.parent_id,
-        "parent_file": meta.parent_file,
-        "status": meta.status,
-        "queries": meta.queries,
-        "tokens": {
-            "in": meta.tokens_in,
-            "out": meta.tokens_out,
-            "restoration": meta.restoration_tokens,
-        },
-        "summary": meta.summary,
-    })  # fmt: skip
+    data.update(
+        {
+            "model": meta.model,
+            "backend_url": meta.backend_url,
+            "created": meta.created.isoformat(),
+            "updated": meta.updated.isoformat(),
+            "cwd": meta.cwd,
+            "git_branch": meta.git_branch,
+            "parent_id": meta.parent_id,
+            "parent_file": meta.parent_file,
+            "status": meta.status,
+            "queries": meta.queries,
+            "tokens": {
+                "in": meta.tokens_in,
+                "out": meta.tokens_out,
+                "restoration": meta.restoration_tokens,
+            },
+            "summary": meta.summary,
+        }
+    )
     if meta.format >= 2 and meta.summary_key is not None:
         data["summary_key"] = meta.summary_key
         data["summary_at"] = meta.summary_at
@@ -306,8 +344,13 @@ def rewrite_front_matter(original: bytes, new: SessionMeta) -> bytes:
     rendered = render_front_matter(new)
     try:
         patched = _patch(original, new)
-    except (yaml_strict.yaml_error(), yaml_strict.FrontMatterError, ValueError, TypeError,
-            RecursionError):  # fmt: skip
+    except (
+        yaml_strict.yaml_error(),
+        yaml_strict.FrontMatterError,
+        ValueError,
+        TypeError,
+        RecursionError,
+    ):
         patched = None
     if patched is None or patched == rendered or not _loads_as(patched, new):
         return rendered
@@ -332,8 +375,11 @@ def _patch(original: bytes, new: SessionMeta) -> bytes | None:
         if not isinstance(root, yaml.MappingNode) or root.flow_style:
             return None
         for key_node, value_node in root.value:
-            if (not isinstance(key_node, yaml.ScalarNode) or key_node.value in entries
-                    or not _starts_line(text, key_node.start_mark.index)):  # fmt: skip
+            if (
+                not isinstance(key_node, yaml.ScalarNode)
+                or key_node.value in entries
+                or not _starts_line(text, key_node.start_mark.index)
+            ):
                 return None
             entries[key_node.value] = (key_node, value_node)
     current = _meta_to_dict(head.meta)

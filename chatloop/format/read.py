@@ -47,9 +47,17 @@ HEAD_BYTES = 70 * 1024  # front matter is capped at 64 KiB; the heading follows
 MAX_HEAD_BYTES = 1 << 20  # how far an oversized head is read to find its end
 
 __all__ = [
-    "HEAD_BYTES", "UNREADABLE", "Document", "Facts", "Plain", "message_from", "open_document",
-    "parse_markdown", "plain_facts", "plain_of",
-]  # fmt: skip
+    "HEAD_BYTES",
+    "UNREADABLE",
+    "Document",
+    "Facts",
+    "Plain",
+    "message_from",
+    "open_document",
+    "parse_markdown",
+    "plain_facts",
+    "plain_of",
+]
 
 
 def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Message:
@@ -112,9 +120,21 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
         if body_notes:
             problems.append(Problem("decoration", offset, "; ".join(body_notes)))
     return Message(
-        role, at, key, text, thinking, calls, results, model, stop,  # type: ignore[arg-type]
-        usage, duration, interrupted, restore, fallback,
-    )  # fmt: skip
+        role,  # type: ignore[arg-type]  # (the scanner reads only the four roles)
+        at,
+        key,
+        text,
+        thinking,
+        calls,
+        results,
+        model,
+        stop,
+        usage,
+        duration,
+        interrupted,
+        restore,
+        fallback,
+    )
 
 
 class Plain(NamedTuple):
@@ -226,8 +246,9 @@ def _head_v2(
         clock, full, secs, tilde, got_in, got_out, rest = common.groups()
         at: datetime | None
         if full is None:
-            at = datetime.combine(created.date(), time.fromisoformat(clock.decode()),
-                                  created.tzinfo)
+            at = datetime.combine(
+                created.date(), time.fromisoformat(clock.decode()), created.tzinfo
+            )
         else:
             try:
                 at = datetime.fromisoformat(full.decode())  # with an offset: aware
@@ -307,8 +328,15 @@ class Document:
     stream. ``problems`` grows while iterating; ``end`` is the valid end (see
     ``ParseResult``) once iteration has finished. Iterate once."""
 
-    def __init__(self, head: Head, source: bytes | BinaryIO, start: int, *,
-                 legacy_result: ParseResult | None = None, exact: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        head: Head,
+        source: bytes | BinaryIO,
+        start: int,
+        *,
+        legacy_result: ParseResult | None = None,
+        exact: bool = True,
+    ) -> None:
         self.meta = head.meta if legacy_result is None else legacy_result.session.meta
         self.problems: list[Problem] = [Problem(k, 0, d) for k, d in head.problems]
         self.legacy = legacy_result is not None
@@ -438,8 +466,9 @@ def open_document(source: bytes | BinaryIO, name: str = "") -> Document:
     if crlf and data is not None:
         data = data.replace(b"\r\n", b"\n")
         head_bytes = data[:HEAD_BYTES]
-        problems.append(Problem("crlf", 0, "CRLF line endings (converted by an editor or "
-                                "git); read as LF"))  # fmt: skip
+        problems.append(
+            Problem("crlf", 0, "CRLF line endings (converted by an editor or git); read as LF")
+        )
     if is_legacy and data is not None:
         result = legacy.parse_legacy(data[len(BOM) :] if data.startswith(BOM) else data)
         doc = Document(read_head(b"", name), b"", 0, legacy_result=result, exact=not crlf)

@@ -68,8 +68,13 @@ def frame_info(m: Message, meta: SessionMeta) -> str:
     info: dict[str, object] = {}
     if meta.format == 1:
         info["at"] = m.at.isoformat()
-        info.update({k: v for k, v in (("model", m.model), ("stop", m.stop_reason),
-                                       ("secs", m.duration)) if v is not None})  # fmt: skip
+        info.update(
+            {
+                k: v
+                for k, v in (("model", m.model), ("stop", m.stop_reason), ("secs", m.duration))
+                if v is not None
+            }
+        )
         if m.usage is not None:
             usage: dict[str, object] = {"in": m.usage.input, "out": m.usage.output}
             if m.usage.estimated:
@@ -91,8 +96,9 @@ def frame_info(m: Message, meta: SessionMeta) -> str:
         if m.stop_reason != "stop":
             info["stop"] = m.stop_reason
     else:
-        info.update({k: v for k, v in (("model", m.model), ("stop", m.stop_reason))
-                     if v is not None})  # fmt: skip
+        info.update(
+            {k: v for k, v in (("model", m.model), ("stop", m.stop_reason)) if v is not None}
+        )
     for flag in ("interrupted", "restore", "fallback"):
         if getattr(m, flag):
             info[flag] = True

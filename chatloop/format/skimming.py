@@ -55,8 +55,9 @@ def skim(
     doc = open_document(source, name)
     if doc.legacy:
         messages = list(doc.messages())
-        found = skim_of(ParseResult(Session(doc.meta, tuple(messages)), tuple(doc.problems),
-                                    0, True))  # fmt: skip
+        found = skim_of(
+            ParseResult(Session(doc.meta, tuple(messages)), tuple(doc.problems), 0, True)
+        )
         if words is not None and found.text:
             words(found.text)
             found = replace(found, text=b"")
@@ -118,8 +119,16 @@ def skim_of(result: ParseResult) -> Skim:
     preview = next((m.text for m in reversed(messages) if m.is_query), "")
     text = "\n".join(words_of(m) for m in messages).encode()
     problems = len([p for p in result.problems if p.kind not in ("unknown_key",)])
-    return Skim(session.meta, session.query_count, updated, _one_line(preview),
-                session.summary is not None, result.legacy, problems, text)  # fmt: skip
+    return Skim(
+        session.meta,
+        session.query_count,
+        updated,
+        _one_line(preview),
+        session.summary is not None,
+        result.legacy,
+        problems,
+        text,
+    )
 
 
 def words_of(message: Message) -> str:

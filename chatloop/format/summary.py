@@ -77,14 +77,21 @@ def find_summary(source: BinaryIO, name: str = "") -> SummaryLookup:
         seen_summary = seen_summary or frame.role == "summary"
     damaged = any(p.kind in ("damaged", "torn_tail") for p in doc.problems)
     if last is None or last.role != "summary":
-        why = ("its last messages come after its summary" if seen_summary
-               else "it has no summary (it was interrupted or is old)")  # fmt: skip
+        why = (
+            "its last messages come after its summary"
+            if seen_summary
+            else "it has no summary (it was interrupted or is old)"
+        )
         if damaged:
             why = "the file is damaged, so its summary cannot be trusted"
         return SummaryLookup(meta, None, note_prefix + why)
     if damaged:
-        return SummaryLookup(meta, None, note_prefix + "the file is damaged before its summary, "
-                             "so the summary cannot be trusted")  # fmt: skip
+        return SummaryLookup(
+            meta,
+            None,
+            note_prefix + "the file is damaged before its summary, "
+            "so the summary cannot be trusted",
+        )
     problems: list[Problem] = []
     try:
         message = message_from(last, meta, problems)

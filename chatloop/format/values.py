@@ -22,10 +22,27 @@ FORMAT_VERSION = 2  # what chatloop writes; format 1 is read forever
 FORMATS: tuple[int, ...] = (1, 2)
 
 __all__ = [
-    "FORMATS", "FORMAT_VERSION", "ROLES", "STATUSES", "Message", "ParseResult", "Problem",
-    "Role", "Session", "SessionMeta", "Thinking", "ToolCall", "ToolResult", "Totals", "Usage",
-    "content_of", "empty_reply", "is_key", "new_key", "no_text",
-]  # fmt: skip
+    "FORMATS",
+    "FORMAT_VERSION",
+    "ROLES",
+    "STATUSES",
+    "Message",
+    "ParseResult",
+    "Problem",
+    "Role",
+    "Session",
+    "SessionMeta",
+    "Thinking",
+    "ToolCall",
+    "ToolResult",
+    "Totals",
+    "Usage",
+    "content_of",
+    "empty_reply",
+    "is_key",
+    "new_key",
+    "no_text",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +111,22 @@ class Totals:
         if usage is None:
             return replace(self, queries=queries) if m.is_query else self
         if m.restore:
-            return replace(self, queries=queries, restoration=self.restoration + usage.total,
-                           last_call=usage.total)  # fmt: skip
+            return replace(
+                self,
+                queries=queries,
+                restoration=self.restoration + usage.total,
+                last_call=usage.total,
+            )
         if m.role != "assistant":
             return replace(self, queries=queries)
-        return Totals(queries, self.tokens_in + usage.input, self.tokens_out + usage.output,
-                      self.restoration, self.estimated or usage.estimated, usage.total)  # fmt: skip
+        return Totals(
+            queries,
+            self.tokens_in + usage.input,
+            self.tokens_out + usage.output,
+            self.restoration,
+            self.estimated or usage.estimated,
+            usage.total,
+        )
 
     @classmethod
     def of(cls, messages: Iterable[Message]) -> Totals:
@@ -110,8 +137,12 @@ class Totals:
 
     def fields(self) -> dict[str, int]:
         """The front-matter keys these totals are written as."""
-        return {"queries": self.queries, "tokens_in": self.tokens_in,
-                "tokens_out": self.tokens_out, "restoration_tokens": self.restoration}  # fmt: skip
+        return {
+            "queries": self.queries,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "restoration_tokens": self.restoration,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,5 +350,4 @@ def no_text(message: Message, copy: bool = False) -> str:
     an earlier reply (a fork carries them), not an acknowledgment."""
     if message.interrupted:
         return _NO_REPLY.get(message.stop_reason or "", "(no reply: interrupted)")
-    return empty_reply(message.restore and not copy, message.stop_reason,
-                       bool(message.thinking))  # fmt: skip
+    return empty_reply(message.restore and not copy, message.stop_reason, bool(message.thinking))

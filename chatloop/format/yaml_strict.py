@@ -71,9 +71,10 @@ def _yaml() -> SimpleNamespace:
         "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""]
     )
     StrictLoader.add_implicit_resolver(
-        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+        "tag:yaml.org,2002:bool",
+        re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
         list("tTfF"),
-    )  # fmt: skip
+    )
     StrictLoader.add_implicit_resolver(
         "tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789")
     )
@@ -98,8 +99,9 @@ def _yaml() -> SimpleNamespace:
 
     ExactDumper.add_representer(str, represent_str)
     ExactDumper.add_representer(list, represent_list)
-    return SimpleNamespace(yaml=yaml, handler=YAMLHandler(), strict=StrictLoader, fast=fast,
-                           dumper=ExactDumper)  # fmt: skip
+    return SimpleNamespace(
+        yaml=yaml, handler=YAMLHandler(), strict=StrictLoader, fast=fast, dumper=ExactDumper
+    )
 
 
 def load(text: str, plain: bool = True) -> dict[str, Any]:

@@ -26,8 +26,10 @@ def open_new(target: Path) -> BinaryIO:
     except FileExistsError:
         raise ChatloopError(f"{target} already exists", "Choose another file.") from None
     except OSError as exc:
-        raise ChatloopError(f"Cannot write {target}: {exc.strerror}",
-                            "Check that its folder exists and that you may write there.") from exc
+        raise ChatloopError(
+            f"Cannot write {target}: {exc.strerror}",
+            "Check that its folder exists and that you may write there.",
+        ) from exc
     return os.fdopen(fd, "wb")
 
 

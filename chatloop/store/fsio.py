@@ -151,8 +151,10 @@ def take_lock(path: Path) -> int:
         raise io_error("lock", path, exc) from exc
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise StoreError(f"{lock.name} is not a regular file, so the session cannot be locked",
-                         f"Remove {lock} and try again.")  # fmt: skip
+        raise StoreError(
+            f"{lock.name} is not a regular file, so the session cannot be locked",
+            f"Remove {lock} and try again.",
+        )
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

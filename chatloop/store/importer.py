@@ -61,8 +61,9 @@ def candidates(paths: Sequence[Path]) -> Iterator[Path | tuple[Path, str]]:
             yield path, NO_SUCH_PATH
 
 
-def import_sessions(store: Store, paths: Sequence[Path], write: bool = True,
-                    keep_projects: bool = False) -> list[Outcome]:  # fmt: skip
+def import_sessions(
+    store: Store, paths: Sequence[Path], write: bool = True, keep_projects: bool = False
+) -> list[Outcome]:
     """Copy the sessions found under ``paths`` into ``store``'s project folder; one
     ``Outcome`` per file looked at, in order. Raises StoreError only when a project
     folder itself cannot be written. ``write=False`` copies nothing: the outcomes say
@@ -128,13 +129,16 @@ def _decide(
         return Outcome(path, "skipped", "not a session file")
     if not session.messages:
         kinds = ", ".join(sorted({p.kind for p in result.problems})) or "no messages"
-        return Outcome(path, "skipped", f"damaged: no message could be read ({kinds})",
-                       session_id)  # fmt: skip
+        return Outcome(path, "skipped", f"damaged: no message could be read ({kinds})", session_id)
     if not is_file_stem(session_id):
         return Outcome(path, "skipped", f"its id {session_id!r} cannot name a file")
     if (target_dir, session_id) in taken:
-        return Outcome(path, "skipped", f"duplicate: {taken[(target_dir, session_id)]} has "
-                       "the same id", session_id)  # fmt: skip
+        return Outcome(
+            path,
+            "skipped",
+            f"duplicate: {taken[(target_dir, session_id)]} has the same id",
+            session_id,
+        )
     target = target_dir / f"{session_id}.md"
     if target.exists() or target.is_symlink():
         try:
@@ -143,6 +147,10 @@ def _decide(
             same = False
         if same:
             return Outcome(path, "present", "", session_id)
-        return Outcome(path, "skipped", f"duplicate: a different session {session_id} is "
-                       "already in this project", session_id)  # fmt: skip
+        return Outcome(
+            path,
+            "skipped",
+            f"duplicate: a different session {session_id} is already in this project",
+            session_id,
+        )
     return Outcome(path, "imported", "", session_id)

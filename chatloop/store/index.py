@@ -90,7 +90,10 @@ class Index:
         return self._queries().listing(all_projects, limit, fold)[0]
 
     def listing(
-        self, all_projects: bool = False, limit: int | None = None, fold: bool = False,
+        self,
+        all_projects: bool = False,
+        limit: int | None = None,
+        fold: bool = False,
         count: bool = False,
     ) -> tuple[list[SessionRow], int]:
         """Sessions, most recently updated first, numbered per project, and with
@@ -115,16 +118,16 @@ class Index:
         """Sessions whose text holds every word of ``query``, best match first, one hit
         per session, each yielded as soon as its snippet is read
         (``Queries.search_sessions``, then ``hits``)."""
-        yield from hits(self.search_sessions(query, all_projects=all_projects, limit=limit),
-                        query)  # fmt: skip
+        yield from hits(self.search_sessions(query, all_projects=all_projects, limit=limit), query)
 
     @staticmethod
     def hits(rows: list[SessionRow], query: str) -> Iterator[SearchHit]:
         """The hits of ``rows``, their snippets read from the files (``index_query.hits``)."""
         return hits(rows, query)
 
-    def search_sessions(self, query: str, prefix: bool = False, all_projects: bool = False,
-                        limit: int = 50) -> list[SessionRow]:  # fmt: skip
+    def search_sessions(
+        self, query: str, prefix: bool = False, all_projects: bool = False, limit: int = 50
+    ) -> list[SessionRow]:
         """The sessions ``iter_search`` would find, without reading a file for snippets
         (``Queries.search_sessions``)."""
         return self._queries().search_sessions(query, prefix, all_projects, limit)

@@ -70,13 +70,16 @@ _TRIGGERS = tuple(
 )
 
 
-def sync(file: IndexFile, store: Store, all_projects: bool = True,
-         progress: Progress | None = None) -> int:  # fmt: skip
+def sync(
+    file: IndexFile, store: Store, all_projects: bool = True, progress: Progress | None = None
+) -> int:
     """Bring rows up to date with the files; returns how many files were (re)read.
     An empty index with many files to read is built like ``rebuild`` does, and so
     is one whose unlisted chunks outweigh the listed ones (see module doc)."""
-    count = file.guarded(lambda: _refresh(file, store, all_projects, progress, may_rebuild=True),
-                         lambda: _refill(file, store))  # fmt: skip
+    count = file.guarded(
+        lambda: _refresh(file, store, all_projects, progress, may_rebuild=True),
+        lambda: _refill(file, store),
+    )
     if not file.in_memory and _bloated(file.db):
         rebuild(file, store, progress)
     return count
@@ -104,8 +107,9 @@ def _bloated(db: sqlite3.Connection) -> bool:
     return int(dead[0]) > int(live)
 
 
-def _refresh(file: IndexFile, store: Store, all_projects: bool, progress: Progress | None,
-             may_rebuild: bool) -> int:  # fmt: skip
+def _refresh(
+    file: IndexFile, store: Store, all_projects: bool, progress: Progress | None, may_rebuild: bool
+) -> int:
     if file.in_memory:
         all_projects = True  # it starts empty: what is listed must all be read
     db = file.db
@@ -159,8 +163,11 @@ def _refresh(file: IndexFile, store: Store, all_projects: bool, progress: Progre
 def _known(db: sqlite3.Connection, store: Store, all_projects: bool) -> dict[str, tuple[int, int]]:
     """The (size, mtime) each row was read at, by path."""
     sql = "SELECT path, size, mtime_ns FROM sessions"
-    rows = (db.execute(sql) if all_projects else
-            db.execute(sql + " WHERE project = ?", (store.project,)))  # fmt: skip
+    rows = (
+        db.execute(sql)
+        if all_projects
+        else db.execute(sql + " WHERE project = ?", (store.project,))
+    )
     return {path: (size, mtime) for path, size, mtime in rows}
 
 
@@ -176,19 +183,24 @@ def _marked(db: sqlite3.Connection, store: Store, marks: Marks, all_projects: bo
     them) has the mark kept for it; for every project, also that the marks were
     kept by a sync of every project, with no row written since (so no project
     without a folder still has rows)."""
-    return _same_marks(_kept(db, all_projects, [name for name, _ in marks]), marks,
-                       all_projects)  # fmt: skip
+    return _same_marks(_kept(db, all_projects, [name for name, _ in marks]), marks, all_projects)
 
 
 def _kept(db: sqlite3.Connection, all_projects: bool, names: list[str]) -> dict[str, object]:
     """The marks kept in the index, by key: every project's (and ``_EVERY`` if an
     every-project sync kept them), or those of the folders ``names``."""
     if all_projects:
-        return dict(db.execute(
-            "SELECT key, value FROM info WHERE key >= ? AND key < ? OR key = ?",
-            (_MARK, _MARK_END, _EVERY)).fetchall())  # fmt: skip
-    return {_MARK + name: row[0] for name in names for row in db.execute(
-        "SELECT value FROM info WHERE key = ?", (_MARK + name,))}  # fmt: skip
+        return dict(
+            db.execute(
+                "SELECT key, value FROM info WHERE key >= ? AND key < ? OR key = ?",
+                (_MARK, _MARK_END, _EVERY),
+            ).fetchall()
+        )
+    return {
+        _MARK + name: row[0]
+        for name in names
+        for row in db.execute("SELECT value FROM info WHERE key = ?", (_MARK + name,))
+    }
 
 
 def _same_marks(kept: dict[str, object], marks: Marks, all_projects: bool) -> bool:
@@ -204,8 +216,13 @@ def _same_marks(kept: dict[str, object], marks: Marks, all_projects: bool) -> bo
     return all(kept.get(_MARK + name) == mark for name, mark in marks)
 
 
-def _mark(file: IndexFile, store: Store, looks: list[FolderLook], all_projects: bool,
-          files: dict[str, os.stat_result]) -> None:  # fmt: skip
+def _mark(
+    file: IndexFile,
+    store: Store,
+    looks: list[FolderLook],
+    all_projects: bool,
+    files: dict[str, os.stat_result],
+) -> None:
     """Keep the marks of ``looks`` if the rows match the files they saw.
 
     Checked in the same write transaction (a neighbour may have written rows
@@ -229,8 +246,10 @@ def _mark(file: IndexFile, store: Store, looks: list[FolderLook], all_projects: 
             if all_projects:
                 db.execute("DELETE FROM info WHERE key >= ? AND key < ?", (_MARK, _MARK_END))
                 db.execute("INSERT OR REPLACE INTO info VALUES (?, '1')", (_EVERY,))
-            db.executemany("INSERT OR REPLACE INTO info VALUES (?, ?)",
-                           [(_MARK + look.name, look.mark) for look in looks])  # fmt: skip
+            db.executemany(
+                "INSERT OR REPLACE INTO info VALUES (?, ?)",
+                [(_MARK + look.name, look.mark) for look in looks],
+            )
         db.execute("COMMIT")
     except (sqlite3.Error, UnicodeError):  # (a folder name SQLite cannot hold: no mark)
         file.end_transaction()
@@ -307,13 +326,15 @@ def _forget(db: sqlite3.Connection, path: str) -> None:
 
 def _unlist(db: sqlite3.Connection, num: int) -> None:
     """Session ``num``'s chunks leave the listing; their bytes count as dead."""
-    dead = db.execute("SELECT coalesce(sum(size), 0) FROM chunks WHERE num = ?",
-                      (num,)).fetchone()[0]  # fmt: skip
+    dead = db.execute("SELECT coalesce(sum(size), 0) FROM chunks WHERE num = ?", (num,)).fetchone()[
+        0
+    ]
     if dead:
         db.execute(
             "INSERT INTO info VALUES ('dead', ?) ON CONFLICT(key) DO UPDATE "
-            "SET value = CAST(value AS INTEGER) + excluded.value", (dead,),
-        )  # fmt: skip
+            "SET value = CAST(value AS INTEGER) + excluded.value",
+            (dead,),
+        )
         db.execute("DELETE FROM chunks WHERE num = ?", (num,))
 
 
@@ -324,9 +345,13 @@ def _insert_text(db: sqlite3.Connection, num: int, text: bytes) -> None:
 
 
 def _store_row(
-    db: sqlite3.Connection, path: str, scanned: Scanned, size: int, mtime_ns: int,
+    db: sqlite3.Connection,
+    path: str,
+    scanned: Scanned,
+    size: int,
+    mtime_ns: int,
     num: int | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """The session's row (numbered ``num`` when its words were already inserted by
     ``_store_streaming``, which forgot the old row first), and its words as one
     chunk unless they were. Any row for the same path goes first, even one a
@@ -337,16 +362,35 @@ def _store_row(
     cursor = db.execute(
         "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
-            num, path, meta.id or Path(path).stem, Path(path).parent.name, meta.title,
-            meta.agent, meta.agent_ref, meta.model, meta.created.isoformat(),
-            scanned.updated.isoformat(), meta.status, scanned.queries, meta.tokens_in,
-            meta.tokens_out, meta.restoration_tokens, meta.parent_id, meta.parent_file,
-            meta.git_branch, scanned.preview, scanned.has_summary, scanned.legacy,
-            scanned.problems, size, mtime_ns, fork_point(meta.extra.get("forked_at")),
-            tail_of(meta.id or Path(path).stem), seconds(scanned.updated),
+            num,
+            path,
+            meta.id or Path(path).stem,
+            Path(path).parent.name,
+            meta.title,
+            meta.agent,
+            meta.agent_ref,
+            meta.model,
+            meta.created.isoformat(),
+            scanned.updated.isoformat(),
+            meta.status,
+            scanned.queries,
+            meta.tokens_in,
+            meta.tokens_out,
+            meta.restoration_tokens,
+            meta.parent_id,
+            meta.parent_file,
+            meta.git_branch,
+            scanned.preview,
+            scanned.has_summary,
+            scanned.legacy,
+            scanned.problems,
+            size,
+            mtime_ns,
+            fork_point(meta.extra.get("forked_at")),
+            tail_of(meta.id or Path(path).stem),
+            seconds(scanned.updated),
             seconds(meta.created),
         ),
-    )  # fmt: skip
+    )
     if num is None and cursor.lastrowid is not None:
         _insert_text(db, cursor.lastrowid, scanned.text)
-

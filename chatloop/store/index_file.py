@@ -55,8 +55,9 @@ CREATE INDEX IF NOT EXISTS chunks_by_num ON chunks(num);
 CREATE VIRTUAL TABLE IF NOT EXISTS texts USING fts5(
     text, content='', detail=full, tokenize='unicode61');
 """
-_OPEN_SESSIONS = ("CREATE INDEX IF NOT EXISTS sessions_open ON sessions(project) "
-                  "WHERE status = 'open'")  # fmt: skip
+_OPEN_SESSIONS = (
+    "CREATE INDEX IF NOT EXISTS sessions_open ON sessions(project) WHERE status = 'open'"
+)
 
 
 class IndexFile:

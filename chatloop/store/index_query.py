@@ -53,7 +53,10 @@ class Queries:
         self.project = project
 
     def listing(
-        self, all_projects: bool = False, limit: int | None = None, fold: bool = False,
+        self,
+        all_projects: bool = False,
+        limit: int | None = None,
+        fold: bool = False,
         count: bool = False,
     ) -> tuple[list[SessionRow], int]:
         """Sessions, most recently updated first, numbered per project (see module doc),
@@ -114,8 +117,11 @@ class Queries:
             "(p.updated_at, p.mtime_ns, p.id) < (c.updated_at, c.mtime_ns, c.id))",
             () if all_projects else (self.project,),
         ).fetchall()
-        hidden = {parent for parent, status, path in found
-                  if not (status == "open" and is_locked(Path(path)))}  # fmt: skip
+        hidden = {
+            parent
+            for parent, status, path in found
+            if not (status == "open" and is_locked(Path(path)))
+        }
         return self.count(all_projects) - len(hidden)
 
     def _rows(self, nums: list[int]) -> Iterator[sqlite3.Row]:
@@ -135,15 +141,18 @@ class Queries:
             tail = tail_of(session)
             if tail is None:
                 continue
-            before = self._db.execute("SELECT max(tail) FROM sessions WHERE tail < ?",
-                                      (tail,)).fetchone()[0]  # fmt: skip
-            after = self._db.execute("SELECT min(tail) FROM sessions WHERE tail > ?",
-                                     (tail,)).fetchone()[0]  # fmt: skip
+            before = self._db.execute(
+                "SELECT max(tail) FROM sessions WHERE tail < ?", (tail,)
+            ).fetchone()[0]
+            after = self._db.execute(
+                "SELECT min(tail) FROM sessions WHERE tail > ?", (tail,)
+            ).fetchone()[0]
             out[session] = handle_between(tail, before or "", after or "")
         return out
 
-    def search_sessions(self, query: str, prefix: bool = False, all_projects: bool = False,
-                        limit: int = 50) -> list[SessionRow]:  # fmt: skip
+    def search_sessions(
+        self, query: str, prefix: bool = False, all_projects: bool = False, limit: int = 50
+    ) -> list[SessionRow]:
         """The sessions whose text holds every word of ``query`` (case-insensitive,
         whole words; punctuation separates words), best match first (bm25 over the
         index alone), one row per session, without reading a file for snippets
@@ -160,14 +169,17 @@ class Queries:
             rows.append(_row(raw, number, live, short.get(raw["id"], "")))
         return rows
 
-    def _matching(self, words: list[str], all_projects: bool, limit: int,
-                  prefix: bool = False) -> list[sqlite3.Row]:  # fmt: skip
+    def _matching(
+        self, words: list[str], all_projects: bool, limit: int, prefix: bool = False
+    ) -> list[sqlite3.Row]:
         """The sessions rows whose text holds every word, best match first."""
         terms = " ".join('"' + word.replace('"', "") + '"' for word in words)
         if prefix:
             terms += "*"
-        sql = ("SELECT c.num FROM texts JOIN chunks c ON c.id = texts.rowid "
-               "WHERE texts MATCH ? ORDER BY rank")  # fmt: skip
+        sql = (
+            "SELECT c.num FROM texts JOIN chunks c ON c.id = texts.rowid "
+            "WHERE texts MATCH ? ORDER BY rank"
+        )
         found: list[sqlite3.Row] = []
         seen: set[int] = set()
         project = None if all_projects else self.project
@@ -221,16 +233,22 @@ class Queries:
             else:
                 hint = "`chatloop sessions` lists them with their numbers."
             count = len(numbered)
-            held = ("no sessions" if not count else "1 is the only number" if count == 1
-                    else f"numbers 1-{count}, as `chatloop sessions` lists them")  # fmt: skip
+            held = (
+                "no sessions"
+                if not count
+                else "1 is the only number"
+                if count == 1
+                else f"numbers 1-{count}, as `chatloop sessions` lists them"
+            )
             raise NotFound(f"There is no session number {ref} in this project ({held})", hint)
         if is_handle(ref):
             if len(by_handle) == 1 or _copies(by_handle):
                 return self._copy_here(by_handle)
             if len(by_handle) > 1:
                 names = ", ".join(f"{r.handle} ({r.id})" for r in by_handle[:5])
-                raise NotFound(f"{ref!r} is the start of several handles: {names}",
-                               "Type more of it.")  # fmt: skip
+                raise NotFound(
+                    f"{ref!r} is the start of several handles: {names}", "Type more of it."
+                )
         validate_session_id(ref)
         exact = [r for r in rows if r.id == ref]
         if not exact and len(ref) >= 4:
@@ -257,16 +275,20 @@ class Queries:
         if len(rows) == 1 or here:
             return (here or rows)[0]
         places = ", ".join(sorted({r.project for r in rows}))
-        raise NotFound(f"Session {rows[0].id} is in several projects ({places})",
-                       "Run the command from the folder of the project you mean: its copy "
-                       "is the one taken there.")  # fmt: skip
+        raise NotFound(
+            f"Session {rows[0].id} is in several projects ({places})",
+            "Run the command from the folder of the project you mean: its copy "
+            "is the one taken there.",
+        )
 
     def continued_by(self, session_id: str) -> list[str]:
         """The ids of the sessions (any project) that continue ``session_id``: a
         compaction's or a resume's child, not a fork; oldest first."""
         found = self._db.execute(
             "SELECT id FROM sessions WHERE parent_id = ? AND id != parent_id "
-            "AND forked_at IS NULL ORDER BY created_at, id", (session_id,))  # fmt: skip
+            "AND forked_at IS NULL ORDER BY created_at, id",
+            (session_id,),
+        )
         return [str(row[0]) for row in found]
 
     def lineage(self, row: SessionRow) -> tuple[list[SessionRow], dict[str, list[SessionRow]]]:
@@ -347,15 +369,31 @@ def _row(raw: sqlite3.Row, number: int | None, live: bool, handle: str = "") -> 
     if status == "open" and not live:
         status = "interrupted"
     return SessionRow(
-        number=number, id=raw["id"], path=raw["path"], project=raw["project"],
-        title=raw["title"] or "", agent=raw["agent"] or "", agent_name=raw["agent_name"] or "",
-        model=raw["model"] or "", created=raw["created"], updated=raw["updated"], status=status,
-        queries=raw["queries"], tokens_in=raw["tokens_in"], tokens_out=raw["tokens_out"],
-        restoration_tokens=raw["restoration_tokens"], parent_id=raw["parent_id"],
-        parent_file=raw["parent_file"], git_branch=raw["git_branch"], preview=raw["preview"] or "",
-        has_summary=bool(raw["has_summary"]), legacy=bool(raw["legacy"]),
-        problems=raw["problems"], handle=handle, forked_at=raw["forked_at"],
-    )  # fmt: skip
+        number=number,
+        id=raw["id"],
+        path=raw["path"],
+        project=raw["project"],
+        title=raw["title"] or "",
+        agent=raw["agent"] or "",
+        agent_name=raw["agent_name"] or "",
+        model=raw["model"] or "",
+        created=raw["created"],
+        updated=raw["updated"],
+        status=status,
+        queries=raw["queries"],
+        tokens_in=raw["tokens_in"],
+        tokens_out=raw["tokens_out"],
+        restoration_tokens=raw["restoration_tokens"],
+        parent_id=raw["parent_id"],
+        parent_file=raw["parent_file"],
+        git_branch=raw["git_branch"],
+        preview=raw["preview"] or "",
+        has_summary=bool(raw["has_summary"]),
+        legacy=bool(raw["legacy"]),
+        problems=raw["problems"],
+        handle=handle,
+        forked_at=raw["forked_at"],
+    )
 
 
 class _Links:
@@ -369,8 +407,10 @@ class _Links:
     def get(self, session: str) -> tuple[str | None, int | None] | None:
         """``session``'s parent and fork point; None when no session has that id."""
         if session not in self._read:
-            raw = self._db.execute("SELECT parent_id, forked_at FROM sessions WHERE id = ? "
-                                   "ORDER BY num LIMIT 1", (session,)).fetchone()  # fmt: skip
+            raw = self._db.execute(
+                "SELECT parent_id, forked_at FROM sessions WHERE id = ? ORDER BY num LIMIT 1",
+                (session,),
+            ).fetchone()
             self._read[session] = None if raw is None else (raw[0], fork_point(raw[1]))
         return self._read[session]
 

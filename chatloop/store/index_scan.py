@@ -125,7 +125,10 @@ def _first_hit(messages: Iterator[object], pattern: re.Pattern[str]) -> tuple[st
             lead, before = "…", before.partition(" ")[2]
         if inside.end() + _SNIPPET_CHARS < len(said):
             tail, after = "…", after.rpartition(" ")[0]
-        role = COPY_LABELS["summary" if message.role == "summary" else "restore"] if _is_copy(
-            message) else message.role  # fmt: skip
+        role = (
+            COPY_LABELS["summary" if message.role == "summary" else "restore"]
+            if _is_copy(message)
+            else message.role
+        )
         return role, f"{lead}{before}[{inside.group()}]{after}{tail}"
     return "", ""

@@ -116,9 +116,10 @@ class Store:
         return looks
 
     @staticmethod
-    def session_stats(looks: list[FolderLook],
-                      known: Mapping[str, tuple[int, int]] | None = None,
-                      ) -> dict[str, os.stat_result]:  # fmt: skip
+    def session_stats(
+        looks: list[FolderLook],
+        known: Mapping[str, tuple[int, int]] | None = None,
+    ) -> dict[str, os.stat_result]:
         """The stat of every file ``session_files`` lists in ``looks``, by path (a
         regular file listed in ``known`` with that same size and mtime is taken as
         the session file it was when it was listed, without checking its name again)."""
@@ -127,8 +128,8 @@ class Store:
         for look in looks:
             for path, name, st in look.entries:
                 if stat.S_ISREG(st.st_mode) and (
-                        known.get(path) == (st.st_size, st.st_mtime_ns)
-                        or ids.is_file_stem(name[:-3])):  # fmt: skip
+                    known.get(path) == (st.st_size, st.st_mtime_ns) or ids.is_file_stem(name[:-3])
+                ):
                     out[path] = st
         return out
 

@@ -249,8 +249,11 @@ def recover_locked(path: Path, clock: Clock) -> ParseResult:
     if result.session.meta.status == "open":
         messages = list(result.session.messages)
         last = max([result.session.meta.updated, *(m.at for m in messages)])
-        fields: dict[str, Any] = {"status": "interrupted", "updated": last,
-                                  **Totals.of(messages).fields()}  # fmt: skip
+        fields: dict[str, Any] = {
+            "status": "interrupted",
+            "updated": last,
+            **Totals.of(messages).fields(),
+        }
         meta = replace(result.session.meta, **fields)
         _rewrite_front_matter(path, data, meta)
         data = read_bytes(path)

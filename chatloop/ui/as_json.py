@@ -15,9 +15,13 @@ if TYPE_CHECKING:  # (imported where used: a listing as JSON never loads the for
     from chatloop.format import Facts, Message, Plain, SessionMeta, Usage
 
 __all__ = [
-    "hits_json", "message_dict", "message_json", "plain_json", "sessions_json",
+    "hits_json",
+    "message_dict",
+    "message_json",
+    "plain_json",
+    "sessions_json",
     "write_sessions_json",
-]  # fmt: skip
+]
 
 
 def sessions_json(rows: list[SessionRow]) -> str:
@@ -26,28 +30,42 @@ def sessions_json(rows: list[SessionRow]) -> str:
 
 def hits_json(hits: list[SearchHit]) -> str:
     data = [
-        {"number": h.session.number, "handle": h.session.handle, "id": h.session.id,
-         "path": h.session.path,
-         "role": h.role, "snippet": h.snippet}
+        {
+            "number": h.session.number,
+            "handle": h.session.handle,
+            "id": h.session.id,
+            "path": h.session.path,
+            "role": h.role,
+            "snippet": h.snippet,
+        }
         for h in hits
-    ]  # fmt: skip
+    ]
     return json.dumps(data, indent=2, ensure_ascii=False)
 
 
 def message_dict(m: Message) -> dict[str, object]:
     """A message as plain JSON values (the shape ``export --format json`` writes)."""
     return {
-        "role": m.role, "at": m.at.isoformat(), "key": m.key, "text": m.text,
+        "role": m.role,
+        "at": m.at.isoformat(),
+        "key": m.key,
+        "text": m.text,
         "thinking": [{"text": t.text, "signature": t.signature} for t in m.thinking],
-        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
-                       for c in m.tool_calls],
-        "tool_results": [{"call_id": r.call_id, "name": r.name, "content": r.content,
-                          "is_error": r.is_error} for r in m.tool_results],
-        "model": m.model, "stop_reason": m.stop_reason,
+        "tool_calls": [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
+        ],
+        "tool_results": [
+            {"call_id": r.call_id, "name": r.name, "content": r.content, "is_error": r.is_error}
+            for r in m.tool_results
+        ],
+        "model": m.model,
+        "stop_reason": m.stop_reason,
         "usage": _usage_dict(m.usage),
-        "duration": m.duration, "interrupted": m.interrupted, "restore": m.restore,
+        "duration": m.duration,
+        "interrupted": m.interrupted,
+        "restore": m.restore,
         "fallback": m.fallback,
-    }  # fmt: skip
+    }
 
 
 # One encoder for every message (``json.dumps`` with an option builds one per call: a
@@ -73,11 +91,21 @@ def _plain_dict(p: Plain, facts: Facts) -> dict[str, object]:
     """``message_dict`` of the message of ``p``'s frame, whose ``facts`` are given."""
     at, model, stop, usage, duration = facts
     return {
-        "role": p.role, "at": at, "key": p.key, "text": p.text,
-        "thinking": [], "tool_calls": [], "tool_results": [],
-        "model": model, "stop_reason": stop, "usage": _usage_dict(usage),
-        "duration": duration, "interrupted": False, "restore": False, "fallback": False,
-    }  # fmt: skip
+        "role": p.role,
+        "at": at,
+        "key": p.key,
+        "text": p.text,
+        "thinking": [],
+        "tool_calls": [],
+        "tool_results": [],
+        "model": model,
+        "stop_reason": stop,
+        "usage": _usage_dict(usage),
+        "duration": duration,
+        "interrupted": False,
+        "restore": False,
+        "fallback": False,
+    }
 
 
 def _usage_dict(usage: Usage | None) -> dict[str, object] | None:
@@ -118,8 +146,11 @@ def write_sessions_json(
             for m in messages:
                 if size >= _BATCH_CHARS:
                     flush()
-                data = (_plain_dict(m, plain_facts(m, meta)) if isinstance(m, Plain)
-                        else message_dict(m))  # fmt: skip
+                data = (
+                    _plain_dict(m, plain_facts(m, meta))
+                    if isinstance(m, Plain)
+                    else message_dict(m)
+                )
                 text = _ENCODE(data)
                 batch.append(separator)
                 batch.append(text)

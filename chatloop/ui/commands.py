@@ -76,10 +76,12 @@ def _help(shell: Shell, arg: str) -> None:
     shell.console.print(grid)
     keys = Table.grid(padding=(0, 0, 0, 2), pad_edge=True)
     keys.add_column()
-    keys.add_row(Text("Enter sends · Esc+Enter or a trailing \\ adds a line · Up recalls "
-                      "earlier lines"))  # fmt: skip
-    keys.add_row(Text("Ctrl-C stops a reply or clears the line · Ctrl-D leaves · // sends a "
-                      "literal /"))  # fmt: skip
+    keys.add_row(
+        Text("Enter sends · Esc+Enter or a trailing \\ adds a line · Up recalls earlier lines")
+    )
+    keys.add_row(
+        Text("Ctrl-C stops a reply or clears the line · Ctrl-D leaves · // sends a literal /")
+    )
     shell.console.print()
     shell.console.print(keys)
 
@@ -96,8 +98,9 @@ def _resume(shell: Shell, arg: str) -> None:
     try:
         shell.session.resume(arg)
     except NotFound as exc:  # its hints name the shell's commands: here, the chat's
-        hint = exc.hint.replace("`chatloop sessions --all`", "/sessions (or `chatloop "
-                                "sessions --all`)").replace("`chatloop sessions`", "/sessions")
+        hint = exc.hint.replace(
+            "`chatloop sessions --all`", "/sessions (or `chatloop sessions --all`)"
+        ).replace("`chatloop sessions`", "/sessions")
         raise NotFound(exc.message, hint) from exc
 
 
@@ -145,27 +148,36 @@ def _info(shell: Shell, arg: str) -> None:
         ("session", status.session_id or started),
         ("file", str(status.path) if status.path else "-"),
         ("agent", f"{agent.name} ({agent.path})"),
-        ("model", f"{render.model_label(backend.model)} via {backend.kind} "
-                  f"{backend.base_url.removeprefix(backend.kind + ':')}"),  # (embedded: a path)
-        ("context window", f"{window:,} tokens" if window else
-         f"unknown: the server does not say; planned as {DEFAULT_WINDOW:,} (set context_window "
-         "to the server's)"),
+        (
+            "model",
+            f"{render.model_label(backend.model)} via {backend.kind} "
+            f"{backend.base_url.removeprefix(backend.kind + ':')}",
+        ),  # (embedded: a path)
+        (
+            "context window",
+            f"{window:,} tokens"
+            if window
+            else f"unknown: the server does not say; planned as {DEFAULT_WINDOW:,} "
+            "(set context_window to the server's)",
+        ),
         ("queries", str(totals.queries)),
         # as the toolbar and the exit line count them: what the replies used
-        ("tokens", f"{mark}{totals.tokens:,} (in {totals.tokens_in:,}, "
-                   f"out {totals.tokens_out:,})"),
-    ]  # fmt: skip
+        ("tokens", f"{mark}{totals.tokens:,} (in {totals.tokens_in:,}, out {totals.tokens_out:,})"),
+    ]
     if totals.restoration:  # overhead, counted apart (and in the chain's total)
-        facts.append(("restoration", f"{totals.restoration:,} tokens (the summary brought in "
-                                     "and its acknowledgment)"))  # fmt: skip
+        facts.append(
+            (
+                "restoration",
+                f"{totals.restoration:,} tokens (the summary brought in and its acknowledgment)",
+            )
+        )
     if session.unsaved:
         facts.append(("not yet saved", f"{session.unsaved} message(s), written before the next"))
     if status.phase == "closing":
         facts.append(("state", "closing: its summary is being written"))
     if meta.parent_id:
         facts.append(("continues", f"{meta.parent_id} ({meta.parent_file})"))
-        facts.append(("chain tokens", f"{status.chain_tokens:,} (this session and every "
-                                      "ancestor)"))
+        facts.append(("chain tokens", f"{status.chain_tokens:,} (this session and every ancestor)"))
     width = max(len(k) for k, _ in facts)
     text = "\n".join(f"  {k:<{width}}  {v}" for k, v in facts)
     # the terminal wraps a long line: a path copied from it has no line break in it
@@ -182,23 +194,30 @@ def _context(shell: Shell, arg: str) -> None:
     mark = "" if plan.exact else "~"
     b = plan.budget
     # What the call sends besides its messages, so that the rows add up to the total.
-    fixed = b.system - (count.messages(plan.wire[:1]) if plan.wire[:1] and
-                        plan.wire[0]["role"] == "system" else 0)  # fmt: skip
+    fixed = b.system - (
+        count.messages(plan.wire[:1]) if plan.wire[:1] and plan.wire[0]["role"] == "system" else 0
+    )
     extra = [("(tools)", b.tools, "the tool definitions")] if b.tools else []
     if fixed:
         extra.append(("(template)", fixed, "the chat template's own tokens, once a call"))
-    shell.console.print(render.context_table(rows, b.window, plan.tokens, mark, extra,
-                                             shell.console.width))  # fmt: skip
-    how = ("counted by the server's tokenizer" if plan.exact else
-           "~ estimated: about 4 characters a token, corrected by reported usage")  # fmt: skip
+    shell.console.print(
+        render.context_table(rows, b.window, plan.tokens, mark, extra, shell.console.width)
+    )
+    how = (
+        "counted by the server's tokenizer"
+        if plan.exact
+        else "~ estimated: about 4 characters a token, corrected by reported usage"
+    )
     lines = [
         f"budget: window {b.window:,} − system {mark}{b.system:,} − tools {mark}{b.tools:,} − "
         f"reply reserve {b.reserve:,} = {b.available:,} for messages "
         f"({mark}{plan.messages_tokens:,} used); tokens {how}"
     ]
     if plan.pruned:
-        lines.append(f"{plan.pruned} older tool results are left out of the call "
-                     "(they stay in the transcript)")  # fmt: skip
+        lines.append(
+            f"{plan.pruned} older tool results are left out of the call "
+            "(they stay in the transcript)"
+        )
     if not plan.fits:
         lines.append("the history no longer fits: the next message compacts first")
     render.note(shell.console, "\n".join(lines))
@@ -208,8 +227,11 @@ def _rename(shell: Shell, arg: str) -> None:
     title = shell.session.rename(arg)
     if len(arg) > MAX_TITLE_CHARS:
         render.note(shell.console, f"Title cut to {MAX_TITLE_CHARS} characters (of {len(arg)}).")
-    later = "" if shell.session.writer is not None else (
-        " (written with your first message: the session begins then)")  # fmt: skip
+    later = (
+        ""
+        if shell.session.writer is not None
+        else (" (written with your first message: the session begins then)")
+    )
     render.note(shell.console, f"Title: {visible(title)}{later}")
 
 
@@ -236,8 +258,10 @@ def _copy(shell: Shell, arg: str) -> None:
 
 def _pin(shell: Shell, arg: str) -> None:
     pins = shell.session.pin(arg)
-    render.note(shell.console, f"Pinned ({len(pins)}): carried word for word into every later "
-                "session of this chain.")  # fmt: skip
+    render.note(
+        shell.console,
+        f"Pinned ({len(pins)}): carried word for word into every later session of this chain.",
+    )
 
 
 def _pins(shell: Shell, arg: str) -> None:
@@ -245,8 +269,11 @@ def _pins(shell: Shell, arg: str) -> None:
     if not pins:
         render.note(shell.console, "Nothing pinned. /pin TEXT keeps a fact across compactions.")
         return
-    shell.console.print("\n".join(visible(f"  {i}. {p}") for i, p in enumerate(pins, 1)),
-                        highlight=False, markup=False)  # fmt: skip
+    shell.console.print(
+        "\n".join(visible(f"  {i}. {p}") for i, p in enumerate(pins, 1)),
+        highlight=False,
+        markup=False,
+    )
 
 
 def _unpin(shell: Shell, arg: str) -> None:
@@ -272,8 +299,10 @@ def _retry(shell: Shell, arg: str) -> None:
 
 def _edit(shell: Shell, arg: str) -> None:
     if not arg.strip():
-        raise ChatloopError("Give the new text of your last message",
-                            "For example: /edit And for a north-facing balcony?")  # fmt: skip
+        raise ChatloopError(
+            "Give the new text of your last message",
+            "For example: /edit And for a north-facing balcony?",
+        )
     shell.session.again(arg)
 
 
@@ -289,8 +318,11 @@ def _new(shell: Shell, arg: str) -> None:
         )
     closed = session.close()
     if closed.parent is not None:
-        render.note(shell.console, f"New session: your next message starts it. "
-                    f"{closed.parent.meta.id} is closed; /resume 1 continues it.")  # fmt: skip
+        render.note(
+            shell.console,
+            f"New session: your next message starts it. "
+            f"{closed.parent.meta.id} is closed; /resume 1 continues it.",
+        )
     else:
         render.note(shell.console, "New session: your next message starts it.")
 
@@ -302,22 +334,31 @@ def _model(shell: Shell, arg: str) -> None:
         try:
             offered = session.backend.models()
         except BackendError as exc:
-            render.note(shell.console, f"Model: {visible(current)}. The server did not list its "
-                        f"models ({visible(exc.message)}); /model NAME switches anyway.",
-                        "yellow")  # fmt: skip
+            render.note(
+                shell.console,
+                f"Model: {visible(current)}. The server did not list its "
+                f"models ({visible(exc.message)}); /model NAME switches anyway.",
+                "yellow",
+            )
             return
         lines = [f"{'*' if name == current else ' '} {name}" for name in offered] or [
-            f"* {current}"]  # fmt: skip
+            f"* {current}"
+        ]
         shell.console.print(visible("\n".join(lines)), highlight=False, markup=False)
         render.note(shell.console, "/model NAME switches to another.")
         return
     unchecked = session.use_model(arg)
-    render.note(shell.console, f"Now with the model {visible(arg)}: each reply records the "
-                "model that gave it.")  # fmt: skip
+    render.note(
+        shell.console,
+        f"Now with the model {visible(arg)}: each reply records the model that gave it.",
+    )
     if unchecked:
-        render.note(shell.console, f"Not checked: the server did not list its models "
-                    f"({visible(unchecked)}); the next reply says whether it has it.",
-                    "yellow")  # fmt: skip
+        render.note(
+            shell.console,
+            f"Not checked: the server did not list its models "
+            f"({visible(unchecked)}); the next reply says whether it has it.",
+            "yellow",
+        )
 
 
 def _agent(shell: Shell, arg: str) -> None:
@@ -328,16 +369,23 @@ def _agent(shell: Shell, arg: str) -> None:
     if not arg:
         mine = Path(session.agent.path).stem
         others = [name for name in agent_names(dirs) if name != mine]
-        render.note(shell.console, f"Agent: {visible(session.agent.name)}. Others: "
-                    f"{', '.join(others) or 'none'}; /agent NAME switches.")  # fmt: skip
+        render.note(
+            shell.console,
+            f"Agent: {visible(session.agent.name)}. Others: "
+            f"{', '.join(others) or 'none'}; /agent NAME switches.",
+        )
         return
     agent = load_agent(find_agent_file(arg, dirs, names_only=True))
     if agent.path == session.agent.path:
         render.note(shell.console, f"{agent.name} is the agent already.")
         return
     branched = session.use_agent(agent)
-    where = (" The conversation goes on in a branch of this session, so each file names the "
-             "agent that answered in it." if branched else "")  # fmt: skip
+    where = (
+        " The conversation goes on in a branch of this session, so each file names the "
+        "agent that answered in it."
+        if branched
+        else ""
+    )
     render.note(shell.console, f"Now talking with {visible(agent.name)}.{where}")
 
 
@@ -349,41 +397,88 @@ SEARCH_HITS = 20  # sessions /search lists: a screenful
 
 TABLE: tuple[Spec, ...] = (
     Spec("help", "/help", "show the commands and keys", _help),
-    Spec("exit", "/exit", "save, summarize and leave (also /quit, exit, quit, bye, Ctrl-D)",
-         _exit, ("quit",)),
-    Spec("compact", "/compact [TEXT]", "summarize (TEXT: what to keep), then continue in a new "
-         "linked session", _compact),
+    Spec(
+        "exit",
+        "/exit",
+        "save, summarize and leave (also /quit, exit, quit, bye, Ctrl-D)",
+        _exit,
+        ("quit",),
+    ),
+    Spec(
+        "compact",
+        "/compact [TEXT]",
+        "summarize (TEXT: what to keep), then continue in a new linked session",
+        _compact,
+    ),
     Spec("resume", "/resume [N|ID]", "continue a past session from its summary", _resume),
-    Spec("sessions", "/sessions", "list this project's sessions (1 = most recent; a chain is "
-         "one line)", _sessions),
-    Spec("search", "/search WORDS", "find this project's sessions holding every word "
-         "(/resume takes the number or handle shown)", _search),
+    Spec(
+        "sessions",
+        "/sessions",
+        "list this project's sessions (1 = most recent; a chain is one line)",
+        _sessions,
+    ),
+    Spec(
+        "search",
+        "/search WORDS",
+        "find this project's sessions holding every word "
+        "(/resume takes the number or handle shown)",
+        _search,
+    ),
     Spec("info", "/info", "this session: id, file, agent, model, tokens", _info),
-    Spec("context", "/context", "exactly what the next call would send, with token counts",
-         _context),
+    Spec(
+        "context", "/context", "exactly what the next call would send, with token counts", _context
+    ),
     Spec("rename", "/rename TITLE", "give this session a title", _rename),
     Spec("pin", "/pin TEXT", "keep a fact word for word in every later session", _pin),
     Spec("pins", "/pins", "list the pinned facts", _pins),
     Spec("unpin", "/unpin N", "unpin fact N", _unpin),
-    Spec("export", "/export [FILE]", "write this session as markdown (default: ./<id>.md)",
-         _export),
+    Spec(
+        "export", "/export [FILE]", "write this session as markdown (default: ./<id>.md)", _export
+    ),
     Spec("copy", "/copy", "copy the last reply to the clipboard (terminal OSC 52)", _copy),
-    Spec("fork", "/fork [N]", "branch after query N (default: the last): this session closes "
-         "as it is; a linked new one carries the history up to there", _fork),
-    Spec("retry", "/retry", "ask your last message again, in a branch (/fork) where the model "
-         "has not seen its first answer; this session keeps it", _retry),
-    Spec("edit", "/edit TEXT", "send TEXT instead of your last message, in a branch (/fork) "
-         "after the message before it", _edit),
+    Spec(
+        "fork",
+        "/fork [N]",
+        "branch after query N (default: the last): this session closes "
+        "as it is; a linked new one carries the history up to there",
+        _fork,
+    ),
+    Spec(
+        "retry",
+        "/retry",
+        "ask your last message again, in a branch (/fork) where the model "
+        "has not seen its first answer; this session keeps it",
+        _retry,
+    ),
+    Spec(
+        "edit",
+        "/edit TEXT",
+        "send TEXT instead of your last message, in a branch (/fork) after the message before it",
+        _edit,
+    ),
     Spec("model", "/model [NAME]", "list the server's models, or switch to NAME", _model),
-    Spec("agent", "/agent [NAME]", "list the agents, or go on with NAME (in a branch of this "
-         "session, carrying its history)", _agent),
+    Spec(
+        "agent",
+        "/agent [NAME]",
+        "list the agents, or go on with NAME (in a branch of this session, carrying its history)",
+        _agent,
+    ),
     Spec("new", "/new", "close this session with its summary and start a new one", _new),
-    Spec("clear", "/clear", "clear the screen only (the session goes on; /new starts another)",
-         _clear),
-)  # fmt: skip
+    Spec(
+        "clear",
+        "/clear",
+        "clear the screen only (the session goes on; /new starts another)",
+        _clear,
+    ),
+)
 _BY_NAME = {name: spec for spec in TABLE for name in (spec.name, *spec.aliases)}
-_BARE = {"exit": "exit", "quit": "exit", "bye": "exit", "sessions": "sessions",
-         "compact": "compact"}  # fmt: skip
+_BARE = {
+    "exit": "exit",
+    "quit": "exit",
+    "bye": "exit",
+    "sessions": "sessions",
+    "compact": "compact",
+}
 _BARE_RESUME = re.compile(r"^resume(?:\s+(\S+))?$", re.IGNORECASE)
 
 
@@ -435,8 +530,9 @@ def parse(line: str) -> Parsed:
     if lowered in _BARE:
         return Command(_BY_NAME[_BARE[lowered]])
     match = _BARE_RESUME.match(stripped)
-    if match and (match.group(1) is None or re.fullmatch(r"\d+|\d{8}-\d{6}-[0-9a-f]{8}",
-                                                          match.group(1))):  # fmt: skip
+    if match and (
+        match.group(1) is None or re.fullmatch(r"\d+|\d{8}-\d{6}-[0-9a-f]{8}", match.group(1))
+    ):
         return Command(_BY_NAME["resume"], match.group(1) or "")
     return Text(line[1:] if stripped.startswith("//") else line)
 

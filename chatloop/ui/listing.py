@@ -49,8 +49,9 @@ def handle_width(rows: Sequence[SessionRow]) -> int:
     return max([6, *(len(row.handle) for row in rows)])
 
 
-def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = False,
-                  columns: int | None = None) -> str:  # fmt: skip
+def sessions_text(
+    rows: list[SessionRow], now: datetime, show_project: bool = False, columns: int | None = None
+) -> str:
     """One line per session: number, handle, age, queries, agent, status, title. With
     ``columns`` (a terminal's width), a title too long for the line is cut with "…",
     so that no line wraps (its status and project stay whole)."""
@@ -66,8 +67,10 @@ def sessions_text(rows: list[SessionRow], now: datetime, show_project: bool = Fa
         if row.chain > 1:
             status += f" [chain of {row.chain}]"
         where = f"  ({row.project})" if show_project else ""
-        head = (f"{number}  {row.handle or '-':<{width}}  {relative_time(row.updated, now):>9}  "
-                f"{row.queries:>3}q  {visible(row.agent[:16]):<16}  ")  # fmt: skip
+        head = (
+            f"{number}  {row.handle or '-':<{width}}  {relative_time(row.updated, now):>9}  "
+            f"{row.queries:>3}q  {visible(row.agent[:16]):<16}  "
+        )
         title = visible(describe(row)[:70])
         if columns is not None:
             title = clip(title, columns - cells(head) - cells(visible(status + where)) - 1)
@@ -98,7 +101,9 @@ def hit_line(hit: SearchHit, show_project: bool = False, columns: int | None = N
 
 
 def transcript_lines(
-    meta: SessionMeta, messages: Iterable[Message | Plain], heading: str = "",
+    meta: SessionMeta,
+    messages: Iterable[Message | Plain],
+    heading: str = "",
     forked_at: int | None = None,
 ) -> Iterator[str]:
     """A session as a person reads it in a terminal, one chunk per message as the
@@ -183,8 +188,10 @@ def tree_text(root: SessionRow, children: dict[str, list[SessionRow]], mark: str
         # the session asked about, unless it stands alone (then there is nothing to tell)
         star = "  ← this one" if row.id == mark and (depth or children.get(row.id)) else ""
         fork = f", fork after query {row.forked_at}" if row.forked_at is not None else ""
-        lines.append(f"{prefix}{branch}{row.id}  {describe(row)[:50]}  "
-                     f"({row.queries}q, {row.status}{fork}){star}")  # fmt: skip
+        lines.append(
+            f"{prefix}{branch}{row.id}  {describe(row)[:50]}  "
+            f"({row.queries}q, {row.status}{fork}){star}"
+        )
         kids = [kid for kid in children.get(row.id, []) if kid.id not in seen]
         inner = prefix + ("" if depth == 0 else ("   " if last else "│  "))
         for i, kid in reversed(list(enumerate(kids))):

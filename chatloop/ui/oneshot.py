@@ -115,8 +115,10 @@ class PlainHost:
         """Each question's default answer, said on stderr with the question, so nothing
         is decided silently (an explicit option answers ahead)."""
         answer = "yes" if default else "no"
-        print(visible(f"{question} {answer} (the default: a one-shot run asks nothing)"),
-              file=sys.stderr)  # fmt: skip
+        print(
+            visible(f"{question} {answer} (the default: a one-shot run asks nothing)"),
+            file=sys.stderr,
+        )
         return default
 
     def reply_view(self, acknowledgment: bool = False) -> PrintedReply:
@@ -155,9 +157,16 @@ def ask_once(session: ChatSession, text: str) -> int:
     return 0
 
 
-def answer_once(agent: Agent, backend: Backend, store: Store, settings: Settings,
-                question: str, located: Located | None, kind: Kind,
-                agent_named: bool = False) -> int:
+def answer_once(
+    agent: Agent,
+    backend: Backend,
+    store: Store,
+    settings: Settings,
+    question: str,
+    located: Located | None,
+    kind: Kind,
+    agent_named: bool = False,
+) -> int:
     """``chatloop "question"`` (after continuing ``located`` as ``kind`` says, when
     given): the answer on stdout, the session saved with its summary; the exit code."""
     from chatloop.chat.session import ChatSession
@@ -166,8 +175,9 @@ def answer_once(agent: Agent, backend: Backend, store: Store, settings: Settings
         from chatloop.config import EMBEDDED_NOTE
 
         print(f"note: {EMBEDDED_NOTE}", file=sys.stderr)
-    session = ChatSession(agent, backend, store, settings_once(settings), PlainHost(),
-                          agent_named=agent_named)
+    session = ChatSession(
+        agent, backend, store, settings_once(settings), PlainHost(), agent_named=agent_named
+    )
     if located is not None:
         session.continue_from(located, kind)
     return ask_once(session, question)

@@ -45,8 +45,9 @@ MAX_LIST_LINES = 12  # with the head, the input, the preview and the footer: 20 
 CHROME_LINES = 4 + PREVIEW_LINES  # everything that is not the list
 
 
-def line_for(row: SessionRow, now: datetime, width: int = 80, project: bool = False,
-             handles: int = 6) -> str:  # fmt: skip
+def line_for(
+    row: SessionRow, now: datetime, width: int = 80, project: bool = False, handles: int = 6
+) -> str:
     """One picker line: number, handle, when, queries, agent, branch, title or request
     (and its project, with ``project``: numbers count per project); cut to ``width``
     terminal cells and made safe to draw. ``handles``: the handle column's width
@@ -57,9 +58,11 @@ def line_for(row: SessionRow, now: datetime, width: int = 80, project: bool = Fa
     chain = f" (chain of {row.chain})" if row.chain > 1 else ""
     when = relative_time(row.updated, now)
     number = row.number or ("*" if row.live else "-")
-    text = (f"{number:>3}  {row.handle or '-':<{handles}}  {when:>9}  "
-            f"{row.queries:>3}q  {row.agent[:16]}{branch}{status}{fork}{chain}  "
-            f"{describe(row)}")  # fmt: skip
+    text = (
+        f"{number:>3}  {row.handle or '-':<{handles}}  {when:>9}  "
+        f"{row.queries:>3}q  {row.agent[:16]}{branch}{status}{fork}{chain}  "
+        f"{describe(row)}"
+    )
     # (the marks before the title: a line cut to the width keeps them)
     if project:
         text += f"  ({row.project})"
@@ -70,11 +73,22 @@ def matches(row: SessionRow, words: Sequence[str]) -> bool:
     """True when every word (case-insensitive) occurs in the session's title, agent,
     handle, number or last request, or begins its id's random part (a handle typed
     longer than it is shown)."""
-    hay = " ".join((row.title, row.agent, row.agent_name, row.handle, row.preview,
-                    str(row.number or ""), row.git_branch or "")).casefold()  # fmt: skip
+    hay = " ".join(
+        (
+            row.title,
+            row.agent,
+            row.agent_name,
+            row.handle,
+            row.preview,
+            str(row.number or ""),
+            row.git_branch or "",
+        )
+    ).casefold()
     random_part = row.id[-8:].casefold()
-    return all(word in hay or (len(word) >= 4 and random_part.startswith(word))
-               for word in (w.casefold() for w in words))  # fmt: skip
+    return all(
+        word in hay or (len(word) >= 4 and random_part.startswith(word))
+        for word in (w.casefold() for w in words)
+    )
 
 
 def pick(
@@ -129,8 +143,10 @@ def pick_numbered(
         if not shown:
             write("No session matches.")
         try:
-            answer = read("Resume which? (number or handle; f N forks; a word filters, /word "
-                          "searches; Enter cancels) ").strip()  # fmt: skip
+            answer = read(
+                "Resume which? (number or handle; f N forks; a word filters, /word "
+                "searches; Enter cancels) "
+            ).strip()
         except (EOFError, KeyboardInterrupt):
             return None
         if not answer:
@@ -188,16 +204,24 @@ class _Picker:
 
     def run(self, input: Input | None, output: Output | None) -> Picked | None:
         app: Application[None] = Application(
-            layout=Layout(HSplit([
-                Window(FormattedTextControl(self._head), height=1),
-                Window(BufferControl(self.query), height=1, get_line_prefix=self._prompt),
-                Window(FormattedTextControl(self._list), height=self._list_height),
-                Window(FormattedTextControl(self._preview), height=PREVIEW_LINES + 1),
-                Window(FormattedTextControl(self._footer), height=1),
-            ]), focused_element=self.query),
-            key_bindings=self._keys(), input=input, output=output, full_screen=False,
+            layout=Layout(
+                HSplit(
+                    [
+                        Window(FormattedTextControl(self._head), height=1),
+                        Window(BufferControl(self.query), height=1, get_line_prefix=self._prompt),
+                        Window(FormattedTextControl(self._list), height=self._list_height),
+                        Window(FormattedTextControl(self._preview), height=PREVIEW_LINES + 1),
+                        Window(FormattedTextControl(self._footer), height=1),
+                    ]
+                ),
+                focused_element=self.query,
+            ),
+            key_bindings=self._keys(),
+            input=input,
+            output=output,
+            full_screen=False,
             erase_when_done=True,
-        )  # fmt: skip
+        )
         self.app = app
         app.run()
         return self.state.chosen
@@ -287,8 +311,11 @@ class _Picker:
 
     def _head(self) -> StyleAndTextTuples:
         mode = "search all text" if self.state.searching else "filter"
-        count = f"{len(self.state.shown)} of {len(self.rows)}" if not self.state.searching else (
-            f"{len(self.state.shown)} found")  # fmt: skip
+        count = (
+            f"{len(self.state.shown)} of {len(self.rows)}"
+            if not self.state.searching
+            else (f"{len(self.state.shown)} found")
+        )
         return [("bold", _cut(f"Resume which session? Type to {mode} ({count})", self._width()))]
 
     def _prompt(self, line: int, wrap: int) -> StyleAndTextTuples:
@@ -308,8 +335,9 @@ class _Picker:
         handles = handle_width([state.shown[i] for i in drawn])
         for i in drawn:
             here = i == state.at
-            text = ("> " if here else "  ") + line_for(state.shown[i], self.now, width - 2,
-                                                       self.several, handles)  # fmt: skip
+            text = ("> " if here else "  ") + line_for(
+                state.shown[i], self.now, width - 2, self.several, handles
+            )
             out += [("reverse" if here else "", text), ("", "\n")]
         return out[:-1]
 
@@ -321,10 +349,14 @@ class _Picker:
         row = state.shown[state.at]
         if row.id not in state.previews:
             text = self.lookup.preview(row) if self.lookup is not None else ""
-            state.previews[row.id] = text or (f"Last request: {row.preview}" if row.preview
-                                              else "(no summary)")  # fmt: skip
-        lines = [_cut(visible(line), width) for line in state.previews[row.id].splitlines()
-                 if line.strip()][:PREVIEW_LINES]  # fmt: skip
+            state.previews[row.id] = text or (
+                f"Last request: {row.preview}" if row.preview else "(no summary)"
+            )
+        lines = [
+            _cut(visible(line), width)
+            for line in state.previews[row.id].splitlines()
+            if line.strip()
+        ][:PREVIEW_LINES]
         out.append(("italic", "\n".join(lines)))
         return out
 

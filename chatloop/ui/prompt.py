@@ -59,8 +59,9 @@ class ChatCompleter(Completer):
             self._agents = self._agents()
         return self._agents
 
-    def get_completions(self, document: Document,
-                        complete_event: CompleteEvent) -> Iterator[Completion]:  # fmt: skip
+    def get_completions(
+        self, document: Document, complete_event: CompleteEvent
+    ) -> Iterator[Completion]:
         text = document.text_before_cursor
         if text.startswith("/") and " " not in text:
             from chatloop.ui.commands import completions
@@ -110,8 +111,7 @@ def key_bindings() -> KeyBindings:
 # Bidirectional overrides and isolates, drawn as a replacement character where they were
 # typed or pasted (prompt_toolkit draws C0 and C1 controls as ^X and <9b> itself): one
 # character for one, so the cursor stays where it is in the text.
-_BIDI = str.maketrans({code: "\ufffd" for code in (*range(0x202A, 0x202F),
-                                                    *range(0x2066, 0x206A))})  # fmt: skip
+_BIDI = str.maketrans({code: "\ufffd" for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))})
 
 
 class ShowBidi(Processor):
@@ -119,16 +119,24 @@ class ShowBidi(Processor):
     would reorder what the terminal shows of the line, not only be in it."""
 
     def apply_transformation(self, ti: TransformationInput) -> Transformation:
-        return Transformation([(piece[0], piece[1].translate(_BIDI), *piece[2:])
-                               for piece in ti.fragments])  # fmt: skip
+        return Transformation(
+            [(piece[0], piece[1].translate(_BIDI), *piece[2:]) for piece in ti.fragments]
+        )
 
 
-def chat_prompt(agents: list[str] | Callable[[], list[str]], history: History | None = None,
-                input: Input | None = None, output: Output | None = None,
-                ) -> PromptSession[str]:  # fmt: skip
+def chat_prompt(
+    agents: list[str] | Callable[[], list[str]],
+    history: History | None = None,
+    input: Input | None = None,
+    output: Output | None = None,
+) -> PromptSession[str]:
     """The chat's line editor (in-memory history unless one is given)."""
     return PromptSession(
-        input=input, output=output, history=history or InMemoryHistory(),
-        key_bindings=key_bindings(), completer=ChatCompleter(agents),
-        complete_while_typing=False, input_processors=[ShowBidi()],
-    )  # fmt: skip
+        input=input,
+        output=output,
+        history=history or InMemoryHistory(),
+        key_bindings=key_bindings(),
+        completer=ChatCompleter(agents),
+        complete_while_typing=False,
+        input_processors=[ShowBidi()],
+    )

@@ -49,8 +49,9 @@ class StreamView:
     the same at the end of a long reply as at its start: the live region,
     redrawn at each refresh, stays about a screenful."""
 
-    def __init__(self, console: Console, agent: str, acknowledgment: bool = False,
-                 label: str = "") -> None:  # fmt: skip
+    def __init__(
+        self, console: Console, agent: str, acknowledgment: bool = False, label: str = ""
+    ) -> None:
         self.console = console
         self.agent = agent
         # the model's acknowledgment of a restoration prompt is labelled and dim, so it
@@ -78,8 +79,12 @@ class StreamView:
                     self.label = ""
             if self._live is None:
                 self._shown = Text(piece, style="dim" if self.acknowledgment else "")
-                self._live = Live(self._shown, console=self.console, refresh_per_second=12,
-                                  vertical_overflow="visible")  # fmt: skip
+                self._live = Live(
+                    self._shown,
+                    console=self.console,
+                    refresh_per_second=12,
+                    vertical_overflow="visible",
+                )
                 self._live.start(refresh=True)  # the first words now, not at the next tick
             else:
                 with self._live._lock:  # the refresh thread draws the same Text
@@ -148,9 +153,7 @@ class StreamView:
         for result in message.tool_results:
             style = "red" if result.is_error else "dim"
             first = result.content.strip().splitlines()[0] if result.content.strip() else "(empty)"
-            self.console.print(
-                Text(visible(f"← {result.name}: {_short(first, 100)}"), style=style)
-            )
+            self.console.print(Text(visible(f"← {result.name}: {_short(first, 100)}"), style=style))
 
     def close(self, interrupted: bool = False, saved: bool = True) -> None:
         """End the view; ``saved`` says whether any text of an interrupted reply was kept
@@ -217,8 +220,13 @@ def spinner(console: Console, text: str, trace: bool = True) -> Iterator[Callabl
 
     if trace:
         note(console, text)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:  # fmt: skip
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
         task = bar.add_task(text)
         yield lambda what: bar.update(task, description=f"{text} ({what})")
 
@@ -248,12 +256,20 @@ def toolbar(parts: dict[str, Any], width: int | None = None) -> StyleAndTextTupl
     mark = "~" if parts.get("estimated") else ""  # counted by chatloop, not the server
     counts = f"{parts['queries']}q · {mark}{parts['tokens']:,} tok"
     fits: StyleAndTextTuples = []
-    for keep_model, named, with_chain in ((True, session, True), (True, session, False),
-                                          (True, _id_tail(session), False),
-                                          (False, _id_tail(session), False), (False, "", False)):
+    for keep_model, named, with_chain in (
+        (True, session, True),
+        (True, session, False),
+        (True, _id_tail(session), False),
+        (False, _id_tail(session), False),
+        (False, "", False),
+    ):
         middle = (f"· {model} " if keep_model else "") + (f"· {named} " if named else "")
-        fits = [("bold", f" {agent} "), ("", f"{middle}· {counts}"),
-                ("", chain if with_chain else ""), *tail]  # fmt: skip
+        fits = [
+            ("bold", f" {agent} "),
+            ("", f"{middle}· {counts}"),
+            ("", chain if with_chain else ""),
+            *tail,
+        ]
         if width is None or sum(len(fragment[1]) for fragment in fits) <= width:
             break
     return [fragment for fragment in fits if fragment[1]]
@@ -267,8 +283,9 @@ def _id_tail(session: str) -> str:
 def sessions_table(rows: Sequence[SessionRow], now: datetime) -> Table:
     """The /sessions view: number and handle first (what /resume takes: never squeezed
     out), then when, queries, agent and the title, which gives way first."""
-    table = Table(box=None, pad_edge=False, show_header=True, header_style="bold",
-                  expand=True)  # the title takes what is left, and gives way first
+    table = Table(
+        box=None, pad_edge=False, show_header=True, header_style="bold", expand=True
+    )  # the title takes what is left, and gives way first
     table.add_column("#", justify="right", no_wrap=True, min_width=2)
     table.add_column("handle", no_wrap=True, min_width=6)
     table.add_column("when", no_wrap=True, min_width=9)
@@ -281,15 +298,26 @@ def sessions_table(rows: Sequence[SessionRow], now: datetime) -> Table:
         if row.forked_at is not None:
             status += f"[fork after query {row.forked_at}] "
         status += f"[chain of {row.chain}] " if row.chain > 1 else ""
-        cells = (str(row.number or "*"), row.handle or "-", relative_time(row.updated, now),
-                 str(row.queries), row.agent, status + describe(row)[:80])  # fmt: skip
+        cells = (
+            str(row.number or "*"),
+            row.handle or "-",
+            relative_time(row.updated, now),
+            str(row.queries),
+            row.agent,
+            status + describe(row)[:80],
+        )
         table.add_row(*(Text(visible(cell)) for cell in cells))
     return table
 
 
-def context_table(rows: Sequence[tuple[str, int, str]], window: int | None, total: int,
-                  mark: str = "", extra: Sequence[tuple[str, int, str]] = (),
-                  width: int = 100) -> Table:  # fmt: skip
+def context_table(
+    rows: Sequence[tuple[str, int, str]],
+    window: int | None,
+    total: int,
+    mark: str = "",
+    extra: Sequence[tuple[str, int, str]] = (),
+    width: int = 100,
+) -> Table:
     """The /context view: each message that would be sent, its tokens (``mark``: "~"
     when they are estimates), then ``extra`` (what is sent besides the messages: tool
     definitions, the template's fixed tokens; unnumbered), and the budget. In
@@ -299,17 +327,23 @@ def context_table(rows: Sequence[tuple[str, int, str]], window: int | None, tota
     table.add_column("role", no_wrap=True, min_width=10)
     table.add_column("tokens", justify="right", no_wrap=True)
     numbers = len(f"{len(rows)}") + 10 + max(6, len(f"{mark}{total:,}")) + 6  # (and gaps)
-    table.add_column("content", overflow="ellipsis", no_wrap=True,
-                     max_width=max(10, min(70, width - numbers)))  # fmt: skip
+    table.add_column(
+        "content", overflow="ellipsis", no_wrap=True, max_width=max(10, min(70, width - numbers))
+    )
     for i, (role, tokens, content) in enumerate(rows, 1):
-        table.add_row(*(Text(visible(cell)) for cell in (str(i), role, f"{mark}{tokens:,}",
-                                                          _short(content, 70))))  # fmt: skip
+        table.add_row(
+            *(
+                Text(visible(cell))
+                for cell in (str(i), role, f"{mark}{tokens:,}", _short(content, 70))
+            )
+        )
     for role, tokens, content in extra:
         table.add_row(*(Text(cell) for cell in ("", role, f"{mark}{tokens:,}", content)))
     budget = (
-        f"{mark}{total:,} of {window:,} tokens ({total / window:.0%})" if window
+        f"{mark}{total:,} of {window:,} tokens ({total / window:.0%})"
+        if window
         else f"{mark}{total:,} tokens"
-    )  # fmt: skip
+    )
     many = "" if len(rows) == 1 else "s"
     table.caption = f"next call: {len(rows)} message{many}, {budget}"
     return table

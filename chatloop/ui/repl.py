@@ -50,7 +50,6 @@ YES, NO = ("y", "yes"), ("n", "no")
 _LEAVE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-
 def _columns() -> int | None:
     """The terminal's width while prompt_toolkit draws the toolbar (None outside)."""
     from prompt_toolkit.application import get_app_or_none
@@ -63,21 +62,30 @@ def _columns() -> int | None:
     except OSError:  # no terminal to ask
         return None
 
+
 class Repl:
     """One interactive chatloop: the ``Host`` of a ``ChatSession`` and the ``Shell`` its
     commands run in. ``run`` returns the process exit code."""
 
     def __init__(
-        self, agent: Agent, backend: Backend, store: Store, settings: Settings,
-        console: Console | None = None, *, input: Input | None = None,
+        self,
+        agent: Agent,
+        backend: Backend,
+        store: Store,
+        settings: Settings,
+        console: Console | None = None,
+        *,
+        input: Input | None = None,
         output: Output | None = None,
-        clock: Callable[[], datetime] | None = None, agent_named: bool = False,
+        clock: Callable[[], datetime] | None = None,
+        agent_named: bool = False,
         prompt: PromptSession[str] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.console = console or Console()  # the terminal, unless a test passes one
         self.input, self.output = input, output
-        self.session = ChatSession(agent, backend, store, settings, host=self,
-                                   agent_named=agent_named)
+        self.session = ChatSession(
+            agent, backend, store, settings, host=self, agent_named=agent_named
+        )
         if clock is not None:
             self.session.clock = clock
         self.signalled = 0  # the signal that asked chatloop to leave, once one has
@@ -92,8 +100,12 @@ class Repl:
         self.prompt = prompt
 
     # ------------------------------------------------------------------ the loop
-    def run(self, resume: Located | None = None, kind: Kind | None = None,
-            first: Callable[[], str] | None = None) -> int:
+    def run(
+        self,
+        resume: Located | None = None,
+        kind: Kind | None = None,
+        first: Callable[[], str] | None = None,
+    ) -> int:
         """Chat until the person leaves. ``resume``: a session to continue first, as
         ``kind`` says (``chatloop.chat.continuation``: its agent and server were chosen
         by the caller). ``first``: the outcome of a first prompt read before this loop
@@ -158,25 +170,34 @@ class Repl:
                 render.note(self.console, "Cancelled.")
         except OSError as exc:
             where = f" ({exc.filename})" if exc.filename else ""
-            render.error(self.console, ChatloopError(
-                f"{exc.strerror or exc}{where}",
-                "Check the disk and the sessions directory; the chat goes on.",
-            ))  # fmt: skip
+            render.error(
+                self.console,
+                ChatloopError(
+                    f"{exc.strerror or exc}{where}",
+                    "Check the disk and the sessions directory; the chat goes on.",
+                ),
+            )
         except Exception as exc:  # a bug must not cost the person their session
             if os.environ.get("CHATLOOP_DEBUG"):
                 self.console.print_exception()
-            render.error(self.console, ChatloopError(
-                f"Internal error: {type(exc).__name__}: {exc}",
-                "This is a bug in chatloop; the session file is intact. CHATLOOP_DEBUG=1 shows "
-                "the details.",
-            ))  # fmt: skip
+            render.error(
+                self.console,
+                ChatloopError(
+                    f"Internal error: {type(exc).__name__}: {exc}",
+                    "This is a bug in chatloop; the session file is intact. CHATLOOP_DEBUG=1 shows "
+                    "the details.",
+                ),
+            )
 
     def finish(self) -> None:
         """Summarize and finalize the session, and show anything that could not be saved."""
         closed = self.session.close()
         if closed.unsaved:
-            render.note(self.console, f"{len(closed.unsaved)} message(s) could not be saved; "
-                        "here they are, to copy:", "yellow")  # fmt: skip
+            render.note(
+                self.console,
+                f"{len(closed.unsaved)} message(s) could not be saved; here they are, to copy:",
+                "yellow",
+            )
             for message in closed.unsaved:
                 render.note(self.console, f"[{message.role}] {message.text}", "")
 
@@ -221,16 +242,23 @@ class Repl:
         if word in YES or word in NO or not word:
             return word in YES if word else ""
         self._typed_ahead.append(typed)
-        render.note(self.console, "That is not a yes or no: taken as no; your line is handled "
-                    "next.", "yellow")  # fmt: skip
+        render.note(
+            self.console,
+            "That is not a yes or no: taken as no; your line is handled next.",
+            "yellow",
+        )
         return False
 
     def reply_view(self, acknowledgment: bool = False) -> ReplyView:
         # the reply that follows an acknowledgment is labelled too: the two differ only
         # in style, which a plain or colourless terminal does not show
         acked = self._acknowledgment is not None and self._acknowledgment.said
-        view = render.StreamView(self.console, self.session.agent.name, acknowledgment,
-                                 "Its answer to your message:" if acked else "")  # fmt: skip
+        view = render.StreamView(
+            self.console,
+            self.session.agent.name,
+            acknowledgment,
+            "Its answer to your message:" if acked else "",
+        )
         self._acknowledgment = view if acknowledgment else None
         return view
 

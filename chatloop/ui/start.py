@@ -44,9 +44,13 @@ class Startup(Generic[T]):
     line was sent first. ``toolbar(loaded)`` draws the bottom toolbar once
     loaded ("starting…" until then)."""
 
-    def __init__(self, prompt: PromptSession[str], load: Callable[[], T],
-                 announce: Callable[[T], None],
-                 toolbar: Callable[[T], StyleAndTextTuples]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        prompt: PromptSession[str],
+        load: Callable[[], T],
+        announce: Callable[[T], None],
+        toolbar: Callable[[T], StyleAndTextTuples],
+    ) -> None:
         self.prompt = prompt
         self._load, self._announce, self._toolbar = load, announce, toolbar
         self._done = threading.Event()
@@ -156,8 +160,12 @@ def start_new_chat(store: Store, load: Callable[[Prompt], Repl]) -> int:
         return agent_names(agent_dirs(store.cwd, store.root))
 
     prompt = chat_prompt(agent_names, file_history(store.project_dir))
-    startup = Startup(prompt, lambda: load(prompt), announce=lambda repl: repl.banner(),
-                      toolbar=lambda repl: repl.toolbar())
+    startup = Startup(
+        prompt,
+        lambda: load(prompt),
+        announce=lambda repl: repl.banner(),
+        toolbar=lambda repl: repl.toolbar(),
+    )
     signalled: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:
@@ -180,8 +188,10 @@ def start_new_chat(store: Store, load: Callable[[Prompt], Repl]) -> int:
                 raise
             from chatloop.ui.terminal_text import visible  # typed text: shown, never acted on
 
-            print(f"Signal received before the chat had started; not sent: "
-                  f"{visible(first())}", file=sys.stderr)
+            print(
+                f"Signal received before the chat had started; not sent: {visible(first())}",
+                file=sys.stderr,
+            )
             return 0
         try:  # the loop puts its own handlers in, and back (ours) when it ends
             return repl.run(first=first)

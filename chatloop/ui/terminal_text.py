@@ -20,8 +20,9 @@ __all__ = ["cells", "clip", "visible"]
 _VISIBLE = {code: chr(0x2400 + code) for code in range(32) if chr(code) not in "\t\n"}
 _VISIBLE[0x7F] = "\u2421"
 _VISIBLE.update({code: f"\\x{code:02x}" for code in range(0x80, 0xA0)})
-_VISIBLE.update({code: f"\\u{code:04x}" for code in (*range(0x202A, 0x202F),
-                                                     *range(0x2066, 0x206A))})  # fmt: skip
+_VISIBLE.update(
+    {code: f"\\u{code:04x}" for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+)
 
 
 _UNSAFE = re.compile("[" + "".join(re.escape(chr(code)) for code in _VISIBLE) + "]")
