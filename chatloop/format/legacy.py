@@ -8,7 +8,10 @@ line, ``---`` rules, and the same SESSION_SUMMARY markers. We read them into
 the same values so they can be listed, searched and resumed; we never write
 them.
 
-Only markers in the file's own structure count: the seed tool appended the
+Only markers in the file's own structure count. A ``## Session Restored``
+section is the restore block only as the first section of a file that says
+``**Resumed From:**`` (where the seed tool wrote it); one anywhere else was
+pasted into a message and stays that message's text. The seed tool appended the
 summary at the very end, after a ``---`` rule. So the summary is the block
 whose end marker is the file's last non-blank line and whose start marker is a
 line of its own preceded by a ``---`` line; markers quoted inside a query or a
@@ -50,7 +53,12 @@ def parse_legacy(data: bytes) -> ParseResult:
         s_start, s_end = found
         summary_text = text[s_start + len(SUMMARY_START) : s_end].strip("\n")
         text = text[:s_start]
-    sections = list(_SECTION_RE.finditer(text))
+    resumed = bool(keys.get("Resumed From"))
+    sections = [
+        match
+        for i, match in enumerate(_SECTION_RE.finditer(text))
+        if match.group(1) != "Session Restored" or (i == 0 and resumed)
+    ]
     messages: list[Message] = []
     for i, match in enumerate(sections):
         chunk = text[match.end() : sections[i + 1].start() if i + 1 < len(sections) else len(text)]
