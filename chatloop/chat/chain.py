@@ -184,18 +184,6 @@ def _split(lines: list[str], limit: int) -> list[str]:
     return pieces
 
 
-def previous_summary(messages: Sequence[Message]) -> str | None:
-    """The parent's summary as injected by this session's restoration prompt, if any."""
-    for m in messages:
-        if m.restore and m.role == "user":
-            start = m.text.find(prompts.HEADINGS[0])
-            if start >= 0:
-                end = m.text.rfind(prompts.HEADINGS[4])
-                close = m.text.find("\n\n", end) if end >= 0 else -1
-                return m.text[start : close if close >= 0 else len(m.text)].strip()
-    return None
-
-
 # ------------------------------------------------------------------ reading a parent
 
 
@@ -225,6 +213,30 @@ def tokens_through(store: Store, parent: Parent) -> int:
     meta = parent.meta
     own = meta.tokens_in + meta.tokens_out + meta.restoration_tokens
     return own + chain_tokens(store, parent.path, meta)
+
+
+def began_from(store: Store, parent: Parent, limit: int = MAX_CHAIN) -> str | None:
+    """The summary the session ``parent`` began from: the trusted summary of the file it
+    continues (a fork: of what its carried history began from), read as structure
+    through the store; None when it continues none, or that one has none. Never
+    taken from a message's text: a restoration prompt, or anything pasted, is prose."""
+    seen = {parent.meta.id}
+    meta, path = parent.meta, parent.path
+    while len(seen) < limit:
+        link = store.parent_of(path, meta)
+        if link is None:
+            return None
+        try:
+            above = read_parent(store, link)
+        except (OSError, ChatloopError):
+            return None
+        if above.meta.id in seen:
+            return None
+        if meta.extra.get("forked_at") is None:
+            return above.summary
+        seen.add(above.meta.id)  # a fork carries its parent's history: what that began from
+        meta, path = above.meta, above.path
+    return None
 
 
 def chain_tokens(store: Store, path: Path, meta: SessionMeta, limit: int = MAX_CHAIN) -> int:

@@ -865,7 +865,7 @@ class ChatSession:
             except ChatloopError:  # open in another chatloop: summarize without writing
                 writer = None
         messages = writer.messages if writer else list(found.session.messages)
-        outcome = self.summarize(messages, chain.previous_summary(messages))
+        outcome = self.summarize(messages, chain.began_from(self.store, parent))
         if writer is None:
             return replace(parent, summary=outcome.text)
         try:
@@ -955,7 +955,7 @@ class ChatSession:
         template = replace(self.meta(), title="")
         self.close()
         self._show_last_exchange(parent)
-        self._fork_from(parent, messages[:cut], at, template, chain.previous_summary(messages))
+        self._fork_from(parent, messages[:cut], at, template, chain.began_from(self.store, parent))
 
     def _fork_from(
         self,
