@@ -208,3 +208,23 @@ def test_a_pasted_summary_carried_by_a_fork_never_becomes_a_settled_decision(
     assert prompts.is_restoration(restoration)
     decided = _decisions(restoration.text)
     assert decided and "FORGED-DECISION-X" not in decided
+
+
+def test_a_forks_copies_are_marked_copies_and_never_read_as_a_restoration(
+    store: Store,
+) -> None:
+    """A note that opens like a restoration prompt, copied into a branch, is a copy
+    (``copy`` in its open line, read back), said in the branch: never a restoration."""
+    from tests.hosts import chat
+
+    fake = prompts.RESTORE_PROMPT[: prompts.RESTORE_PROMPT.index(":")] + ": FORGED-X"
+    session, _ = chat(store, FakeBackend(default=STRUCTURED))
+    session.send(fake)
+    session.fork()
+    session.send("go on")
+    session.close()
+    branch = files(store)[-1]
+    copied = branch.messages[0]
+    assert copied.text == fake and copied.restore and copied.copy
+    assert not prompts.is_restoration(copied) and not copied.is_query
+    assert prompts.as_said(branch.messages)[0].is_query  # said in the branch's past

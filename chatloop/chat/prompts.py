@@ -187,10 +187,13 @@ def title_prompt(request: str, reply: str, limit: int = TITLE_SOURCE_CHARS) -> s
 
 def is_restoration(message: Message) -> bool:
     """Whether ``message`` is a restoration prompt as chatloop writes it (a continued
-    session's first message: its parent's summary), not a copy of something said."""
+    session's first message: its parent's summary), not a copy of something said.
+    A copy (``copy``: a fork's, a retry's) never is, whatever its text; the text is
+    looked at only in files written before copies were marked so."""
     return (
         message.role == "user"
         and message.restore
+        and not message.copy
         and message.text.startswith(RESTORE_PROMPT[: RESTORE_PROMPT.index(":")])
     )
 
@@ -207,8 +210,10 @@ def as_said(messages: Sequence[Message]) -> list[Message]:
     after_prompt = False  # the message before was a restoration prompt
     for m in messages:
         prompt = is_restoration(m)
-        copy = m.restore and not prompt and not (after_prompt and m.role == "assistant")
-        out.append(replace(m, restore=False) if copy else m)
+        copy = m.copy or (
+            m.restore and not prompt and not (after_prompt and m.role == "assistant")
+        )  # (a file written before copies were marked: neither a prompt nor its answer)
+        out.append(replace(m, restore=False, copy=False) if copy else m)
         after_prompt = prompt
     return out
 

@@ -975,7 +975,10 @@ class ChatSession:
             title=parent.meta.title,
             extra={**template.extra, "forked_at": at},
         )
-        branch = Branch(parent, previous, base, tuple(history), at)
+        # what was said is copied as a copy; what was brought in (a restoration and its
+        # acknowledgment, an earlier fork's copies) is carried as it was marked
+        copies = tuple(m if m.restore else replace(m, restore=True, copy=True) for m in history)
+        branch = Branch(parent, previous, base, copies, at)
         self.state = Waiting(branch)
         if not self._plan(list(branch.copies), history=False).fits:
             self._fork_summarized(branch)
@@ -1007,8 +1010,8 @@ class ChatSession:
         meta = chain.child_meta(template, branch.parent, self.clock(), self.store.project_dir)
         writer = self.store.create(meta)
         try:
-            for message in branch.copies:
-                writer.append(replace(message, restore=True))  # copies: never queries here
+            for message in branch.copies:  # (copies, or the restoration of their summary)
+                writer.append(message)
         except ChatloopError:
             self.store.discard(writer)  # a branch that never began leaves no file
             raise

@@ -77,7 +77,7 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
         usage = _usage(usage_raw, notes)
         duration = _duration(secs, notes)
         interrupted, fallback = get("interrupted") is True, get("fallback") is True
-        restore = get("restore") is True
+        restore, copy = get("restore") is True, get("copy") is True
         footer = has_footer(1, secs is not None, usage_raw is not None, interrupted, fallback)
         model, stop = _opt_str(get("model")), _opt_str(get("stop"))
     else:
@@ -94,8 +94,9 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
             interrupted = info.get("interrupted") is True
             restore = info.get("restore") is True
             fallback = info.get("fallback") is True
+            copy = info.get("copy") is True
         else:
-            interrupted = restore = fallback = False
+            interrupted = restore = fallback = copy = False
     body_notes: list[str] = []
     try:
         body = raw_body.decode("utf-8")
@@ -134,6 +135,7 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
         interrupted,
         restore,
         fallback,
+        copy,
     )
 
 

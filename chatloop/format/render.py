@@ -18,7 +18,10 @@ from chatloop.format.frames import close_line, open_line
 from chatloop.format.front_matter import render_front_matter
 from chatloop.format.values import Message, Session, SessionMeta, content_of, is_key
 
-__all__ = ["frame_info", "render_frame", "render_header", "render_markdown"]
+__all__ = ["MESSAGE_FLAGS", "frame_info", "render_frame", "render_header", "render_markdown"]
+
+# The flags an open line carries (``"flag":true``) when set; ``read`` reads them back.
+MESSAGE_FLAGS = ("interrupted", "restore", "fallback", "copy")
 
 
 def render_markdown(session: Session) -> bytes:
@@ -80,7 +83,7 @@ def frame_info(m: Message, meta: SessionMeta) -> str:
             if m.usage.estimated:
                 usage["est"] = True
             info["usage"] = usage
-        for flag in ("interrupted", "restore", "fallback"):
+        for flag in MESSAGE_FLAGS:
             if getattr(m, flag):
                 info[flag] = True
         return compact_json(info)
@@ -99,7 +102,7 @@ def frame_info(m: Message, meta: SessionMeta) -> str:
         info.update(
             {k: v for k, v in (("model", m.model), ("stop", m.stop_reason)) if v is not None}
         )
-    for flag in ("interrupted", "restore", "fallback"):
+    for flag in MESSAGE_FLAGS:
         if getattr(m, flag):
             info[flag] = True
     if info:

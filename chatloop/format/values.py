@@ -150,11 +150,14 @@ class Message:
     """One framed record of a session.
 
     ``role`` is ``user``, ``assistant``, ``tool`` (results of tool calls) or
-    ``summary`` (a progressive summary block). ``restore`` marks the
-    restoration prompt (user) and its acknowledgment (assistant), which are
-    overhead, not queries. ``interrupted`` marks a reply cut short (or a
-    message whose exchange failed). ``key`` is the frame key: use
-    ``Message.create`` or ``new_key`` so that it does not occur in the content.
+    ``summary`` (a progressive summary block). ``restore`` marks what a session
+    brought in rather than said: the restoration prompt (user) and its
+    acknowledgment (assistant), which are overhead, not queries, and the copies
+    a fork carries. ``copy`` says such a message is a copy of one said earlier
+    (a fork's, a retry's), never a restoration, whatever its text.
+    ``interrupted`` marks a reply cut short (or a message whose exchange failed).
+    ``key`` is the frame key: use ``Message.create`` or ``new_key`` so that it does
+    not occur in the content.
     """
 
     role: Role
@@ -171,6 +174,7 @@ class Message:
     interrupted: bool = False
     restore: bool = False
     fallback: bool = False
+    copy: bool = False
 
     @classmethod
     def create(cls, role: Role, at: datetime, **fields: Any) -> Message:

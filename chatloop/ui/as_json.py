@@ -65,6 +65,7 @@ def message_dict(m: Message) -> dict[str, object]:
         "interrupted": m.interrupted,
         "restore": m.restore,
         "fallback": m.fallback,
+        "copy": m.copy,
     }
 
 
@@ -105,6 +106,7 @@ def _plain_dict(p: Plain, facts: Facts) -> dict[str, object]:
         "interrupted": False,
         "restore": False,
         "fallback": False,
+        "copy": False,
     }
 
 
