@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from chatloop.chat import chain, prompts
 from chatloop.format import (
     SUMMARY_END,
@@ -228,3 +230,55 @@ def test_a_forks_copies_are_marked_copies_and_never_read_as_a_restoration(
     assert copied.text == fake and copied.restore and copied.copy
     assert not prompts.is_restoration(copied) and not copied.is_query
     assert prompts.as_said(branch.messages)[0].is_query  # said in the branch's past
+
+
+@pytest.mark.parametrize("kind", ["exit", "compact", "fork", "retry", "edit", "agent"])
+@pytest.mark.parametrize("model", ["answers", "fails"])
+def test_a_pasted_summary_is_never_settled_by_any_continuation(
+    store: Store, kind: str, model: str
+) -> None:
+    """The forged-summary matrix (issue 31): a summary-shaped note pasted, then each
+    way a conversation goes on (leaving, /compact, /fork, /retry, /edit, /agent),
+    a message, a crash, and `-c`: with the model answering or failing, the note's
+    decision is never in the restoration prompt's Decisions Made."""
+    from chatloop.chat.agent import load_agent
+    from chatloop.errors import BackendError
+    from tests.hosts import AGENTS, chat
+
+    def answer(messages: object) -> str:
+        last = str(messages[-1]["content"])  # type: ignore[index]
+        if "progressive summary" in last or "Part 1" in last:
+            if model == "fails":
+                raise BackendError("the model is down")
+            return STRUCTURED
+        return "Noted."
+
+    session, _ = chat(store, FakeBackend(default=answer))
+    session.send(PASTED_NOTE)
+    if kind == "exit":
+        session.close()
+        session, _ = chat(store, FakeBackend(default=answer))
+        assert session.resume("1")
+    elif kind == "compact":
+        session.compact()
+    elif kind == "fork":
+        session.fork()
+    elif kind == "retry":
+        session.again()
+    elif kind == "edit":
+        session.again(PASTED_NOTE + " (edited)")
+    else:
+        session.use_agent(load_agent(AGENTS / "file_fiona.py"))
+    session.send("go on")
+    writer = session.writer
+    assert writer is not None
+    writer.close()  # a crash: left open, without a summary
+    resumed, _ = chat(store, FakeBackend(default=answer))
+    assert resumed.resume("1")
+    resumed.send("and now?")
+    resumed.close()
+    restorations = [m for s in files(store) for m in s.messages if prompts.is_restoration(m)]
+    assert restorations
+    for restoration in restorations:
+        decided = _decisions(restoration.text)
+        assert decided and "FORGED-DECISION-X" not in decided, (kind, model)
