@@ -19,8 +19,9 @@ Reply = Callable[[dict[str, Any]], str]
 
 
 @contextmanager
-def scripted_server(reply: Reply) -> Iterator[str]:
-    """Serve ``reply`` on a free port; yields the base URL (``http://127.0.0.1:N/v1``)."""
+def scripted_server(reply: Reply, model: str = "scripted") -> Iterator[str]:
+    """Serve ``reply`` on a free port; yields the base URL (``http://127.0.0.1:N/v1``).
+    ``model``: the one model ``/v1/models`` lists."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:  # keep test output clean
@@ -34,7 +35,7 @@ def scripted_server(reply: Reply) -> Iterator[str]:
             self.wfile.write(body)
 
         def do_GET(self) -> None:
-            models = {"object": "list", "data": [{"id": "scripted", "object": "model"}]}
+            models = {"object": "list", "data": [{"id": model, "object": "model"}]}
             self._send(200, json.dumps(models).encode(), "application/json")
 
         def do_POST(self) -> None:

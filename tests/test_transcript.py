@@ -33,7 +33,7 @@ from chatloop.format import (
     render_markdown,
 )
 from chatloop.format.body import compact_json
-from chatloop.ui.as_json import message_dict, message_json
+from chatloop.ui.as_json import escaped, message_dict, message_json
 from tests.conftest import T0, new_meta
 from tests.strategies import examples, messages, sessions, text_st, tz_st
 
@@ -108,13 +108,14 @@ def test_a_message_exported_as_json_is_what_json_dumps_writes(
     message: Message, duration: float | None
 ) -> None:
     # durations include NaN, infinities and ints: json writes them as it writes any value
+    # (and control characters json leaves raw are escaped: ``escaped``)
     plain = replace(message, thinking=(), tool_calls=(), tool_results=())
     ints = (
         replace(plain, interrupted=1, usage=None),  # type: ignore[arg-type]
         replace(plain, usage=Usage(1, 2, 0)),
     )  # type: ignore[arg-type]
     for m in (message, plain, replace(plain, duration=duration), *ints):
-        assert message_json(m) == json.dumps(message_dict(m), ensure_ascii=False)
+        assert message_json(m) == escaped(json.dumps(message_dict(m), ensure_ascii=False))
         assert json.loads(message_json(m))["text"] == m.text
 
 
@@ -130,7 +131,7 @@ def test_a_message_with_parts_of_odd_types_is_exported_as_json_dumps_writes(odd:
         ),
     }
     m = Message.create("assistant", T0, text="t", usage=Usage(3, 4), duration=1.5, **parts)
-    assert message_json(m) == json.dumps(message_dict(m), ensure_ascii=False)
+    assert message_json(m) == escaped(json.dumps(message_dict(m), ensure_ascii=False))
     if odd == "int flag":
         m = replace(m, tool_results=(ToolResult("c1", "read", "o", 1),))  # type: ignore[arg-type]
     elif odd == "int signature":
@@ -139,7 +140,7 @@ def test_a_message_with_parts_of_odd_types_is_exported_as_json_dumps_writes(odd:
         m = replace(m, tool_calls=(ToolCall("c1", "read", None),))  # type: ignore[arg-type]
     else:
         m = replace(m, model=5)  # type: ignore[arg-type]
-    assert message_json(m) == json.dumps(message_dict(m), ensure_ascii=False)
+    assert message_json(m) == escaped(json.dumps(message_dict(m), ensure_ascii=False))
 
 
 _V1_VALUE = st.one_of(

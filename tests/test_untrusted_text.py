@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from chatloop.ui import commands
 from chatloop.ui.terminal_text import _VISIBLE, visible
 from tests.conftest import T0, new_meta
 from tests.repl_driver import drive, reply_body
+from tests.scripted_server import scripted_server
 from tests.strategies import examples
 
 HOSTILE = (
@@ -176,3 +178,153 @@ def test_one_shot_output_shows_hostile_tool_names_as_text(
     view = PrintedReply(io.StringIO(), terminal=True)
     view.on_event(ToolCallEvent("c1", "x\x1b]0;PWNED\x07\x1b[2J", "{}"))
     assert "\x1b" not in capsys.readouterr().err
+
+
+# ------------------------------------------------ every output command, pipe and pty
+
+SWEEP = (
+    "\x1b]52;c;ZXZpbA==\x07 \x1b]0;pwned\x07 \x1b[2J \x9b31m \u202eevil \u2066iso\u2069 "
+    "[a link](http://evil.example/x)"
+)
+# What may never reach a screen: C0 but tab, newline and carriage return (a pty writes
+# \r\n), DEL, C1 and the bidirectional controls; SGR colour sequences chatloop writes
+# itself are taken out first.
+RAW_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+OWN_STYLE = re.compile(r"\x1b\[[0-9;]*m")
+OUTPUT_COMMANDS = [
+    ["sessions"],
+    ["sessions", "--json"],
+    ["show", "1"],
+    ["show", "1", "--raw"],
+    ["search", "findme"],
+    ["search", "findme", "--json"],
+    ["tree", "1"],
+    ["export", "1"],
+    ["export", "1", "--format", "json"],
+    ["doctor"],
+]
+
+
+def hostile_session(store: Store) -> Path:
+    writer = store.create(new_meta(title=SWEEP, model=SWEEP, agent=SWEEP))
+    writer.append(Message.create("user", T0, text=f"findme {SWEEP}"))
+    writer.append(Message.create("assistant", T0, text=SWEEP, model=SWEEP))
+    writer.finalize(Message.create("summary", T0, text=SWEEP))
+    writer.close()
+    return writer.path
+
+
+def sweep_env(store: Store) -> dict[str, str]:
+    """The program's environment (of this tree: PYTHONPATH is passed on)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHATLOOP_")}
+    env.update(CHATLOOP_HOME=str(store.root), CHATLOOP_CONFIG="", COLUMNS="100", TERM="xterm")
+    return env
+
+
+def strings(value: object) -> list[str]:
+    """Every string in a JSON value."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    return [s for v in value for s in strings(v)] if isinstance(value, list) else []
+
+
+def assert_no_raw_control(shown: str, args: list[str]) -> None:
+    found = RAW_CONTROL.findall(OWN_STYLE.sub("", shown))
+    assert not found, (args, found, shown[:2000])
+
+
+def test_every_output_command_through_a_pipe_is_exact_or_escaped(store: Store) -> None:
+    path = hostile_session(store)
+    raw = path.read_bytes()
+    with scripted_server(lambda request: "ok", model=SWEEP) as url:
+        for args in OUTPUT_COMMANDS:
+            command = [*args, "--base-url", url] if args == ["doctor"] else args
+            done = subprocess.run(
+                [sys.executable, "-m", "chatloop.cli", *command],
+                cwd=store.cwd,
+                env=sweep_env(store),
+                capture_output=True,
+                timeout=60,
+            )
+            out, err = done.stdout.decode(), done.stderr.decode()
+            assert done.returncode == 0 and "Traceback" not in err, (args, err)
+            assert_no_raw_control(err, args)
+            if args in (["show", "1", "--raw"], ["export", "1"]):
+                assert done.stdout == raw, args  # to a pipe, byte for byte
+                continue
+            assert_no_raw_control(out, args)
+            if "--json" in args or "json" in args:
+                texts = strings(json.loads(out))  # read back exact (search: a snippet)
+                assert any(SWEEP in t or "\x1b]52;c;ZXZpbA==\x07" in t for t in texts), args
+            else:
+                assert "\u241b]52;c;" in out, args  # shown, made visible
+
+
+def test_every_output_command_in_a_terminal_shows_no_control(store: Store) -> None:
+    import pexpect
+
+    hostile_session(store)
+    with scripted_server(lambda request: "ok", model=SWEEP) as url:
+        for args in OUTPUT_COMMANDS:
+            command = [*args, "--base-url", url] if args == ["doctor"] else args
+            child = pexpect.spawn(
+                sys.executable,
+                ["-m", "chatloop.cli", *command],
+                cwd=str(store.cwd),
+                env=sweep_env(store),
+                timeout=60,
+                dimensions=(30, 100),
+            )
+            shown = child.read().decode("utf-8", "backslashreplace")
+            child.close()
+            assert child.exitstatus == 0 and "Traceback" not in shown, (args, shown)
+            assert_no_raw_control(shown, args)
+            if "json" not in " ".join(args):
+                assert "\u241b]52;c;" in shown, args  # shown, made visible
+
+
+def test_visible_bytes_joins_characters_split_between_chunks() -> None:
+    import io
+
+    from chatloop.ui.terminal_text import VisibleBytes
+
+    data = f"café ✓ 𝄞 {SWEEP}\n".encode() + b"\xff\xc3"  # ends inside a character
+    for size in (1, 2, 3, 7, len(data)):
+        out = io.BytesIO()
+        sink = VisibleBytes(out)  # type: ignore[arg-type]
+        for at in range(0, len(data), size):
+            sink.write(data[at : at + size])
+        sink.close()
+        shown = out.getvalue().decode()
+        assert shown == visible(f"café ✓ 𝄞 {SWEEP}\n") + "\\xff\\xc3", size
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.text(), st.sampled_from([*CONTROLS, "\x7f", "\x85", "\u2066", "\x1b[2J"]))
+def test_json_output_escapes_every_control_and_reads_back_exact(text: str, control: str) -> None:
+    from chatloop.ui.as_json import escaped
+
+    value = {"title": text + control + text, "n": [control]}
+    written = escaped(json.dumps(value, ensure_ascii=False))
+    assert not RAW_CONTROL.search(written.replace("\n", ""))
+    assert json.loads(written) == value
+
+
+def test_a_link_in_a_reply_shows_its_target_and_is_no_hyperlink() -> None:
+    import io
+
+    from rich.console import Console
+
+    from chatloop.backends.base import Finish, TextDelta
+    from chatloop.ui.render import StreamView
+
+    out = io.StringIO()
+    view = StreamView(Console(file=out, force_terminal=True, width=100), "agent")
+    view.on_event(TextDelta("Read [the docs](http://evil.example/steal) or http://b.example.\n"))
+    view.on_event(Finish("stop"))
+    view.close()
+    shown = out.getvalue()
+    assert "http://evil.example/steal" in shown and "http://b.example" in shown
+    assert "\x1b]8;" not in shown  # no OSC 8 hyperlink

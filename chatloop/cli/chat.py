@@ -9,6 +9,7 @@ piped input, and hands over to the REPL or the one-shot runner.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -130,7 +131,7 @@ def _question(args: argparse.Namespace) -> str | None:
         )
     if not sys.stdin.isatty():
         try:
-            piped = sys.stdin.read()
+            piped = _read_piped()
         except (OSError, ValueError):
             piped = ""
         if not piped.strip() and not args.question:
@@ -145,7 +146,35 @@ def _question(args: argparse.Namespace) -> str | None:
             "A one-shot question cannot pick a session from a list",
             'Name it: chatloop -r 3 "…", or continue the last: chatloop -c "…"',
         )
-    return "\n\n".join(part for part in (args.question, piped.strip()) if part)
+    return "\n\n".join(part for part in (_words(args.question or ""), piped.strip()) if part)
+
+
+def _read_piped() -> str:
+    """What is piped in, decoded as the locale's encoding allows: the bytes it cannot
+    decode are kept as ``\\xNN`` escapes (stored and shown so, never lost), where
+    Python's stream would hold them as surrogates no file can be written with."""
+    stdin = sys.stdin
+    raw = getattr(stdin, "buffer", None)
+    if raw is None:  # a text-only stream (no bytes under it): its surrogates as escapes
+        return stdin.read().encode("utf-8", "backslashreplace").decode("utf-8")
+    return _escaped(raw.read(), stdin.encoding or "utf-8")
+
+
+def _words(question: str) -> str:
+    """The question's words with the bytes of the command line the file system's
+    encoding could not decode (held as surrogates) as ``\\xNN`` escapes."""
+    try:
+        data = os.fsencode(question)
+    except UnicodeError:  # surrogates that stand for no byte
+        return question.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _escaped(data, sys.getfilesystemencoding())
+
+
+def _escaped(data: bytes, encoding: str) -> str:
+    try:
+        return data.decode(encoding, "backslashreplace")
+    except LookupError:  # an encoding Python does not know: UTF-8, as chatloop writes
+        return data.decode("utf-8", "backslashreplace")
 
 
 def _chat_new(args: argparse.Namespace) -> int:

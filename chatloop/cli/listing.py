@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -16,6 +17,7 @@ from chatloop.errors import ChatloopError, UsageError
 
 if TYPE_CHECKING:
     from chatloop.format import Problem
+    from chatloop.ui.terminal_text import VisibleBytes
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -48,8 +50,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         row = index.find(args.ref)
     path = Path(row.path)
     with open_read(path) as handle:
-        if args.raw:
-            shutil.copyfileobj(handle, sys.stdout.buffer, 1 << 20)
+        if args.raw:  # the bytes as they are, made visible on a terminal
+            with _stdout_bytes() as out:
+                shutil.copyfileobj(handle, out, 1 << 20)
             return 0
         doc = open_document(handle, path.stem)
         heading = listing.describe(row) if row.title or row.preview else ""  # as listed
@@ -185,19 +188,40 @@ def cmd_export(args: argparse.Namespace) -> int:
         rows = index.lineage(row)[0] if args.chain else [row]
     paths = [Path(r.path) for r in rows]
     output = None if args.output in (None, "", "-") else Path(args.output)
-    sink = open_new(output) if output else sys.stdout.buffer
-    try:
-        if args.format == "json":
+    if args.format == "json":  # (JSON escapes every control character itself)
+        sink = open_new(output) if output else sys.stdout.buffer
+        try:
             for note in _write_json(paths, sink):
                 print(visible(f"note: {note}"), file=sys.stderr)
-        else:
-            write_markdown(paths, sink)
-    finally:
-        if output:
-            sink.close()
+        finally:
+            if output:
+                sink.close()
+    elif output:
+        with open_new(output) as sink:
+            write_markdown(paths, sink)  # byte for byte
+    else:
+        with _stdout_bytes() as out:
+            write_markdown(paths, out)
     if output:
         print(f"Wrote {len(paths)} session(s) to {output}", file=sys.stderr)
     return 0
+
+
+@contextmanager
+def _stdout_bytes() -> Iterator[BinaryIO | VisibleBytes]:
+    """Where a file's bytes are copied to stdout: as they are to a file or a pipe (byte
+    for byte), made visible to a terminal (no control sequence in them acts)."""
+    from chatloop.ui.terminal_text import VisibleBytes
+
+    out = sys.stdout.buffer
+    if not sys.stdout.isatty():
+        yield out
+        return
+    shown = VisibleBytes(out)
+    try:
+        yield shown
+    finally:
+        shown.close()
 
 
 def _write_json(paths: list[Path], sink: BinaryIO) -> Iterator[str]:

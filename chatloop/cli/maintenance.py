@@ -15,6 +15,7 @@ from chatloop.errors import ChatloopError, NotFound, UsageError
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Report what works and what does not, one line each; exit 1 if anything fails."""
     from chatloop.chat.doctor import checks, config_looked
+    from chatloop.ui.terminal_text import visible
 
     said: list[str] = []
     settings = wiring.settings(args, said)
@@ -22,9 +23,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     failed = 0
     for check in checks(settings, wiring.store(args, settings), config, said, looked):
         failed += check.verdict == "FAIL"
-        print(f"{check.verdict:<4}  {check.text}")
+        print(visible(f"{check.verdict:<4}  {check.text}"))  # (names from servers, files)
         if check.hint:
-            print(f"      {check.hint}")
+            print(visible(f"      {check.hint}"))
     return 1 if failed else 0
 
 

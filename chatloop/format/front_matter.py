@@ -44,6 +44,7 @@ __all__ = [
     "MAX_TITLE_CHARS",
     "Head",
     "check_count",
+    "check_number",
     "check_time",
     "front_matter_end",
     "read_head",
@@ -165,20 +166,31 @@ def check_count(value: object, what: str, notes: list[tuple[str, str]]) -> int:
     """A non-negative whole count, or 0 with a ``range`` problem."""
     if value is None:
         return 0
+    found = check_number(value, what, "read as 0", notes)
+    return 0 if found is None else found
+
+
+def check_number(
+    value: object, what: str, instead: str, notes: list[tuple[str, str]]
+) -> int | None:
+    """A whole number from 0 to ``MAX_COUNT`` (an int, a whole float or digits), or
+    None with a ``range`` problem saying what is done ``instead``: every number read
+    from a file passes here, so a huge, negative, fractional or boolean one is a
+    problem on that file, never an overflow further on (a seek, SQLite)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        notes.append(("range", f"{what} is not a number; read as 0"))
-        return 0
+        notes.append(("range", f"{what} is not a number; {instead}"))
+        return None
     if isinstance(value, str):
         if not value.strip().isdigit():
-            notes.append(("range", f"{what} is not a number; read as 0"))
-            return 0
+            notes.append(("range", f"{what} is not a number; {instead}"))
+            return None
         value = int(value.strip()) if len(value) < 40 else MAX_COUNT + 1
     if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
-        notes.append(("range", f"{what} is not a whole number; read as 0"))
-        return 0
+        notes.append(("range", f"{what} is not a whole number; {instead}"))
+        return None
     if not 0 <= value <= MAX_COUNT:
-        notes.append(("range", f"{what} is out of range; read as 0"))
-        return 0
+        notes.append(("range", f"{what} is out of range; {instead}"))
+        return None
     return int(value)
 
 
@@ -230,8 +242,10 @@ def meta_from_dict(raw: dict[str, Any], name: str, problems: list[tuple[str, str
     summary_at = raw.get("summary_at")
     if summary_key is not None and not is_key(summary_key):
         summary_key = None
-    if not isinstance(summary_at, int) or isinstance(summary_at, bool) or summary_at < 0:
-        summary_at = None
+    if summary_at is not None:  # an offset into the file: a huge one would overflow a seek
+        summary_at = check_number(
+            summary_at, "summary_at", "the summary is looked for in the file", problems
+        )
     pins = raw.get("pins")
     if pins is not None and not (isinstance(pins, list) and all(isinstance(p, str) for p in pins)):
         problems.append(("front_matter", "pins is not a list of texts; ignored"))

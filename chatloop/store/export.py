@@ -12,7 +12,7 @@ import os
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from chatloop.errors import ChatloopError
 from chatloop.store.fsio import FILE_MODE, open_read
@@ -33,7 +33,16 @@ def open_new(target: Path) -> BinaryIO:
     return os.fdopen(fd, "wb")
 
 
-def write_markdown(paths: Iterable[Path], sink: BinaryIO) -> int:
+class Sink(Protocol):
+    """Where an export is written: a binary file, or a filter in front of one (the
+    terminal's, ``chatloop.ui.terminal_text.VisibleBytes``)."""
+
+    def write(self, data: bytes, /) -> object: ...
+
+    def flush(self) -> object: ...
+
+
+def write_markdown(paths: Iterable[Path], sink: Sink) -> int:
     """The session files at ``paths`` written to ``sink`` as they are, in order, a
     blank line between two; streamed (memory does not grow with a file). Returns how
     many were written."""

@@ -5,6 +5,7 @@ printed as text never loads ``json``."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -15,6 +16,7 @@ if TYPE_CHECKING:  # (imported where used: a listing as JSON never loads the for
     from chatloop.format import Facts, Message, Plain, SessionMeta, Usage
 
 __all__ = [
+    "escaped",
     "hits_json",
     "message_dict",
     "message_json",
@@ -24,8 +26,22 @@ __all__ = [
 ]
 
 
+# json escapes C0 controls; with non-ASCII kept (ensure_ascii=False) it leaves DEL, the
+# C1 controls (CSI is one) and the bidirectional overrides raw, which a terminal that
+# shows the JSON would act on. Each becomes its \uXXXX escape: they occur only inside
+# strings (JSON's own syntax is ASCII), so the text is the same JSON, read back the same.
+_CONTROLS = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def escaped(text: str) -> str:
+    """JSON ``text`` with every control character json leaves raw as ``\\uXXXX``."""
+    if text.isascii():
+        return text.replace("\x7f", "\\u007f")
+    return _CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def sessions_json(rows: list[SessionRow]) -> str:
-    return json.dumps([r._asdict() for r in rows], indent=2, ensure_ascii=False)
+    return escaped(json.dumps([r._asdict() for r in rows], indent=2, ensure_ascii=False))
 
 
 def hits_json(hits: list[SearchHit]) -> str:
@@ -40,7 +56,7 @@ def hits_json(hits: list[SearchHit]) -> str:
         }
         for h in hits
     ]
-    return json.dumps(data, indent=2, ensure_ascii=False)
+    return escaped(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 def message_dict(m: Message) -> dict[str, object]:
@@ -76,8 +92,8 @@ _ENCODE = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
 
 def message_json(m: Message) -> str:
     """``message_dict(m)`` as JSON on one line, non-ASCII kept (control characters
-    are escaped by json)."""
-    return _ENCODE(message_dict(m))
+    escaped: ``escaped``)."""
+    return escaped(_ENCODE(message_dict(m)))
 
 
 def plain_json(p: Plain, meta: SessionMeta) -> str:
@@ -85,7 +101,7 @@ def plain_json(p: Plain, meta: SessionMeta) -> str:
     same text, without building the message (see ``chatloop.format.plain_facts``)."""
     from chatloop.format import plain_facts
 
-    return _ENCODE(_plain_dict(p, plain_facts(p, meta)))
+    return escaped(_ENCODE(_plain_dict(p, plain_facts(p, meta))))
 
 
 def _plain_dict(p: Plain, facts: Facts) -> dict[str, object]:
@@ -137,7 +153,7 @@ def write_sessions_json(
         piece = "".join(batch)
         batch.clear()  # (first: a write that fails is not tried again)
         size = 0
-        write(piece)
+        write(escaped(piece))
 
     try:
         for i, (meta, messages) in enumerate(sessions):

@@ -188,11 +188,15 @@ def finished_paragraphs(text: str) -> int:
 
 def _as_markdown(text: str) -> Any:
     """Reply text as shown once it is final: markdown, or as written when it holds angle
-    brackets (HTML, ``<<SYS>>``), which markdown would drop; never terminal control."""
+    brackets (HTML, ``<<SYS>>``), which markdown would drop; never terminal control.
+    A link shows its target after its text, never as a hyperlink (OSC 8) whose target
+    the terminal hides behind words a model chose."""
     from rich.markdown import Markdown
 
     shown = visible(text)
-    return Markdown(shown) if shown.strip() and "<" not in shown else Text(shown)
+    if shown.strip() and "<" not in shown:
+        return Markdown(shown, hyperlinks=False)
+    return Text(shown)
 
 
 def _short(text: str, limit: int) -> str:

@@ -11,9 +11,11 @@ when something is measured: a listing to a pipe never is, and loads no rich.
 
 from __future__ import annotations
 
+import codecs
 import re
+from typing import BinaryIO
 
-__all__ = ["cells", "clip", "visible"]
+__all__ = ["VisibleBytes", "cells", "clip", "visible"]
 
 # C0 controls (but tab and newline), DEL and C1 controls become visible pictures or
 # escapes; bidirectional overrides too: none of them may reach a terminal as such.
@@ -39,6 +41,35 @@ def visible(text: str) -> str:
     if text.isascii() or _UNSAFE.search(text) is not None:
         return text.translate(_TABLE)  # (translate has a fast path for ASCII text)
     return text  # other text is looked through once, in C, not char by char
+
+
+class VisibleBytes:
+    """A binary sink that passes what is written to ``sink`` made ``visible``: for a
+    file's bytes copied to a terminal (``show --raw``, ``export``), a chunk at a time
+    (memory does not grow with the file). UTF-8 split between two chunks is joined
+    first; bytes that are not UTF-8 are written as ``\\xNN``, never as such (a lone
+    C1 byte is a control to some terminals). ``close`` writes what a last chunk left
+    pending (the start of a character never finished)."""
+
+    def __init__(self, sink: BinaryIO) -> None:
+        self._sink = sink
+        self._decoder = codecs.getincrementaldecoder("utf-8")("backslashreplace")
+
+    def write(self, data: bytes) -> int:
+        text = self._decoder.decode(data)
+        if text:
+            self._sink.write(visible(text).encode("utf-8"))
+        return len(data)
+
+    def flush(self) -> None:
+        self._sink.flush()
+
+    def close(self) -> None:
+        """Write what is pending and flush; the sink itself stays open."""
+        text = self._decoder.decode(b"", final=True)
+        if text:
+            self._sink.write(visible(text).encode("utf-8"))
+        self._sink.flush()
 
 
 def cells(text: str) -> int:
