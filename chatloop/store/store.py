@@ -250,18 +250,23 @@ class Store:
         """Create a new session file for ``meta`` (id, times and cwd filled in if empty)."""
         from dataclasses import replace  # (not at the top: a listing never loads it)
 
-        from chatloop.format import Session, render_header
-        from chatloop.store.writer import SessionWriter
+        from chatloop.format import Session, render_front_matter, render_header
+        from chatloop.format.front_matter import bounded
+        from chatloop.store.writer import SessionWriter, refuse_unreadable
 
         now = self.clock()
         if meta.id:
             ids.validate_session_id(meta.id, new=True)
-        meta = replace(
-            meta,
-            id=meta.id or ids.new_session_id(now),
-            cwd=meta.cwd or str(self.cwd),
-            status="open",
+        meta = bounded(
+            replace(
+                meta,
+                id=meta.id or ids.new_session_id(now),
+                cwd=meta.cwd or str(self.cwd),
+                status="open",
+            )
         )
+        path = self.path_for(meta.id)
+        refuse_unreadable(path, render_front_matter(meta))
         if self.project_dir.is_symlink():
             raise StoreError(
                 f"{self.project_dir} is a symbolic link; chatloop does not write through links",

@@ -28,7 +28,7 @@ from chatloop.format import (
     parse_markdown,
     render_frame,
 )
-from chatloop.format.front_matter import BOM, rewrite_front_matter
+from chatloop.format.front_matter import BOM, bounded, rewrite_front_matter
 from chatloop.format.yaml_strict import MAX_FRONT_MATTER_BYTES
 from chatloop.store.fsio import atomic_rewrite, io_error, read_bytes, write_new_file
 
@@ -125,7 +125,7 @@ class SessionWriter:
         front matter larger than readers accept is refused (``StoreError``) and the
         file is left as it was."""
         self._check_external_edit()
-        meta = replace(self._meta, **changes, updated=self._clock())
+        meta = bounded(replace(self._meta, **changes, updated=self._clock()))
         data = read_bytes(self.path)
         _rewrite_front_matter(self.path, data, meta, capped=True)
         self._meta = meta
@@ -272,10 +272,18 @@ def _rewrite_front_matter(path: Path, data: bytes, meta: SessionMeta, capped: bo
             "Open the file in an editor and restore the --- block at the top.",
         )
     block = rewrite_front_matter(data[bom:start], meta)
-    if capped and len(block) - len(b"---\n---\n") > MAX_FRONT_MATTER_BYTES:
+    if capped:
+        refuse_unreadable(path, block)
+    atomic_rewrite(path, block + data[start:])
+
+
+def refuse_unreadable(path: Path, block: bytes) -> None:
+    """Raise StoreError (one line and a hint) when the front matter ``block`` (``---``
+    lines included) is larger than the reader loads (``MAX_FRONT_MATTER_BYTES``), so
+    that no session is written that chatloop cannot read back (nor finalize)."""
+    if len(block) - len(b"---\n---\n") > MAX_FRONT_MATTER_BYTES:
         raise StoreError(
             f"Not saved: the front matter of {path.name} would be larger than "
             f"{MAX_FRONT_MATTER_BYTES // 1024} KiB, which chatloop cannot read back",
             "Use a shorter value (a title, or keys added by hand to the front matter).",
         )
-    atomic_rewrite(path, block + data[start:])
