@@ -1009,8 +1009,8 @@ class ChatSession:
         try:
             for message in branch.copies:
                 writer.append(replace(message, restore=True))  # copies: never queries here
-        except ChatloopError:
-            self.store.discard(writer)  # a branch that never began leaves no file
+        except BaseException:  # a full disk, Ctrl-C: a branch not whole leaves no file
+            self.store.discard(writer, copies_only=True)
             raise
         base = chain.tokens_through(self.store, branch.parent)
         self.state = Open(writer, branch.previous, (), base)

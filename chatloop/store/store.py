@@ -197,11 +197,14 @@ class Store:
         with open_read(path) as handle:
             return find_summary(handle, path.stem)
 
-    def discard(self, writer: SessionWriter) -> None:
+    def discard(self, writer: SessionWriter, copies_only: bool = False) -> None:
         """Close ``writer``; if its session holds no message (it was just created and
         its first write failed), remove the file and its lock, so a session that never
-        began leaves nothing behind. A session with messages is only closed."""
-        empty = writer.last_message is None
+        began leaves nothing behind. A session with messages is only closed, unless
+        ``copies_only``: every message in it is a copy just made of another session's
+        (a fork whose copies could not all be written), so nothing is lost by removing
+        it, and a partial branch is never left to be taken for one."""
+        empty = copies_only or writer.last_message is None
         path = writer.path
         if empty:  # removed while its lock is held: no other writer can have it meanwhile
             with suppress(OSError):
@@ -278,6 +281,8 @@ class Store:
         try:
             write_new_file(path, render_header(meta))
         except BaseException:
+            with suppress(OSError):  # a session that was never made leaves no lock either
+                lock_path(path).unlink()
             os.close(lock_fd)
             raise
         return SessionWriter(path, Session(meta), lock_fd, self.clock)

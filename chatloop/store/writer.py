@@ -139,8 +139,14 @@ class SessionWriter:
 
         In format 2 the front matter then records the summary frame's key and
         offset (``summary_key``/``summary_at``): that pointer, which no message
-        can write, is what makes the summary trusted on resume."""
+        can write, is what makes the summary trusted on resume.
+
+        When the front matter cannot be rewritten (a full disk: the rewrite needs a
+        whole copy of the file), the summary frame just appended is cut off again
+        before the error is raised, so a finalize tried again and again leaves one
+        summary frame, not one per try."""
         fields: dict[str, Any] = {}
+        undo = (os.fstat(self._fd).st_size, list(self._messages), self._totals, self._last_frame_at)
         if summary is not None:
             self.append(summary)
             if self._meta.format >= 2:
@@ -150,7 +156,15 @@ class SessionWriter:
         kind = None if last is None else ("fallback" if last.fallback else "model")
         fields.update({"status": "closed", "summary": kind, **self._totals.fields()})
         fields.update(changes)
-        return self.update_meta(**fields)
+        try:
+            return self.update_meta(**fields)
+        except StoreError as exc:
+            if summary is not None:
+                size, messages, totals, last_frame_at = undo
+                self._truncate(size, OSError(0, exc.message))
+                self._messages, self._totals, self._last_frame_at = messages, totals, last_frame_at
+                self._stamp = self._stat()
+            raise
 
     def close(self) -> None:
         """Release the file and the lock. A session not finalized stays ``open``."""
