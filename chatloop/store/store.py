@@ -167,8 +167,11 @@ class Store:
         atomically. Returns how many frames were resealed, where the original is
         (None when nothing needed it), and the damage left as it is: frames that
         could not be read, and what is wrong with the front matter."""
+        from chatloop.store.writer import remove_strays
+
         lock_fd = take_lock(path)
         try:
+            remove_strays(path)  # what a killed reseal left
             data = read_bytes(path)
             try:
                 from chatloop.format import reseal

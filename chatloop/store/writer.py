@@ -229,15 +229,22 @@ class SessionWriter:
             ) from exc
 
 
+def remove_strays(path: Path) -> None:
+    """With the lock held: remove the temp files of ``path`` (``.{name}.tmp-*``) that a
+    killed rewrite (finalize, reseal) left; none can be in use, since every rewrite
+    of the file holds its lock."""
+    for stray in path.parent.glob(f".{path.name}.tmp-*"):
+        if stray.is_symlink() or stray.is_file():  # ours; a directory planted there is not
+            stray.unlink()
+
+
 def recover_locked(path: Path, clock: Clock) -> ParseResult:
     """With the lock held: set a torn tail aside and cut it, mark a dead open session.
 
     The returned problems say what was repaired (``repaired``) instead of
     ``torn_tail``. Legacy files are only read, never changed.
     """
-    for stray in path.parent.glob(f".{path.name}.tmp-*"):
-        if stray.is_symlink() or stray.is_file():  # ours; a directory planted there is not
-            stray.unlink()
+    remove_strays(path)
     data = read_bytes(path)
     result = parse_markdown(data, path.stem)
     if result.legacy:
