@@ -4,10 +4,13 @@ refused with one line, failed forks and compactions leaving nothing behind."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from chatloop.backends.base import Event, TextDelta
 from chatloop.errors import StoreError
 from chatloop.format.front_matter import MAX_MODEL_CHARS, MAX_TITLE_CHARS
 from chatloop.store.store import Store
@@ -114,3 +117,27 @@ def test_a_fork_whose_copies_fill_the_disk_leaves_no_partial_branch(small_disk: 
         "on the branch",
         "on the branch, with space",
     ]
+
+
+def test_a_broken_stream_says_the_partial_reply_was_kept_only_when_some_was(
+    store: Store,
+) -> None:
+    from chatloop.backends.base import NOTHING_CAME, PARTIAL_KEPT, StreamInterrupted
+
+    broken = StreamInterrupted("The reply ended before the model finished", PARTIAL_KEPT)
+    session, _ = chat(store, FakeBackend(broken))
+    with pytest.raises(StreamInterrupted) as caught:
+        session.send("a question")
+    assert caught.value.hint == NOTHING_CAME
+
+    class BreaksAfterAWord(FakeBackend):
+        def stream(self, *args: Any, **kwargs: Any) -> Iterator[Event]:
+            yield TextDelta("Half ")
+            raise StreamInterrupted("The reply ended before the model finished", PARTIAL_KEPT)
+
+    session, _ = chat(store, BreaksAfterAWord())
+    with pytest.raises(StreamInterrupted) as caught:
+        session.send("another question")
+    assert caught.value.hint == PARTIAL_KEPT
+    (_, kept) = files(store)
+    assert kept.messages[-1].text.strip() == "Half"
