@@ -216,7 +216,7 @@ def test_an_oversized_change_is_refused_and_changes_nothing(store: Store) -> Non
     data = writer.path.read_bytes()
     meta = writer.meta
     with pytest.raises(StoreError) as caught:
-        writer.update_meta(title="x" * (MAX_FRONT_MATTER_BYTES + 10))
+        writer.update_meta(extra={"notes": "x" * (MAX_FRONT_MATTER_BYTES + 10)})  # (a title is cut)
     assert "KiB" in str(caught.value) and caught.value.hint
     assert writer.path.read_bytes() == data and writer.meta == meta
     writer.append(Message.create("user", T0, text="still saving"))

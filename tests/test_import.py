@@ -4,11 +4,18 @@ project through the installed program, twice; originals untouched; chains kept."
 from __future__ import annotations
 
 import hashlib
+import os
+import random
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
-from chatloop.format import parse_markdown
+from chatloop.format import Message, parse_markdown
+from chatloop.store.importer import import_sessions
+from chatloop.store.store import Store
+from tests.conftest import T0, new_meta
 from tests.pty_driver import chatloop_bin, environment
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
@@ -133,7 +140,8 @@ def test_import_into_another_project_and_a_different_file_with_a_taken_id(
     )
     assert done.returncode == 0 and "Imported 1 session(s)" in done.stdout
     changed = folder / "Simple_Sally_20250614_101500.md"
-    changed.write_text(changed.read_text(encoding="utf-8") + "\nmore\n", encoding="utf-8")
+    text = changed.read_text(encoding="utf-8")  # edited, not only longer (that is a repair)
+    changed.write_text(text.rstrip("\n") + " (edited)\n", encoding="utf-8")
     done = subprocess.run(
         [chatloop_bin(), "import", str(changed), "--project", str(elsewhere)],
         cwd=tmp_path,
@@ -236,3 +244,90 @@ def test_a_folder_only_called_projects_is_imported_into_this_project(
     project = Store(chatloop_home, cwd=here).project_dir
     assert [p.name for p in (chatloop_home / "projects").iterdir()] == [project.name]
     assert [p.name for p in project.glob("*.md")] == [LEGACY.name]
+
+
+def _sources(store: Store, n: int, size: int) -> list[Path]:
+    """``n`` chatloop sessions of about ``size`` bytes each, closed, in ``store``."""
+    paths = []
+    for i in range(n):
+        with store.create(new_meta(title=f"big {i}")) as writer:
+            writer.append(Message.create("user", T0, text=f"question {i}"))
+            writer.append(Message.create("assistant", T0, text=("word " * (size // 5))))
+            writer.finalize()
+            paths.append(writer.path)
+    return paths
+
+
+def test_a_truncated_copy_a_killed_import_left_is_repaired_not_a_duplicate(
+    store: Store, tmp_path: Path
+) -> None:
+    source = _sources(store, 1, 4000)[0]
+    here = Store(store.root, cwd=tmp_path)
+    target = here.project_dir / source.name
+    here.project_dir.mkdir(parents=True)
+    target.write_bytes(source.read_bytes()[:1500])  # what an in-place write left at the kill
+    dead = _dead_pid()
+    stale = here.project_dir / f".{source.name}.tmp-{dead}-abcdef"
+    stale.write_bytes(b"half")
+    other = here.project_dir / f".{source.name}.tmp-{os.getpid()}-abcdef"  # live: kept
+    other.write_bytes(b"a neighbour's rewrite under way")
+    outcomes = import_sessions(here, [source])
+    assert [o.status for o in outcomes] == ["repaired"]
+    assert target.read_bytes() == source.read_bytes()
+    assert not stale.exists() and other.exists()
+    assert [o.status for o in import_sessions(here, [source])] == ["present"]
+    target.write_bytes(source.read_bytes()[:1500] + b"edited by hand")  # not a prefix
+    assert [o.status for o in import_sessions(here, [source])] == ["skipped"]
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+_IMPORT_CHILD = """
+import sys
+from pathlib import Path
+from chatloop.store.importer import import_sessions
+from chatloop.store.store import Store
+print("began", flush=True)
+import_sessions(Store(Path(sys.argv[1]), cwd=Path(sys.argv[2])), [Path(sys.argv[3])])
+print("done", flush=True)
+"""
+
+
+def test_an_import_killed_at_random_moments_is_whole_after_the_next(
+    store: Store, tmp_path: Path
+) -> None:
+    """kill -9 an import child at a random moment after it says it began (a line on a
+    pipe), re-run it: every copy equals its source, no temp file is left."""
+    sources = _sources(store, 12, 400_000)
+    folder = sources[0].parent
+    rng = random.Random(31)
+    killed_mid = 0
+    for round_ in range(6):
+        project = tmp_path / f"p{round_}"
+        project.mkdir()
+        child = subprocess.Popen(
+            [sys.executable, "-c", _IMPORT_CHILD, str(store.root), str(project), str(folder)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None
+        assert child.stdout.readline() == "began\n"
+        time.sleep(rng.uniform(0, 0.25))
+        child.kill()
+        child.wait()
+        here = Store(store.root, cwd=project)
+        left = (
+            sorted(p.name for p in here.project_dir.glob("*")) if here.project_dir.exists() else []
+        )
+        killed_mid += 0 < len(left) < len(sources)
+        outcomes = import_sessions(here, [folder])
+        assert all(o.status in ("imported", "present", "repaired") for o in outcomes), outcomes
+        for source in sources:
+            assert (here.project_dir / source.name).read_bytes() == source.read_bytes()
+        assert sorted(p.name for p in here.project_dir.iterdir()) == sorted(s.name for s in sources)
+    assert killed_mid  # some kill landed while copies were being written

@@ -72,6 +72,12 @@ class StreamInterrupted(BackendError):
     """The stream ended or broke before the model finished."""
 
 
+# The hint of a broken stream; the turn says NOTHING_CAME instead when no part of the
+# reply had come (then there was nothing to keep).
+PARTIAL_KEPT = "The partial reply was kept; send again to retry."
+NOTHING_CAME = "No part of the reply had come, so there was nothing to keep; send again."
+
+
 class Cancelled(ChatloopError):
     """A generation stopped on purpose: the person's Ctrl-C, a time bound, or the
     reader of the output leaving. Not a ``BackendError`` (the server did not fail),

@@ -19,7 +19,14 @@ from typing import Any
 
 import httpx
 
-from chatloop.backends.base import Cancel, Cancelled, ContextOverflow, StreamInterrupted, Timeouts
+from chatloop.backends.base import (
+    PARTIAL_KEPT,
+    Cancel,
+    Cancelled,
+    ContextOverflow,
+    StreamInterrupted,
+    Timeouts,
+)
 from chatloop.errors import BackendError, Unreachable
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -164,7 +171,7 @@ def translate(exc: httpx.HTTPError, base_url: str, timeouts: Timeouts) -> Backen
     if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
         return StreamInterrupted(
             f"The connection to {base_url} broke mid-reply ({exc})",
-            "The partial reply was kept; send again to retry.",
+            PARTIAL_KEPT,
         )
     return BackendError(f"Request to {base_url} failed: {exc}", "Check the server and try again.")
 

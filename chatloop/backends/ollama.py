@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from chatloop.backends.base import (
+    PARTIAL_KEPT,
     Cancel,
     Cancelled,
     ChatMessage,
@@ -171,7 +172,7 @@ class OllamaBackend:
         if final is None:
             raise StreamInterrupted(
                 f"The reply from {self.base_url} ended before the model finished",
-                "The partial reply was kept; send again to retry.",
+                PARTIAL_KEPT,
             )
         yield from calls
         if "prompt_eval_count" in final or "eval_count" in final:

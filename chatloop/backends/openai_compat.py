@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from chatloop.backends.base import (
+    PARTIAL_KEPT,
     Cancel,
     Cancelled,
     ChatMessage,
@@ -200,7 +201,7 @@ class OpenAICompatBackend:
                 self._diagnose_empty_stream(body)
             raise StreamInterrupted(
                 f"The reply from {self.base_url} ended before the model finished",
-                "The partial reply was kept; send again to retry.",
+                PARTIAL_KEPT,
             )
         counted = None if decoder.usage else self._counted_usage(messages, decoder.text)
         yield from decoder.finish(messages, counted)

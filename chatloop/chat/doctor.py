@@ -117,7 +117,7 @@ def _seed(store: Store) -> Iterator[Check]:
     if not (seed.is_dir() and any(seed.glob("*.md"))):
         return
     outcomes = import_sessions(store, [seed], write=False)  # what an import would do now
-    left = sum(1 for outcome in outcomes if outcome.status == "imported")
+    left = sum(1 for outcome in outcomes if outcome.status in ("imported", "repaired"))
     here = sum(1 for outcome in outcomes if outcome.status == "present")
     if left:
         yield Check(

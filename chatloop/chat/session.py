@@ -1012,8 +1012,8 @@ class ChatSession:
         try:
             for message in branch.copies:  # (copies, or the restoration of their summary)
                 writer.append(message)
-        except ChatloopError:
-            self.store.discard(writer)  # a branch that never began leaves no file
+        except BaseException:  # a full disk, Ctrl-C: a branch not whole leaves no file
+            self.store.discard(writer, copies_only=True)
             raise
         base = chain.tokens_through(self.store, branch.parent)
         self.state = Open(writer, branch.previous, (), base)

@@ -18,6 +18,8 @@ from datetime import datetime
 from typing import Any
 
 from chatloop.backends.base import (
+    NOTHING_CAME,
+    PARTIAL_KEPT,
     Backend,
     Cancel,
     Cancelled,
@@ -139,6 +141,8 @@ def run_turn(
         except (KeyboardInterrupt, Cancelled):
             result.interrupted = True
         except BackendError as exc:
+            if exc.hint == PARTIAL_KEPT and not (reply.text or reply.thinking or reply.calls):
+                exc.hint = NOTHING_CAME  # "kept" only when some of the reply was
             result.error = exc
         interrupted = result.interrupted or result.error is not None
         if interrupted and reply.finish is None:  # say in the file why the reply ended

@@ -50,18 +50,21 @@ def cmd_import(args: argparse.Namespace) -> int:
     )
     counts = {
         status: sum(o.status == status for o in outcomes)
-        for status in ("imported", "present", "skipped")
+        for status in ("imported", "repaired", "present", "skipped")
     }
     for outcome in outcomes:
         if outcome.status == "skipped":
             print(visible(f"skipped  {outcome.source}: {outcome.reason}"))
         elif outcome.status == "imported":
             print(visible(f"imported {outcome.source} → {outcome.session_id}"))
+        elif outcome.status == "repaired":  # a truncated copy a killed import left
+            print(visible(f"repaired {outcome.source} → {outcome.session_id} (was cut short)"))
     if not outcomes:
         print("No files found to import.")
     elif not counts["imported"]:
+        repaired = f"{counts['repaired']} repaired, " if counts["repaired"] else ""
         print(
-            f"Nothing new to import ({counts['present']} already here, "
+            f"Nothing new to import ({repaired}{counts['present']} already here, "
             f"{counts['skipped']} skipped)."
         )
     else:
@@ -73,9 +76,10 @@ def cmd_import(args: argparse.Namespace) -> int:
             f"{store.root / 'projects'} ({', '.join(into)})"
         )
         more = "" if into == [store.project] else " --all"
+        repaired = f"{counts['repaired']} repaired, " if counts["repaired"] else ""
         print(
             visible(
-                f"Imported {counts['imported']} session(s) {where} ({counts['present']} "
+                f"Imported {counts['imported']} session(s) {where} ({repaired}{counts['present']} "
                 f"already here, {counts['skipped']} skipped). `chatloop sessions{more}` "
                 "lists them."
             )

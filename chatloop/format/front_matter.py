@@ -35,14 +35,20 @@ if TYPE_CHECKING:  # PyYAML loads only to edit front matter in place (``_patch``
 BOM = b"\xef\xbb\xbf"
 MAX_COUNT = 2**53  # counts above this are damage, not usage (and overflow SQLite)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MAX_TITLE_CHARS = 200  # /rename cuts a title to this many characters
+MAX_TITLE_CHARS = 200  # a title is cut to this many characters when written
+# A model id is cut to this many characters when written: a server may answer with
+# any text, and a child inherits it, so an unbounded one could make front matter the
+# reader refuses (over yaml_strict.MAX_FRONT_MATTER_BYTES) and a session never finalized.
+MAX_MODEL_CHARS = 1000
 
 __all__ = [
     "BOM",
     "KNOWN_KEYS",
     "MAX_COUNT",
+    "MAX_MODEL_CHARS",
     "MAX_TITLE_CHARS",
     "Head",
+    "bounded",
     "check_count",
     "check_number",
     "check_time",
@@ -278,9 +284,22 @@ def meta_from_dict(raw: dict[str, Any], name: str, problems: list[tuple[str, str
     )
 
 
+def bounded(meta: SessionMeta) -> SessionMeta:
+    """``meta`` with its title and model id cut to ``MAX_TITLE_CHARS`` and
+    ``MAX_MODEL_CHARS``: what is written, so that front matter a session passes on to
+    its children stays one the reader accepts. Reading never cuts (a hand-edited file
+    reads back as it is)."""
+    if len(meta.title) <= MAX_TITLE_CHARS and len(meta.model) <= MAX_MODEL_CHARS:
+        return meta
+    return dataclasses.replace(
+        meta, title=meta.title[:MAX_TITLE_CHARS], model=meta.model[:MAX_MODEL_CHARS]
+    )
+
+
 def render_front_matter(meta: SessionMeta) -> bytes:
-    """The front matter block alone, ``---`` lines included, in the meta's format."""
-    return f"---\n{yaml_strict.dump(_meta_to_dict(meta))}---\n".encode()
+    """The front matter block alone, ``---`` lines included, in the meta's format
+    (title and model id cut: ``bounded``)."""
+    return f"---\n{yaml_strict.dump(_meta_to_dict(bounded(meta)))}---\n".encode()
 
 
 def _meta_to_dict(meta: SessionMeta) -> dict[str, Any]:
@@ -353,8 +372,10 @@ def rewrite_front_matter(original: bytes, new: SessionMeta) -> bytes:
     result is right even when the file was edited since. When the block cannot be
     edited with certainty (it does not load, was salvaged, a changed value spans
     lines, a flow mapping for ``tokens``, ...) or the edited block would not load
-    back to exactly ``new``, the result is ``render_front_matter(new)``.
+    back to exactly ``new``, the result is ``render_front_matter(new)``. The title
+    and model id written are cut (``bounded``).
     """
+    new = bounded(new)
     rendered = render_front_matter(new)
     try:
         patched = _patch(original, new)

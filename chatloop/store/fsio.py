@@ -78,9 +78,70 @@ def write_new_file(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+def _temp_name(path: Path) -> Path:
+    """A temp file next to ``path``, named with our pid (``dead_temps`` reads it back)."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{os.urandom(3).hex()}")
+
+
+def pid_alive(pid: int) -> bool:
+    """True while a process ``pid`` exists (one of another user counts as alive)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, someone else's
+        return True
+    return True
+
+
+def remove_dead_temps(folder: Path) -> None:
+    """Remove the temp files (``.NAME.tmp-PID-xxxxxx``) that a killed process left in
+    ``folder``: only those whose PID is not a live process, so a neighbour's rewrite
+    under way is never touched; never a directory or anything not named so."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        name = entry.name
+        if not name.startswith(".") or ".tmp-" not in name:
+            continue
+        pid = name.rpartition(".tmp-")[2].split("-")[0]
+        if not pid.isdigit() or pid_alive(int(pid)) or entry.is_dir(follow_symlinks=False):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(entry.path)
+
+
+def create_atomically(path: Path, data: bytes) -> None:
+    """Create ``path`` holding ``data`` whole or not at all: written to a temp file next
+    to it, fsynced, then linked into place (never over a file that is there: that
+    raises StoreError) and the folder fsynced. A kill leaves at most the temp file,
+    which ``remove_dead_temps`` clears."""
+    tmp = _temp_name(path)
+    write_new_file(tmp, data)
+    try:
+        try:
+            os.link(tmp, path, follow_symlinks=False)
+        except FileExistsError:
+            raise
+        except OSError:  # a filesystem without hard links: rename when nothing is there
+            if os.path.lexists(path):
+                raise FileExistsError(errno.EEXIST, "exists", str(path)) from None
+            os.rename(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        raise io_error("create", path, exc) from exc
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
 def atomic_rewrite(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data``: the file is the old or the new version, never torn."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{os.urandom(3).hex()}")
+    tmp = _temp_name(path)
     try:
         write_new_file(tmp, data)
         os.replace(tmp, path)

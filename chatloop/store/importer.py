@@ -7,6 +7,12 @@ line is the parent link, so a chain stays a chain when its files come
 together). A session keeps its id, which names its file; so a second import of
 the same files finds them there and imports nothing, and a different file with
 an id already present is reported as a duplicate, never written over.
+
+Each copy is written to a temp file in the target folder, fsynced, then linked
+into place, so a killed import leaves a whole copy or none (and its temp file,
+removed by the next import). A copy whose bytes are a strict prefix of the
+source (what an import before this rule left when it was killed) is
+"repaired": replaced atomically by the whole file, not called a duplicate.
 """
 
 from __future__ import annotations
@@ -21,20 +27,28 @@ from typing import Literal
 from chatloop.errors import StoreError
 from chatloop.format import parse_markdown
 from chatloop.ids import is_file_stem
-from chatloop.store.fsio import ensure_dir, read_bytes, write_new_file
+from chatloop.store.fsio import (
+    atomic_rewrite,
+    create_atomically,
+    ensure_dir,
+    is_locked,
+    read_bytes,
+    remove_dead_temps,
+)
 from chatloop.store.store import PROJECTS, Store
 
 MAX_IMPORT_BYTES = 256 << 20  # a larger file is not read into memory to be checked
 NO_SUCH_PATH = "no such file or folder"
 SEED_FOLDER = ".chat-sessions"  # where the seed project keeps a directory's sessions
 
-Status = Literal["imported", "present", "skipped"]
+Status = Literal["imported", "repaired", "present", "skipped"]
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What became of one file: imported, already present (identical), or skipped
-    (``reason``: not a session, damaged, a duplicate id, unreadable)."""
+    """What became of one file: imported, repaired (a truncated copy under its name
+    made whole), already present (identical), or skipped (``reason``: not a session,
+    damaged, a duplicate id, unreadable)."""
 
     source: Path
     status: Status
@@ -73,6 +87,7 @@ def import_sessions(
     here (``Outcome.project``), so the home's projects stay apart."""
     outcomes: list[Outcome] = []
     taken: dict[tuple[Path, str], Path] = {}
+    cleaned: set[Path] = set()
     for named, found in ((p, f) for p in paths for f in candidates([p])):
         if isinstance(found, tuple):
             outcomes.append(Outcome(found[0], "skipped", found[1]))
@@ -81,10 +96,17 @@ def import_sessions(
         target_dir = store.root / PROJECTS / project
         outcome, data = _one(target_dir, found, taken)
         outcome = replace(outcome, project=project)
-        if outcome.status == "imported" and write:
+        if outcome.status in ("imported", "repaired") and write:
+            target = target_dir / f"{outcome.session_id}.md"
             if not target_dir.exists():
                 ensure_dir(target_dir)
-            write_new_file(target_dir / f"{outcome.session_id}.md", data)
+            elif target_dir not in cleaned:
+                remove_dead_temps(target_dir)  # what a killed import left
+            cleaned.add(target_dir)
+            if outcome.status == "imported":
+                create_atomically(target, data)
+            else:
+                atomic_rewrite(target, data)
         if outcome.session_id and outcome.status != "skipped":
             taken[(target_dir, outcome.session_id)] = found
         outcomes.append(outcome)
@@ -142,11 +164,13 @@ def _decide(
     target = target_dir / f"{session_id}.md"
     if target.exists() or target.is_symlink():
         try:
-            same = read_bytes(target) == data
+            there: bytes | None = read_bytes(target)
         except StoreError:
-            same = False
-        if same:
+            there = None  # a symlink or no regular file: never written over
+        if there == data:
             return Outcome(path, "present", "", session_id)
+        if there is not None and _truncated_copy(there, data) and not is_locked(target):
+            return Outcome(path, "repaired", "", session_id)
         return Outcome(
             path,
             "skipped",
@@ -154,3 +178,10 @@ def _decide(
             session_id,
         )
     return Outcome(path, "imported", "", session_id)
+
+
+def _truncated_copy(there: bytes, data: bytes) -> bool:
+    """True when ``there`` (the file under the session's name) is a strict prefix of
+    ``data``: a copy an earlier import was killed writing, never a session of its own
+    (a session written since would have bytes the source lacks)."""
+    return len(there) < len(data) and data.startswith(there)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from chatloop.store.fsio import FILE_MODE, ensure_dir, lock_path
+from chatloop.store.fsio import FILE_MODE, ensure_dir, lock_path, pid_alive
 
 __all__ = ["INDEX_FILE", "IndexFile", "IndexFileError", "not_waiting", "trouble"]
 
@@ -163,13 +163,16 @@ class IndexFile:
     @contextlib.contextmanager
     def side(self) -> Iterator[IndexFile]:
         """A side file of this process's own beside ``index.db``, written without a
-        journal (it is a cache: a crash leaves only the side file, removed once it
-        is clearly stale), removed when done; side files of builds whose process
-        died go first (a live build's is younger)."""
+        journal (it is a cache: a crash leaves only the side file), removed when
+        done; side files of builds whose process died go first: at once when the
+        pid in the name is no live process, else after ``STALE_SIDE_S`` (a pid
+        reused since)."""
         with contextlib.suppress(OSError):
             for stale in self.path.parent.glob(INDEX_FILE + ".new*"):
                 with contextlib.suppress(OSError):
-                    if time.time() - stale.lstat().st_mtime > STALE_SIDE_S:
+                    if _dead_side(stale.name) or (
+                        time.time() - stale.lstat().st_mtime > STALE_SIDE_S
+                    ):
                         stale.unlink()
         path = self._side_path()
         try:
@@ -354,6 +357,13 @@ def _precreate(path: Path) -> None:
     """Create the database file 0600 ourselves, so SQLite's WAL files inherit that mode."""
     with contextlib.suppress(FileExistsError):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE))
+
+
+def _dead_side(name: str) -> bool:
+    """True when ``name`` is a side file (``index.db.new-PID-xxxxxxxx``, or its
+    ``-wal``/``-shm``/``-journal``) of a process that is no longer alive."""
+    pid = name.removeprefix(INDEX_FILE + ".new-").split("-")[0]
+    return name.startswith(INDEX_FILE + ".new-") and pid.isdigit() and not pid_alive(int(pid))
 
 
 def _remove_db(path: Path) -> None:

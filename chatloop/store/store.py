@@ -167,8 +167,11 @@ class Store:
         atomically. Returns how many frames were resealed, where the original is
         (None when nothing needed it), and the damage left as it is: frames that
         could not be read, and what is wrong with the front matter."""
+        from chatloop.store.writer import remove_strays
+
         lock_fd = take_lock(path)
         try:
+            remove_strays(path)  # what a killed reseal left
             data = read_bytes(path)
             try:
                 from chatloop.format import reseal
@@ -197,11 +200,14 @@ class Store:
         with open_read(path) as handle:
             return find_summary(handle, path.stem)
 
-    def discard(self, writer: SessionWriter) -> None:
+    def discard(self, writer: SessionWriter, copies_only: bool = False) -> None:
         """Close ``writer``; if its session holds no message (it was just created and
         its first write failed), remove the file and its lock, so a session that never
-        began leaves nothing behind. A session with messages is only closed."""
-        empty = writer.last_message is None
+        began leaves nothing behind. A session with messages is only closed, unless
+        ``copies_only``: every message in it is a copy just made of another session's
+        (a fork whose copies could not all be written), so nothing is lost by removing
+        it, and a partial branch is never left to be taken for one."""
+        empty = copies_only or writer.last_message is None
         path = writer.path
         if empty:  # removed while its lock is held: no other writer can have it meanwhile
             with suppress(OSError):
@@ -250,18 +256,23 @@ class Store:
         """Create a new session file for ``meta`` (id, times and cwd filled in if empty)."""
         from dataclasses import replace  # (not at the top: a listing never loads it)
 
-        from chatloop.format import Session, render_header
-        from chatloop.store.writer import SessionWriter
+        from chatloop.format import Session, render_front_matter, render_header
+        from chatloop.format.front_matter import bounded
+        from chatloop.store.writer import SessionWriter, refuse_unreadable
 
         now = self.clock()
         if meta.id:
             ids.validate_session_id(meta.id, new=True)
-        meta = replace(
-            meta,
-            id=meta.id or ids.new_session_id(now),
-            cwd=meta.cwd or str(self.cwd),
-            status="open",
+        meta = bounded(
+            replace(
+                meta,
+                id=meta.id or ids.new_session_id(now),
+                cwd=meta.cwd or str(self.cwd),
+                status="open",
+            )
         )
+        path = self.path_for(meta.id)
+        refuse_unreadable(path, render_front_matter(meta))
         if self.project_dir.is_symlink():
             raise StoreError(
                 f"{self.project_dir} is a symbolic link; chatloop does not write through links",
@@ -273,6 +284,8 @@ class Store:
         try:
             write_new_file(path, render_header(meta))
         except BaseException:
+            with suppress(OSError):  # a session that was never made leaves no lock either
+                lock_path(path).unlink()
             os.close(lock_fd)
             raise
         return SessionWriter(path, Session(meta), lock_fd, self.clock)

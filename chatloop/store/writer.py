@@ -28,7 +28,7 @@ from chatloop.format import (
     parse_markdown,
     render_frame,
 )
-from chatloop.format.front_matter import BOM, rewrite_front_matter
+from chatloop.format.front_matter import BOM, bounded, rewrite_front_matter
 from chatloop.format.yaml_strict import MAX_FRONT_MATTER_BYTES
 from chatloop.store.fsio import atomic_rewrite, io_error, read_bytes, write_new_file
 
@@ -125,7 +125,7 @@ class SessionWriter:
         front matter larger than readers accept is refused (``StoreError``) and the
         file is left as it was."""
         self._check_external_edit()
-        meta = replace(self._meta, **changes, updated=self._clock())
+        meta = bounded(replace(self._meta, **changes, updated=self._clock()))
         data = read_bytes(self.path)
         _rewrite_front_matter(self.path, data, meta, capped=True)
         self._meta = meta
@@ -139,8 +139,14 @@ class SessionWriter:
 
         In format 2 the front matter then records the summary frame's key and
         offset (``summary_key``/``summary_at``): that pointer, which no message
-        can write, is what makes the summary trusted on resume."""
+        can write, is what makes the summary trusted on resume.
+
+        When the front matter cannot be rewritten (a full disk: the rewrite needs a
+        whole copy of the file), the summary frame just appended is cut off again
+        before the error is raised, so a finalize tried again and again leaves one
+        summary frame, not one per try."""
         fields: dict[str, Any] = {}
+        undo = (os.fstat(self._fd).st_size, list(self._messages), self._totals, self._last_frame_at)
         if summary is not None:
             self.append(summary)
             if self._meta.format >= 2:
@@ -150,7 +156,15 @@ class SessionWriter:
         kind = None if last is None else ("fallback" if last.fallback else "model")
         fields.update({"status": "closed", "summary": kind, **self._totals.fields()})
         fields.update(changes)
-        return self.update_meta(**fields)
+        try:
+            return self.update_meta(**fields)
+        except StoreError as exc:
+            if summary is not None:
+                size, messages, totals, last_frame_at = undo
+                self._truncate(size, OSError(0, exc.message))
+                self._messages, self._totals, self._last_frame_at = messages, totals, last_frame_at
+                self._stamp = self._stat()
+            raise
 
     def close(self) -> None:
         """Release the file and the lock. A session not finalized stays ``open``."""
@@ -215,15 +229,22 @@ class SessionWriter:
             ) from exc
 
 
+def remove_strays(path: Path) -> None:
+    """With the lock held: remove the temp files of ``path`` (``.{name}.tmp-*``) that a
+    killed rewrite (finalize, reseal) left; none can be in use, since every rewrite
+    of the file holds its lock."""
+    for stray in path.parent.glob(f".{path.name}.tmp-*"):
+        if stray.is_symlink() or stray.is_file():  # ours; a directory planted there is not
+            stray.unlink()
+
+
 def recover_locked(path: Path, clock: Clock) -> ParseResult:
     """With the lock held: set a torn tail aside and cut it, mark a dead open session.
 
     The returned problems say what was repaired (``repaired``) instead of
     ``torn_tail``. Legacy files are only read, never changed.
     """
-    for stray in path.parent.glob(f".{path.name}.tmp-*"):
-        if stray.is_symlink() or stray.is_file():  # ours; a directory planted there is not
-            stray.unlink()
+    remove_strays(path)
     data = read_bytes(path)
     result = parse_markdown(data, path.stem)
     if result.legacy:
@@ -272,10 +293,18 @@ def _rewrite_front_matter(path: Path, data: bytes, meta: SessionMeta, capped: bo
             "Open the file in an editor and restore the --- block at the top.",
         )
     block = rewrite_front_matter(data[bom:start], meta)
-    if capped and len(block) - len(b"---\n---\n") > MAX_FRONT_MATTER_BYTES:
+    if capped:
+        refuse_unreadable(path, block)
+    atomic_rewrite(path, block + data[start:])
+
+
+def refuse_unreadable(path: Path, block: bytes) -> None:
+    """Raise StoreError (one line and a hint) when the front matter ``block`` (``---``
+    lines included) is larger than the reader loads (``MAX_FRONT_MATTER_BYTES``), so
+    that no session is written that chatloop cannot read back (nor finalize)."""
+    if len(block) - len(b"---\n---\n") > MAX_FRONT_MATTER_BYTES:
         raise StoreError(
             f"Not saved: the front matter of {path.name} would be larger than "
             f"{MAX_FRONT_MATTER_BYTES // 1024} KiB, which chatloop cannot read back",
             "Use a shorter value (a title, or keys added by hand to the front matter).",
         )
-    atomic_rewrite(path, block + data[start:])

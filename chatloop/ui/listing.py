@@ -7,6 +7,7 @@ its output is meant for pipes and greps as much as for eyes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -36,10 +37,20 @@ def relative_time(when: str, now: datetime) -> str:
 
 
 def describe(row: SessionRow) -> str:
-    """What a person recognises a session by: its title, else its last question."""
+    """What a person recognises a session by: its title, else its last question; one
+    line always (``one_line``), since every view prints it in a row of its own."""
     if row.title or row.preview:
-        return row.title or row.preview
+        return one_line(row.title or row.preview)
     return f"(continues {row.parent_id})" if row.parent_id else "(no messages)"
+
+
+_BREAKS = re.compile(r"[\s\x85\u2028\u2029]+")
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: each run of line breaks, tabs and other white space
+    (a title typed or made over several lines) shown as one space."""
+    return _BREAKS.sub(" ", text).strip()
 
 
 def handle_width(rows: Sequence[SessionRow]) -> int:
@@ -119,7 +130,9 @@ def transcript_lines(
     from chatloop.format import Plain, empty_reply, no_text  # (here: `sessions` loads no parser)
 
     v = visible
-    yield v(f"{heading or meta.title or meta.agent or 'Session'}  ({meta.id}, {meta.status})")
+    yield v(
+        f"{heading or one_line(meta.title) or meta.agent or 'Session'}  ({meta.id}, {meta.status})"
+    )
     if meta.parent_id and forked_at is not None:
         yield v(f"branches from {meta.parent_id} after query {forked_at}")
     elif meta.parent_id:
