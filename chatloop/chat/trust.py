@@ -73,7 +73,10 @@ def approved_source(path: Path, home: Path, ask: Ask | None) -> bytes:
         f"{why}: run the agent file {said} (Python, with your permissions; sha256 {digest[:12]})?"
     )
     if not ask(question, False):
-        raise Unapproved(f"Not run: the agent file {said}", hint)
+        raise Unapproved(
+            f"Not run: the agent file {said}",
+            f"Answer y to run it, or move it into {_shown(home / 'agents')} if it is yours.",
+        )
     record[str(real)] = digest
     _save_record(home, record)
     return source
