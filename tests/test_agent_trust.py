@@ -262,3 +262,32 @@ def test_a_terminal_chat_asks_once_and_again_when_the_file_changes(
         assert child.exitstatus == 1
         assert marker.read_text() == "ran\nran\n"
     assert os.stat(chatloop_home / trust.TRUST_NAME).st_mode & 0o077 == 0
+
+
+@pytest.mark.e2e
+def test_continuing_a_session_whose_agent_is_a_project_file_asks_first(
+    chatloop_home: Path, project: Path, tmp_path: Path
+) -> None:
+    """``chatloop -c`` in a terminal (``cli.chat.chat``): the session's agent, found in
+    the project's ``agents/``, is asked about before it is imported; a no exits 1."""
+    from chatloop.format import Message, Session, render_markdown
+    from tests.conftest import T0, new_meta
+    from tests.scripted_server import scripted_server
+
+    marker = tmp_path / "marker"
+    evil_project(project, marker)
+    folder = Store(chatloop_home, cwd=project).project_dir
+    folder.mkdir(parents=True)
+    meta = new_meta(id="20261121-143045-0e0e0e0e", agent="Evil", agent_name="evil", status="closed")
+    messages = (
+        Message.create("user", T0, text="hi"),
+        Message.create("summary", T0, text="**Pending:** none"),
+    )
+    (folder / f"{meta.id}.md").write_bytes(render_markdown(Session(meta, messages)))
+    with scripted_server(lambda request: "Ready.") as url:
+        child = spawn(url, chatloop_home, project, 12, "-c", ready_text="[y/N]")
+        child.sendline("n")
+        child.expect(pexpect.EOF)
+        child.close()
+    assert child.exitstatus == 1
+    assert not marker.exists()
