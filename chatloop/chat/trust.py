@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chatloop.errors import ChatloopError, StoreError
+from chatloop.errors import ChatloopError, StoreError, Unapproved
 
 if TYPE_CHECKING:
     from chatloop.chat.agent import Agent
@@ -33,10 +33,7 @@ TRUST_NAME = "trusted_agents.json"
 MAX_AGENT_BYTES = 10_000_000  # an agent file is a page of Python; more is not one
 MAX_TRUST_BYTES = 1_000_000  # the record of the person's yeses, read whole
 Ask = Callable[[str, bool], bool]  # a yes/no question and its default (Host.ask)
-
-
-class Unapproved(ChatloopError):
-    """An agent file the person has not said may run (refused, or no one to ask)."""
+__all__ = ["TRUST_NAME", "Ask", "Unapproved", "approved_source", "load", "trusted_folders"]
 
 
 def trusted_folders(home: Path) -> list[Path]:

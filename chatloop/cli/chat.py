@@ -13,7 +13,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from chatloop.cli import wiring
-from chatloop.errors import UsageError
+from chatloop.errors import Unapproved, UsageError
 
 if TYPE_CHECKING:
     from chatloop.chat.continuation import Kind, Pick
@@ -179,8 +179,6 @@ def _chat_new(args: argparse.Namespace) -> int:
         except BaseException:
             backend.close()
             raise
-
-    from chatloop.chat.trust import Unapproved
 
     try:
         return start_new_chat(store, load)
