@@ -201,6 +201,48 @@ def _check_url(text: str, source: str) -> None:
         )
 
 
+# What a config file may change that runs code or sends the conversation elsewhere: named
+# on screen at every start when the file is not the person's own (docs/security.md).
+REDIRECTING = ("agent", "base_url")
+
+
+def _redirections(
+    path: Path, values: Mapping[str, Any], *, named: bool, environ: Mapping[str, str]
+) -> list[str]:
+    """One line per redirecting key set by a config file that lies inside the sessions
+    home (which can travel with a copied home) or inside the current directory (a
+    project: a cloned folder can carry one), unless ``--config`` named it."""
+    real = Path(os.path.abspath(path)).resolve()
+    home = chatloop_home(environ).resolve()
+    if real.is_relative_to(home):
+        where = "inside the chatloop home"
+    elif not named and (cwd := _cwd()) is not None and real.is_relative_to(cwd):
+        base = environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+        if real == (Path(base).expanduser() / "chatloop" / CONFIG_NAME).resolve():
+            return []  # the person's own config file, even when run from their home folder
+        where = "inside this project"
+    else:
+        return []
+    shown = _printable(str(real))
+    said = {"agent": "the agent that answers", "base_url": "every message is sent there"}
+    return [
+        f"{shown} ({where}) sets {key} to {_printable(str(values[key]))} ({said[key]})"
+        for key in REDIRECTING
+        if key in values and values[key] != ""
+    ]
+
+
+def _cwd() -> Path | None:
+    try:
+        return Path.cwd().resolve()
+    except OSError:  # a deleted directory: no project
+        return None
+
+
+def _printable(text: str) -> str:
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 def load_settings(
     flags: Mapping[str, Any] | None = None,
     *,
@@ -209,8 +251,9 @@ def load_settings(
     read_yaml: Callable[[str], Mapping[str, Any]],
 ) -> tuple[Settings, list[str]]:
     """Merge defaults, the config file, the environment and flags; return settings and
-    warnings (unknown keys). A missing default config file is fine; a missing
-    explicit one is a UsageError. ``read_yaml`` loads the file's text (the CLI
+    warnings (unknown keys; a config file inside the home or the project that sets
+    ``agent`` or ``base_url``, named with the value). A missing default config file is
+    fine; a missing explicit one is a UsageError. ``read_yaml`` loads the file's text (the CLI
     passes the strict loader of ``chatloop.format.yaml_strict``, so that
     ``auto_compact: on`` stays the word ``on``); it raises ValueError."""
     env = os.environ if environ is None else environ
@@ -231,6 +274,7 @@ def load_settings(
                 values[key] = _coerce(key, value, f"config file {path}")
             else:
                 warnings.append(f"{path}: unknown key {key!r} ignored (known: {', '.join(KEYS)})")
+        warnings.extend(_redirections(path, values, named=bool(config_file), environ=env))
     elif config_file or env.get(CONFIG_ENV):
         raise UsageError(f"No config file at {path}", "Check --config / CHATLOOP_CONFIG.")
     for key in KEYS:

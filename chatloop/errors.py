@@ -5,6 +5,7 @@
     ├── StoreError          a session file could not be created or written
     │   └── SessionLocked   another chatloop holds the session
     ├── NotFound            no session matches a number or id
+    ├── Unapproved          an agent file the person has not allowed to run (chat.trust)
     ├── BackendError        the model server failed
     │   ├── Unreachable         nothing listens where the server should be
     │   ├── ContextOverflow     the prompt does not fit the window (chatloop.backends)
@@ -52,6 +53,12 @@ class SessionLocked(StoreError):
 
 class NotFound(ChatloopError):
     """No session matches the number or id that was asked for."""
+
+
+class Unapproved(ChatloopError):
+    """An agent file the person has not said may run: refused, or no one to ask
+    (``chatloop.chat.trust``). Here, not there, so that a new chat's first prompt can
+    catch it without loading the chat package."""
 
 
 class BackendError(ChatloopError):

@@ -228,9 +228,10 @@ def test_a_one_shot_resume_says_which_agent_answers(
 ) -> None:
     """No banner shows the agent in a one-shot run: continuing with the session's own
     agent (not the configured one), or switching to another with --agent, is said on
-    stderr, never done silently."""
-    agents = project / "agents"
-    agents.mkdir()
+    stderr, never done silently. (The agent is in the person's own folder: a project's
+    would be refused in a one-shot, tests/test_agent_trust.py.)"""
+    agents = chatloop_home / "agents"
+    agents.mkdir(parents=True)
     (agents / "pirate_pete.py").write_text('NAME = "Pirate Pete"\nSYSTEM_PROMPT = "Arr."\n')
     first = once(llama_server, chatloop_home, project, "--agent", "pirate_pete", "Ahoy")
     assert first.returncode == 0, first.stderr

@@ -184,14 +184,21 @@ def find_agent_file(ref: str, dirs: Iterable[Path], *, names_only: bool = False)
     raise UsageError(f"No agent named {ref!r}", f"Agents available: {listed}.")
 
 
-def load_agent(path: Path) -> Agent:
-    """Import an agent file and read its NAME, SYSTEM_PROMPT, OPTIONS and TOOLS."""
+def load_agent(path: Path, source: bytes | None = None) -> Agent:
+    """Import an agent file and read its NAME, SYSTEM_PROMPT, OPTIONS and TOOLS.
+
+    ``source``: the file's content as ``chat.trust`` checked it, run instead of a
+    second read (which could find another file). Callers that load a file the person
+    chose go through ``chat.trust.load``, never here directly."""
     spec = importlib.util.spec_from_file_location(f"chatloop_agent_{normalise(path.stem)}", path)
     if spec is None or spec.loader is None:
         raise UsageError(f"Cannot load {path} as Python", "Agent files are .py modules.")
     module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        if source is None:
+            spec.loader.exec_module(module)
+        else:
+            exec(compile(source, str(path), "exec"), module.__dict__)
     except Exception as exc:  # the agent file is user code; report, do not crash
         raise UsageError(
             f"{path.name} failed to load: {type(exc).__name__}: {exc}",

@@ -766,8 +766,9 @@ class ChatSession:
     def _adopt(self, located: continuation.Located) -> None:
         """Take the agent and the server the rules choose for continuing ``located``
         (the same functions ``chatloop -r`` calls before it makes a session)."""
-        from chatloop.chat import server
-        from chatloop.chat.agent import agent_dirs, load_agent
+        from chatloop.chat import server, trust
+        from chatloop.chat.agent import agent_dirs
+        from chatloop.config import chatloop_home
 
         choice = continuation.agent_for(
             located,
@@ -778,6 +779,9 @@ class ChatSession:
         )
         if choice.note:
             self.host.notice(choice.note[0].upper() + choice.note[1:], "warn")
+        switch = choice.path.resolve() != Path(self.agent.path).resolve()
+        # asked (chat.trust) before anything changes: a no leaves this chat as it was
+        agent = trust.load(choice.path, chatloop_home(), self.host.ask) if switch else None
         held = server.Held.of(located.parent.meta)
         if not server.same_server(self.backend, self.settings, held):
             connected = server.connect(self.settings, held)
@@ -788,8 +792,8 @@ class ChatSession:
             else:
                 self.backend.close()
                 self.use_backend(connected.backend)
-        if choice.path.resolve() != Path(self.agent.path).resolve():
-            self.agent = load_agent(choice.path)
+        if agent is not None:
+            self.agent = agent
             self._sent = None
 
     def continue_from(self, located: continuation.Located, kind: continuation.Kind) -> None:

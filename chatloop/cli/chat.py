@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from chatloop.cli import wiring
-from chatloop.errors import UsageError
+from chatloop.errors import Unapproved, UsageError
 
 if TYPE_CHECKING:
     from chatloop.chat.continuation import Kind, Pick
@@ -73,15 +73,19 @@ def chat(
     """Continue ``ref`` (None: a new session) in the REPL, or answer a one-shot question
     there. The session is found before anything slow (a wrong ref fails first), then
     its agent and server are chosen by the rules every resume uses."""
-    from chatloop.chat import continuation, server
-    from chatloop.chat.agent import agent_dirs, find_agent_file, load_agent
+    from chatloop.chat import continuation, server, trust
+    from chatloop.chat.agent import agent_dirs, find_agent_file
+    from chatloop.config import chatloop_home
 
     settings = wiring.settings(args)
     store = wiring.store(args, settings)
     located = None if ref is None else continuation.locate(store, ref, latest=latest)
     dirs = agent_dirs(store.cwd, store.root)
     agent_file = find_agent_file(settings.agent, dirs)
-    agent = load_agent(agent_file)
+    # a question about an agent file only in a chat on a terminal; a one-shot refuses
+    one_shot = bool(args.question) or not (sys.stdin.isatty() and sys.stdout.isatty())
+    ask = None if one_shot else _confirm
+    agent = trust.load(agent_file, chatloop_home(), ask)
     if located is not None:
         choice = continuation.agent_for(
             located,
@@ -91,7 +95,7 @@ def chat(
             dirs=dirs,
         )
         if choice.path != agent_file:
-            agent = load_agent(choice.path)
+            agent = trust.load(choice.path, chatloop_home(), ask)
         wiring.say([choice.note] if choice.note else [])
     question = _question(args)  # after the session and agent: a wrong ref fails first
     held = server.Held.of(located.parent.meta if located else None)
@@ -180,17 +184,22 @@ def _escaped(data: bytes, encoding: str) -> str:
 def _chat_new(args: argparse.Namespace) -> int:
     """A new interactive chat, its prompt drawn first: the agent, the backend (and its
     check of the server) and the chat load behind it (``chatloop.ui.start``)."""
+    from chatloop.config import chatloop_home
     from chatloop.ui.start import start_new_chat
 
     settings = wiring.settings(args)
     store = wiring.store(args, settings)
+    home = chatloop_home()
 
     def load(prompt: Prompt) -> Repl:
-        from chatloop.chat import server
-        from chatloop.chat.agent import agent_dirs, find_agent_file, load_agent
+        from chatloop.chat import server, trust
+        from chatloop.chat.agent import agent_dirs, find_agent_file
         from chatloop.ui.repl import Repl
 
-        agent = load_agent(find_agent_file(settings.agent, agent_dirs(store.cwd, store.root)))
+        # no question from the loading thread: an unapproved file ends the prompt, and
+        # the question is asked below, before the file is imported
+        path = find_agent_file(settings.agent, agent_dirs(store.cwd, store.root))
+        agent = trust.load(path, home, None)
         backend = server.connect(settings).backend
         try:
             return Repl(
@@ -200,4 +209,22 @@ def _chat_new(args: argparse.Namespace) -> int:
             backend.close()
             raise
 
+    try:
+        return start_new_chat(store, load)
+    except Unapproved:
+        pass
+    # the agent file needs the person's yes: asked on the terminal, then the chat starts
+    # anew (the prompt was on the screen for the moment the check took)
+    from chatloop.chat import trust
+    from chatloop.chat.agent import agent_dirs, find_agent_file
+
+    path = find_agent_file(settings.agent, agent_dirs(store.cwd, store.root))
+    trust.approved_source(path, home, _confirm)
     return start_new_chat(store, load)
+
+
+def _confirm(question: str, default: bool) -> bool:
+    """A yes/no question on the terminal before the chat has started."""
+    from chatloop.ui.start import confirm
+
+    return confirm(question, default)

@@ -362,7 +362,9 @@ def _model(shell: Shell, arg: str) -> None:
 
 
 def _agent(shell: Shell, arg: str) -> None:
-    from chatloop.chat.agent import agent_dirs, agent_names, find_agent_file, load_agent
+    from chatloop.chat import trust
+    from chatloop.chat.agent import agent_dirs, agent_names, find_agent_file
+    from chatloop.config import chatloop_home
 
     session = shell.session
     dirs = agent_dirs(session.store.cwd, session.store.root)
@@ -375,7 +377,8 @@ def _agent(shell: Shell, arg: str) -> None:
             f"{', '.join(others) or 'none'}; /agent NAME switches.",
         )
         return
-    agent = load_agent(find_agent_file(arg, dirs, names_only=True))
+    path = find_agent_file(arg, dirs, names_only=True)
+    agent = trust.load(path, chatloop_home(), session.host.ask)
     if agent.path == session.agent.path:
         render.note(shell.console, f"{agent.name} is the agent already.")
         return

@@ -142,6 +142,23 @@ def _raising(kind: type[BaseException]) -> Replay:
     return replay
 
 
+def confirm(question: str, default: bool) -> bool:
+    """A yes/no question on the terminal before any chat has started (an agent file to
+    allow): ``question`` shown as text, Enter takes ``default``, only y/yes is yes;
+    Ctrl-C or Ctrl-D mean no."""
+    from prompt_toolkit import prompt
+
+    from chatloop.ui.terminal_text import visible
+
+    choices = "[Y/n] " if default else "[y/N] "
+    try:
+        typed = prompt([("bold", f"{visible(question)} "), ("", choices)])
+    except (KeyboardInterrupt, EOFError):
+        return False
+    word = typed.strip().lower()
+    return default if not word else word in ("y", "yes")
+
+
 def start_new_chat(store: Store, load: Callable[[Prompt], Repl]) -> int:
     """A new interactive chat, its prompt drawn first: ``load(prompt)`` makes the REPL
     (the agent, the backend and its check of the server) behind it. Returns the exit
