@@ -26,6 +26,7 @@ from chatloop.format import (
     Usage,
     render_markdown,
 )
+from chatloop.format.front_matter import MAX_TITLE_CHARS
 from tests.conftest import CI_EXAMPLES, new_meta
 
 
@@ -115,6 +116,11 @@ def messages(draw: st.DrawFn) -> Message:
     )
 
 
+# Titles as chatloop writes them: cut to MAX_TITLE_CHARS (``front_matter.bounded``);
+# hostile text otherwise, as every other string.
+title_st = text_st.map(lambda text: text[:MAX_TITLE_CHARS])
+
+
 @st.composite
 def sessions(draw: st.DrawFn) -> Session:
     extra_keys = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8).filter(
@@ -126,7 +132,7 @@ def sessions(draw: st.DrawFn) -> Session:
         agent_path="agents/simple_sally.py" if version == 1 else "",
         agent_name="" if version == 1 else "simple_sally",
         id=draw(text_st),
-        title=draw(text_st),
+        title=draw(title_st),  # (a title is cut when written: front_matter.bounded)
         agent=draw(text_st),
         model=draw(text_st),
         created=draw(at_st),

@@ -37,7 +37,7 @@ from chatloop.ui.repl import Repl
 from tests.conftest import T0, Clock, exchange, new_meta
 from tests.hosts import TEST_SETTINGS
 from tests.repl_driver import AGENTS, drive, fake_server, only_session
-from tests.strategies import at_st, examples, sessions, text_st
+from tests.strategies import at_st, examples, sessions, text_st, title_st
 
 _KEY_RE = re.compile(r"\s*([A-Za-z_]+):")
 
@@ -351,7 +351,7 @@ def _changes() -> st.SearchStrategy[dict[str, object]]:
     return st.fixed_dictionaries(
         {},
         optional={
-            "title": text_st,
+            "title": title_st,
             "status": st.sampled_from(["open", "closed", "interrupted"]),
             "queries": st.integers(0, 10**6),
             "tokens_in": st.integers(0, 10**9),
