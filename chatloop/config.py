@@ -34,6 +34,7 @@ DEFAULT_AGENT = "simple_sally"
 DEFAULT_CONNECT_TIMEOUT = 5.0  # seconds to reach a server
 DEFAULT_READ_TIMEOUT = 120.0  # seconds between two pieces of a reply
 DEFAULT_RETRIES = 2  # retries of a request that failed before any reply arrived
+DRAFT_SECONDS = 1.0  # a streaming reply is put on disk at most this often (and at its start)
 DEFAULT_MAX_TOOL_ROUNDS = 8  # rounds of tool calls in one turn, then a reply without tools
 DEFAULT_AUTO_COMPACT = "ask"  # ask | on | off
 DEFAULT_COMPACT_THRESHOLD = 0.8  # share of the window after which compaction is offered

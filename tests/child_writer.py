@@ -8,6 +8,11 @@ python -m tests.child_writer hold PATH       take the lock, print "locked", slee
 python -m tests.child_writer fsize PATH K    with RLIMIT_FSIZE = size + K, append a
                                              big message; print the outcome, then
                                              append a small one with no limit
+python -m tests.child_writer draftfull PATH K
+                                             draft a reply, then with RLIMIT_FSIZE =
+                                             size + K draft it longer; print the
+                                             outcome, then append the whole reply
+                                             with no limit
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 from chatloop.errors import StoreError
-from chatloop.format import Message, Usage
+from chatloop.format import UNFINISHED, Message, Usage
 from chatloop.store.store import Store
 
 
@@ -69,6 +74,22 @@ def main(argv: list[str]) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
         writer.append(Message.create("user", now, text="after the disk was freed"))
         _say("recovered")
+    elif mode == "draftfull":
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        part = dict(stop_reason=UNFINISHED, interrupted=True)
+        writer.draft(Message.create("assistant", now, text="Basil wants sun.", **part))
+        before = path.read_bytes()
+        resource.setrlimit(
+            resource.RLIMIT_FSIZE, (len(before) + int(argv[2]), resource.RLIM_INFINITY)
+        )
+        try:
+            writer.draft(Message.create("assistant", now, text="Basil wants sun. " * 40, **part))
+            _say("drafted")
+        except StoreError as exc:
+            _say(f"error: {exc.message} | unchanged={path.read_bytes() == before}")
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
+        writer.append(Message.create("assistant", now, text="Basil wants sun. " * 40))
+        _say("appended")
 
 
 if __name__ == "__main__":

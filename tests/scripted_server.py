@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,9 +20,10 @@ Reply = Callable[[dict[str, Any]], str]
 
 
 @contextmanager
-def scripted_server(reply: Reply, model: str = "scripted") -> Iterator[str]:
+def scripted_server(reply: Reply, model: str = "scripted", pace: float = 0.0) -> Iterator[str]:
     """Serve ``reply`` on a free port; yields the base URL (``http://127.0.0.1:N/v1``).
-    ``model``: the one model ``/v1/models`` lists."""
+    ``model``: the one model ``/v1/models`` lists. ``pace``: seconds between two pieces
+    of a streamed reply (a slow model); 0 sends the whole reply at once."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:  # keep test output clean
@@ -64,8 +66,22 @@ def scripted_server(reply: Reply, model: str = "scripted") -> Iterator[str]:
             ]
             chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
             chunks.append({"choices": [], "usage": usage})
-            events = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
-            self._send(200, events.encode(), "text/event-stream")
+            events = [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
+            if not pace:
+                self._send(200, "".join(events).encode(), "text/event-stream")
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for event in events:
+                try:
+                    self.wfile.write(event.encode())
+                    self.wfile.flush()
+                except OSError:  # the client went away (killed)
+                    return
+                time.sleep(pace)
+            self.close_connection = True
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

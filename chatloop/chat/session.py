@@ -39,6 +39,7 @@ one turn (``chat.turn``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -375,6 +376,13 @@ class ChatSession:
             if message.role == "tool":
                 view.tool_results(message)
 
+        def draft(reply: Message) -> None:
+            writer = self.writer
+            if writer is None or self._queue:  # nothing goes before what is queued
+                return
+            with contextlib.suppress(StoreError):  # appended whole at its end, told then
+                writer.draft(reply)
+
         result = run_turn(
             self.agent,
             self.backend,
@@ -385,6 +393,7 @@ class ChatSession:
             on_event=view.on_event,
             max_rounds=self.settings.max_tool_rounds,
             options=self.reply_options(),
+            draft=draft,
         )
         kept = any(m.interrupted and (m.text or m.thinking) for m in result.messages)
         view.close(result.interrupted, saved=kept)

@@ -2,10 +2,13 @@
 
 Every assistant message and every tool result is handed to ``record`` (the
 store's append) the moment it exists, so a crash mid-turn loses nothing that
-happened. A reply cut short by Ctrl-C, a cancel, or a server failure is
-recorded too, marked ``interrupted``, with whatever text had arrived; when
-nothing arrived, its ``stop_reason`` says why (``cancelled`` or ``error``), so
-a failed exchange is visible in the file and in ``show``.
+happened; a reply still streaming is handed to ``draft`` (the store's
+unfinished last frame) at its first text and then at most once per
+``DRAFT_SECONDS``, so a crash loses no more than the last second of it. A
+reply cut short by Ctrl-C, a cancel, or a server failure is recorded too,
+marked ``interrupted``, with whatever text had arrived; when nothing arrived,
+its ``stop_reason`` says why (``cancelled`` or ``error``), so a failed
+exchange is visible in the file and in ``show``.
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ from chatloop.backends.base import (
     estimate_tokens,
 )
 from chatloop.chat.agent import Agent
-from chatloop.config import DEFAULT_MAX_TOOL_ROUNDS
+from chatloop.config import DEFAULT_MAX_TOOL_ROUNDS, DRAFT_SECONDS
 from chatloop.errors import BackendError
-from chatloop.format import Message, Thinking, ToolCall, ToolResult, Usage
+from chatloop.format import UNFINISHED, Message, Thinking, ToolCall, ToolResult, Usage
 
 Record = Callable[[Message], None]
 OnEvent = Callable[[Event], None]
@@ -85,6 +88,20 @@ class _Reply:
         elif isinstance(event, Finish):
             self.finish = event.reason
 
+    def unfinished(self, at: datetime, model: str) -> Message:
+        """The reply so far, as it stays on disk if chatloop stops now: interrupted,
+        stop reason ``unfinished``, no tool calls (they come whole, at the end)."""
+        thinking = (Thinking("".join(self.thinking)),) if self.thinking else ()
+        return Message.create(
+            "assistant",
+            at,
+            text="".join(self.text),
+            thinking=thinking,
+            model=model or None,
+            stop_reason=UNFINISHED,
+            interrupted=True,
+        )
+
     def message(self, at: datetime, model: str, seconds: float, interrupted: bool) -> Message:
         thinking = (Thinking("".join(self.thinking)),) if self.thinking else ()
         return Message.create(
@@ -113,11 +130,14 @@ def run_turn(
     cancel: Cancel | None = None,
     max_rounds: int = DEFAULT_MAX_TOOL_ROUNDS,
     options: dict[str, Any] | None = None,
+    draft: Record | None = None,
 ) -> TurnResult:
     """Answer the last message of ``history`` (already recorded), running tools as asked.
 
     After ``max_rounds`` rounds of tool calls the model is asked once more
-    without tools, so the turn always ends in text.
+    without tools, so the turn always ends in text. ``draft``: given the reply so far
+    (``_Reply.unfinished``) at its first text and then when an event comes at least
+    ``DRAFT_SECONDS`` after the last draft; its failures are its own to report.
     """
     result = TurnResult()
     rounds = 0
@@ -125,6 +145,7 @@ def run_turn(
         tools = agent.tool_specs() if agent.tools and rounds < max_rounds else None
         reply = _Reply()
         started = time.monotonic()
+        began, drafted = clock(), 0.0
         context: list[ChatMessage] = []
         try:  # planning may ask the server to count tokens: Ctrl-C there is a cancel too
             context = build_context([*history, *result.messages])
@@ -138,6 +159,11 @@ def run_turn(
                 reply.take(event)
                 if on_event is not None:
                     on_event(event)
+                now = time.monotonic()
+                new = isinstance(event, (TextDelta, ThinkingDelta))
+                if draft is not None and new and now - drafted >= DRAFT_SECONDS:
+                    draft(reply.unfinished(began, backend.model))
+                    drafted = now
         except (KeyboardInterrupt, Cancelled):
             result.interrupted = True
         except BackendError as exc:

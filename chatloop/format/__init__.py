@@ -31,7 +31,14 @@ from chatloop.format.read import (
     parse_markdown,
     plain_facts,
 )
-from chatloop.format.render import render_frame, render_header, render_markdown
+from chatloop.format.render import (
+    UNFINISHED,
+    close_unfinished,
+    render_frame,
+    render_header,
+    render_markdown,
+    render_unfinished,
+)
 from chatloop.format.resealing import HEAD_DAMAGE, reseal
 from chatloop.format.skimming import Skim, skim, skim_of, words_of
 from chatloop.format.summary import SummaryLookup, find_summary
@@ -63,6 +70,7 @@ __all__ = [
     "STATUSES",
     "SUMMARY_END",
     "SUMMARY_START",
+    "UNFINISHED",
     "UNREADABLE",
     "Document",
     "Facts",
@@ -82,6 +90,7 @@ __all__ = [
     "ToolResult",
     "Totals",
     "Usage",
+    "close_unfinished",
     "display_name",
     "empty_reply",
     "find_summary",
@@ -97,6 +106,7 @@ __all__ = [
     "render_front_matter",
     "render_header",
     "render_markdown",
+    "render_unfinished",
     "reseal",
     "skim",
     "skim_of",

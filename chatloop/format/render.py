@@ -10,6 +10,7 @@ metadata and is never trusted by a reader. No I/O: bytes are returned.
 
 from __future__ import annotations
 
+import re
 import zlib
 from datetime import datetime
 
@@ -18,7 +19,16 @@ from chatloop.format.frames import close_line, open_line
 from chatloop.format.front_matter import render_front_matter
 from chatloop.format.values import Message, Session, SessionMeta, content_of, is_key
 
-__all__ = ["MESSAGE_FLAGS", "frame_info", "render_frame", "render_header", "render_markdown"]
+__all__ = [
+    "MESSAGE_FLAGS",
+    "UNFINISHED",
+    "close_unfinished",
+    "frame_info",
+    "render_frame",
+    "render_header",
+    "render_markdown",
+    "render_unfinished",
+]
 
 # The flags an open line carries (``"flag":true``) when set; ``read`` reads them back.
 MESSAGE_FLAGS = ("interrupted", "restore", "fallback", "copy")
@@ -57,6 +67,43 @@ def render_frame(message: Message, meta: SessionMeta, query: int) -> bytes:
     head = f"{open_line(version, message.key, message.role, frame_info(message, meta))}\n{body}"
     data = head.encode()
     return b"\n" + data + b"\n" + close_line(version, message.key, zlib.crc32(data)) + b"\n"
+
+
+# The stop reason of a reply that was still streaming when chatloop stopped (a crash,
+# a kill, a power cut): its unfinished frame is on disk, and recovery closes it.
+UNFINISHED = "unfinished"
+
+
+def render_unfinished(message: Message, meta: SessionMeta, query: int) -> bytes:
+    """``render_frame(message, ...)`` without its close marker: the record of a reply
+    still streaming, as it stands on disk until the reply ends. The same message with
+    more text renders to bytes that begin with these (text is written as is), so the
+    writer appends only what is new. ``close_unfinished`` of what a crash left of them
+    (any prefix past the open line and heading) is a complete frame again."""
+    record = render_frame(message, meta, query)
+    return record[: record.rindex(b"\n", 0, len(record) - 1)]
+
+
+_UNFINISHED_HEAD = re.compile(rb"<!-- ([a-z2-7]{8}) assistant [^\n]*\n")
+
+
+def close_unfinished(tail: bytes, version: int) -> bytes | None:
+    """The complete frame for ``tail`` (what a crash left of a ``render_unfinished``
+    record, from its open marker on: the blank line before it stays where it is), or
+    None when ``tail`` is not one: not an assistant frame's open line, or not UTF-8
+    once a character the crash cut in half is dropped. The caller still reads the
+    result back before trusting it."""
+    if version < 2 or _UNFINISHED_HEAD.match(tail) is None:
+        return None
+    for cut in range(4):  # a kill mid-write can split one character, never more
+        head = tail[: len(tail) - cut]
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        key = head[5:13].decode("ascii")
+        return head + b"\n" + close_line(version, key, zlib.crc32(head)) + b"\n"
+    return None
 
 
 def frame_info(m: Message, meta: SessionMeta) -> str:

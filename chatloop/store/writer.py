@@ -4,6 +4,11 @@
 ``os.write`` on an ``O_APPEND`` descriptor, then ``fsync``) and returns, or
 leaves the file exactly as it was and raises ``StoreError``; the writer stays
 usable either way. Its cost does not depend on the file's length.
+
+A reply still streaming is kept as the file's **unfinished last frame**
+(``SessionWriter.draft``): its open line and the text so far, no close
+marker, grown by appends. The reply's own ``append`` replaces it; after a
+crash, ``recover_locked`` closes it and keeps it as an interrupted reply.
 """
 
 from __future__ import annotations
@@ -24,11 +29,14 @@ from chatloop.format import (
     Session,
     SessionMeta,
     Totals,
+    close_unfinished,
     front_matter_end,
     parse_markdown,
     render_frame,
+    render_unfinished,
 )
 from chatloop.format.front_matter import BOM, bounded, rewrite_front_matter
+from chatloop.format.values import content_of as _content
 from chatloop.format.yaml_strict import MAX_FRONT_MATTER_BYTES
 from chatloop.store.fsio import atomic_rewrite, io_error, read_bytes, write_new_file
 
@@ -56,6 +64,8 @@ class SessionWriter:
         self._fd = self._open_append()
         self._stamp = self._stat()
         self._last_frame_at = -1
+        self._draft = b""  # the unfinished record at the end of the file, if any
+        self._draft_key = ""
 
     # -- reading
     @property
@@ -87,22 +97,27 @@ class SessionWriter:
 
     # -- writing
     def append(self, message: Message) -> None:
-        """Durably append one message; on failure the file is left unchanged."""
+        """Durably append one message; on failure the file is left unchanged. An
+        unfinished reply (``draft``) is replaced by it: the message is what the reply
+        became."""
         self._check_external_edit()
         totals = self._totals.plus(message)
         record = render_frame(message, self._meta, totals.queries)
         try:
-            before = os.fstat(self._fd).st_size
+            before = os.fstat(self._fd).st_size - len(self._draft)
+            if self._draft:
+                os.ftruncate(self._fd, before)
         except OSError as exc:
             raise io_error("save a message to", self.path, exc) from exc
+        draft, self._draft = self._draft, b""  # gone from the file: the record replaces it
         written = 0
         try:
-            written = os.write(self._fd, record)
-            if written != len(record):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            written = _write_all(self._fd, record)
             os.fsync(self._fd)
         except OSError as exc:
             self._truncate(before, exc)
+            self._draft = draft
+            self._restore_draft()
             raise io_error("save a message to", self.path, exc) from exc
         except BaseException:  # Ctrl-C or a signal after the write: the frame is in the file
             if written == len(record):
@@ -110,12 +125,57 @@ class SessionWriter:
             raise
         self._commit(message, totals, before)
 
+    def draft(self, reply: Message) -> None:
+        """Put ``reply``, an assistant reply still streaming, on disk as the file's
+        unfinished last frame (``render_unfinished``): the first call writes its open
+        line and text, later ones append only the text that is new (or rewrite the
+        record when it changed otherwise: thinking that ended, a key the text came to
+        hold). Nothing is counted as written: the next ``append`` replaces it. On a
+        failure (``StoreError``) the file holds the last draft that was written."""
+        self._check_external_edit()
+        if self._draft_key and self._draft_key not in _content(reply):
+            reply = replace(reply, key=self._draft_key)
+        record = render_unfinished(reply, self._meta, self._totals.queries)
+        grows = bool(self._draft) and record.startswith(self._draft)
+        try:
+            size = os.fstat(self._fd).st_size
+        except OSError as exc:
+            raise io_error("save the reply so far to", self.path, exc) from exc
+        try:
+            if grows:
+                _write_all(self._fd, record[len(self._draft) :])
+            else:
+                os.ftruncate(self._fd, size - len(self._draft))
+                _write_all(self._fd, record)
+            os.fsync(self._fd)
+        except OSError as exc:
+            if grows:
+                self._truncate(size, exc)  # the last draft, whole, as it was
+            else:
+                self._truncate(size - len(self._draft), exc)
+                self._restore_draft()
+            raise io_error("save the reply so far to", self.path, exc) from exc
+        self._draft, self._draft_key = record, reply.key
+        self._stamp = self._stat()
+
+    def _restore_draft(self) -> None:
+        """After a failed write: put the last draft back (it fitted before), best effort."""
+        if not self._draft:
+            return
+        try:
+            _write_all(self._fd, self._draft)
+            os.fsync(self._fd)
+        except OSError:
+            self._draft = b""  # what was written of it is a torn tail: recovery keeps it
+        self._stamp = self._stat()
+
     def _commit(self, message: Message, totals: Totals, before: int) -> None:
         """Count ``message`` as written (its frame starts at offset ``before``)."""
         self._messages.append(message)
         self._totals = totals
         self._stamp = self._stat()
         self._last_frame_at = before + 1  # the record starts with a blank line
+        self._draft, self._draft_key = b"", ""
 
     def update_meta(self, **changes: Any) -> SessionMeta:
         """Atomically rewrite the front matter with ``changes`` (and a new ``updated``).
@@ -210,9 +270,12 @@ class SessionWriter:
             return
         os.close(self._fd)
         self._fd = self._open_append()
-        result = parse_markdown(read_bytes(self.path), self.path.stem)
+        data = read_bytes(self.path)
+        result = parse_markdown(data, self.path.stem)
         if not any(p.kind == "front_matter" for p in result.problems):
             self._meta = result.session.meta
+        # an unfinished last record (ours, or someone's torn one) is what a draft replaces
+        self._draft = data[result.end :] if result.torn and result.exact else b""
         self._messages = list(result.session.messages)
         self._totals = Totals.of(self._messages)
         self._stamp = self._stat()
@@ -227,6 +290,15 @@ class SessionWriter:
                 f"nor undo the partial write ({exc.strerror})",
                 "The partial record will be set aside the next time the session is opened.",
             ) from exc
+
+
+def _write_all(fd: int, data: bytes) -> int:
+    """One ``os.write`` of ``data``; a short write (the disk or a size limit full) is
+    the OSError ``ENOSPC``, and the caller undoes what was written."""
+    written = os.write(fd, data)
+    if written != len(data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return written
 
 
 def remove_strays(path: Path) -> None:
@@ -250,6 +322,12 @@ def recover_locked(path: Path, clock: Clock) -> ParseResult:
     if result.legacy:
         return result
     problems = list(result.problems)
+    if result.torn and result.exact:
+        kept = _close_unfinished(path, data, result)
+        if kept is not None:
+            data, result = kept
+            problems = [p for p in problems if p.kind != "torn_tail"]
+            problems.append(Problem("repaired", result.end, UNFINISHED_KEPT))
     if result.torn and result.exact:
         aside = path.with_name(f"{path.name}.corrupt-{clock().strftime('%Y%m%dT%H%M%S%f')}")
         write_new_file(aside, data[result.end :])
@@ -279,6 +357,49 @@ def recover_locked(path: Path, clock: Clock) -> ParseResult:
         _rewrite_front_matter(path, data, meta)
         data = read_bytes(path)
     return replace(parse_markdown(data, path.stem), problems=tuple(problems))
+
+
+UNFINISHED_KEPT = "the reply that was streaming when chatloop stopped is kept, marked interrupted"
+
+
+def _close_unfinished(
+    path: Path, data: bytes, result: ParseResult
+) -> tuple[bytes, ParseResult] | None:
+    """With the lock held: close the unfinished reply a crash left at the end of
+    ``data`` (a ``SessionWriter.draft``) with its close marker, so it reads as the
+    interrupted reply it is; the new bytes and their reading. None (the file
+    untouched) when the torn tail is not such a reply, or does not read back as one
+    message after the others (text with frames of its own in it, for one)."""
+    closed = close_unfinished(data[result.end :], result.session.meta.format)
+    if closed is None:
+        return None
+    fixed = data[: result.end] + closed
+    again = parse_markdown(fixed, path.stem)
+    before = len(result.session.messages)
+    messages = again.session.messages
+    if (
+        again.torn
+        or len(messages) != before + 1
+        or messages[-1].role != "assistant"
+        or not messages[-1].interrupted
+        or len(again.problems) != len(result.problems) - 1
+    ):
+        return None
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            tail = data[result.end :]
+            if closed.startswith(tail):  # the usual case: only the close marker is new
+                _write_all(fd, closed[len(tail) :])
+            else:  # a character cut in half is dropped first
+                os.ftruncate(fd, result.end)
+                _write_all(fd, closed)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise io_error("repair", path, exc) from exc
+    return fixed, again
 
 
 def _rewrite_front_matter(path: Path, data: bytes, meta: SessionMeta, capped: bool = False) -> None:
