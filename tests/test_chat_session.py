@@ -143,13 +143,14 @@ def test_disk_full_during_automatic_compaction_loses_no_message(small_disk: Path
         sent += 1
     assert sent >= 2
     filler = fill(small_disk)
-    # the next message does not fit: compaction runs, and cannot write the summary
+    # the next message does not fit: it is saved, then compaction runs, and cannot write
+    # the summary
     for text in typed[sent : sent + 2]:
         with pytest.raises(StoreError) as caught:
             session.send(text)
         assert caught.value.message.startswith("Could not compact")
-        assert "kept in memory, not yet saved" in caught.value.hint
-    assert session.unsaved == 2 and session.writer is not None  # the session goes on
+        assert "saved in this session but was not sent" in caught.value.hint
+    assert session.unsaved == 0 and session.writer is not None  # the session goes on
     os.unlink(filler)
     session.send(typed[sent + 2])  # space again: compact, then the queued messages, then this
     session.close()
@@ -407,10 +408,11 @@ def test_a_wrapped_summary_keeps_no_name_the_transcript_never_had(store: Store) 
 
 
 def test_ctrl_c_during_the_compaction_a_message_needs_keeps_the_message(store: Store) -> None:
-    """The window is full when a message is sent: compaction starts, the person presses
-    Ctrl-C while the model summarizes. The summary built from the transcript is used,
-    and the message in hand is saved in the child and answered there."""
-    backend = FakeBackend("First answer.", KeyboardInterrupt(), "Ack.", "Second answer.")
+    """The window is full when a message is sent: the message is saved, compaction
+    starts, the person presses Ctrl-C while the model summarizes. The summary built from
+    the transcript is used, and the child answers the message (its restoration carries
+    it, as for a message the server refused)."""
+    backend = FakeBackend("First answer.", KeyboardInterrupt(), "Second answer.")
     session, host = chat(
         store, backend, context_window=700, auto_compact="on", max_tokens=32, compact_threshold=0.99
     )
@@ -418,11 +420,13 @@ def test_ctrl_c_during_the_compaction_a_message_needs_keeps_the_message(store: S
     session.send("first " + "harbour lights and the keeper's log " * 30)
     session.send(in_hand)  # fits alone, not after the first
     session.close()
-    assert host.said("compacting before sending") and host.said("Summary cut short")
+    assert host.said("the new session answers your message") and host.said("Summary cut short")
     parent, child = files(store)
     assert parent.meta.summary == "fallback" and parent.meta.status == "closed"
-    assert [m.text for m in child.messages if m.is_query] == [in_hand]
-    assert any(m.role == "assistant" and m.text.strip() == "Second answer." for m in child.messages)
+    assert [m.text for m in parent.messages if m.is_query][-1] == in_hand  # saved first
+    restoration, answer = child.messages[:2]
+    assert restoration.restore and in_hand.strip() in restoration.text
+    assert answer.role == "assistant" and answer.text.strip() == "Second answer."
 
 
 def test_a_fork_carries_the_history_up_to_its_point_and_nothing_after(store: Store) -> None:
@@ -681,3 +685,42 @@ def test_a_chat_writes_each_time_to_the_second(store: Store) -> None:
     raw = Path(next(iter(store.session_files())).path).read_bytes()
     heads = re.findall(rb"\n<!-- [a-z2-7]{8} (user|assistant|summary) (\S+)", raw)
     assert heads and all(re.fullmatch(rb"\d\d:\d\d:\d\d", at) for _, at in heads), heads
+
+
+@pytest.mark.parametrize("how", ["compact", "resume"])
+def test_the_first_message_of_a_continuation_is_on_disk_before_the_acknowledgment(
+    store: Store, how: str
+) -> None:
+    """Issue 31: after /compact (or a resume from a summary) the message the person types
+    is saved in the child before the acknowledgment streams; the acknowledgment is asked
+    without it and stands before it in the file, so the file reads as always."""
+    seen: list[list[str]] = []
+
+    def ack(messages: Sequence[ChatMessage]) -> str:
+        child = max(store.project_dir.glob("*.md"), key=lambda p: p.stat().st_mtime_ns)
+        seen.append([m.text for m in parse_markdown(child.read_bytes()).session.messages])
+        assert "keep going" not in str(messages)  # asked without the typed message
+        return "Ack."
+
+    backend = FakeBackend("One.", STRUCTURED, ack, "Two.", STRUCTURED)
+    session, _host = chat(store, backend)
+    session.send("first question")
+    if how == "compact":
+        session.compact()
+    else:
+        session.close()
+        session, _host = chat(store, backend)
+        assert session.resume("1")
+    session.send("keep going")
+    session.close()
+    (on_disk,) = seen
+    assert on_disk[-1] == "keep going" and len(on_disk) == 2  # restoration, then the message
+    child = files(store)[1]
+    roles = [(m.role, m.restore, m.text.strip()) for m in child.messages if m.role != "summary"]
+    assert roles[1:] == [
+        ("assistant", True, "Ack."),
+        ("user", False, "keep going"),
+        ("assistant", False, "Two."),
+    ]
+    for path in store.project_dir.glob("*.md"):
+        assert parse_markdown(path.read_bytes()).problems == (), path

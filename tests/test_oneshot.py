@@ -353,3 +353,77 @@ def test_a_notice_to_a_stderr_whose_reader_left_does_not_stop_the_question(
     (session,) = sessions(chatloop_home)
     assert [m.text for m in session.messages if m.is_query] == ["And mint?"]
     assert [m.text for m in session.messages if m.role == "assistant"] == ["Mint spreads fast."]
+
+
+def test_a_token_count_that_never_ends_holds_no_message_back(
+    chatloop_home: Path, project: Path
+) -> None:
+    """Issue 31: a server whose tokenizer answers its probes and then trickles a count
+    that never ends. The question is saved first, the count is given up on at its
+    deadline (chatloop estimates from then on), and the reply comes."""
+    import json
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    stop = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            return
+
+        def _json(self, value: object) -> None:
+            body = json.dumps(value).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            self._json({"object": "list", "data": [{"id": "trickle", "object": "model"}]})
+
+        def do_POST(self) -> None:
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path == "/tokenize":
+                text = request.get("content", "")
+                if text in ("", "a b"):  # the probes: a tokenizer that answers
+                    self._json({"tokens": list(range(len(text.split())))})
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"tokens": [')
+                while not stop.is_set():  # a count that never ends
+                    try:
+                        self.wfile.write(b"1, ")
+                        self.wfile.flush()
+                    except OSError:
+                        return
+                    time.sleep(0.2)
+                return
+            if not self.path.endswith("/chat/completions"):
+                self.send_error(404)
+                return
+            reply = {"choices": [{"index": 0, "delta": {"content": "Warm sun."}}]}
+            done = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+            body = f"data: {json.dumps(reply)}\n\ndata: {json.dumps(done)}\n\ndata: [DONE]\n\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        done = once(url, chatloop_home, project, "Tell me about basil")  # a hang: 300 s, fails
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.strip() == "Warm sun."
+    (session,) = sessions(chatloop_home)
+    assert [m.text for m in session.messages if m.is_query] == ["Tell me about basil"]

@@ -235,6 +235,33 @@ def request_json(
     return data if isinstance(data, dict) else {}
 
 
+ANSWER_LIMIT = 1 << 20  # bytes of a bookkeeping answer (a token count, a probe's usage)
+
+
+def answer_within(
+    client: httpx.Client, method: str, url: str, seconds: float, body: dict[str, Any] | None = None
+) -> Any:
+    """The JSON of a small bookkeeping request (a token count, a template probe, the
+    window), or None when it fails, answers an error status or no JSON, is larger than
+    ANSWER_LIMIT, or has not come whole within ``seconds``. The bound is overall, not
+    between pieces: a server that trickles an answer that never ends is given up on
+    (a read that blocks still ends at ``seconds``), so bookkeeping never holds a
+    message back."""
+    deadline = time.monotonic() + seconds
+    try:
+        with client.stream(method, url, json=body, timeout=seconds) as response:
+            if response.status_code != 200:
+                return None
+            data = bytearray()
+            for piece in response.iter_bytes():
+                data += piece
+                if len(data) > ANSWER_LIMIT or time.monotonic() > deadline:
+                    return None
+        return json.loads(data)
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
 def iter_sse(lines: Iterator[str]) -> Iterator[str]:
     """The data payloads of a server-sent-event stream (comments and other fields skipped)."""
     data: list[str] = []

@@ -32,6 +32,7 @@ from chatloop.backends.base import (
     estimate_tokens,
 )
 from chatloop.backends.http import (
+    answer_within,
     error_for_status,
     finish_body,
     is_overflow,
@@ -48,6 +49,7 @@ from chatloop.errors import BackendError
 
 COUNT_CACHE = 4096  # distinct texts whose token counts are remembered
 PROBE_SECONDS = 2.0  # a server that has a tokenizer counts two words at once
+PROBE_ANSWER = 30.0  # the template probe: a one-token reply, whole, within this
 
 
 class ChunkDecoder:
@@ -254,11 +256,7 @@ class OpenAICompatBackend:
             return self._window
         root = self.base_url.removesuffix("/v1")
         for url in (f"{root}/props", f"{self.base_url}/models"):
-            try:
-                response = self.client.get(url, timeout=self.timeouts.connect)
-                data = response.json() if response.status_code == 200 else {}
-            except (httpx.HTTPError, ValueError):
-                continue
+            data = answer_within(self.client, "GET", url, self.timeouts.connect)
             window = _find_window(data, self.model)
             if window:
                 self._window = window
@@ -268,7 +266,8 @@ class OpenAICompatBackend:
     def count_tokens(self, text: str) -> int | None:
         """The server's own count: llama.cpp and vLLM ``POST /tokenize``, llama-cpp-python
         ``POST /extras/tokenize/count``. The first call finds which one answers (none:
-        every later call returns None at once)."""
+        every later call returns None at once); a count that fails, or has not come
+        whole within its deadline, ends the asking for this backend."""
         if self._tokenizer is None:
             self._tokenizer = self._find_tokenizer()
         if not self._tokenizer:
@@ -278,6 +277,7 @@ class OpenAICompatBackend:
             return known
         count = self._count(self._tokenizer, text)
         if count is None:
+            self._tokenizer = ""  # it failed or took too long: never asked again
             return None
         if len(self._counts) >= COUNT_CACHE:
             self._counts.clear()
@@ -303,11 +303,10 @@ class OpenAICompatBackend:
                 "max_tokens": 1,
                 "messages": [{"role": r, "content": t} for r, t in turns[:n]],
             }
-            try:
-                response = self.client.post(f"{self.base_url}/chat/completions", json=body)
-                usage = response.json().get("usage") if response.status_code == 200 else None
-            except (httpx.HTTPError, ValueError, AttributeError):
-                return None
+            answer = answer_within(
+                self.client, "POST", f"{self.base_url}/chat/completions", PROBE_ANSWER, body
+            )
+            usage = answer.get("usage") if isinstance(answer, dict) else None
             if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
                 return None
             sizes.append(int(usage["prompt_tokens"]))
@@ -337,13 +336,7 @@ class OpenAICompatBackend:
         }
         if self.model:
             body["model"] = self.model
-        try:
-            response = self.client.post(
-                url, json=body, timeout=timeout or self.timeouts.connect + 5
-            )
-            data = response.json() if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
-            return None
+        data = answer_within(self.client, "POST", url, timeout or self.timeouts.connect + 5, body)
         if not isinstance(data, dict):
             return None
         if isinstance(data.get("count"), int):

@@ -302,7 +302,12 @@ class ChatSession:
         signal lands between the two, so nothing is written twice."""
         if not self._queue:
             return
-        writer = self._ensure_file()
+        self._write_queue(self._ensure_file())
+
+    def _write_queue(self, writer: SessionWriter) -> int:
+        """Write every queued message to ``writer``, in order; how many were written.
+        Raises StoreError (the rest stay queued)."""
+        written = 0
         while self._queue:
             message = self._queue[0]
             try:
@@ -310,6 +315,8 @@ class ChatSession:
             finally:
                 if writer.last_message is message:
                     self._queue.pop(0)
+                    written += 1
+        return written
 
     def _queued_error(self, exc: StoreError) -> StoreError:
         """``exc`` with a hint that tells the truth about the queue."""
@@ -323,41 +330,62 @@ class ChatSession:
 
     # ------------------------------------------------------------------ a turn
     def send(self, text: str) -> TurnResult:
-        """One exchange: make room if needed, save ``text``, stream the reply, run tools;
+        """One exchange: save ``text``, make room if needed, stream the reply, run tools;
         then compact if the window is past the threshold.
 
-        Raises ChatloopError when the message cannot go out (too long, no room,
-        not saved: then it stays queued and is written and sent first next time)
-        or when the server failed (after the failure is recorded in the file)."""
-        draft = Message.create("user", self.clock(), text=text)
-        room = self.plan([draft])
-        if not room.fits:
-            self._check_room(self._plan([draft], history=False))
-        self._queue.append(draft)  # in hand: from here on it is on disk or visibly queued
+        The message is on disk before anything else happens (a token count, the
+        acknowledgment of a restoration, the request). One thing comes first: a
+        continuation not written yet (``Waiting``) learns whether its history fits
+        with the message, since that decides what its file holds (a count the
+        backends bound with a deadline). Raises ChatloopError when the message cannot
+        go out (too long, no room: then it is saved, not sent; not saved: then it stays
+        queued and is written and sent first next time) or when the server failed
+        (after the failure is recorded in the file)."""
+        message = Message.create("user", self.clock(), text=text)
+        room = self.plan([message]) if isinstance(self.state, Waiting) else None
+        if room is not None and not room.fits:
+            self._check_room(self._plan([message], history=False), saved=False)
+        self._queue.append(message)  # in hand: from here on it is on disk or visibly queued
         try:
-            if not room.fits:
+            if room is not None and not room.fits:
                 self.host.notice("The context window is full: compacting before sending.", "warn")
                 self.compact()
             self.flush()
         except StoreError as exc:
             raise self._queued_error(exc) from exc
         except ChatloopError:
-            self._queue.remove(draft)  # refused before anything changed: not kept, not sent
+            self._queue.remove(message)  # refused before anything changed: not kept, not sent
             raise
+        if room is None and not (room := self.plan()).fits:
+            self._check_room(self._plan([message], history=False), saved=True)
+            self.host.notice(
+                "The context window is full: compacting; the new session answers your message.",
+                "warn",
+            )
+            try:
+                self.compact(unanswered=text)
+            except StoreError as exc:
+                raise StoreError(
+                    exc.message,
+                    "Your message is saved in this session but was not sent: free some disk "
+                    "space, then send it again (Up recalls it).",
+                ) from exc
+            return TurnResult()
         return self._answer(text)
 
-    def _check_room(self, alone: Plan) -> None:
+    def _check_room(self, alone: Plan, saved: bool) -> None:
         """Raise when the message cannot be sent: it does not fit even alone, or the
-        history does not fit and compaction is off."""
+        history does not fit and compaction is off. ``saved``: it is in the file."""
+        kept = "it is saved in the session, not sent" if saved else "nothing was sent"
         if not alone.fits:
             raise ChatloopError(
                 f"This message alone (about {alone.messages_tokens:,} tokens) does not fit the "
-                f"context window ({alone.budget.available:,} tokens for messages)",
+                f"context window ({alone.budget.available:,} tokens for messages); {kept}",
                 "Shorten it (Up recalls it), or use a model with a larger window.",
             )
         if self.settings.auto_compact == "off":
             raise ChatloopError(
-                "The conversation no longer fits the context window; the message was not sent",
+                f"The conversation no longer fits the context window; {kept}",
                 "/compact continues in a new session from a summary; then send it again "
                 "(Up recalls it).",
             )
@@ -711,20 +739,25 @@ class ChatSession:
             "restored",
         )
         if isinstance(continuation, FromSummary) and not self.leaving:
-            self._acknowledge(writer, answers=continuation.unanswered is not None)
+            typed = self._write_queue(writer)  # on disk before the acknowledgment streams
+            self._acknowledge(writer, answers=continuation.unanswered is not None, typed=typed)
         return writer
 
-    def _acknowledge(self, writer: SessionWriter, answers: bool = False) -> None:
+    def _acknowledge(self, writer: SessionWriter, answers: bool = False, typed: int = 0) -> None:
         """Stream the model's short acknowledgment of the restoration prompt and write it
         (Ctrl-C or a server failure skip it: the summary is in place). ``answers``: it
-        also answers a message, so it may be as long as a reply."""
+        also answers a message, so it may be as long as a reply. ``typed``: messages the
+        person had typed, already written after the restoration prompt: the
+        acknowledgment is asked without them and put before them in the file."""
         view = self.host.reply_view(acknowledgment=not answers)
+        restoration = writer.messages
+        restoration = restoration[: len(restoration) - typed]
         try:
             reply_limit = self.reply_options()["max_tokens"]
             cap = reply_limit if answers else ack_cap(self.window(), reply_limit)
             reply = respond(
                 self.backend,
-                self.wire(writer.messages),
+                self.wire(restoration),
                 clock=self.clock,
                 on_event=view.on_event,
                 options={**self.agent.options, "max_tokens": cap},
@@ -740,6 +773,12 @@ class ChatSession:
             return
         view.close(False, False)
         ack = replace(reply, restore=True)
+        if typed:
+            try:
+                writer.insert(ack, before=typed)
+            except StoreError as exc:  # what was typed is saved; only the acknowledgment is not
+                self.host.notice(f"The acknowledgment was not saved: {exc.message}", "warn")
+            return
         try:
             writer.append(ack)
         except StoreError:

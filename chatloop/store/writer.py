@@ -66,6 +66,7 @@ class SessionWriter:
         self._last_frame_at = -1
         self._draft = b""  # the unfinished record at the end of the file, if any
         self._draft_key = ""
+        self._sizes: list[int] = []  # the sizes of the last records this writer appended
 
     # -- reading
     @property
@@ -125,6 +126,48 @@ class SessionWriter:
             raise
         self._commit(message, totals, before)
 
+    def insert(self, message: Message, before: int) -> None:
+        """Durably put ``message`` before the last ``before`` messages (at most 8, all
+        appended by this writer, no draft pending): the acknowledgment of a restoration
+        prompt, streamed after the message the person had typed was saved. The file is
+        cut where those records begin and they are written again after ``message``, in
+        one write; on failure they are put back and StoreError is raised. (A kill in
+        the instant between the cut and the write would lose them: one system call
+        apart.) When the file was changed by someone else since, or those records are
+        not known, ``message`` is appended instead."""
+        self._check_external_edit()
+        if before == 0 or self._draft or before > len(self._sizes):
+            self.append(message)
+            return
+        size = self._stamp[1]
+        start = size - sum(self._sizes[-before:])
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(start)
+                kept = handle.read()
+        except OSError as exc:
+            raise io_error("save a message to", self.path, exc) from exc
+        totals = self._totals.plus(message)
+        record = render_frame(message, self._meta, self._totals.queries)
+        try:
+            os.ftruncate(self._fd, start)
+            _write_all(self._fd, record + kept)
+            os.fsync(self._fd)
+        except OSError as exc:
+            self._truncate(start, exc)
+            try:
+                _write_all(self._fd, kept)
+                os.fsync(self._fd)
+            except OSError as again:
+                raise io_error("put back the last messages of", self.path, again) from again
+            raise io_error("save a message to", self.path, exc) from exc
+        at = len(self._messages) - before
+        self._messages.insert(at, message)
+        self._totals = totals
+        self._stamp = self._stat()
+        self._sizes[-before:-before] = [len(record)]
+        self._last_frame_at += len(record)
+
     def draft(self, reply: Message) -> None:
         """Put ``reply``, an assistant reply still streaming, on disk as the file's
         unfinished last frame (``render_unfinished``): the first call writes its open
@@ -176,6 +219,7 @@ class SessionWriter:
         self._stamp = self._stat()
         self._last_frame_at = before + 1  # the record starts with a blank line
         self._draft, self._draft_key = b"", ""
+        self._sizes = [*self._sizes[-7:], self._stamp[1] - before]
 
     def update_meta(self, **changes: Any) -> SessionMeta:
         """Atomically rewrite the front matter with ``changes`` (and a new ``updated``).
@@ -276,6 +320,7 @@ class SessionWriter:
             self._meta = result.session.meta
         # an unfinished last record (ours, or someone's torn one) is what a draft replaces
         self._draft = data[result.end :] if result.torn and result.exact else b""
+        self._sizes = []  # the records are no longer known to be ours
         self._messages = list(result.session.messages)
         self._totals = Totals.of(self._messages)
         self._stamp = self._stat()
