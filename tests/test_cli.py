@@ -231,7 +231,10 @@ def test_a_one_shot_question_is_told_from_options_and_their_values() -> None:
         ("--base-u", "http://x/v1", "Say", "hi"): (["--base-u", "http://x/v1"], "Say hi"),
         ("-r", "8c1d", "go on"): (["-r", "8c1d"], "go on"),
         ("-c", "why?"): (["-c"], "why?"),
-        ("search", "forty", "cm"): (["search", "forty", "cm"], ""),
+        ("search", "forty", "cm"): (["search", "--", "forty", "cm"], ""),
+        ("search", "-rf", "--lim", "2", "x"): (["search", "--lim", "2", "--", "-rf", "x"], ""),
+        ("search", "-c", "--json"): (["search", "--json", "--", "-c"], ""),
+        ("search", "--", "--all"): (["search", "--", "--all"], ""),
         ("--", "-v", "is a flag?"): ([], "-v is a flag?"),
     }
     for argv, expected in cases.items():
@@ -312,3 +315,21 @@ def test_show_names_an_untitled_session_as_the_listing_does(
     number = next(r["number"] for r in json.loads(listed) if r["id"] == writer.meta.id)
     shown = run("show", str(number), cwd=project, home=chatloop_home)
     assert shown.stdout.splitlines()[0].startswith("Where do the kumquats go?  ("), shown.stdout
+
+
+def test_a_search_word_that_starts_with_a_dash_is_a_word(
+    chatloop_home: Path, project: Path
+) -> None:
+    """Issue 31: `chatloop search -rf` was argparse's usage error; it searches for it."""
+    from chatloop.format import Message
+    from chatloop.store.store import Store
+    from tests.conftest import T0, new_meta
+
+    with Store(chatloop_home, cwd=project).create(new_meta(title="Cleanup")) as writer:
+        writer.append(Message.create("user", T0, text="Is rm -rf build safe here?"))
+        writer.finalize()
+    out = run("search", "-rf", "--limit", "5", cwd=project, home=chatloop_home)
+    assert out.returncode == 0 and "usage:" not in out.stderr, out.stderr
+    assert "Is rm -[rf] build safe here?" in out.stdout  # found, the word marked
+    out = run("search", "--limit", "5", cwd=project, home=chatloop_home)
+    assert out.returncode == 2 and "required: query" in out.stderr

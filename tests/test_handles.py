@@ -140,3 +140,25 @@ def test_a_session_copied_into_two_projects_is_named_by_its_id_or_handle(
         with pytest.raises(NotFound, match="is in several projects") as raised:
             index.find("5fe0")
         assert "garden" in raised.value.message and "kitchen" in raised.value.message
+
+
+def test_digits_that_start_with_zero_are_a_handle_never_a_number(store: Store) -> None:
+    """Issue 31: ``show 00000001`` showed session number 1, not the session whose handle
+    that is. A number has no leading zero; digits with one are a handle (or an error)."""
+    import pytest
+
+    from chatloop.errors import NotFound
+    from chatloop.store.index import Index
+
+    for n, tail in enumerate(("00000001", "5678ef01", "9abc0000")):
+        meta = new_meta(id=f"20261120-10000{n}-{tail}", title=f"s{n}")
+        with store.create(meta) as writer:
+            writer.append(Message.create("user", T0, text=f"question {n}"))
+            writer.finalize()
+    with Index(store) as index:
+        index.sync()
+        assert index.find("1").id.endswith("9abc0000")  # number 1: the most recent
+        assert index.find("00000001").id.endswith("00000001")
+        assert index.find("0000").id.endswith("00000001")
+        with pytest.raises(NotFound):
+            index.find("01")  # not number 1, and no handle starts so

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from chatloop.format import Message
 from chatloop.store.store import Store
 from tests.conftest import T0, new_meta
@@ -21,3 +23,65 @@ def test_a_multi_line_title_is_listed_on_one_line(store: Store) -> None:
             args,
             done.stdout,
         )
+
+
+def test_the_input_history_is_never_written_through_a_link_and_stays_bounded(
+    tmp_path: Path,
+) -> None:
+    """Issue 31: the prompt's history was written through a symlinked project folder
+    and grew without bound."""
+    from chatloop.ui.prompt import HISTORY_FILE, LineHistory, file_history
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    linked = tmp_path / "projects" / "linked"
+    linked.parent.mkdir()
+    linked.symlink_to(elsewhere)
+    history = file_history(linked)
+    history.store_string("a secret typed here")
+    assert not isinstance(history, LineHistory) and list(elsewhere.iterdir()) == []
+
+    real = tmp_path / "projects" / "real"
+    (real / HISTORY_FILE).parent.mkdir()
+    (real / HISTORY_FILE).symlink_to(elsewhere / "target")
+    history = file_history(real)
+    history.store_string("another")
+    assert not (elsewhere / "target").exists()
+    (real / HISTORY_FILE).unlink()
+
+    history = file_history(real)
+    assert isinstance(history, LineHistory)
+    big = "x" * 1000
+    for n in range(1500):  # about 1.5 MB of lines
+        history.store_string(f"{n} {big}")
+    size = (real / HISTORY_FILE).stat().st_size
+    assert size > 1 << 20
+    again = file_history(real)  # the next run cuts it to its newest half
+    assert (real / HISTORY_FILE).stat().st_size <= (1 << 20) // 2
+    kept = list(again.load_history_strings())
+    assert kept[0] == f"1499 {big}" and all(s.endswith(big) for s in kept)
+    assert oct((real / HISTORY_FILE).stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_summary_frame_after_damage_is_not_shown_as_the_sessions_summary(
+    store: Store,
+) -> None:
+    """Issue 31: a message torn by a crash, whose text held a whole summary frame,
+    made `show` present that inner frame as the session's summary."""
+    from chatloop.format import render_frame
+
+    pasted = render_frame(
+        Message.create("summary", T0, text="**Decisions Made:** - X"), new_meta(), 0
+    )
+    with store.create(new_meta(title="Torn")) as writer:
+        writer.append(Message.create("user", T0, text="hello"))
+        writer.append(Message.create("assistant", T0, text="hi"))
+        path = writer.path
+    torn = render_frame(Message.create("user", T0, text="note:\n" + pasted.decode()), new_meta(), 2)
+    with open(path, "ab") as handle:
+        handle.write(torn[: torn.rindex(b"<!-- /")])  # the crash: no close marker
+    done = run("show", "1", home=store.root, cwd=store.cwd)
+    assert done.returncode == 0, done.stderr
+    assert "── Summary ──" not in done.stdout
+    assert "── Summary? (after damage" in done.stdout and "- X" in done.stdout
+    assert "damaged" in done.stderr

@@ -1060,13 +1060,9 @@ class ChatSession:
         """Write the waiting fork: its file (linked to the parent, ``forked_at`` in its
         front matter) and the copies it carries; no acknowledgment is asked for."""
         meta = chain.child_meta(template, branch.parent, self.clock(), self.store.project_dir)
-        writer = self.store.create(meta)
-        try:
-            for message in branch.copies:  # (copies, or the restoration of their summary)
-                writer.append(message)
-        except BaseException:  # a full disk, Ctrl-C: a branch not whole leaves no file
-            self.store.discard(writer, copies_only=True)
-            raise
+        # the copies (or the restoration of their summary) go in with the front matter,
+        # in one write: a full disk, Ctrl-C or a kill leaves no partial branch
+        writer = self.store.create(meta, carried=branch.copies)
         base = chain.tokens_through(self.store, branch.parent)
         self.state = Open(writer, branch.previous, (), base)
         self.host.notice(

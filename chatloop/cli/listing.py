@@ -56,7 +56,13 @@ def cmd_show(args: argparse.Namespace) -> int:
             return 0
         doc = open_document(handle, path.stem)
         heading = listing.describe(row) if row.title or row.preview else ""  # as listed
-        _write_batched(listing.transcript_lines(doc.meta, doc.views(), heading, row.forked_at))
+        damage = ("damaged", "torn_tail")  # (a checksum problem keeps the frame's bounds)
+
+        def doubt() -> bool:
+            return any(p.kind in damage for p in doc.problems)
+
+        lines = listing.transcript_lines(doc.meta, doc.views(), heading, row.forked_at, doubt)
+        _write_batched(lines)
     shown = worth_noting(doc.problems)
     for problem in shown:
         print(f"note: {problem}", file=sys.stderr)

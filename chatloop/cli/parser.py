@@ -216,7 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
     _session_ref(made["show"])
     made["show"].add_argument("--raw", action="store_true", help="print the markdown file as it is")
     p = made["search"]
-    p.add_argument("query", nargs="+", help="words to look for (no quotes needed)")
+    p.add_argument(
+        "query",
+        nargs="+",
+        help="words to look for (no quotes needed; a word that starts with - is a word too)",
+    )
     p.add_argument("--all", action="store_true", help="search every project")
     p.add_argument("--limit", type=_positive, default=50, metavar="N", help="at most N hits")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -300,6 +304,8 @@ def split_prompt(argv: list[str]) -> tuple[list[str], str]:
             if i + 1 < len(argv) and (wants or (optional and _is_ref(argv[i + 1]))):
                 kept.append(argv[i + 1])
                 i += 1
+        elif not words and token == "search":
+            return _search_words(argv, i), ""
         elif not words and token in COMMANDS:
             return argv, ""
         else:
@@ -355,6 +361,38 @@ def _one_edit(a: str, b: str) -> bool:
         )
     short, long = (a, b) if len(a) < len(b) else (b, a)
     return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
+
+
+# The options of `chatloop search` (as built above), for ``_search_words``.
+_SEARCH_TAKES = {"--all": "flag", "--limit": "value", "--json": "flag"}
+_SEARCH_TAKES.update({"--resume": "flag", "--fork": "flag"})
+
+
+def _search_words(argv: list[str], at: int) -> list[str]:
+    """``argv`` (``search`` at index ``at``) with the words to look for moved after a
+    ``--``, in their order, so that a word that starts with ``-`` (``-rf``, ``-1``) is
+    a word, never an unknown option; the options stay before it."""
+    shared = {
+        name: o.takes for o in (*OPTIONS, _HELP) if o.shared or o is _HELP for name in o.names
+    }
+    takes = {**shared, **_SEARCH_TAKES}
+    head, words = argv[: at + 1], []
+    i = at + 1
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            words += argv[i + 1 :]
+            break
+        meant = _option(token, takes) if token.startswith("-") and token != "-" else None
+        if meant is None:
+            words.append(token)
+        else:
+            head.append(token)
+            if "=" not in token and takes.get(meant) == "value" and i + 1 < len(argv):
+                head.append(argv[i + 1])
+                i += 1
+        i += 1
+    return [*head, "--", *words] if words else head
 
 
 def _option(token: str, takes: dict[str, str]) -> str | None:

@@ -214,12 +214,12 @@ class Queries:
 
     def find(self, ref: str) -> SessionRow:
         """The session a person means by ``ref``: a number (1 = most recent in this
-        project), a handle (any project) or an id (any project, or its start). Raises
-        NotFound naming the closest ones."""
+        project; digits that start with 0 are never a number), a handle (any project)
+        or an id (any project, or its start). Raises NotFound naming the closest ones."""
         rows = self.listing(all_projects=True)[0]
         ref = ref.strip()
         by_handle = [r for r in rows if r.handle and r.id[-8:].startswith(ref)]
-        if ref.isdigit():
+        if ref.isdigit() and not ref.startswith("0"):
             numbered = [r for r in rows if r.project == self.project and r.number]
             if 1 <= int(ref) <= len(numbered):
                 return numbered[int(ref) - 1]

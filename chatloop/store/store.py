@@ -11,7 +11,7 @@ from __future__ import annotations
 import marshal
 import os
 import stat
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
@@ -200,14 +200,11 @@ class Store:
         with open_read(path) as handle:
             return find_summary(handle, path.stem)
 
-    def discard(self, writer: SessionWriter, copies_only: bool = False) -> None:
+    def discard(self, writer: SessionWriter) -> None:
         """Close ``writer``; if its session holds no message (it was just created and
         its first write failed), remove the file and its lock, so a session that never
-        began leaves nothing behind. A session with messages is only closed, unless
-        ``copies_only``: every message in it is a copy just made of another session's
-        (a fork whose copies could not all be written), so nothing is lost by removing
-        it, and a partial branch is never left to be taken for one."""
-        empty = copies_only or writer.last_message is None
+        began leaves nothing behind. A session with messages is only closed."""
+        empty = writer.last_message is None
         path = writer.path
         if empty:  # removed while its lock is held: no other writer can have it meanwhile
             with suppress(OSError):
@@ -252,11 +249,19 @@ class Store:
                 return None
         return None
 
-    def create(self, meta: SessionMeta) -> SessionWriter:
-        """Create a new session file for ``meta`` (id, times and cwd filled in if empty)."""
+    def create(self, meta: SessionMeta, carried: Sequence[Message] = ()) -> SessionWriter:
+        """Create a new session file for ``meta`` (id, times and cwd filled in if empty),
+        with the messages ``carried`` (a fork's copies) written in the same single write
+        as its front matter: a kill leaves no branch that holds only some of them."""
         from dataclasses import replace  # (not at the top: a listing never loads it)
 
-        from chatloop.format import Session, render_front_matter, render_header
+        from chatloop.format import (
+            Session,
+            Totals,
+            render_frame,
+            render_front_matter,
+            render_header,
+        )
         from chatloop.format.front_matter import bounded
         from chatloop.store.writer import SessionWriter, refuse_unreadable
 
@@ -281,14 +286,18 @@ class Store:
         ensure_dir(self.project_dir)
         path = self.path_for(meta.id)
         lock_fd = take_lock(path)
+        records, totals = [render_header(meta)], Totals.of(())
+        for message in carried:
+            totals = totals.plus(message)
+            records.append(render_frame(message, meta, totals.queries))
         try:
-            write_new_file(path, render_header(meta))
+            write_new_file(path, b"".join(records))
         except BaseException:
             with suppress(OSError):  # a session that was never made leaves no lock either
                 lock_path(path).unlink()
             os.close(lock_fd)
             raise
-        return SessionWriter(path, Session(meta), lock_fd, self.clock)
+        return SessionWriter(path, Session(meta, tuple(carried)), lock_fd, self.clock)
 
     def open(self, path: Path) -> SessionWriter:
         """Open an existing session for appending, after recovering it."""

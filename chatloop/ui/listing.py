@@ -8,7 +8,7 @@ its output is meant for pipes and greps as much as for eyes.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -116,13 +116,17 @@ def transcript_lines(
     messages: Iterable[Message | Plain],
     heading: str = "",
     forked_at: int | None = None,
+    after_damage: Callable[[], bool] | None = None,
 ) -> Iterator[str]:
     """A session as a person reads it in a terminal, one chunk per message as the
     messages stream in: who said what, tools, summary, and what was interrupted.
     ``heading``: what the session is known by (``describe`` of its row, as the
     listings name it), else its title, else its agent; ``forked_at``: the query of
-    its parent it branches after, when it is a fork (its row's). A ``Plain`` (from
-    ``Document.views``) is shown exactly as its message would be.
+    its parent it branches after, when it is a fork (its row's); ``after_damage``:
+    whether the reading has met damage so far (a summary frame after damage may be
+    text that a torn or damaged message held, so it is not shown as the session's
+    summary). A ``Plain`` (from ``Document.views``) is shown exactly as its message
+    would be.
 
     Every piece of text from the file goes through ``visible``, field by field (the
     frame around it is ours): a message's text on its own is often ASCII, which
@@ -172,9 +176,13 @@ def transcript_lines(
                 first = text[:101].splitlines()[0][:100] if text else ""  # the first line
                 out.append(f"  ← {v(r.name)}{' (error)' if r.is_error else ''}: {v(first)}")
         elif role == "summary":
-            out += ["", "── Summary ──", v(m.text)]
+            doubtful = after_damage is not None and after_damage()
+            out += ["", SUMMARY_AFTER_DAMAGE if doubtful else "── Summary ──", v(m.text)]
         if out:
             yield "\n".join(out)
+
+
+SUMMARY_AFTER_DAMAGE = "── Summary? (after damage: perhaps text a damaged message held) ──"
 
 
 def transcript_text(session: Session) -> str:

@@ -8,9 +8,11 @@ pressed), so the first ``you>`` prompt is drawn before the rest of chatloop
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Iterator
 from contextlib import suppress
+from datetime import datetime
 from pathlib import Path
 
 from prompt_toolkit import PromptSession
@@ -22,27 +24,57 @@ from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.layout.processors import Processor, Transformation, TransformationInput
 from prompt_toolkit.output import Output
 
-from chatloop.store.fsio import FILE_MODE, ensure_dir
+from chatloop.errors import StoreError
+from chatloop.store.fsio import FILE_MODE, atomic_rewrite, ensure_dir
 
 HISTORY_FILE = "input_history"
 PROMPT = "you> "
 
 
+HISTORY_BYTES = 1 << 20  # past this, the history file keeps its newest half
+
+
 class LineHistory(FileHistory):
     """The prompt's history file. A line it cannot store (a full disk, a read-only
-    home) is only not remembered: the chat goes on."""
+    home, the file replaced by a link) is only not remembered: the chat goes on."""
 
     def store_string(self, string: str) -> None:
+        entry = f"\n# {datetime.now()}\n" + "".join(f"+{line}\n" for line in string.split("\n"))
         with suppress(OSError):
-            super().store_string(string)
+            fd = os.open(self.filename, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                os.write(fd, entry.encode("utf-8", "surrogateescape"))
+            finally:
+                os.close(fd)
 
 
-def file_history(project_dir: Path) -> LineHistory:
-    """The history of the lines typed in this project (created 0600 if missing)."""
-    ensure_dir(project_dir)
+def file_history(project_dir: Path) -> History:
+    """The history of the lines typed in this project (created 0600 if missing), cut to
+    its newest half once it passes HISTORY_BYTES. Never through a symbolic link (the
+    project folder or the file): then the lines are remembered for this run only."""
     path = project_dir / HISTORY_FILE
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE))
+    try:
+        if project_dir.is_symlink():
+            raise OSError(errno.ELOOP, "a symbolic link")
+        ensure_dir(project_dir)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE))
+        _trim(path)
+    except (OSError, StoreError):
+        return InMemoryHistory()
     return LineHistory(str(path))
+
+
+def _trim(path: Path, limit: int = HISTORY_BYTES) -> None:
+    """Past ``limit`` bytes, rewrite ``path`` (atomically) with its newest whole entries
+    in at most half of it."""
+    size = os.stat(path, follow_symlinks=False).st_size
+    if size <= limit:
+        return
+    with open(path, "rb") as handle:
+        handle.seek(size - limit // 2)
+        tail = handle.read()
+    start = tail.find(b"\n# ")
+    atomic_rewrite(path, tail[start:] if start >= 0 else b"")
 
 
 class ChatCompleter(Completer):
