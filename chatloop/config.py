@@ -58,6 +58,7 @@ EMBEDDED_NOTE = (  # said wherever the embedded model answers (the chat, a one-s
 DEFAULT_TITLES = "model"  # model | first | off: how a new conversation gets its title
 DEFAULT_TITLE_TIMEOUT = 10.0  # seconds for the title request (then the first request's line)
 DEFAULT_TITLE_MAX_TOKENS = 16  # the longest title reply (about 6 words asked for)
+DEFAULT_SUMMARIES = "background"  # background | wait: who writes the summary of a chat that ended
 
 
 class Settings(NamedTuple):
@@ -82,6 +83,7 @@ class Settings(NamedTuple):
     summary_timeout: float = DEFAULT_SUMMARY_TIMEOUT
     titles: str = DEFAULT_TITLES  # model | first | off
     title_timeout: float = DEFAULT_TITLE_TIMEOUT
+    summaries: str = DEFAULT_SUMMARIES  # background | wait
     sessions_dir: str = ""
 
 
@@ -141,6 +143,11 @@ CHOICES: dict[str, tuple[tuple[str, ...], str]] = {  # the words a key takes, an
     "titles": (
         ("model", "first", "off"),
         "model asks the model, first takes the first request's line, off makes none.",
+    ),
+    "summaries": (
+        ("background", "wait"),
+        "background writes a chat's summary after it ends, in a worker; wait writes it "
+        "before chatloop returns.",
     ),
 }
 

@@ -69,6 +69,9 @@ def chatloop_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
     monkeypatch.delenv("CHATLOOP_CONFIG", raising=False)
+    # summaries written before a program ends, so a test reads the file it left; the
+    # background worker has tests of its own (tests/test_background.py)
+    monkeypatch.setenv("CHATLOOP_SUMMARIES", "wait")
     return home
 
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 AGENTS = Path(__file__).resolve().parent.parent / "agents"
 # The settings of in-process tests: the defaults, but titles from the first request, so a
 # FakeBackend's scripted replies each go where the test means (one per stream call).
-TEST_SETTINGS = Settings(titles="first")
+TEST_SETTINGS = Settings(titles="first", summaries="wait")
 
 
 @dataclass

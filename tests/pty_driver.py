@@ -47,6 +47,7 @@ def environment(home: Path, max_tokens: int, summary_tokens: int = 48) -> dict[s
         CHATLOOP_CONFIG="",
         COLUMNS="100",
         CHATLOOP_TITLES="first",
+        CHATLOOP_SUMMARIES="wait",  # written before the program ends: the tests read it
         CHATLOOP_SUMMARY_MAX_TOKENS=str(summary_tokens),
     )
     return env

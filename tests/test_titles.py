@@ -367,6 +367,7 @@ def test_a_one_shot_question_is_named_by_its_first_line_with_one_request(
         "HOME": str(tmp_path),
         "PYTHONPATH": str(ROOT),
         "CHATLOOP_TITLES": "model",
+        "CHATLOOP_SUMMARIES": "wait",
     }
     with scripted_server(reply) as url:
         done = subprocess.run(

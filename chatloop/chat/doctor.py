@@ -21,6 +21,7 @@ from chatloop.backends.base import Backend
 from chatloop.chat import server
 from chatloop.config import Settings
 from chatloop.errors import ChatloopError
+from chatloop.store.rows import SessionRow
 from chatloop.store.store import Store
 
 Verdict = Literal["ok", "warn", "FAIL", "note"]
@@ -150,10 +151,30 @@ def _home(store: Store) -> Iterator[Check]:
     try:
         with Index(store) as index:
             index.sync()
-            count = len(index.list_sessions(all_projects=True))
+            rows = index.list_sessions(all_projects=True)
+        count = len(rows)
         yield Check("ok", f"index {index.path}: {count:,} session{'' if count == 1 else 's'}")
     except (ChatloopError, OSError) as exc:
         yield Check("FAIL", f"index: {exc}")
+        return
+    yield from _unsummarized(rows)
+
+
+def _unsummarized(rows: list[SessionRow]) -> Iterator[Check]:
+    """Sessions whose summary is being written in the background, and those whose
+    chat (or summary worker) died before it was: a resume of each writes it."""
+    busy = [row for row in rows if row.status == "summarizing"]
+    if busy:
+        yield Check("note", f"{len(busy)} session(s) having their summary written now")
+    left = [row for row in rows if row.status == "interrupted" and not row.has_summary]
+    if left:
+        named = ", ".join(row.handle or row.id for row in left[:5])
+        more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+        yield Check(
+            "note",
+            f"{len(left)} session(s) ended without a summary: {named}{more}",
+            "Resuming one (`chatloop -r HANDLE`) writes its summary first.",
+        )
 
 
 def config_looked(named: str | None) -> tuple[Path, str]:

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from chatloop.backends.base import Backend, Cancelled, ContextOverflow
-from chatloop.chat import chain, continuation, prompts, titles
+from chatloop.chat import background, chain, continuation, prompts, titles
 from chatloop.chat.agent import Agent
 from chatloop.chat.context import Plan, Sent, ack_cap, plan, reply_cap, summary_cap
 from chatloop.chat.host import Host
@@ -70,6 +70,7 @@ from chatloop.config import Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta, Totals, no_text
 from chatloop.format.front_matter import MAX_PIN_CHARS, MAX_PINS, MAX_TITLE_CHARS
+from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder, wait_for_lock
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
@@ -570,7 +571,7 @@ class ChatSession:
             self._release()
             return Closed(None, tuple(self._queue))
         try:
-            return Closed(self._finalize(writer), tuple(self._queue))
+            return Closed(self._let_go(writer), tuple(self._queue))
         except StoreError as exc:
             self.host.notice(
                 f"Could not finalize {writer.path.name}: {exc.message}. It stays "
@@ -593,14 +594,40 @@ class ChatSession:
             self.state = was
             raise
 
+    def _let_go(self, writer: SessionWriter) -> chain.Parent:
+        """Finish ``writer``'s session as it is left (an exit, ``/new``, a switch, a
+        fork): its summary is handed to a background worker (``chatloop.chat.background``)
+        when the settings and the backend allow, so nobody waits for the model, and the
+        parent returned has no summary yet; else it is summarized and finalized here.
+        Raises StoreError, and the session is then open as it was."""
+        if self.settings.summaries == "background":
+            totals: dict[str, Any] = dict(writer.totals.fields())
+            meta = replace(writer.meta, **totals)  # (the front matter has them at finalize)
+            pid = background.hand_off(
+                writer, self.store, self.backend, self.settings, self._late_title(writer)
+            )
+            if pid is not None:
+                self.host.notice(
+                    f"Saved session {meta.id} ({_queries(meta.queries)}) → {writer.path}; "
+                    "its summary is being written in the background.",
+                    "ok",
+                )
+                return chain.Parent(writer.path, meta, None)
+        return self._finalize(writer)
+
+    def _late_title(self, writer: SessionWriter) -> dict[str, str]:
+        """The title to write at close, if any: one made when the file refused it (if
+        none came since), else a first request's line for a session never named."""
+        if self.naming == "unsaved" and not writer.meta.title:
+            return {"title": self.title}
+        if self._untitled(writer):
+            named = titles.fallback(_first_request(writer))
+            return {"title": named} if named else {}
+        return {}
+
     def _write_summary(self, writer: SessionWriter, instructions: str) -> chain.Parent:
         outcome = self.summarize(writer.messages, self.previous, instructions)
-        # a title made when the file refused it goes in with the totals (if none came since)
-        late = {"title": self.title} if self.naming == "unsaved" and not writer.meta.title else {}
-        if not late and self._untitled(writer):  # never named: its first request's line
-            named = titles.fallback(_first_request(writer))
-            late = {"title": named} if named else {}
-        meta = writer.finalize(outcome.message(self.clock()), **late)
+        meta = writer.finalize(outcome.message(self.clock()), **self._late_title(writer))
         kind = "fallback summary" if outcome.fallback else "summary"
         self.host.notice(
             f"Saved session {meta.id} with its {kind}: {_queries(meta.queries)}, "
@@ -908,7 +935,24 @@ class ChatSession:
             self.host.notice("Where it ended:\n" + "\n".join(lines))
 
     def _summarize_parent(self, parent: chain.Parent) -> chain.Parent:
-        """A parent without a usable summary gets one now, written into its file when it can."""
+        """A parent without a usable summary gets one now, written into its file when it
+        can. One whose summary a background worker is writing (a chat that just ended)
+        is waited for: that worker writes the very summary wanted (Ctrl-C: one is made
+        here instead, as for a parent another chatloop holds)."""
+        if lock_holder(parent.path) == SUMMARY_HOLDER:
+            try:
+                with self.host.working(
+                    f"Waiting for the summary of {parent.meta.id}, being written in the "
+                    "background (Ctrl-C: make one now)..."
+                ):
+                    wait_for_lock(parent.path)
+            except KeyboardInterrupt:
+                pass
+            else:
+                again = chain.read_parent(self.store, parent.path)
+                if again.summary is not None:
+                    return again
+                parent = again
         found = self.store.read(parent.path)
         writer = None
         if not found.legacy:  # legacy files are read, never written
@@ -972,7 +1016,7 @@ class ChatSession:
         previous = self.previous  # what the carried history itself began from
         template = replace(self.meta(), title="")
         try:
-            parent = self._finalize(writer)
+            parent = self._let_go(writer)  # the branch needs its link, not its summary
         except StoreError as exc:
             raise StoreError(
                 f"Could not fork: {exc.message}", "The session goes on as it was."

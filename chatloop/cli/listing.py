@@ -41,6 +41,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     """Print a session, streaming: memory is bounded by the largest message, whatever
     the file's size."""
     import shutil
+    from dataclasses import replace
 
     from chatloop.format import open_document
     from chatloop.store.fsio import open_read
@@ -61,7 +62,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         def doubt() -> bool:
             return any(p.kind in damage for p in doc.problems)
 
-        lines = listing.transcript_lines(doc.meta, doc.views(), heading, row.forked_at, doubt)
+        # the status as listed (a session whose chat ended is "summarizing" while a
+        # worker writes its summary, "interrupted" when its writer died)
+        meta = replace(doc.meta, status=row.status)
+        lines = listing.transcript_lines(meta, doc.views(), heading, row.forked_at, doubt)
         _write_batched(lines)
     shown = worth_noting(doc.problems)
     for problem in shown:

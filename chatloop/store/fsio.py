@@ -186,21 +186,54 @@ def lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 
 
+SUMMARY_HOLDER = "summary"  # the lock file's word for a worker writing a summary
+
+
 def is_locked(path: Path) -> bool:
     """True while a live process holds the session's writer lock."""
+    return lock_holder(path) is not None
+
+
+def lock_holder(path: Path) -> str | None:
+    """Who holds the session's writer lock: ``"chat"`` (a chatloop writing it),
+    ``SUMMARY_HOLDER`` (a worker writing its summary after the chat ended: see
+    ``mark_summary``), or None (nobody alive)."""
     try:
         fd = os.open(lock_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
-        return False
+        return None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False  # a FIFO or device planted as a lock is no lock (and never blocks)
+            return None  # a FIFO or device planted as a lock is no lock (and never blocks)
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return True
+        said = os.pread(fd, 64, 0).split()
+        return SUMMARY_HOLDER if said[1:2] == [SUMMARY_HOLDER.encode()] else "chat"
     finally:
         os.close(fd)
-    return False
+    return None
+
+
+def mark_summary(lock_fd: int, pid: int) -> None:
+    """Say in the lock file (held through ``lock_fd``) that process ``pid`` now holds
+    it to write the session's summary (``lock_holder``); on a full disk, nothing."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(lock_fd, 0)
+        os.pwrite(lock_fd, f"{pid} {SUMMARY_HOLDER}\n".encode(), 0)
+
+
+def wait_for_lock(path: Path) -> None:
+    """Return once nobody holds the session's writer lock (a blocking shared lock,
+    let go at once: an event, not a poll). Ctrl-C ends the wait (KeyboardInterrupt)."""
+    try:
+        fd = os.open(lock_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            fcntl.flock(fd, fcntl.LOCK_SH)
+    finally:
+        os.close(fd)
 
 
 def take_lock(path: Path) -> int:
@@ -219,10 +252,16 @@ def take_lock(path: Path) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "another process"
+        said = os.pread(fd, 64, 0).decode("ascii", "replace").split()
         os.close(fd)
+        pid = said[0] if said else "another process"
+        if said[1:2] == [SUMMARY_HOLDER]:
+            raise SessionLocked(
+                f"Session {path.stem} is having its summary written (pid {pid})",
+                "It takes as long as the model does; `chatloop sessions` shows it done.",
+            ) from None
         raise SessionLocked(
-            f"Session {path.stem} is open in another chatloop (pid {holder})",
+            f"Session {path.stem} is open in another chatloop (pid {pid})",
             "Leave that chatloop first, or start a new session with --new.",
         ) from None
     try:  # who holds it, for the message another chatloop shows; on a full disk, nobody

@@ -9,7 +9,8 @@ sessions``, folded): within a project, 1 is the most recently updated session
 that is closed or interrupted and that no later session of its project
 continues (a compaction's or a resume's child; a fork is a line of its own).
 Two kinds of file have no number: the live session (still ``open`` and locked
-by a running chatloop: ``*``), and a file a later one continues (hidden when
+by a running chat: ``*``; one whose summary a worker writes after the chat
+ended is numbered, ``summarizing``), and a file a later one continues (hidden when
 the listing is folded, ``-`` in ``--expand``: reached by its handle or id). A
 continuation still being written hides nothing yet. ``_numbered`` applies the
 rule to rows read in order; ``listing``, ``find`` and the numbers of search
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from chatloop.errors import NotFound
 from chatloop.ids import MIN_HANDLE, handle_between, is_handle, tail_of, validate_session_id
-from chatloop.store.fsio import is_locked
+from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder
 from chatloop.store.rows import SearchHit, SessionRow, fork_point, seconds
 
 __all__ = ["Queries", "hits"]
@@ -74,24 +75,24 @@ class Queries:
         10,000 sessions than at 100."""
         sql = _NUMBERING + ("" if all_projects else " WHERE project = ?") + _ORDER
         rows_in_order = self._db.execute(sql, () if all_projects else (self.project,))
-        picked: list[tuple[int, int | None, bool]] = []
+        picked: list[tuple[int, int | None, str | None]] = []
         total = 0
-        for raw, number, live, hidden in _numbered(rows_in_order):
+        for raw, number, holder, hidden in _numbered(rows_in_order):
             if fold and hidden:
                 continue
             if limit is not None and len(picked) >= limit:
                 break
-            picked.append((raw["num"], number, live))
+            picked.append((raw["num"], number, holder))
         if count:
             total = self.count(all_projects, fold)
         links = _Links(self._db)  # every project's: a chain's length anywhere
         full = {raw["num"]: raw for raw in self._rows([num for num, _, _ in picked])}
         short = self.handles({full[num]["id"] for num, _, _ in picked if num in full})
         rows = []
-        for num, number, live in picked:
+        for num, number, holder in picked:
             if num not in full:
                 continue  # removed by a neighbour between the two reads
-            row = _row(full[num], number, live, short.get(full[num]["id"], ""))
+            row = _row(full[num], number, holder, short.get(full[num]["id"], ""))
             rows.append(row._replace(chain=_chain_length(row.id, links)) if fold else row)
         return rows, total
 
@@ -120,7 +121,7 @@ class Queries:
         hidden = {
             parent
             for parent, status, path in found
-            if not (status == "open" and is_locked(Path(path)))
+            if not (status == "open" and lock_holder(Path(path)) == "chat")
         }
         return self.count(all_projects) - len(hidden)
 
@@ -165,8 +166,8 @@ class Queries:
         numbers, short = self._numbers_of(found), self.handles({raw["id"] for raw in found})
         rows = []
         for raw in found:
-            number, live = numbers.get(raw["path"], (None, False))
-            rows.append(_row(raw, number, live, short.get(raw["id"], "")))
+            number, holder = numbers.get(raw["path"], (None, None))
+            rows.append(_row(raw, number, holder, short.get(raw["id"], "")))
         return rows
 
     def _matching(
@@ -195,21 +196,21 @@ class Queries:
                 break
         return found
 
-    def _numbers_of(self, raws: list[sqlite3.Row]) -> dict[str, tuple[int | None, bool]]:
-        """The number and liveness of each of ``raws`` (by path), as ``_numbered`` gives
-        them in the listing: each one's project is read in order (a few columns of
-        each row), until the last of them is numbered."""
-        out: dict[str, tuple[int | None, bool]] = {}
+    def _numbers_of(self, raws: list[sqlite3.Row]) -> dict[str, tuple[int | None, str | None]]:
+        """The number and lock holder of each of ``raws`` (by path), as ``_numbered``
+        gives them in the listing: each one's project is read in order (a few columns
+        of each row), until the last of them is numbered."""
+        out: dict[str, tuple[int | None, str | None]] = {}
         for project in {raw["project"] for raw in raws}:
             wanted = {raw["num"]: raw["path"] for raw in raws if raw["project"] == project}
             order = self._db.execute(_NUMBERING + " WHERE project = ?" + _ORDER, (project,))
-            for raw, number, live, _hidden in _numbered(order):
+            for raw, number, holder, _hidden in _numbered(order):
                 if raw["num"] in wanted:
-                    out[wanted.pop(raw["num"])] = (number, live)
+                    out[wanted.pop(raw["num"])] = (number, holder)
                     if not wanted:
                         break
             for path in wanted.values():  # removed by a neighbour meanwhile: not listed
-                out[path] = (None, False)
+                out[path] = (None, None)
         return out
 
     def find(self, ref: str) -> SessionRow:
@@ -345,15 +346,18 @@ def _moment(iso: str) -> float:
 
 def _numbered(
     raws: Iterator[sqlite3.Row],
-) -> Iterator[tuple[sqlite3.Row, int | None, bool, bool]]:
-    """Rows (``_NUMBERING``'s columns) in listing order with their number, liveness, and
+) -> Iterator[tuple[sqlite3.Row, int | None, str | None, bool]]:
+    """Rows (``_NUMBERING``'s columns) in listing order with their number, who holds
+    their lock (``fsio.lock_holder``: a session is live while a chat holds it), and
     whether a later session of their project continues them (hidden when folded): the
-    rule of the module doc, stated here once. A number is None when live or hidden."""
+    rule of the module doc, stated here once. A number is None when live or hidden; a
+    session whose summary a worker is writing, after its chat ended, has one."""
     counters: dict[str, int] = {}
     continued: dict[str, set[str]] = {}  # a session -> the projects of those continuing it
     for raw in raws:
         session, parent, project = raw["id"], raw["parent_id"], raw["project"]
-        live = raw["status"] == "open" and is_locked(Path(raw["path"]))
+        holder = lock_holder(Path(raw["path"])) if raw["status"] == "open" else None
+        live = holder == "chat"
         # rows come latest first: every session continuing this one was seen already
         if parent and parent != session and not live and fork_point(raw["forked_at"]) is None:
             continued.setdefault(parent, set()).add(project)
@@ -361,13 +365,16 @@ def _numbered(
         number = None
         if not live and not hidden:
             counters[project] = number = counters.get(project, 0) + 1
-        yield raw, number, live, hidden
+        yield raw, number, holder, hidden
 
 
-def _row(raw: sqlite3.Row, number: int | None, live: bool, handle: str = "") -> SessionRow:
+def _row(raw: sqlite3.Row, number: int | None, holder: str | None, handle: str = "") -> SessionRow:
+    """A listed session. Its status, as the person should read it: ``open`` only while
+    a chat writes it, ``summarizing`` while a worker writes its summary after the chat
+    ended, ``interrupted`` when nobody does (its writer died)."""
     status = raw["status"]
-    if status == "open" and not live:
-        status = "interrupted"
+    if status == "open" and holder != "chat":
+        status = "summarizing" if holder == SUMMARY_HOLDER else "interrupted"
     return SessionRow(
         number=number,
         id=raw["id"],

@@ -311,6 +311,18 @@ class Store:
             raise
         return SessionWriter(path, result.session, lock_fd, self.clock)
 
+    def adopt(self, path: Path, lock_fd: int) -> SessionWriter:
+        """The writer of the session at ``path`` whose lock this process was handed
+        (``lock_fd``, inherited: ``chatloop.chat.background``), recovered first only
+        if it needs it (a torn tail: its status stays as it is otherwise)."""
+        from chatloop.format import parse_markdown
+        from chatloop.store.writer import SessionWriter, recover_locked
+
+        result = parse_markdown(read_bytes(path), path.stem)
+        if result.torn:
+            result = recover_locked(path, self.clock)
+        return SessionWriter(path, result.session, lock_fd, self.clock)
+
     def recover(self, path: Path) -> ParseResult:
         """Repair a session nobody is writing: torn tail out, ``open`` becomes ``interrupted``."""
         from chatloop.store.writer import recover_locked

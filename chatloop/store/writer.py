@@ -70,6 +70,12 @@ class SessionWriter:
 
     # -- reading
     @property
+    def lock_fd(self) -> int:
+        """The descriptor of the session's lock file, which holds the lock (-1 once
+        closed): ``chatloop.chat.background`` hands it to a worker."""
+        return -1 if self._lock_fd is None else self._lock_fd
+
+    @property
     def meta(self) -> SessionMeta:
         return self._meta
 

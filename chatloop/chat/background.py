@@ -1,0 +1,153 @@
+"""A session's summary written after its chat ended, by a detached worker process.
+
+At the end of a chat (Ctrl-D, ``exit``, a signal, the end of a one-shot, and
+``/new``, ``/resume``, a fork, ``/retry``, ``/edit`` or an agent switch, which
+leave the session they were in), the person should not wait for the model.
+``hand_off`` starts ``python -m chatloop.chat.background JOB`` and returns
+at once. The worker inherits the session's lock: the lock file's open
+description is passed to it, so the session is never unlocked between the two
+processes, and the lock file then names the worker (``fsio.mark_summary``), so
+listings say ``summarizing`` and number it (``-c`` right after an exit
+continues it: ``ChatSession._summarize_parent`` waits for the worker).
+
+The worker summarizes and finalizes the session exactly as the chat would
+have (``finish``: the summary the session began from, the model's summary
+with its fallback, the title a session never named gets, the totals). JOB is
+JSON: the session, the home and project folder, and the server as the chat
+used it (its kind, URL and model, timeouts, window, the summary's cap and
+timeout).
+
+Nothing is lost if the worker cannot start, is killed, or the machine stops:
+the session stays ``open`` with nobody holding its lock, which every reader
+takes as interrupted, and the next resume of it writes the missing summary
+(the model's when the server answers, else the one built from the
+transcript). A worker never starts for a backend it could not rebuild (the
+tests' scripted ones), nor when the setting ``summaries`` is ``wait``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from chatloop.backends.base import Backend
+from chatloop.config import Settings
+from chatloop.store.fsio import mark_summary
+from chatloop.store.store import Store
+from chatloop.store.writer import SessionWriter
+
+KINDS = ("openai", "ollama", "embedded")  # the backends a worker can build again
+
+__all__ = ["KINDS", "finish", "hand_off", "main"]
+
+
+def hand_off(
+    writer: SessionWriter,
+    store: Store,
+    backend: Backend,
+    settings: Settings,
+    changes: dict[str, Any],
+) -> int | None:
+    """Start the worker that summarizes and finalizes ``writer``'s session (``changes``:
+    front-matter values to write with it, a late title), hand it the lock and close
+    ``writer``. Returns the worker's pid; None, with ``writer`` untouched, when the
+    backend is not one a worker can build or the process cannot start."""
+    kind = getattr(backend, "kind", "")
+    if kind not in KINDS:
+        return None
+    embedded = kind == "embedded"
+    job = {
+        "path": str(writer.path),
+        "home": str(store.root),
+        "cwd": str(store.cwd),
+        "changes": changes,
+        "settings": settings._replace(
+            backend=kind,
+            base_url="" if embedded else backend.base_url,
+            model=settings.model if embedded else backend.model,
+        )._asdict(),
+    }
+    lock_fd = writer.lock_fd
+    try:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "chatloop.chat.background", json.dumps(job), str(lock_fd)],
+            pass_fds=(lock_fd,),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # no signal of the terminal's reaches it
+        )
+    except OSError:
+        return None
+    mark_summary(lock_fd, worker.pid)
+    writer.close()  # our copy of the lock goes; the worker's holds it
+    return worker.pid
+
+
+def finish(
+    writer: SessionWriter,
+    store: Store,
+    backend: Backend,
+    settings: Settings,
+    changes: dict[str, Any],
+) -> None:
+    """Summarize ``writer``'s session and finalize it, as a chat closing it would: the
+    summary it began from (``chain.began_from``), the model's summary of what was said
+    (its fallback when the model fails), the totals, and ``changes`` (a late title).
+    Raises StoreError when the file cannot be finalized (it then stays open: a resume
+    finishes it)."""
+    from chatloop.chat import chain, prompts
+    from chatloop.chat.context import summary_cap
+    from chatloop.chat.tokens import TokenCount
+
+    parent = chain.Parent(writer.path, writer.meta, None)
+    previous = chain.began_from(store, parent)
+    window = settings.context_window or backend.context_window() or None
+    count = TokenCount(backend.count_tokens, backend.chat_overhead)
+    outcome = chain.summarize(
+        backend,
+        prompts.as_said(writer.messages),
+        previous=previous,
+        window=window,
+        max_tokens=summary_cap(window, settings.summary_max_tokens),
+        timeout=settings.summary_timeout,
+        count=count.text,
+    )
+    writer.finalize(outcome.message(datetime.now().astimezone()), **changes)
+
+
+def main(argv: list[str]) -> int:
+    """The worker: ``JOB LOCK_FD`` (see the module doc). Exit 0 when the session was
+    finalized, 1 when it was left for a resume to finish."""
+    from chatloop.chat import server
+    from chatloop.errors import ChatloopError
+
+    job = json.loads(argv[0])
+    lock_fd = int(argv[1])
+    settings = Settings(**job["settings"])
+    store = Store(Path(job["home"]), cwd=Path(job["cwd"]))
+    try:
+        writer = store.adopt(Path(job["path"]), lock_fd)
+    except ChatloopError:
+        return 1
+    try:
+        backend = server.make(settings)
+        try:
+            finish(writer, store, backend, settings, job["changes"])
+        finally:
+            backend.close()
+    except (ChatloopError, OSError):
+        return 1
+    finally:
+        writer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    os.umask(0o077)
+    sys.exit(main(sys.argv[1:]))

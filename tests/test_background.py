@@ -1,0 +1,242 @@
+"""Issue 32, item 1: the summary of a chat that ended is written by a detached worker;
+the person is back at the shell at once, and nothing is lost if the worker dies.
+
+The scripted server holds every summary request until the test lets it go (an event,
+never a sleep), so "the program ended while its summary was still being written" is
+seen, not timed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pytest
+
+from chatloop.format import Session, parse_markdown
+from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder, lock_path, wait_for_lock
+from tests.fakes import STRUCTURED
+from tests.pty_driver import chatloop_bin, environment
+from tests.scripted_server import scripted_server
+
+pytestmark = pytest.mark.e2e
+
+
+class HeldSummaries:
+    """A scripted server whose summary requests wait for ``release``."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.asked = threading.Event()  # a summary request came
+        self.summaries = 0
+
+    def reply(self, request: dict[str, Any]) -> str:
+        last = str(request["messages"][-1]["content"])
+        if "progressive summary" in last:
+            self.summaries += 1
+            self.asked.set()
+            self.release.wait(120)
+            return STRUCTURED
+        return "Water it when the top of the soil is dry."
+
+
+@contextmanager
+def held_server() -> Iterator[tuple[str, HeldSummaries]]:
+    held = HeldSummaries()
+    with scripted_server(held.reply) as url:
+        try:
+            yield url, held
+        finally:
+            held.release.set()  # (before the server stops: no request is left waiting)
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {**environment(home, 16), "CHATLOOP_SUMMARIES": "background"}
+
+
+def _chatloop(url: str, home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [chatloop_bin(), "--base-url", url, *args],
+        cwd=cwd,
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _only_session(home: Path) -> Path:
+    (path,) = [p for p in home.rglob("*.md")]
+    return path
+
+
+def _read(path: Path) -> Session:
+    return parse_markdown(path.read_bytes()).session
+
+
+def test_a_one_shot_ends_before_its_summary_and_the_worker_closes_the_session(
+    chatloop_home: Path, project: Path
+) -> None:
+    with held_server() as (url, held):
+        done = _chatloop(url, chatloop_home, project, "How often should I water basil?")
+        # the program has ended; its summary request is still held by the server
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "Water it when the top of the soil is dry."
+        assert "summary is being written in the background" in done.stderr
+        assert held.asked.wait(60) and not held.release.is_set()
+        path = _only_session(chatloop_home)
+        assert lock_holder(path) == SUMMARY_HOLDER
+        listing = _chatloop(url, chatloop_home, project, "sessions")
+        assert "[summarizing]" in listing.stdout and listing.stdout.lstrip().startswith("1 ")
+        held.release.set()
+        wait_for_lock(path)
+    session = _read(path)
+    assert session.meta.status == "closed" and session.meta.summary == "model"
+    assert session.summary is not None and "Background Context" in session.summary.text
+    assert [m.text for m in session.messages if m.is_query] == ["How often should I water basil?"]
+    assert session.meta.queries == 1 and session.meta.title  # totals and a title, as ever
+    assert held.summaries == 1
+    assert not lock_holder(path)
+
+
+def test_continue_right_after_an_exit_waits_for_the_summary_being_written(
+    chatloop_home: Path, project: Path
+) -> None:
+    """An exit, then `-c` at once: the second chatloop waits for the worker (it writes
+    the very summary wanted) and continues from it; the model summarizes once."""
+    with held_server() as (url, held):
+        first = _chatloop(url, chatloop_home, project, "How often should I water basil?")
+        assert first.returncode == 0, first.stderr
+        assert held.asked.wait(60)
+        parent = _only_session(chatloop_home)
+        again = subprocess.Popen(
+            [chatloop_bin(), "--base-url", url, "-c", "And in winter?"],
+            cwd=project,
+            env=_env(chatloop_home),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert again.stderr is not None
+        waiting = again.stderr.readline()
+        while "Waiting for the summary" not in waiting:
+            assert waiting, "the second chatloop did not wait"
+            waiting = again.stderr.readline()
+        held.release.set()
+        out, err = again.communicate(timeout=120)
+        assert again.returncode == 0, err
+        wait_for_lock(parent)
+        for path in chatloop_home.rglob("*.md"):
+            wait_for_lock(path)
+    sessions = sorted(
+        (_read(p) for p in chatloop_home.rglob("*.md")),
+        key=lambda s: (s.meta.created, s.meta.parent_id is not None),  # (the same second)
+    )
+    first_file, child = sessions
+    assert first_file.meta.status == "closed" and first_file.meta.summary == "model"
+    assert child.meta.parent_id == first_file.meta.id
+    restoration = child.messages[0]
+    assert restoration.restore and "Background Context" in restoration.text
+    assert [m.text for m in child.messages if m.is_query] == ["And in winter?"]
+
+
+def test_a_worker_killed_leaves_the_session_for_the_next_resume_to_finish(
+    chatloop_home: Path, project: Path
+) -> None:
+    with held_server() as (url, held):
+        done = _chatloop(url, chatloop_home, project, "How often should I water basil?")
+        assert done.returncode == 0, done.stderr
+        assert held.asked.wait(60)
+        path = _only_session(chatloop_home)
+        pid = int(lock_path(path).read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+        wait_for_lock(path)
+        assert _read(path).meta.status == "open"  # nothing written, nothing lost
+        listing = _chatloop(url, chatloop_home, project, "sessions")
+        assert "[interrupted]" in listing.stdout and listing.stdout.lstrip().startswith("1 ")
+        doctor = _chatloop(url, chatloop_home, project, "doctor")
+        assert "1 session(s) ended without a summary" in doctor.stdout + doctor.stderr
+        held.release.set()
+        resumed = _chatloop(url, chatloop_home, project, "-c", "And in winter?")
+        assert resumed.returncode == 0, resumed.stderr
+        assert "Wrote the missing summary" in resumed.stderr
+        for made in chatloop_home.rglob("*.md"):
+            wait_for_lock(made)
+    parent = _read(path)
+    assert parent.meta.status == "closed" and parent.summary is not None
+    assert [m.text for m in parent.messages if m.is_query] == ["How often should I water basil?"]
+
+
+def test_two_exits_in_a_row_each_hand_their_own_session_to_a_worker(
+    chatloop_home: Path, project: Path
+) -> None:
+    with held_server() as (url, held):
+        for question in ("First question?", "Second question?"):
+            done = _chatloop(url, chatloop_home, project, question)
+            assert done.returncode == 0, done.stderr
+        paths = list(chatloop_home.rglob("*.md"))
+        assert len(paths) == 2 and all(lock_holder(p) == SUMMARY_HOLDER for p in paths)
+        held.release.set()
+        for path in paths:
+            wait_for_lock(path)
+    assert all(_read(p).meta.status == "closed" for p in paths)
+    assert held.summaries == 2
+
+
+def test_ctrl_d_in_the_chat_is_back_at_the_shell_before_the_summary(
+    chatloop_home: Path, project: Path
+) -> None:
+    """The REPL: a message, then Ctrl-D; the program ends while the summary request is
+    still held, and the worker finishes the file."""
+    from tests.pty_driver import ready, spawn, wait
+
+    with held_server() as (url, held):
+        child = spawn(url, chatloop_home, project, 16, summaries="background")
+        child.sendline("How often should I water basil?")
+        wait(child, ready(1))
+        child.sendeof()
+        child.expect("summary is being written in the background")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
+        assert held.asked.wait(60) and not held.release.is_set()
+        path = _only_session(chatloop_home)
+        held.release.set()
+        wait_for_lock(path)
+    assert _read(path).meta.status == "closed" and _read(path).meta.summary == "model"
+
+
+def test_retry_answers_before_the_summary_of_what_it_leaves(
+    chatloop_home: Path, project: Path
+) -> None:
+    """/retry branches at once: the new answer comes while the summary of the session
+    it leaves is still held by the server."""
+    from tests.pty_driver import ready, spawn, wait
+
+    with held_server() as (url, held):
+        child = spawn(url, chatloop_home, project, 16, summaries="background")
+        child.sendline("How often should I water basil?")
+        wait(child, ready(1))
+        child.sendline("/retry")
+        wait(child, "Forked:")
+        wait(child, ready(1))  # the branch's answer is in
+        assert not held.release.is_set()
+        child.sendeof()
+        child.expect(pexpect.EOF)
+        child.close()
+        held.release.set()
+        paths = list(chatloop_home.rglob("*.md"))
+        for path in paths:
+            wait_for_lock(path)
+    sessions = [_read(p) for p in paths]
+    assert len(sessions) == 2 and all(s.meta.status == "closed" for s in sessions)
+    fork = next(s for s in sessions if s.meta.parent_id)
+    parent = next(s for s in sessions if not s.meta.parent_id)
+    assert fork.meta.parent_id == parent.meta.id and parent.summary is not None
+    assert held.summaries == 2
