@@ -129,7 +129,7 @@ def test_continue_right_after_an_exit_waits_for_the_summary_being_written(
             assert waiting, "the second chatloop did not wait"
             waiting = again.stderr.readline()
         held.release.set()
-        out, err = again.communicate(timeout=120)
+        _out, err = again.communicate(timeout=120)
         assert again.returncode == 0, err
         wait_for_lock(parent)
         for path in chatloop_home.rglob("*.md"):

@@ -47,7 +47,12 @@ def test_the_same_resume_from_the_shell_and_the_chat_keeps_agent_and_server(
     with scripted_server(answer) as held_at, scripted_server(answer) as elsewhere:
         held_session(store, held_at)
         # from the shell: `chatloop -r 1 "…"`, Simple Sally configured, no server named
-        env = {**os.environ, "CHATLOOP_HOME": str(chatloop_home), "CHATLOOP_TITLES": "first", "CHATLOOP_SUMMARIES": "wait"}
+        env = {
+            **os.environ,
+            "CHATLOOP_HOME": str(chatloop_home),
+            "CHATLOOP_TITLES": "first",
+            "CHATLOOP_SUMMARIES": "wait",
+        }
         done = subprocess.run(
             [sys.executable, "-m", "chatloop.cli", "-r", "1", "go on"],
             cwd=store.cwd,

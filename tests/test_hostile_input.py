@@ -27,7 +27,12 @@ def run(
 ) -> subprocess.CompletedProcess[bytes]:
     """The program (of this tree: ``PYTHONPATH`` is passed on) with ``stdin`` piped in."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHATLOOP_")}
-    env.update(CHATLOOP_HOME=str(home), CHATLOOP_CONFIG="", CHATLOOP_TITLES="first", CHATLOOP_SUMMARIES="wait")
+    env.update(
+        CHATLOOP_HOME=str(home),
+        CHATLOOP_CONFIG="",
+        CHATLOOP_TITLES="first",
+        CHATLOOP_SUMMARIES="wait",
+    )
     return subprocess.run(
         [sys.executable, "-m", "chatloop.cli", *args],
         cwd=cwd,

@@ -280,6 +280,22 @@ def test_a_truncated_copy_a_killed_import_left_is_repaired_not_a_duplicate(
     assert [o.status for o in import_sessions(here, [source])] == ["skipped"]
 
 
+def test_the_temp_file_of_an_import_killed_after_its_last_link_is_cleared(
+    store: Store, tmp_path: Path
+) -> None:
+    """The kill landed between the last copy's link and the unlink of its temp file:
+    every copy is there, so the next import writes nothing, and still clears the temp
+    file (it cleaned only when it wrote: a flake of the kill loop below)."""
+    source = _sources(store, 1, 4000)[0]
+    here = Store(store.root, cwd=tmp_path)
+    here.project_dir.mkdir(parents=True)
+    (here.project_dir / source.name).write_bytes(source.read_bytes())
+    stale = here.project_dir / f".{source.name}.tmp-{_dead_pid()}-abcdef"
+    stale.write_bytes(source.read_bytes())
+    assert [o.status for o in import_sessions(here, [source])] == ["present"]
+    assert sorted(p.name for p in here.project_dir.iterdir()) == [source.name]
+
+
 def _dead_pid() -> int:
     """The pid of a process that has exited (and been reaped)."""
     child = subprocess.Popen(["true"])

@@ -94,15 +94,15 @@ def import_sessions(
             continue
         project = (home_project(named, found) if keep_projects else None) or store.project
         target_dir = store.root / PROJECTS / project
+        if write and target_dir not in cleaned:
+            remove_dead_temps(target_dir)  # what a killed import left, whatever comes now
+            cleaned.add(target_dir)
         outcome, data = _one(target_dir, found, taken)
         outcome = replace(outcome, project=project)
         if outcome.status in ("imported", "repaired") and write:
             target = target_dir / f"{outcome.session_id}.md"
             if not target_dir.exists():
                 ensure_dir(target_dir)
-            elif target_dir not in cleaned:
-                remove_dead_temps(target_dir)  # what a killed import left
-            cleaned.add(target_dir)
             if outcome.status == "imported":
                 create_atomically(target, data)
             else:
