@@ -291,3 +291,40 @@ def test_continuing_a_session_whose_agent_is_a_project_file_asks_first(
         child.close()
     assert child.exitstatus == 1
     assert not marker.exists()
+
+
+@pytest.mark.e2e
+def test_continuing_asks_about_no_configured_agent_the_session_does_not_use(
+    chatloop_home: Path, project: Path, tmp_path: Path
+) -> None:
+    """Issue 31: `-c` loaded (and so asked about, or refused) the configured agent before
+    choosing the session's own. A project agent configured, a session held with Simple
+    Sally: `-c "q"` goes on with Sally; the project file is never run nor asked about."""
+    from tests.scripted_server import scripted_server
+
+    marker = tmp_path / "marker"
+    evil_project(project, marker)
+    env = environment(chatloop_home, 12)
+    with scripted_server(lambda request: "Fine.") as url:
+        first = subprocess.run(
+            [chatloop_bin(), "--base-url", url, "first question"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert first.returncode == 0, first.stderr
+        again = subprocess.run(
+            [chatloop_bin(), "--base-url", url, "-c", "go on"],
+            cwd=project,
+            env={**env, "CHATLOOP_AGENT": "evil"},  # configured, not named
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert again.returncode == 0, again.stderr
+    assert "Not run" not in again.stderr and not marker.exists()
+    assert again.stdout.strip() == "Fine."
+    child = max(chatloop_home.rglob("*.md"), key=lambda p: p.stat().st_mtime_ns)
+    assert "agent_name: simple_sally" in child.read_text()

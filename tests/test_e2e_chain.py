@@ -76,7 +76,11 @@ def test_forty_messages_in_a_2k_window_compact_into_a_linked_chain(
 def _chain(store: Store, llama_server: str, typed: list[str], **changes: Any) -> None:
     # llama-cpp-python does not report its window, so it is configured, as a person would
     settings = Settings(
-        auto_compact="on", max_tokens=24, summary_max_tokens=48, context_window=E2E_WINDOW
+        auto_compact="on",
+        max_tokens=24,
+        summary_max_tokens=48,
+        context_window=E2E_WINDOW,
+        summaries="wait",  # (the file is read as soon as the chat closes)
     )._replace(**changes)
     backend = Counted(llama_server)
     session, host = chat(store, backend, settings=settings)

@@ -137,7 +137,7 @@ def test_settings_precedence_and_unknown_keys(tmp_path: Path) -> None:
 @pytest.mark.e2e
 def test_two_real_messages_against_the_llama_server(store: Store, llama_server: str) -> None:
     backend = OpenAICompatBackend(llama_server)
-    settings = Settings(max_tokens=12, summary_max_tokens=48)  # titles by the real model
+    settings = Settings(max_tokens=12, summary_max_tokens=48, summaries="wait")  # titles: model
     _, shown = drive(
         store, backend, "Once upon a time\rThe capital of France is\r\x04", settings=settings
     )
@@ -205,7 +205,9 @@ def test_a_question_never_eats_a_message(store: Store) -> None:
     no and is sent next; nothing typed is lost."""
     from tests.fakes import STRUCTURED, FakeBackend
 
-    settings = Settings(context_window=1200, compact_threshold=0.05, titles="first")
+    settings = Settings(
+        context_window=1200, compact_threshold=0.05, titles="first", summaries="wait"
+    )
     text = "describe the soil " * 10
     _, shown = drive(
         store,

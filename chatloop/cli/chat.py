@@ -85,17 +85,21 @@ def chat(
     # a question about an agent file only in a chat on a terminal; a one-shot refuses
     one_shot = bool(args.question) or not (sys.stdin.isatty() and sys.stdout.isatty())
     ask = None if one_shot else _confirm
-    agent = trust.load(agent_file, chatloop_home(), ask)
-    if located is not None:
-        choice = continuation.agent_for(
-            located,
-            current=agent_file,
-            current_name=agent.name,
-            named=args.agent is not None,
-            dirs=dirs,
+    # the agent that goes on is chosen first, by path: only that file is loaded (and
+    # asked about), never a configured one the continuation does not use
+
+    def choose(name: str) -> continuation.AgentChoice:
+        assert located is not None
+        named = args.agent is not None
+        return continuation.agent_for(
+            located, current=agent_file, current_name=name, named=named, dirs=dirs
         )
-        if choice.path != agent_file:
-            agent = trust.load(choice.path, chatloop_home(), ask)
+
+    choice = None if located is None else choose(agent_file.stem)
+    agent = trust.load(agent_file if choice is None else choice.path, chatloop_home(), ask)
+    if choice is not None:
+        if choice.path == agent_file and choice.note:
+            choice = choose(agent.name)  # the note names it as it calls itself
         wiring.say([choice.note] if choice.note else [])
     question = _question(args)  # after the session and agent: a wrong ref fails first
     held = server.Held.of(located.parent.meta if located else None)

@@ -1,0 +1,232 @@
+"""The waits a person has for bookkeeping (issue 32): leaving a chat, a one-shot's end
+after its answer, ``/fork`` back to the prompt. Each is timed with the summary
+written in the background (``summaries: background``, the default) and with
+``summaries: wait`` (how every chatloop before it worked: the same code that
+writes the summary, in the chat), runs interleaved A B A B, against a scripted
+OpenAI-compatible server whose summary requests take ``--summary-seconds`` (a slow
+local model; 30 s by default) and whose other replies come at once.
+
+    python bench/waits.py                       # 3 pairs, 30 s summaries
+    python bench/waits.py --pairs 1 --summary-seconds 2    # a quick look
+
+Times are wall-clock seconds of the person's wait: Ctrl-D to the shell; the
+answer's last word to the end of ``chatloop "q"`` (its pipeline); ``/fork`` to
+the prompt. Bytecode is compiled first, for both contenders alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pexpect
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from stream import CHATLOOP, wait_prompt  # noqa: E402  (bench/stream.py)
+
+from chatloop.store.fsio import wait_for_lock  # noqa: E402
+
+ANSWER = "Zanzibar has warm water all year."
+LAST = "year."
+SUMMARY = """**Background Context:** Initial session.
+
+**Current Session Summary:**
+A question about Zanzibar.
+
+**Topics Discussed:**
+- Zanzibar
+
+**Decisions Made:**
+- None.
+
+**Pending:**
+- None."""
+
+
+def serve(summary_seconds: float) -> tuple[ThreadingHTTPServer, str]:
+    """The scripted server: summaries take ``summary_seconds``, anything else is answered
+    at once (streamed in pieces, as a model would)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            return
+
+        def do_GET(self) -> None:
+            self._send(json.dumps({"data": [{"id": "bench"}]}).encode(), "application/json")
+
+        def do_POST(self) -> None:
+            request = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            if not self.path.endswith("/chat/completions"):
+                self.send_response(404)
+                self.send_header("content-length", "0")
+                self.end_headers()
+                return
+            last = str(request["messages"][-1]["content"])
+            text = ANSWER
+            if "progressive summary" in last:
+                time.sleep(summary_seconds)  # the slow model this bench is about
+                text = SUMMARY
+            if not request.get("stream"):
+                body = {"choices": [{"index": 0, "message": {"content": text}}]}
+                self._send(json.dumps(body).encode(), "application/json")
+                return
+            pieces = [text[i : i + 8] for i in range(0, len(text), 8)]
+            events = [{"choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
+            events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            data = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+            self._send(data.encode(), "text/event-stream")
+
+        def _send(self, body: bytes, kind: str) -> None:
+            self.send_response(200)
+            self.send_header("content-type", kind)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+
+def _env(home: str, summaries: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHATLOOP_")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.update(
+        CHATLOOP_HOME=home,
+        CHATLOOP_CONFIG="",
+        CHATLOOP_TITLES="first",
+        CHATLOOP_SUMMARIES=summaries,
+        TERM="xterm",
+    )
+    return env
+
+
+def _settle(home: str) -> None:
+    """Wait until every worker of ``home`` is done, so one run never slows the next."""
+    for path in Path(home).rglob("*.md"):
+        wait_for_lock(path)
+
+
+def _chat(url: str, home: str, summaries: str) -> pexpect.spawn:
+    child = pexpect.spawn(
+        CHATLOOP,
+        ["--base-url", url, "--model", "bench"],
+        env=_env(home, summaries),
+        encoding="utf-8",
+        timeout=600,
+        dimensions=(40, 120),
+    )
+    wait_prompt(child)
+    child.sendline("Tell me about Zanzibar.")
+    child.expect_exact(LAST)
+    wait_prompt(child)
+    return child
+
+
+def exit_wait(url: str, summaries: str) -> float:
+    """Ctrl-D after one exchange, to the end of the program."""
+    with tempfile.TemporaryDirectory() as home:
+        child = _chat(url, home, summaries)
+        started = time.monotonic()
+        child.sendeof()
+        child.expect(pexpect.EOF)
+        took = time.monotonic() - started
+        child.close()
+        _settle(home)
+    return took
+
+
+def fork_wait(url: str, summaries: str) -> float:
+    """``/fork`` after one exchange, to the prompt back."""
+    with tempfile.TemporaryDirectory() as home:
+        child = _chat(url, home, summaries)
+        started = time.monotonic()
+        child.sendline("/fork")
+        child.expect_exact("Fork")
+        wait_prompt(child)
+        took = time.monotonic() - started
+        child.sendeof()
+        child.expect(pexpect.EOF)
+        child.close()
+        _settle(home)
+    return took
+
+
+def oneshot_wait(url: str, summaries: str) -> float:
+    """``chatloop "q"``: from the answer's last word on stdout to the program's end."""
+    with tempfile.TemporaryDirectory() as home:
+        proc = subprocess.Popen(
+            [CHATLOOP, "--base-url", url, "--model", "bench", "Tell me about Zanzibar."],
+            env=_env(home, summaries),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert proc.stdout is not None
+        seen = b""
+        while LAST.encode() not in seen:
+            piece = os.read(proc.stdout.fileno(), 4096)
+            if not piece:
+                raise RuntimeError("the one-shot ended before its answer")
+            seen += piece
+        started = time.monotonic()
+        proc.wait()
+        took = time.monotonic() - started
+        proc.stdout.close()
+        _settle(home)
+    return took
+
+
+WAITS: dict[str, Callable[[str, str], float]] = {
+    "Ctrl-D to the shell": exit_wait,
+    "one-shot: last word to its end": oneshot_wait,
+    "/fork to the prompt": fork_wait,
+}
+
+
+def measure(pairs: int, summary_seconds: float) -> list[tuple[str, float, float]]:
+    """(what, median seconds with the background worker, median with ``wait``)."""
+    compileall.compile_dir(str(HERE.parent / "chatloop"), quiet=1)
+    server, url = serve(summary_seconds)
+    rows = []
+    try:
+        for what, wait in WAITS.items():
+            times: dict[str, list[float]] = {"background": [], "wait": []}
+            for _ in range(pairs):  # A B A B
+                for summaries in ("background", "wait"):
+                    times[summaries].append(wait(url, summaries))
+            rows.append(
+                (what, statistics.median(times["background"]), statistics.median(times["wait"]))
+            )
+    finally:
+        server.shutdown()
+        server.server_close()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--summary-seconds", type=float, default=30.0)
+    args = parser.parse_args()
+    rows = measure(args.pairs, args.summary_seconds)
+    print(f"summary requests take {args.summary_seconds:g} s; medians of {args.pairs} pair(s)")
+    print(f"{'wait':34} {'background':>11} {'wait (before)':>14} {'ratio':>7}")
+    for what, background, waited in rows:
+        print(f"{what:34} {background:10.2f}s {waited:13.2f}s {background / waited:7.3f}")
+
+
+if __name__ == "__main__":
+    main()
