@@ -58,7 +58,12 @@ class NotFound(ChatloopError):
 class Unapproved(ChatloopError):
     """An agent file the person has not said may run: refused, or no one to ask
     (``chatloop.chat.trust``). Here, not there, so that a new chat's first prompt can
-    catch it without loading the chat package."""
+    catch it without loading the chat package. ``typed``: what the person had typed at
+    that prompt meanwhile, ``sent`` when they had pressed Enter on it (the chat that
+    starts after the question takes it up: ``chatloop.ui.start.start_new_chat``)."""
+
+    typed: str = ""
+    sent: bool = False
 
 
 class BackendError(ChatloopError):

@@ -9,13 +9,14 @@ when the prompt is first drawn) is in tests/test_pty.py.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
 from prompt_toolkit.input import PipeInput, create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
-from chatloop.errors import UsageError
+from chatloop.errors import Unapproved, UsageError
 from chatloop.ui.prompt import chat_prompt
 from chatloop.ui.start import Startup
 
@@ -148,3 +149,62 @@ def test_the_toolbar_says_starting_until_loaded(pipe: PipeInput) -> None:
     release.set()
     assert start.loaded() == "loaded"
     assert start._bar() == [("", "loaded")]
+
+
+def _refused() -> Unapproved:
+    return Unapproved("Not run: the agent file agents/evil.py is new", "Say yes to run it.")
+
+
+def test_a_line_sent_before_an_agent_question_is_carried_to_the_chat_after_it(
+    pipe: PipeInput,
+) -> None:
+    """Issue 31: a line sent in the moment before the load stopped for an agent file
+    nobody approved was lost; it comes with the refusal, as the next chat's first."""
+    release, loading = threading.Event(), threading.Event()
+
+    def load() -> str:
+        loading.set()
+        assert release.wait(WAIT_S)
+        raise _refused()
+
+    start = startup(pipe, load, [])
+    typist = send_when(loading, pipe, "the first words\r")
+    replay = start.first_line()
+    typist.join(WAIT_S)
+    assert replay is not None and replay() == "the first words"
+    release.set()
+    with pytest.raises(Unapproved) as refused:
+        start.loaded()
+    assert (refused.value.typed, refused.value.sent) == ("the first words", True)
+
+
+def test_a_line_half_typed_when_the_agent_question_came_begins_the_next_prompt(
+    pipe: PipeInput,
+) -> None:
+    """What was typed, not sent, when the refusal ended the prompt, comes with it; the
+    next prompt begins with it (``default``), and Enter sends it whole."""
+    loading = threading.Event()
+    holder: list[Startup[str]] = []
+
+    def load() -> str:
+        loading.set()
+        buffer = holder[0].prompt.app.current_buffer
+        deadline = time.monotonic() + WAIT_S
+        while buffer.text != "half typ" and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the prompt has taken the keys (a condition, bounded)
+        raise _refused()
+
+    start = startup(pipe, load, [])
+    holder.append(start)
+    typist = send_when(loading, pipe, "half typ")
+    with pytest.raises(Unapproved) as refused:
+        start.first_line()
+    typist.join(WAIT_S)
+    assert (refused.value.typed, refused.value.sent) == ("half typ", False)
+
+    with create_pipe_input() as other:
+        again = startup(other, lambda: "loaded", [])
+        again.default = refused.value.typed
+        other.send_text("ed\r")
+        replay = again.first_line()
+        assert replay is not None and replay() == "half typed"

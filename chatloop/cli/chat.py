@@ -215,16 +215,17 @@ def _chat_new(args: argparse.Namespace) -> int:
 
     try:
         return start_new_chat(store, load)
-    except Unapproved:
-        pass
+    except Unapproved as refused:
+        typed, sent = refused.typed, refused.sent
     # the agent file needs the person's yes: asked on the terminal, then the chat starts
-    # anew (the prompt was on the screen for the moment the check took)
+    # anew (the prompt was on the screen for the moment the check took), with what was
+    # typed at it meanwhile
     from chatloop.chat import trust
     from chatloop.chat.agent import agent_dirs, find_agent_file
 
     path = find_agent_file(settings.agent, agent_dirs(store.cwd, store.root))
     trust.approved_source(path, home, _confirm)
-    return start_new_chat(store, load)
+    return start_new_chat(store, load, carried=typed, sent=sent)
 
 
 def _confirm(question: str, default: bool) -> bool:

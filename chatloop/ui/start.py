@@ -24,6 +24,7 @@ from prompt_toolkit.application import Application, run_in_terminal
 from prompt_toolkit.application.current import set_app
 from prompt_toolkit.formatted_text import StyleAndTextTuples
 
+from chatloop.errors import Unapproved
 from chatloop.ui.prompt import PROMPT
 
 if TYPE_CHECKING:
@@ -59,22 +60,31 @@ class Startup(Generic[T]):
         self._started = False
         self._announced = False
         self._pending: object = None  # the banner's task, kept from the collector
+        self.default = ""  # the first prompt's text to begin with (carried from before)
+        self.unsent = ""  # what was typed, not sent, when a failed load ended the prompt
+        self._line: str | None = None  # the first line, once sent
 
     def first_line(self) -> Replay | None:
-        """Draw the prompt, start loading, and read the first line. Returns a replay
-        of the outcome (``str``, or raising KeyboardInterrupt), or None when the
-        person left (Ctrl-D). A load that fails ends the prompt with its error."""
+        """Draw the prompt (beginning with ``default``), start loading, and read the
+        first line. Returns a replay of the outcome (``str``, or raising
+        KeyboardInterrupt), or None when the person left (Ctrl-D). A load that fails
+        ends the prompt with its error; an ``Unapproved`` one carries what was typed
+        (``typed``), here or from ``loaded`` once the line was sent (``sent``)."""
         app = self.prompt.app
         app.after_render += self._on_drawn
         try:
-            line = self.prompt.prompt(PROMPT, bottom_toolbar=self._bar)
+            line = self.prompt.prompt(PROMPT, bottom_toolbar=self._bar, default=self.default)
         except KeyboardInterrupt:
             return _raising(KeyboardInterrupt)
         except EOFError:
             return None
+        except Unapproved as refused:  # the load ended the prompt: what was typed goes on
+            refused.typed, refused.sent = self.unsent, False
+            raise
         finally:
             app.after_render -= self._on_drawn
             self._begin()  # a prompt that never drew (no terminal) loads now
+        self._line = line
         return lambda: line
 
     def loaded(self) -> T:
@@ -85,6 +95,8 @@ class Startup(Generic[T]):
             print("(starting: checking the agent and the server…)", flush=True)
             self._done.wait()
         if self._error is not None:
+            if isinstance(self._error, Unapproved) and self._line is not None:
+                self._error.typed, self._error.sent = self._line, True  # the next chat's first
             raise self._error
         assert self._value is not None
         if not self._announced:
@@ -119,6 +131,7 @@ class Startup(Generic[T]):
         if self._announced or not app.is_running or app.future is None or app.future.done():
             return  # the line was sent meanwhile: ``loaded`` takes over
         if self._error is not None:
+            self.unsent = app.current_buffer.text  # kept for the prompt after a question
             app.erase_when_done = True  # the error takes the prompt's place
             app.exit(exception=self._error)
             return
@@ -159,13 +172,20 @@ def confirm(question: str, default: bool) -> bool:
     return default if not word else word in ("y", "yes")
 
 
-def start_new_chat(store: Store, load: Callable[[Prompt], Repl]) -> int:
+def start_new_chat(
+    store: Store, load: Callable[[Prompt], Repl], carried: str = "", sent: bool = False
+) -> int:
     """A new interactive chat, its prompt drawn first: ``load(prompt)`` makes the REPL
     (the agent, the backend and its check of the server) behind it. Returns the exit
     code. Until the loop takes over (it saves what was said), SIGTERM and SIGHUP end
     the prompt as Ctrl-C would, once (later ones are ignored, so nothing cuts short
     the terminal's restoring): nothing was sent yet, so there is nothing to save; a
-    line typed while the rest loaded is shown, so it is not lost silently."""
+    line typed while the rest loaded is shown, so it is not lost silently.
+
+    A load refused for an agent file nobody approved (``Unapproved``) carries what was
+    typed meanwhile (``typed``, and ``sent`` when Enter was pressed): the caller asks,
+    then starts again with it as ``carried`` (the first line when ``sent``, else the
+    text the prompt begins with), so nothing typed in that moment is lost."""
     import signal
     import sys
 
@@ -195,7 +215,8 @@ def start_new_chat(store: Store, load: Callable[[Prompt], Repl]) -> int:
     try:
         for sig in previous:
             signal.signal(sig, on_signal)
-        first = startup.first_line()
+        startup.default = "" if sent else carried
+        first = (lambda: carried) if sent else startup.first_line()
         if first is None or signalled:  # Ctrl-D (or a signal) before anything was said
             return 0
         try:
