@@ -404,6 +404,25 @@ def compaction_ratio() -> None:
     )
 
 
+def bookkeeping_waits(pairs: int, summary_seconds: float) -> None:
+    """bench/waits.py: what the person waits for a summary (issue 32), with the
+    background worker against ``summaries: wait`` (every earlier chatloop's way), A B A B
+    against a scripted server whose summaries take ``summary_seconds``."""
+    from waits import measure as wait_figures  # bench/waits.py
+
+    targets = {"Ctrl-D to the shell": 0.5, "one-shot: last word to its end": 0.3}
+    targets["/fork to the prompt"] = 0.5
+    for what, background, waited in wait_figures(pairs, summary_seconds):
+        add(
+            f"{what} ({summary_seconds:g} s summaries)",
+            f"{background:.2f} s",
+            f"summaries: wait {waited:.2f} s",
+            background / waited,
+            f"<= {targets[what]:g} s",
+            background <= targets[what],
+        )
+
+
 def streaming(runs: int, turns: int) -> None:
     """bench/stream.py (first text on screen, CPU per token early and late in a long
     reply) and bench/turns.py (CPU per turn early and late in a long conversation),
@@ -1086,6 +1105,8 @@ def main() -> int:
     format_figures(args.quick, args.runs)
     print("streaming")
     streaming(2 if args.quick else 7, 60 if args.quick else 510)
+    print("waits for bookkeeping")
+    bookkeeping_waits(1 if args.quick else 3, 2.0 if args.quick else 30.0)
     write_results(args, time.perf_counter() - started)
     return 0
 
