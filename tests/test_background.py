@@ -89,7 +89,7 @@ def test_a_one_shot_ends_before_its_summary_and_the_worker_closes_the_session(
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == "Water it when the top of the soil is dry."
         assert "summary is being written in the background" in done.stderr
-        assert held.asked.wait(60) and not held.release.is_set()
+        assert held.asked.wait(60)
         path = _only_session(chatloop_home)
         assert lock_holder(path) == SUMMARY_HOLDER
         listing = _chatloop(url, chatloop_home, project, "sessions")
@@ -205,8 +205,9 @@ def test_ctrl_d_in_the_chat_is_back_at_the_shell_before_the_summary(
         child.expect(pexpect.EOF)
         child.close()
         assert child.exitstatus == 0
-        assert held.asked.wait(60) and not held.release.is_set()
+        assert held.asked.wait(60)  # the program has ended; its summary is still held
         path = _only_session(chatloop_home)
+        assert lock_holder(path) == SUMMARY_HOLDER and _read(path).meta.status == "open"
         held.release.set()
         wait_for_lock(path)
     assert _read(path).meta.status == "closed" and _read(path).meta.summary == "model"
@@ -226,7 +227,9 @@ def test_retry_answers_before_the_summary_of_what_it_leaves(
         child.sendline("/retry")
         wait(child, "Forked:")
         wait(child, ready(1))  # the branch's answer is in
-        assert not held.release.is_set()
+        assert held.asked.wait(60)  # while the summary of the session it left is held:
+        held_ones = [p for p in chatloop_home.rglob("*.md") if lock_holder(p) == SUMMARY_HOLDER]
+        assert len(held_ones) == 1 and _read(held_ones[0]).meta.status == "open"
         child.sendeof()
         child.expect(pexpect.EOF)
         child.close()
@@ -240,3 +243,33 @@ def test_retry_answers_before_the_summary_of_what_it_leaves(
     parent = next(s for s in sessions if not s.meta.parent_id)
     assert fork.meta.parent_id == parent.meta.id and parent.summary is not None
     assert held.summaries == 2
+
+
+def test_the_worker_runs_no_code_of_the_project_and_shows_no_key(
+    chatloop_home: Path, project: Path, tmp_path: Path
+) -> None:
+    """A project folder holding a `chatloop/` package of its own, and an API key in the
+    settings: the worker imports nothing from the working directory, and its command
+    line (which every local user can read) does not carry the key."""
+    marker = tmp_path / "ran"
+    (project / "chatloop").mkdir()
+    (project / "chatloop" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    with held_server() as (url, held):
+        done = subprocess.run(
+            [chatloop_bin(), "--base-url", url, "How often should I water basil?"],
+            cwd=project,
+            env={**_env(chatloop_home), "CHATLOOP_API_KEY": "sk-secret-4242"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert held.asked.wait(60)  # the worker is in its summary request now
+        path = _only_session(chatloop_home)
+        pid = int(lock_path(path).read_text().split()[0])
+        shown = Path(f"/proc/{pid}/cmdline").read_bytes()
+        assert b"sk-secret-4242" not in shown and b"chatloop.chat.background" in shown
+        held.release.set()
+        wait_for_lock(path)
+    assert not marker.exists()
+    assert _read(path).meta.status == "closed"

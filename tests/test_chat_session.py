@@ -724,3 +724,16 @@ def test_the_first_message_of_a_continuation_is_on_disk_before_the_acknowledgmen
     ]
     for path in store.project_dir.glob("*.md"):
         assert parse_markdown(path.read_bytes()).problems == (), path
+
+
+def test_a_message_too_long_for_the_window_is_refused_not_saved(store: Store) -> None:
+    """Counted before it is saved: a message that cannot be sent even alone is refused
+    with nothing written (Up recalls it), so the history never holds it."""
+    session, _host = chat(store, FakeBackend("One.", "Two.", STRUCTURED), context_window=700)
+    session.send("hello")
+    with pytest.raises(ChatloopError, match="does not fit") as refused:
+        session.send("paste " + "lorem ipsum dolor sit amet " * 300)
+    assert "nothing was sent" in refused.value.message
+    session.send("a short one")
+    session.close()
+    assert queries(store) == ["hello", "a short one"]

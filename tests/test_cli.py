@@ -234,6 +234,8 @@ def test_a_one_shot_question_is_told_from_options_and_their_values() -> None:
         ("search", "forty", "cm"): (["search", "--", "forty", "cm"], ""),
         ("search", "-rf", "--lim", "2", "x"): (["search", "--lim", "2", "--", "-rf", "x"], ""),
         ("search", "-c", "--json"): (["search", "--json", "--", "-c"], ""),
+        ("search", "-fresh", "-ish"): (["search", "--", "-fresh", "-ish"], ""),
+        ("search", "-h"): (["search", "-h"], ""),
         ("search", "--", "--all"): (["search", "--", "--all"], ""),
         ("--", "-v", "is a flag?"): ([], "-v is a flag?"),
     }

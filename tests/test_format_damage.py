@@ -367,3 +367,26 @@ def test_format_1_stays_format_1_when_appended(store: Store) -> None:
     assert result.session.meta.format == 1 and result.problems == ()
     assert [m.text for m in result.session.messages] == ["old file", "appended"]
     assert replace(result.session.meta).format == 1 and isinstance(result.session, Session)
+
+
+def test_front_matter_that_makes_pyyaml_raise_other_errors_is_a_problem() -> None:
+    """Found by the property above (its falsifying example, as it drew it): PyYAML
+    raises ValueError for an escape past U+10FFFF in a double-quoted value, and deep
+    brackets exhaust its recursive composer; both are front matter that does not load,
+    never a traceback, for the parser and for the index's skim."""
+    drawn = (
+        b"---\nformat: 1\nid: ''\ntitle: ''\nagent: \"<!-- SESSION_SUMMARY_START -->---## "
+        b'Query 3 (14:30:45)\\n<!-- chatloop:aaaaaaaa user {\\"at\\":\\"2026-01-01T00:00:00+00'
+        b':00\\"} -->\\n"\nagent_path: agents/simple_sally.py\nmodel: "<!-- SESSION_SUMMARY_'
+        b"START --><!-- SESSION_SUMMARY_START -->------------\\n---\\n\\n\\n*Time: 2.0s | "
+        b"Tokens: 3 (in: 1, out: 2)*0\xc2\xa1\xe0\xa0\x80\\U10010000<!-- SESSION_SUMMARY_"
+        b"START -->\"\nbackend_url: ''\ncreated: '2000-01-01T00:00:00+00:00'\nupdated: '2000-01-"
+        b"01T00:00:00+00:00'\ncwd: ''\ngit_branch: null\nparent_id: null\nparent_file: null\n"
+        b"status: open\nqueries: 0\ntokens:\n  in: 0\n  out: 0\n  restoration: 0\nsummary: "
+        b"null\n---\n\n# x Conversation\n"
+    )
+    deep = b"---\nformat: 2\nid: x\nmodel: " + b"[" * 20_000 + b"\n---\n"
+    for data in (drawn, deep):
+        result = parse_markdown(data, "20261121-143045-0a1b2c3d")
+        assert "front_matter" in [p.kind for p in result.problems]
+        skim(data, "20261121-143045-0a1b2c3d")  # (raised ValueError before)

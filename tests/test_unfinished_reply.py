@@ -217,3 +217,56 @@ def test_a_kill_mid_reply_loses_at_most_about_a_second_of_it(
         f"per kill: max {max(lost):.2f}, mean {sum(lost) / len(lost):.2f}"
     )
     assert max(lost) <= DRAFT_SECONDS + 0.5, lost
+
+
+def test_a_summary_after_a_reply_whose_record_failed_keeps_the_reply_so_far(
+    store: Store,
+) -> None:
+    """The reply's own record could not be written (a full disk): its draft is still the
+    file's tail. Closing the session writes it whole, as the interrupted reply it is,
+    before the summary; nothing is cut."""
+    path, said = _started(store)
+    writer = store.open(path)
+    writer.draft(_unfinished(TEXT[:90]))
+    writer.finalize(Message.create("summary", T0, text="**Pending:** none"))
+    writer.close()
+    result = parse_markdown(path.read_bytes())
+    assert result.problems == ()
+    *first, reply, summary = result.session.messages
+    assert first == said and summary.role == "summary"
+    assert reply.text == TEXT[:90] and reply.interrupted and reply.stop_reason == UNFINISHED
+    assert result.session.meta.summary_key == summary.key
+
+
+def test_bytes_someone_adds_after_a_streaming_reply_are_never_cut(store: Store) -> None:
+    path, _ = _started(store)
+    writer = store.open(path)
+    writer.draft(_unfinished(TEXT[:40]))
+    with open(path, "ab") as handle:
+        handle.write(b"\n\na note typed into the file meanwhile\n")
+    writer.draft(_unfinished(TEXT[:80]))
+    final = Message.create("assistant", T0, text=TEXT, usage=Usage(3, 4))
+    writer.append(final)
+    writer.close()
+    data = path.read_bytes()
+    assert b"a note typed into the file meanwhile" in data
+    assert parse_markdown(data).session.messages[-1] == final
+
+
+def test_the_acknowledgment_is_put_before_the_typed_message_or_not_at_all(
+    store: Store,
+) -> None:
+    writer = store.create(new_meta())
+    restoration = Message.create("user", T0, text="We are continuing…", restore=True)
+    typed = Message.create("user", T0, text="keep going")
+    for message in (restoration, typed):
+        writer.append(message)
+    ack = Message.create("assistant", T0, text="Ready.", restore=True)
+    assert writer.insert(ack, before=1)
+    writer.close()
+    messages = parse_markdown(writer.path.read_bytes()).session.messages
+    assert [m.text for m in messages] == ["We are continuing…", "Ready.", "keep going"]
+    writer = store.open(writer.path)  # records this writer did not append: not moved
+    assert not writer.insert(Message.create("assistant", T0, text="again"), before=1)
+    writer.close()
+    assert parse_markdown(writer.path.read_bytes()).session.messages == messages

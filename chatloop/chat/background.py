@@ -3,8 +3,8 @@
 At the end of a chat (Ctrl-D, ``exit``, a signal, the end of a one-shot, and
 ``/new``, ``/resume``, a fork, ``/retry``, ``/edit`` or an agent switch, which
 leave the session they were in), the person should not wait for the model.
-``hand_off`` starts ``python -m chatloop.chat.background JOB`` and returns
-at once. The worker inherits the session's lock: the lock file's open
+``hand_off`` starts ``python -P -m chatloop.chat.background LOCK_FD`` (the job
+on its stdin) and returns at once. The worker inherits the session's lock: the lock file's open
 description is passed to it, so the session is never unlocked between the two
 processes, and the lock file then names the worker (``fsio.mark_summary``), so
 listings say ``summarizing`` and number it (``-c`` right after an exit
@@ -12,10 +12,12 @@ continues it: ``ChatSession._summarize_parent`` waits for the worker).
 
 The worker summarizes and finalizes the session exactly as the chat would
 have (``finish``: the summary the session began from, the model's summary
-with its fallback, the title a session never named gets, the totals). JOB is
-JSON: the session, the home and project folder, and the server as the chat
-used it (its kind, URL and model, timeouts, window, the summary's cap and
-timeout).
+with its fallback, the title a session never named gets, the totals). The job
+is JSON on its stdin (never its command line, which other users can read: it
+holds the API key): the session, the home and project folder, and the server
+as the chat used it (its kind, URL and model, timeouts, window, the summary's
+cap and timeout). It runs in the home (``-P``: nothing is imported from the
+working directory).
 
 Nothing is lost if the worker cannot start, is killed, or the machine stops:
 the session stays ``open`` with nobody holding its lock, which every reader
@@ -75,15 +77,25 @@ def hand_off(
     lock_fd = writer.lock_fd
     try:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "chatloop.chat.background", json.dumps(job), str(lock_fd)],
+            # -P: nothing is imported from the working directory (a project's own
+            # `chatloop/` folder would run unasked); the job comes on stdin, never on the
+            # command line, which every local user can read (it holds the API key)
+            [sys.executable, "-P", "-m", "chatloop.chat.background", str(lock_fd)],
             pass_fds=(lock_fd,),
-            stdin=subprocess.DEVNULL,
+            cwd=store.root,
+            stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # no signal of the terminal's reaches it
         )
     except OSError:
         return None
+    assert worker.stdin is not None
+    try:
+        worker.stdin.write(json.dumps(job).encode())  # (a few kB: the pipe takes it whole)
+        worker.stdin.close()
+    except OSError:  # it died at once: the lock goes with it, a resume finishes the session
+        pass
     mark_summary(lock_fd, worker.pid)
     writer.close()  # our copy of the lock goes; the worker's holds it
     return worker.pid
@@ -122,13 +134,17 @@ def finish(
 
 
 def main(argv: list[str]) -> int:
-    """The worker: ``JOB LOCK_FD`` (see the module doc). Exit 0 when the session was
-    finalized, 1 when it was left for a resume to finish."""
+    """The worker: ``LOCK_FD`` on its command line, the job (JSON) on stdin (see the
+    module doc). Exit 0 when the session was finalized, 1 when it was left for a resume
+    to finish."""
     from chatloop.chat import server
     from chatloop.errors import ChatloopError
 
-    job = json.loads(argv[0])
-    lock_fd = int(argv[1])
+    lock_fd = int(argv[0])
+    try:
+        job = json.loads(sys.stdin.buffer.read())
+    except ValueError:
+        return 1
     settings = Settings(**job["settings"])
     store = Store(Path(job["home"]), cwd=Path(job["cwd"]))
     try:

@@ -334,21 +334,24 @@ class ChatSession:
         """One exchange: save ``text``, make room if needed, stream the reply, run tools;
         then compact if the window is past the threshold.
 
-        The message is on disk before anything else happens (a token count, the
-        acknowledgment of a restoration, the request). One thing comes first: a
-        continuation not written yet (``Waiting``) learns whether its history fits
-        with the message, since that decides what its file holds (a count the
-        backends bound with a deadline). Raises ChatloopError when the message cannot
-        go out (too long, no room: then it is saved, not sent; not saved: then it stays
-        queued and is written and sent first next time) or when the server failed
-        (after the failure is recorded in the file)."""
+        First the message is counted against the window (the one request made before
+        it is saved, which the backends bound with a deadline), so that one that cannot
+        be sent is refused, not saved: it does not fit even alone, or the history does
+        not fit and compaction is off (ChatloopError; Up recalls it). Then it is on disk
+        before anything else happens: the compaction it needs (an open session is
+        continued in a child that answers it; a continuation not written yet is made
+        smaller first, since that decides what its file holds), the acknowledgment of a
+        restoration, the request. Raises StoreError when it cannot be saved (it stays
+        queued and is written and sent first next time), ChatloopError when the server
+        failed (after the failure is recorded in the file)."""
         message = Message.create("user", self.clock(), text=text)
-        room = self.plan([message]) if isinstance(self.state, Waiting) else None
-        if room is not None and not room.fits:
-            self._check_room(self._plan([message], history=False), saved=False)
+        room = self.plan([message])
+        if not room.fits:
+            self._check_room(self._plan([message], history=False))
+        waiting = isinstance(self.state, Waiting)
         self._queue.append(message)  # in hand: from here on it is on disk or visibly queued
         try:
-            if room is not None and not room.fits:
+            if not room.fits and waiting:
                 self.host.notice("The context window is full: compacting before sending.", "warn")
                 self.compact()
             self.flush()
@@ -357,8 +360,7 @@ class ChatSession:
         except ChatloopError:
             self._queue.remove(message)  # refused before anything changed: not kept, not sent
             raise
-        if room is None and not (room := self.plan()).fits:
-            self._check_room(self._plan([message], history=False), saved=True)
+        if not room.fits and not waiting:
             self.host.notice(
                 "The context window is full: compacting; the new session answers your message.",
                 "warn",
@@ -374,19 +376,19 @@ class ChatSession:
             return TurnResult()
         return self._answer(text)
 
-    def _check_room(self, alone: Plan, saved: bool) -> None:
+    def _check_room(self, alone: Plan) -> None:
         """Raise when the message cannot be sent: it does not fit even alone, or the
-        history does not fit and compaction is off. ``saved``: it is in the file."""
-        kept = "it is saved in the session, not sent" if saved else "nothing was sent"
+        history does not fit and compaction is off. Nothing is saved then."""
         if not alone.fits:
             raise ChatloopError(
                 f"This message alone (about {alone.messages_tokens:,} tokens) does not fit the "
-                f"context window ({alone.budget.available:,} tokens for messages); {kept}",
+                f"context window ({alone.budget.available:,} tokens for messages); nothing "
+                "was sent",
                 "Shorten it (Up recalls it), or use a model with a larger window.",
             )
         if self.settings.auto_compact == "off":
             raise ChatloopError(
-                f"The conversation no longer fits the context window; {kept}",
+                "The conversation no longer fits the context window; the message was not sent",
                 "/compact continues in a new session from a summary; then send it again "
                 "(Up recalls it).",
             )
@@ -800,10 +802,13 @@ class ChatSession:
             return
         view.close(False, False)
         ack = replace(reply, restore=True)
-        if typed:
+        if typed:  # what was typed is saved: only the acknowledgment may be left out
             try:
-                writer.insert(ack, before=typed)
-            except StoreError as exc:  # what was typed is saved; only the acknowledgment is not
+                if not writer.insert(ack, before=typed):
+                    self.host.notice(
+                        "The acknowledgment was not saved: the file changed meanwhile.", "warn"
+                    )
+            except StoreError as exc:
                 self.host.notice(f"The acknowledgment was not saved: {exc.message}", "warn")
             return
         try:

@@ -383,7 +383,11 @@ def _search_words(argv: list[str], at: int) -> list[str]:
         if token == "--":
             words += argv[i + 1 :]
             break
-        meant = _option(token, takes) if token.startswith("-") and token != "-" else None
+        # a long option, or a short one exactly (no clusters: `-fresh` is a word, not -h)
+        if token.startswith("--"):
+            meant = _option(token, takes)
+        else:
+            meant = token.split("=", 1)[0] if token.split("=", 1)[0] in takes else None
         if meant is None:
             words.append(token)
         else:

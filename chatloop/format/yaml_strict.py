@@ -117,7 +117,9 @@ def load(text: str, plain: bool = True) -> dict[str, Any]:
     loader = made.fast if made.fast is not None and "*" not in text else made.strict
     try:
         data = made.handler.load(text, Loader=loader)
-    except made.yaml.YAMLError as exc:
+    except (made.yaml.YAMLError, ValueError, RecursionError) as exc:
+        # (PyYAML raises ValueError for an escape past U+10FFFF, "\U10010000", and a
+        # deep enough nesting of brackets exhausts its recursive composer)
         raise FrontMatterError(f"front matter is not valid YAML: {_first_line(exc)}") from exc
     if data is None:
         return {}

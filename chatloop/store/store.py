@@ -21,6 +21,7 @@ from chatloop import ids
 from chatloop.errors import ChatloopError, NotFound, StoreError
 from chatloop.store.fsio import (
     atomic_rewrite,
+    create_atomically,
     ensure_dir,
     local_now,
     lock_path,
@@ -290,8 +291,8 @@ class Store:
         for message in carried:
             totals = totals.plus(message)
             records.append(render_frame(message, meta, totals.queries))
-        try:
-            write_new_file(path, b"".join(records))
+        try:  # whole or not at all (a temp file linked into place): a kill leaves no part
+            create_atomically(path, b"".join(records))
         except BaseException:
             with suppress(OSError):  # a session that was never made leaves no lock either
                 lock_path(path).unlink()

@@ -13,6 +13,7 @@ crash, ``recover_locked`` closes it and keeps it as an interrupted reply.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Callable
@@ -66,6 +67,7 @@ class SessionWriter:
         self._last_frame_at = -1
         self._draft = b""  # the unfinished record at the end of the file, if any
         self._draft_key = ""
+        self._draft_message: Message | None = None  # the reply that record holds
         self._sizes: list[int] = []  # the sizes of the last records this writer appended
 
     # -- reading
@@ -105,9 +107,12 @@ class SessionWriter:
     # -- writing
     def append(self, message: Message) -> None:
         """Durably append one message; on failure the file is left unchanged. An
-        unfinished reply (``draft``) is replaced by it: the message is what the reply
-        became."""
+        unfinished reply (``draft``) is replaced by an assistant message (what the
+        reply became); before any other message it is first written whole, as the
+        interrupted reply it is (stop reason ``unfinished``)."""
         self._check_external_edit()
+        if self._draft_message is not None and message.role != "assistant":
+            self.append(self._draft_message)
         totals = self._totals.plus(message)
         record = render_frame(message, self._meta, totals.queries)
         try:
@@ -124,7 +129,7 @@ class SessionWriter:
         except OSError as exc:
             self._truncate(before, exc)
             self._draft = draft
-            self._restore_draft()
+            self._restore_draft(before)
             raise io_error("save a message to", self.path, exc) from exc
         except BaseException:  # Ctrl-C or a signal after the write: the frame is in the file
             if written == len(record):
@@ -132,47 +137,30 @@ class SessionWriter:
             raise
         self._commit(message, totals, before)
 
-    def insert(self, message: Message, before: int) -> None:
+    def insert(self, message: Message, before: int) -> bool:
         """Durably put ``message`` before the last ``before`` messages (at most 8, all
         appended by this writer, no draft pending): the acknowledgment of a restoration
         prompt, streamed after the message the person had typed was saved. The file is
-        cut where those records begin and they are written again after ``message``, in
-        one write; on failure they are put back and StoreError is raised. (A kill in
-        the instant between the cut and the write would lose them: one system call
-        apart.) When the file was changed by someone else since, or those records are
-        not known, ``message`` is appended instead."""
+        rewritten atomically (it is a new session's, a few kB): it holds those messages
+        whatever happens, before ``message`` or without it. False, and nothing written,
+        when the file was changed by someone else since, or those records are not
+        known; StoreError when it cannot be rewritten."""
         self._check_external_edit()
         if before == 0 or self._draft or before > len(self._sizes):
-            self.append(message)
-            return
-        size = self._stamp[1]
-        start = size - sum(self._sizes[-before:])
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(start)
-                kept = handle.read()
-        except OSError as exc:
-            raise io_error("save a message to", self.path, exc) from exc
+            return False
+        data = read_bytes(self.path)
+        start = len(data) - sum(self._sizes[-before:])
         totals = self._totals.plus(message)
         record = render_frame(message, self._meta, self._totals.queries)
-        try:
-            os.ftruncate(self._fd, start)
-            _write_all(self._fd, record + kept)
-            os.fsync(self._fd)
-        except OSError as exc:
-            self._truncate(start, exc)
-            try:
-                _write_all(self._fd, kept)
-                os.fsync(self._fd)
-            except OSError as again:
-                raise io_error("put back the last messages of", self.path, again) from again
-            raise io_error("save a message to", self.path, exc) from exc
-        at = len(self._messages) - before
-        self._messages.insert(at, message)
+        atomic_rewrite(self.path, data[:start] + record + data[start:])
+        os.close(self._fd)
+        self._fd = self._open_append()
+        self._messages.insert(len(self._messages) - before, message)
         self._totals = totals
         self._stamp = self._stat()
         self._sizes[-before:-before] = [len(record)]
         self._last_frame_at += len(record)
+        return True
 
     def draft(self, reply: Message) -> None:
         """Put ``reply``, an assistant reply still streaming, on disk as the file's
@@ -190,32 +178,37 @@ class SessionWriter:
             size = os.fstat(self._fd).st_size
         except OSError as exc:
             raise io_error("save the reply so far to", self.path, exc) from exc
+        before = size - len(self._draft)
         try:
             if grows:
                 _write_all(self._fd, record[len(self._draft) :])
             else:
-                os.ftruncate(self._fd, size - len(self._draft))
+                os.ftruncate(self._fd, before)
                 _write_all(self._fd, record)
             os.fsync(self._fd)
         except OSError as exc:
             if grows:
                 self._truncate(size, exc)  # the last draft, whole, as it was
             else:
-                self._truncate(size - len(self._draft), exc)
-                self._restore_draft()
+                self._truncate(before, exc)
+                self._restore_draft(before)
             raise io_error("save the reply so far to", self.path, exc) from exc
-        self._draft, self._draft_key = record, reply.key
+        self._draft, self._draft_key, self._draft_message = record, reply.key, reply
         self._stamp = self._stat()
 
-    def _restore_draft(self) -> None:
-        """After a failed write: put the last draft back (it fitted before), best effort."""
+    def _restore_draft(self, before: int) -> None:
+        """After a failed write, the file cut back to ``before``: put the last draft
+        back (it fitted before), best effort; when even that fails, the file is cut
+        back to ``before`` again and the draft given up (the reply is in memory still)."""
         if not self._draft:
             return
         try:
             _write_all(self._fd, self._draft)
             os.fsync(self._fd)
         except OSError:
-            self._draft = b""  # what was written of it is a torn tail: recovery keeps it
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, before)
+            self._draft, self._draft_message = b"", None
         self._stamp = self._stat()
 
     def _commit(self, message: Message, totals: Totals, before: int) -> None:
@@ -224,7 +217,7 @@ class SessionWriter:
         self._totals = totals
         self._stamp = self._stat()
         self._last_frame_at = before + 1  # the record starts with a blank line
-        self._draft, self._draft_key = b"", ""
+        self._draft, self._draft_key, self._draft_message = b"", "", None
         self._sizes = [*self._sizes[-7:], self._stamp[1] - before]
 
     def update_meta(self, **changes: Any) -> SessionMeta:
@@ -256,6 +249,8 @@ class SessionWriter:
         before the error is raised, so a finalize tried again and again leaves one
         summary frame, not one per try."""
         fields: dict[str, Any] = {}
+        if self._draft_message is not None:  # a reply whose own record could not be written
+            self.append(self._draft_message)
         undo = (os.fstat(self._fd).st_size, list(self._messages), self._totals, self._last_frame_at)
         if summary is not None:
             self.append(summary)
@@ -324,8 +319,17 @@ class SessionWriter:
         result = parse_markdown(data, self.path.stem)
         if not any(p.kind == "front_matter" for p in result.problems):
             self._meta = result.session.meta
-        # an unfinished last record (ours, or someone's torn one) is what a draft replaces
-        self._draft = data[result.end :] if result.torn and result.exact else b""
+        # our unfinished reply stays ours only when it is still the file's tail as we
+        # wrote it; bytes someone added after it are never cut (it is left as it is)
+        ours = (  # (a draft record begins with the blank line before its open marker)
+            bool(self._draft)
+            and result.torn
+            and result.exact
+            and data.endswith(self._draft)
+            and result.end == len(data) - len(self._draft) + 1
+        )
+        if not ours:
+            self._draft, self._draft_key, self._draft_message = b"", "", None
         self._sizes = []  # the records are no longer known to be ours
         self._messages = list(result.session.messages)
         self._totals = Totals.of(self._messages)
@@ -335,6 +339,7 @@ class SessionWriter:
         try:
             os.ftruncate(self._fd, length)
             os.fsync(self._fd)
+            self._stamp = self._stat()  # our own change, not someone's edit
         except OSError as exc:
             raise StoreError(
                 f"Could not save a message to {self.path.name} ({cause.strerror}), "
