@@ -90,11 +90,7 @@ def test_a_number_out_of_range_is_never_read_as_the_start_of_a_handle(store: Sto
     from chatloop.errors import NotFound
     from chatloop.store.index import Index
 
-    for n, tail in enumerate(("1234abcd", "5678ef01", "9abc0000")):
-        meta = new_meta(id=f"20261120-10000{n}-{tail}", title=f"s{n}")
-        with store.create(meta) as writer:
-            writer.append(Message.create("user", T0, text=f"question {n}"))
-            writer.finalize()
+    _closed_sessions(store, ("1234abcd", "5678ef01", "9abc0000"))
     with Index(store) as index:
         index.sync()
         with pytest.raises(NotFound, match="no session number 1234") as raised:
@@ -150,11 +146,7 @@ def test_digits_that_start_with_zero_are_a_handle_never_a_number(store: Store) -
     from chatloop.errors import NotFound
     from chatloop.store.index import Index
 
-    for n, tail in enumerate(("00000001", "5678ef01", "9abc0000")):
-        meta = new_meta(id=f"20261120-10000{n}-{tail}", title=f"s{n}")
-        with store.create(meta) as writer:
-            writer.append(Message.create("user", T0, text=f"question {n}"))
-            writer.finalize()
+    _closed_sessions(store, ("00000001", "5678ef01", "9abc0000"))
     with Index(store) as index:
         index.sync()
         assert index.find("1").id.endswith("9abc0000")  # number 1: the most recent
@@ -162,3 +154,12 @@ def test_digits_that_start_with_zero_are_a_handle_never_a_number(store: Store) -
         assert index.find("0000").id.endswith("00000001")
         with pytest.raises(NotFound):
             index.find("01")  # not number 1, and no handle starts so
+
+
+def _closed_sessions(store: Store, tails: tuple[str, ...]) -> None:
+    """One closed session per id tail, a second apart, the last the most recent."""
+    for n, tail in enumerate(tails):
+        meta = new_meta(id=f"20261120-10000{n}-{tail}", title=f"s{n}")
+        with store.create(meta) as writer:
+            writer.append(Message.create("user", T0, text=f"question {n}"))
+            writer.finalize()

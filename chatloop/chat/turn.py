@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -91,16 +91,8 @@ class _Reply:
     def unfinished(self, at: datetime, model: str) -> Message:
         """The reply so far, as it stays on disk if chatloop stops now: interrupted,
         stop reason ``unfinished``, no tool calls (they come whole, at the end)."""
-        thinking = (Thinking("".join(self.thinking)),) if self.thinking else ()
-        return Message.create(
-            "assistant",
-            at,
-            text="".join(self.text),
-            thinking=thinking,
-            model=model or None,
-            stop_reason=UNFINISHED,
-            interrupted=True,
-        )
+        now = self.message(at, model, 0.0, True)
+        return replace(now, tool_calls=(), stop_reason=UNFINISHED, usage=None, duration=None)
 
     def message(self, at: datetime, model: str, seconds: float, interrupted: bool) -> Message:
         thinking = (Thinking("".join(self.thinking)),) if self.thinking else ()
