@@ -737,3 +737,16 @@ def test_a_message_too_long_for_the_window_is_refused_not_saved(store: Store) ->
     session.send("a short one")
     session.close()
     assert queries(store) == ["hello", "a short one"]
+
+
+def test_the_first_message_too_long_for_the_window_leaves_no_session(store: Store) -> None:
+    """Saved first, then counted: a new session's first message that cannot be sent is
+    taken back out, and the file it began is removed; the chat goes on fresh."""
+    session, _host = chat(store, FakeBackend("Short answer.", STRUCTURED), context_window=700)
+    with pytest.raises(ChatloopError, match="does not fit"):
+        session.send("paste " + "lorem ipsum dolor sit amet " * 300)
+    assert not list(store.project_dir.glob("*.md*"))  # neither the file nor its lock
+    assert session.writer is None
+    session.send("hello")
+    session.close()
+    assert queries(store) == ["hello"]

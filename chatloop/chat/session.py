@@ -334,24 +334,24 @@ class ChatSession:
         """One exchange: save ``text``, make room if needed, stream the reply, run tools;
         then compact if the window is past the threshold.
 
-        First the message is counted against the window (the one request made before
-        it is saved, which the backends bound with a deadline), so that one that cannot
-        be sent is refused, not saved: it does not fit even alone, or the history does
-        not fit and compaction is off (ChatloopError; Up recalls it). Then it is on disk
-        before anything else happens: the compaction it needs (an open session is
-        continued in a child that answers it; a continuation not written yet is made
-        smaller first, since that decides what its file holds), the acknowledgment of a
-        restoration, the request. Raises StoreError when it cannot be saved (it stays
-        queued and is written and sent first next time), ChatloopError when the server
-        failed (after the failure is recorded in the file)."""
+        The message is on disk before anything else happens: its count against the
+        window, the compaction it needs (the child answers it), the acknowledgment of a
+        restoration, the request. One that cannot be sent (it does not fit even alone,
+        or the history does not fit and compaction is off) is then taken back out of
+        the file and refused (ChatloopError; Up recalls it). The one exception: a
+        continuation not written yet (``Waiting``) is counted first, since whether the
+        message fits decides what its new file holds (a count the backends bound with a
+        deadline). Raises StoreError when the message cannot be saved (it stays queued
+        and is written and sent first next time), ChatloopError when the server failed
+        (after the failure is recorded in the file)."""
         message = Message.create("user", self.clock(), text=text)
-        room = self.plan([message])
-        if not room.fits:
-            self._check_room(self._plan([message], history=False))
         waiting = isinstance(self.state, Waiting)
+        room = self.plan([message]) if waiting else None
+        if room is not None and not room.fits:
+            self._check_room(self._plan([message], history=False))
         self._queue.append(message)  # in hand: from here on it is on disk or visibly queued
         try:
-            if not room.fits and waiting:
+            if room is not None and not room.fits:
                 self.host.notice("The context window is full: compacting before sending.", "warn")
                 self.compact()
             self.flush()
@@ -360,7 +360,12 @@ class ChatSession:
         except ChatloopError:
             self._queue.remove(message)  # refused before anything changed: not kept, not sent
             raise
-        if not room.fits and not waiting:
+        if room is None and not (room := self.plan()).fits:
+            try:
+                self._check_room(self._plan([message], history=False))
+            except ChatloopError:
+                self._take_back(message)
+                raise
             self.host.notice(
                 "The context window is full: compacting; the new session answers your message.",
                 "warn",
@@ -375,6 +380,19 @@ class ChatSession:
                 ) from exc
             return TurnResult()
         return self._answer(text)
+
+    def _take_back(self, message: Message) -> None:
+        """``message``, just saved, cannot be sent: out of the file again (a session it
+        began is removed whole), so no history ever holds what was refused."""
+        writer = self.writer
+        try:
+            if writer is None or not writer.take_back(message):
+                return  # (someone changed the file meanwhile: it stays, as their edit did)
+        except StoreError:
+            return  # it cannot be cut: it stays saved, unsent (the refusal says so)
+        if writer.last_message is None:  # it began this file: nothing was said in it
+            self.store.discard(writer)
+            self.state = Fresh()
 
     def _check_room(self, alone: Plan) -> None:
         """Raise when the message cannot be sent: it does not fit even alone, or the

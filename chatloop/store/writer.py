@@ -137,6 +137,27 @@ class SessionWriter:
             raise
         self._commit(message, totals, before)
 
+    def take_back(self, message: Message) -> bool:
+        """Cut ``message`` off the file again: the record this writer appended last (a
+        message saved, then found to be one that cannot be sent). False, and nothing
+        changed, when it is not the last record this writer wrote (someone changed the
+        file since, or a reply is streaming); StoreError when the file cannot be cut."""
+        self._check_external_edit()
+        if self._draft or not self._sizes or self.last_message is not message:
+            return False
+        length = self._stamp[1] - self._sizes[-1]
+        try:
+            os.ftruncate(self._fd, length)
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise io_error("take a message back out of", self.path, exc) from exc
+        self._messages.pop()
+        self._sizes.pop()
+        self._totals = Totals.of(self._messages)
+        self._stamp = self._stat()
+        self._last_frame_at = -1
+        return True
+
     def insert(self, message: Message, before: int) -> bool:
         """Durably put ``message`` before the last ``before`` messages (at most 8, all
         appended by this writer, no draft pending): the acknowledgment of a restoration
