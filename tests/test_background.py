@@ -273,3 +273,34 @@ def test_the_worker_runs_no_code_of_the_project_and_shows_no_key(
         wait_for_lock(path)
     assert not marker.exists()
     assert _read(path).meta.status == "closed"
+
+
+def test_a_retry_of_a_session_never_named_takes_the_title_it_gets_at_close(
+    chatloop_home: Path, project: Path
+) -> None:
+    """Titles from the model, and the model's title request failing: the session is
+    named at close by its first request's line (by the worker), and the branch a
+    /retry makes takes that title too."""
+    from tests.pty_driver import ready, spawn, wait
+
+    def reply(request: dict[str, Any]) -> str:
+        last = str(request["messages"][-1]["content"])
+        if "Write a title" in last:
+            return ""  # no title: named at close
+        return STRUCTURED if "progressive summary" in last else "Every two days."
+
+    with scripted_server(reply) as url:
+        child = spawn(url, chatloop_home, project, 16, summaries="background", titles="model")
+        child.sendline("How often should I water basil?")
+        wait(child, ready(1))
+        child.sendline("/retry")
+        wait(child, "Forked:")
+        wait(child, ready(1))
+        child.sendeof()
+        child.expect(pexpect.EOF)
+        child.close()
+        paths = list(chatloop_home.rglob("*.md"))
+        for path in paths:
+            wait_for_lock(path)
+    titles = {_read(p).meta.title for p in paths}
+    assert titles == {"How often should I water basil?"}, titles

@@ -621,11 +621,11 @@ class ChatSession:
         parent returned has no summary yet; else it is summarized and finalized here.
         Raises StoreError, and the session is then open as it was."""
         if self.settings.summaries == "background":
-            totals: dict[str, Any] = dict(writer.totals.fields())
-            meta = replace(writer.meta, **totals)  # (the front matter has them at finalize)
-            pid = background.hand_off(
-                writer, self.store, self.backend, self.settings, self._late_title(writer)
-            )
+            late = self._late_title(writer)
+            # as the worker will write it: the totals and a late title (a fork takes it)
+            totals: dict[str, Any] = {**writer.totals.fields(), **late}
+            meta = replace(writer.meta, **totals)
+            pid = background.hand_off(writer, self.store, self.backend, self.settings, late)
             if pid is not None:
                 self.host.notice(
                     f"Saved session {meta.id} ({_queries(meta.queries)}) → {writer.path}; "
