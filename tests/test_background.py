@@ -278,21 +278,28 @@ def test_the_worker_runs_no_code_of_the_project_and_shows_no_key(
 def test_a_retry_of_a_session_never_named_takes_the_title_it_gets_at_close(
     chatloop_home: Path, project: Path
 ) -> None:
-    """Titles from the model, and the model's title request failing: the session is
-    named at close by its first request's line (by the worker), and the branch a
-    /retry makes takes that title too."""
+    """The first exchange fails (the server drops it), so the session is not named
+    then; `/retry` branches from it: the session is named at close by its first
+    request's line (written by the worker), and the branch takes that title too."""
     from tests.pty_driver import ready, spawn, wait
+
+    failing = threading.Event()
+    failing.set()
 
     def reply(request: dict[str, Any]) -> str:
         last = str(request["messages"][-1]["content"])
-        if "Write a title" in last:
-            return ""  # no title: named at close
-        return STRUCTURED if "progressive summary" in last else "Every two days."
+        if "progressive summary" in last:
+            return STRUCTURED
+        if failing.is_set():
+            raise ConnectionResetError("dropped")  # the connection closes: no reply
+        return "Every two days."
 
     with scripted_server(reply) as url:
-        child = spawn(url, chatloop_home, project, 16, summaries="background", titles="model")
+        child = spawn(url, chatloop_home, project, 16, summaries="background", retries="0")
         child.sendline("How often should I water basil?")
+        wait(child, "error")
         wait(child, ready(1))
+        failing.clear()
         child.sendline("/retry")
         wait(child, "Forked:")
         wait(child, ready(1))
@@ -302,5 +309,6 @@ def test_a_retry_of_a_session_never_named_takes_the_title_it_gets_at_close(
         paths = list(chatloop_home.rglob("*.md"))
         for path in paths:
             wait_for_lock(path)
+    assert len(paths) == 2
     titles = {_read(p).meta.title for p in paths}
     assert titles == {"How often should I water basil?"}, titles
