@@ -142,10 +142,10 @@ class Host:
         return View()
 
     @contextmanager
-    def working(self, label: str) -> Iterator[Callable[[str], None]]:
+    def working(self, label: str, trace: bool = True) -> Iterator[Callable[[str], None]]:
         yield lambda step: None
 
-    def pick(self, rows: list[Any]) -> Any:
+    def pick(self, rows: list[Any], lookup: Any = None) -> Any:
         return None
 
 
@@ -154,10 +154,10 @@ class TimedSession(ChatSession):
 
     compactions: list[float]
 
-    def compact(self, unanswered: str | None = None) -> None:
+    def compact(self, unanswered: str | None = None, instructions: str = "") -> None:
         started = time.monotonic()
         try:
-            super().compact(unanswered)
+            super().compact(unanswered, instructions)
         finally:
             self.compactions.append(time.monotonic() - started)
 
@@ -167,7 +167,9 @@ def run(url: str, window: int, count: int) -> int:
     (home / "project").mkdir()
     store = Store(home / "home", cwd=home / "project")
     backend = Counting(OpenAICompatBackend(url))
-    settings = Settings(context_window=window)  # every other setting at its default
+    # every other setting at its default, but the summary at the end is written before
+    # the run reads the files (not by a background worker)
+    settings = Settings(context_window=window, summaries="wait")
     agent = load_agent(bundled_agents() / "simple_sally.py")
     session = TimedSession(agent, backend, store, settings, Host())  # type: ignore[arg-type]
     session.compactions = []
