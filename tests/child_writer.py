@@ -8,6 +8,10 @@ python -m tests.child_writer hold PATH       take the lock, print "locked", slee
 python -m tests.child_writer fsize PATH K    with RLIMIT_FSIZE = size + K, append a
                                              big message; print the outcome, then
                                              append a small one with no limit
+python -m tests.child_writer draftuser PATH K
+                                             draft a reply, then with RLIMIT_FSIZE =
+                                             size + K append a message of the person's
+                                             (the draft is written whole first)
 python -m tests.child_writer draftfull PATH K
                                              draft a reply, then with RLIMIT_FSIZE =
                                              size + K draft it longer; print the
@@ -74,6 +78,19 @@ def main(argv: list[str]) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
         writer.append(Message.create("user", now, text="after the disk was freed"))
         _say("recovered")
+    elif mode == "draftuser":
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        part = dict(stop_reason=UNFINISHED, interrupted=True)
+        writer.draft(Message.create("assistant", now, text="Basil wants sun.", **part))
+        before = path.read_bytes()
+        resource.setrlimit(
+            resource.RLIMIT_FSIZE, (len(before) + int(argv[2]), resource.RLIM_INFINITY)
+        )
+        try:
+            writer.append(Message.create("user", now, text="and mint?"))
+            _say("appended")
+        except StoreError as exc:
+            _say(f"error: {exc.message} | unchanged={path.read_bytes() == before}")
     elif mode == "draftfull":
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         part = dict(stop_reason=UNFINISHED, interrupted=True)

@@ -385,8 +385,37 @@ def test_front_matter_that_makes_pyyaml_raise_other_errors_is_a_problem() -> Non
         b"status: open\nqueries: 0\ntokens:\n  in: 0\n  out: 0\n  restoration: 0\nsummary: "
         b"null\n---\n\n# x Conversation\n"
     )
-    deep = b"---\nformat: 2\nid: x\nmodel: " + b"[" * 20_000 + b"\n---\n"
-    for data in (drawn, deep):
+    unclosed = b"---\nformat: 2\nid: x\nmodel: " + b"[" * 20_000 + b"\n---\n"
+    for data in (drawn, unclosed, _nested(1_000)):
         result = parse_markdown(data, "20261121-143045-0a1b2c3d")
         assert "front_matter" in [p.kind for p in result.problems]
-        skim(data, "20261121-143045-0a1b2c3d")  # (raised ValueError before)
+        skim(data, "20261121-143045-0a1b2c3d")  # (raised ValueError, RecursionError before)
+
+
+def _nested(depth: int) -> bytes:
+    """Front matter whose model is a list nested ``depth`` deep, closed (valid YAML)."""
+    return b"---\nformat: 2\nid: x\nmodel: " + b"[" * depth + b"]" * depth + b"\n---\n"
+
+
+def test_front_matter_nested_deep_enough_to_overflow_libyaml_is_a_problem(
+    tmp_path: Path,
+) -> None:
+    """30,000 closed brackets (under the 64 KiB cap) overflowed libyaml's C stack: a
+    segmentation fault of every reader. Refused before YAML sees it; run in a child,
+    so the old failure is a non-zero exit, not this test process dying."""
+    path = tmp_path / "20261121-143045-0a1b2c3d.md"
+    path.write_bytes(_nested(30_000))
+    script = (
+        "import sys; from chatloop.format import parse_markdown, skim; "
+        "data = open(sys.argv[1], 'rb').read(); "
+        "print([p.kind for p in parse_markdown(data, 'x').problems]); skim(data, 'x')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-500:])
+    assert "front_matter" in done.stdout

@@ -250,7 +250,33 @@ def test_bytes_someone_adds_after_a_streaming_reply_are_never_cut(store: Store) 
     writer.close()
     data = path.read_bytes()
     assert b"a note typed into the file meanwhile" in data
-    assert parse_markdown(data).session.messages[-1] == final
+    result = parse_markdown(data)
+    assert result.session.messages[-1] == final
+    # the reply that streamed is left as it was on disk, unclosed: told as damage (its
+    # frame and the note in it are kept byte for byte), never silently dropped
+    assert [p.kind for p in result.problems] == ["damaged"]
+
+
+@pytest.mark.parametrize("room", [0, 10, 40])
+def test_a_draft_written_whole_before_a_message_is_never_cut_first(store: Store, room: int) -> None:
+    """Before a message of the person's, a pending draft is written whole, by growing it
+    (its record begins with its bytes), never cut first: with no room for that the file
+    is as it was, draft included; with room for it only, the reply is a message and
+    the person's is not saved. Either way the reply so far is found."""
+    path, _ = _started(store)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.child_writer", "draftuser", str(path), str(room)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("error: "), done.stdout
+    result = store.recover(path)
+    assert [p.kind for p in result.problems] in ([], ["repaired"])
+    reply = result.session.messages[-1]
+    assert reply.text == "Basil wants sun." and reply.interrupted
 
 
 def test_the_acknowledgment_is_put_before_the_typed_message_or_not_at_all(

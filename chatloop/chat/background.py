@@ -83,6 +83,7 @@ def hand_off(
             [sys.executable, "-P", "-m", "chatloop.chat.background", str(lock_fd)],
             pass_fds=(lock_fd,),
             cwd=store.root,
+            env=_same_package_env(),
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -99,6 +100,17 @@ def hand_off(
     mark_summary(lock_fd, worker.pid)
     writer.close()  # our copy of the lock goes; the worker's holds it
     return worker.pid
+
+
+def _same_package_env() -> dict[str, str]:
+    """The environment for the worker: ours, with the folder this chatloop was imported
+    from first on its path, so it runs the same code (with ``-P`` and in the home, a
+    relative ``PYTHONPATH`` or the working directory would find another, or none)."""
+    import chatloop
+
+    root = str(Path(chatloop.__file__).resolve().parent.parent)
+    rest = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, rest]) if rest else root}
 
 
 def finish(

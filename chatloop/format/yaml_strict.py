@@ -113,6 +113,10 @@ def load(text: str, plain: bool = True) -> dict[str, Any]:
     simple = simple_load(text) if plain else None
     if simple is not None:
         return simple
+    if text.count("[") + text.count("{") > MAX_NESTING and _nesting(text) > MAX_NESTING:
+        # libyaml would build it (or, deep enough, overflow its C stack: a crash no
+        # except catches), and every later use of the value recurses that deep
+        raise FrontMatterError(f"front matter nests values more than {MAX_NESTING} deep")
     made = _yaml()
     loader = made.fast if made.fast is not None and "*" not in text else made.strict
     try:
@@ -207,6 +211,22 @@ def yaml_error() -> type[Exception]:
     """PyYAML's base error class (loading PyYAML)."""
     error: type[Exception] = _yaml().yaml.YAMLError
     return error
+
+
+MAX_NESTING = 32  # brackets in brackets: session front matter never nests past 2
+
+
+def _nesting(text: str) -> int:
+    """How deep ``[``/``{`` nest in ``text`` at most, quotes not considered (so it may
+    only say deeper than YAML would: enough to refuse a hostile block)."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}" and depth:
+            depth -= 1
+    return deepest
 
 
 def _first_line(exc: Exception) -> str:

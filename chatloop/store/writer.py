@@ -115,24 +115,31 @@ class SessionWriter:
             self.append(self._draft_message)
         totals = self._totals.plus(message)
         record = render_frame(message, self._meta, totals.queries)
+        # the draft written whole (its record begins with the draft's bytes) only grows:
+        # nothing on disk is cut, so a kill meanwhile leaves the draft as it was
+        grows = bool(self._draft) and record.startswith(self._draft)
         try:
-            before = os.fstat(self._fd).st_size - len(self._draft)
-            if self._draft:
+            size = os.fstat(self._fd).st_size
+            before = size - len(self._draft)
+            if self._draft and not grows:
                 os.ftruncate(self._fd, before)
         except OSError as exc:
             raise io_error("save a message to", self.path, exc) from exc
         draft, self._draft = self._draft, b""  # gone from the file: the record replaces it
         written = 0
         try:
-            written = _write_all(self._fd, record)
+            written = _write_all(self._fd, record[len(draft) :] if grows else record)
             os.fsync(self._fd)
         except OSError as exc:
-            self._truncate(before, exc)
             self._draft = draft
-            self._restore_draft(before)
+            if grows:
+                self._truncate(size, exc)  # the draft, whole, as it was
+            else:
+                self._truncate(before, exc)
+                self._restore_draft(before)
             raise io_error("save a message to", self.path, exc) from exc
         except BaseException:  # Ctrl-C or a signal after the write: the frame is in the file
-            if written == len(record):
+            if written and written == len(record) - (len(draft) if grows else 0):
                 self._commit(message, totals, before)
             raise
         self._commit(message, totals, before)
