@@ -78,7 +78,7 @@ def main(argv: list[str]) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
         writer.append(Message.create("user", now, text="after the disk was freed"))
         _say("recovered")
-    elif mode == "draftuser":
+    elif mode in ("draftuser", "draftfull"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         part = dict(stop_reason=UNFINISHED, interrupted=True)
         writer.draft(Message.create("assistant", now, text="Basil wants sun.", **part))
@@ -86,27 +86,19 @@ def main(argv: list[str]) -> None:
         resource.setrlimit(
             resource.RLIMIT_FSIZE, (len(before) + int(argv[2]), resource.RLIM_INFINITY)
         )
+        longer = Message.create("assistant", now, text="Basil wants sun. " * 40, **part)
         try:
-            writer.append(Message.create("user", now, text="and mint?"))
+            if mode == "draftuser":
+                writer.append(Message.create("user", now, text="and mint?"))
+            else:
+                writer.draft(longer)
+            _say("written")
+        except StoreError as exc:
+            _say(f"error: {exc.message} | unchanged={path.read_bytes() == before}")
+        if mode == "draftfull":
+            resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
+            writer.append(Message.create("assistant", now, text="Basil wants sun. " * 40))
             _say("appended")
-        except StoreError as exc:
-            _say(f"error: {exc.message} | unchanged={path.read_bytes() == before}")
-    elif mode == "draftfull":
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        part = dict(stop_reason=UNFINISHED, interrupted=True)
-        writer.draft(Message.create("assistant", now, text="Basil wants sun.", **part))
-        before = path.read_bytes()
-        resource.setrlimit(
-            resource.RLIMIT_FSIZE, (len(before) + int(argv[2]), resource.RLIM_INFINITY)
-        )
-        try:
-            writer.draft(Message.create("assistant", now, text="Basil wants sun. " * 40, **part))
-            _say("drafted")
-        except StoreError as exc:
-            _say(f"error: {exc.message} | unchanged={path.read_bytes() == before}")
-        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
-        writer.append(Message.create("assistant", now, text="Basil wants sun. " * 40))
-        _say("appended")
 
 
 if __name__ == "__main__":

@@ -129,19 +129,25 @@ def test_a_key_the_text_comes_to_hold_makes_a_new_record(store: Store) -> None:
     assert result.session.messages[-1].text == f"The key is {first.key}, and more"
 
 
-@pytest.mark.parametrize("room", [0, 30, 300])
-def test_a_full_disk_under_a_draft_keeps_the_last_draft(store: Store, room: int) -> None:
-    """A draft that cannot be written whole (a real file size limit in a child) leaves
-    the last draft as it was; the reply is appended whole once there is room."""
-    path, said = _started(store)
+def _child_writer(mode: str, path: Path, room: int) -> subprocess.CompletedProcess[str]:
+    """``tests.child_writer MODE PATH ROOM``: a real file size limit, in a child."""
     done = subprocess.run(
-        [sys.executable, "-m", "tests.child_writer", "draftfull", str(path), str(room)],
+        [sys.executable, "-m", "tests.child_writer", mode, str(path), str(room)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.mark.parametrize("room", [0, 30, 300])
+def test_a_full_disk_under_a_draft_keeps_the_last_draft(store: Store, room: int) -> None:
+    """A draft that cannot be written whole (a real file size limit in a child) leaves
+    the last draft as it was; the reply is appended whole once there is room."""
+    path, said = _started(store)
+    done = _child_writer("draftfull", path, room)
     first, last = done.stdout.splitlines()
     assert first.startswith("error: ") and first.endswith("unchanged=True"), first
     assert last == "appended"
@@ -264,14 +270,7 @@ def test_a_draft_written_whole_before_a_message_is_never_cut_first(store: Store,
     is as it was, draft included; with room for it only, the reply is a message and
     the person's is not saved. Either way the reply so far is found."""
     path, _ = _started(store)
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.child_writer", "draftuser", str(path), str(room)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _child_writer("draftuser", path, room)
     assert done.stdout.startswith("error: "), done.stdout
     result = store.recover(path)
     assert [p.kind for p in result.problems] in ([], ["repaired"])
