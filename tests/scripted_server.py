@@ -20,10 +20,17 @@ Reply = Callable[[dict[str, Any]], str]
 
 
 @contextmanager
-def scripted_server(reply: Reply, model: str = "scripted", pace: float = 0.0) -> Iterator[str]:
+def scripted_server(
+    reply: Reply,
+    model: str = "scripted",
+    pace: float = 0.0,
+    models: Callable[[], bool] | None = None,
+) -> Iterator[str]:
     """Serve ``reply`` on a free port; yields the base URL (``http://127.0.0.1:N/v1``).
     ``model``: the one model ``/v1/models`` lists. ``pace``: seconds between two pieces
-    of a streamed reply (a slow model); 0 sends the whole reply at once."""
+    of a streamed reply (a slow model); 0 sends the whole reply at once. ``models``:
+    called before ``/v1/models`` answers (it may wait, to hold a check of the server);
+    False makes that answer a 503."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:  # keep test output clean
@@ -37,8 +44,11 @@ def scripted_server(reply: Reply, model: str = "scripted", pace: float = 0.0) ->
             self.wfile.write(body)
 
         def do_GET(self) -> None:
-            models = {"object": "list", "data": [{"id": model, "object": "model"}]}
-            self._send(200, json.dumps(models).encode(), "application/json")
+            if models is not None and not models():
+                self._send(503, b'{"error": "loading"}', "application/json")
+                return
+            listed = {"object": "list", "data": [{"id": model, "object": "model"}]}
+            self._send(200, json.dumps(listed).encode(), "application/json")
 
         def do_POST(self) -> None:
             request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -997,11 +997,12 @@ def test_a_signal_at_the_first_prompt_gives_the_terminal_back(
     assert not list(chatloop_home.glob("projects/*/*.md"))
 
 
-def test_a_signal_while_the_first_line_waits_for_the_load_shows_the_line(
+def test_a_signal_while_the_first_line_waits_for_the_load_keeps_the_line_saved(
     chatloop_home: Path, project: Path
 ) -> None:
     """A server that accepts and never answers holds the load; the line sent meanwhile
-    is said to be waiting, and a SIGTERM then shows it (not sent), exit 0."""
+    is saved and said to be waiting; a SIGTERM then says where it is kept (not sent),
+    exit 0."""
     import socket
 
     silent = socket.socket()
@@ -1021,10 +1022,12 @@ def test_a_signal_while_the_first_line_waits_for_the_load_shows_the_line(
         child.sendline("hello there")
         wait(child, "(starting: checking the agent and the server")
         child.kill(signal.SIGTERM)
-        wait(child, "not sent: hello there")
+        wait(child, "your message was not sent; it is saved in session")
         child.expect(pexpect.EOF)
         child.close()
         assert child.exitstatus == 0
-        assert not list(chatloop_home.glob("projects/*/*.md"))
+        (saved,) = chatloop_home.glob("projects/*/*.md")
+        session = parse_markdown(saved.read_bytes()).session
+        assert [(m.role, m.text) for m in session.messages] == [("user", "hello there")]
     finally:
         silent.close()

@@ -135,7 +135,7 @@ def error_for_status(response: httpx.Response, base_url: str) -> BackendError:
         )
     return BackendError(
         f"The server at {base_url} answered {status}: {text}",
-        "Check the server's log; the message was saved and you can send again.",
+        "Check the server's log, then send again (Up recalls your message).",
     )
 
 

@@ -204,8 +204,10 @@ class ChatSession:
     def meta(self) -> SessionMeta:
         """The current front matter, or what a new session's would be."""
         writer = self.writer
-        if writer is not None:
-            return writer.meta
+        return writer.meta if writer is not None else self._new_meta()
+
+    def _new_meta(self) -> SessionMeta:
+        """A new session's front matter, from this session's agent, backend and pins."""
         now = self.clock()
         return SessionMeta(
             id="",
@@ -360,7 +362,43 @@ class ChatSession:
         except ChatloopError:
             self._queue.remove(message)  # refused before anything changed: not kept, not sent
             raise
-        if room is None and not (room := self.plan()).fits:
+        if room is not None:  # counted before it was saved, and room made
+            return self._answer(text)
+        return self._go_on(message)
+
+    def send_saved(self, writer: SessionWriter) -> TurnResult:
+        """``send`` for the first message of a new chat, saved before this session was
+        made (``chatloop.ui.start`` writes it while the agent and the server load):
+        ``writer``'s file, which holds only that message, becomes this session's and
+        takes its front matter (agent, model, server, branch, pins); the message is then
+        answered as ``send`` answers one it has saved. A front matter that cannot be
+        completed (a full disk) is said, and the message goes on."""
+        message = writer.last_message
+        if not isinstance(self.state, Fresh) or message is None or message.role != "user":
+            raise ValueError("send_saved takes a new session's file holding one message")
+        self.state = Open(writer)
+        fresh = self._new_meta()
+        try:
+            writer.update_meta(
+                agent=fresh.agent,
+                agent_name=fresh.agent_name,
+                model=fresh.model,
+                backend_url=fresh.backend_url,
+                git_branch=fresh.git_branch,
+                pins=fresh.pins,
+                title=fresh.title,
+            )
+        except StoreError as exc:
+            note = f"{exc.message}; the session file does not name its agent yet."
+            self.host.notice(note, "warn")
+        return self._go_on(message)
+
+    def _go_on(self, message: Message) -> TurnResult:
+        """``message``, the open file's last, sent: compacting first when the history
+        does not leave it room (the child answers it), refused and taken back out of the
+        file when it cannot be sent at all."""
+        text = message.text
+        if not self.plan().fits:
             try:
                 self._check_room(self._plan([message], history=False))
             except ChatloopError:

@@ -44,6 +44,7 @@ from chatloop.ui.terminal_text import visible
 
 if TYPE_CHECKING:
     from chatloop.store.rows import SessionRow
+    from chatloop.store.writer import SessionWriter
 
 TONES: dict[Tone, str] = {"info": "dim", "warn": "yellow", "ok": "green", "restored": "cyan"}
 YES, NO = ("y", "yes"), ("n", "no")
@@ -105,17 +106,22 @@ class Repl:
         resume: Located | None = None,
         kind: Kind | None = None,
         first: Callable[[], str] | None = None,
+        saved: SessionWriter | None = None,
     ) -> int:
         """Chat until the person leaves. ``resume``: a session to continue first, as
         ``kind`` says (``chatloop.chat.continuation``: its agent and server were chosen
         by the caller). ``first``: the outcome of a first prompt read before this loop
-        was made (``chatloop.ui.start``, which printed the banner too). Returns the exit
-        code."""
+        was made (``chatloop.ui.start``, which printed the banner too); ``saved``: the
+        new session file that already holds it, when it is a message (it is answered
+        first, with ``ChatSession.send_saved``). Returns the exit code."""
         self._first = first
         if first is None:
             self.banner()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in _LEAVE_SIGNALS}
         try:
+            if saved is not None:
+                self._first = None
+                self._guarded(lambda: self.session.send_saved(saved))
             if resume is not None:
                 try:
                     self.session.continue_from(resume, kind or Kind.SUMMARY)
@@ -152,17 +158,24 @@ class Repl:
         return None
 
     def handle(self, line: str) -> None:
-        """Act on one submitted line. The one error boundary: whatever fails becomes
-        one line and a hint, and the chat goes on."""
+        """Act on one submitted line, inside the error boundary (``_guarded``)."""
+        self._guarded(lambda: self._act(line))
+
+    def _act(self, line: str) -> None:
+        parsed = commands.parse(line)
+        if isinstance(parsed, commands.Text):
+            self.session.send(parsed.text)
+        elif isinstance(parsed, commands.Unknown):
+            hint = f"Did you mean {parsed.suggestion}?" if parsed.suggestion else "Type /help."
+            raise ChatloopError(f"Unknown command /{parsed.typed}", hint)
+        else:
+            parsed.spec.run(self, parsed.arg)
+
+    def _guarded(self, act: Callable[[], object]) -> None:
+        """Run ``act``. The one error boundary: whatever fails becomes one line and a
+        hint, and the chat goes on."""
         try:
-            parsed = commands.parse(line)
-            if isinstance(parsed, commands.Text):
-                self.session.send(parsed.text)
-            elif isinstance(parsed, commands.Unknown):
-                hint = f"Did you mean {parsed.suggestion}?" if parsed.suggestion else "Type /help."
-                raise ChatloopError(f"Unknown command /{parsed.typed}", hint)
-            else:
-                parsed.spec.run(self, parsed.arg)
+            act()
         except ChatloopError as exc:
             render.error(self.console, exc)
         except KeyboardInterrupt:

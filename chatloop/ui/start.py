@@ -29,6 +29,7 @@ from chatloop.ui.prompt import PROMPT
 
 if TYPE_CHECKING:
     from chatloop.store.store import Store
+    from chatloop.store.writer import SessionWriter
     from chatloop.ui.repl import Repl
 
 T = TypeVar("T")
@@ -155,6 +156,52 @@ def _raising(kind: type[BaseException]) -> Replay:
     return replay
 
 
+def save_first(store: Store, first: Replay) -> SessionWriter | None:
+    """The first line, when it was sent and is a message, saved as a new session's first
+    message before the agent and the server are known (the chat completes its front
+    matter: ``ChatSession.send_saved``), so a crash while they load loses nothing. None
+    for a command, a blank line, Ctrl-C, or a file that cannot be made now (the chat
+    then saves the message as any other, and says why it cannot)."""
+    from chatloop.errors import StoreError
+    from chatloop.format import Message, SessionMeta
+    from chatloop.ui import commands
+
+    try:
+        line = first()
+    except KeyboardInterrupt:
+        return None
+    parsed = commands.parse(line)
+    if not line.strip() or not isinstance(parsed, commands.Text):
+        return None
+    now = store.clock()
+    try:  # as a chat saves its first message: the file, then the message appended
+        writer = store.create(SessionMeta(id="", created=now, updated=now))
+    except StoreError:
+        return None
+    try:
+        writer.append(Message.create("user", now, text=parsed.text))
+    except StoreError:
+        store.discard(writer)
+        return None
+    return writer
+
+
+def unsave(store: Store, saved: SessionWriter) -> None:
+    """Remove the session ``save_first`` made (the chat could not start, so its one
+    message was never sent); left as it is if someone changed it meanwhile."""
+    from chatloop.errors import StoreError
+
+    message = saved.last_message
+    try:
+        taken = message is not None and saved.take_back(message)
+    except StoreError:  # it cannot be cut: it stays, saved and unsent
+        taken = False
+    if taken:
+        store.discard(saved)
+    else:
+        saved.close()
+
+
 def confirm(question: str, default: bool) -> bool:
     """A yes/no question on the terminal before any chat has started (an agent file to
     allow): ``question`` shown as text, Enter takes ``default``, only y/yes is yes;
@@ -219,20 +266,33 @@ def start_new_chat(
         first = (lambda: carried) if sent else startup.first_line()
         if first is None or signalled:  # Ctrl-D (or a signal) before anything was said
             return 0
+        saved = save_first(store, first)
         try:
             repl = startup.loaded()
         except KeyboardInterrupt:
+            if saved is not None:  # kept, unanswered: resumable like any interrupted chat
+                saved.close()
+                print(
+                    "The chat had not started: your message was not sent; it is saved in "
+                    f"session {saved.meta.id} (chatloop -c goes on from it).",
+                    file=sys.stderr,
+                )
             if not signalled:
                 raise
-            from chatloop.ui.terminal_text import visible  # typed text: shown, never acted on
+            if saved is None:
+                from chatloop.ui.terminal_text import visible  # typed text: shown, not acted on
 
-            print(
-                f"Signal received before the chat had started; not sent: {visible(first())}",
-                file=sys.stderr,
-            )
+                print(
+                    f"Signal received before the chat had started; not sent: {visible(first())}",
+                    file=sys.stderr,
+                )
             return 0
+        except BaseException:  # the chat cannot start: its message was never sent
+            if saved is not None:
+                unsave(store, saved)
+            raise
         try:  # the loop puts its own handlers in, and back (ours) when it ends
-            return repl.run(first=first)
+            return repl.run(first=first, saved=saved)
         finally:
             repl.session.backend.close()
     finally:

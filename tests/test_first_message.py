@@ -1,0 +1,155 @@
+"""Issue 31, item 2: the first message of a new chat is on disk before anything else
+happens, even while the agent and the server are still being checked ("starting…").
+
+The scripted server holds its check (``GET /v1/models``) until the test lets it go (an
+event, never a sleep); the program says it is waiting for that check only after it has
+saved the message, so "saved while starting" is seen, not timed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pytest
+
+from chatloop.format import Session, parse_markdown
+from tests.pty_driver import chatloop_bin, environment, ready, spawn, wait
+from tests.scripted_server import scripted_server
+
+pytestmark = pytest.mark.e2e
+
+QUESTION = "How often should I water basil?"
+ANSWER = "Water it when the top of the soil is dry."
+STARTING = "(starting: checking the agent and the server"
+
+
+class HeldCheck:
+    """A server whose check waits for ``release``; ``answers`` says how it ends."""
+
+    def __init__(self, answers: bool = True) -> None:
+        self.release = threading.Event()
+        self.asked = threading.Event()
+        self.answers = answers
+
+    def models(self) -> bool:
+        self.asked.set()
+        self.release.wait(120)
+        return self.answers
+
+
+@contextmanager
+def held_check(answers: bool = True) -> Iterator[tuple[str, HeldCheck]]:
+    held = HeldCheck(answers)
+
+    def reply(request: dict[str, Any]) -> str:
+        return ANSWER
+
+    with scripted_server(reply, models=held.models) as url:
+        try:
+            yield url, held
+        finally:
+            held.release.set()  # (before the server stops: no request is left waiting)
+
+
+def _sessions(home: Path) -> list[Session]:
+    return [parse_markdown(p.read_bytes()).session for p in sorted(home.rglob("*.md"))]
+
+
+def _starting(url: str, home: Path, cwd: Path) -> pexpect.spawn:
+    """The program in a pty, its first message sent while the server's check is held,
+    and seen waiting for it (which it says after saving the message)."""
+    child = spawn(url, home, cwd, 16, ready_text="starting")
+    child.sendline(QUESTION)
+    wait(child, STARTING)
+    return child
+
+
+def test_a_message_sent_while_starting_survives_a_kill_and_is_resumable(
+    chatloop_home: Path, project: Path
+) -> None:
+    with held_check() as (url, held):
+        child = _starting(url, chatloop_home, project)
+        assert held.asked.is_set() and not held.release.is_set()
+        os.kill(child.pid, signal.SIGKILL)
+        child.close()
+        held.release.set()
+        (saved,) = _sessions(chatloop_home)
+        assert [(m.role, m.text) for m in saved.messages] == [("user", QUESTION)]
+        assert saved.meta.status == "open"  # unanswered, as a chat killed mid-reply
+        env = environment(chatloop_home, 16)
+        resumed = subprocess.run(
+            [chatloop_bin(), "--base-url", url, "-c", "And in winter?"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.strip() == ANSWER
+    parent, child_session = sorted(_sessions(chatloop_home), key=lambda s: bool(s.meta.parent_id))
+    assert child_session.meta.parent_id == parent.meta.id
+    assert [m.text for m in parent.messages if m.is_query] == [QUESTION]  # kept, once
+    assert parent.meta.status == "closed" and parent.summary is not None
+
+
+def test_a_message_sent_while_starting_is_answered_in_the_file_it_was_saved_in(
+    chatloop_home: Path, project: Path
+) -> None:
+    with held_check() as (url, held):
+        child = _starting(url, chatloop_home, project)
+        (early,) = list(chatloop_home.rglob("*.md"))
+        first = parse_markdown(early.read_bytes()).session
+        assert [m.text for m in first.messages] == [QUESTION] and first.meta.agent == ""
+        held.release.set()
+        wait(child, ready(1))
+        child.sendline("exit")
+        child.expect("Saved session")
+        child.expect(pexpect.EOF)
+        child.close()
+    assert list(chatloop_home.rglob("*.md")) == [early]  # one file: the one made first
+    (session,) = _sessions(chatloop_home)
+    assert [(m.role, m.text) for m in session.messages if m.role != "summary"] == [
+        ("user", QUESTION),
+        ("assistant", ANSWER),
+    ]
+    meta = session.meta
+    assert meta.agent == "Simple Sally" and meta.agent_name == "simple_sally"
+    assert meta.model == "scripted" and meta.backend_url == url
+    assert meta.status == "closed" and meta.queries == 1 and meta.title
+
+
+def test_a_chat_that_cannot_start_leaves_no_session_for_the_message_it_never_sent(
+    chatloop_home: Path, project: Path
+) -> None:
+    with held_check(answers=False) as (url, held):
+        child = _starting(url, chatloop_home, project)
+        assert len(list(chatloop_home.rglob("*.md"))) == 1  # saved while it waited
+        held.release.set()  # the check fails: the chat never starts
+        child.expect(pexpect.EOF)
+        child.close()
+    shown = child.before or ""
+    assert child.exitstatus != 0
+    assert "answered 503" in shown and "Traceback" not in shown
+    assert list(chatloop_home.rglob("*.md")) == []
+
+
+def test_ctrl_c_while_starting_keeps_the_message_and_says_where(
+    chatloop_home: Path, project: Path
+) -> None:
+    with held_check() as (url, held):
+        child = _starting(url, chatloop_home, project)
+        child.sendintr()
+        wait(child, "it is saved in session")
+        child.expect(pexpect.EOF)
+        child.close()
+        held.release.set()
+    (saved,) = _sessions(chatloop_home)
+    assert [m.text for m in saved.messages] == [QUESTION]
