@@ -46,6 +46,12 @@ REPLY_SHARE = 24  # 2,048 → 85 tokens; 16K and up → the agent's cap (Simple 
 SUMMARY_SHARE = 8  # 2,048 → 256 tokens; 5,600 and up → DEFAULT_SUMMARY_MAX_TOKENS
 ACK_SHARE = 32  # 2,048 → 64 tokens
 REPLY_FLOOR, SUMMARY_FLOOR, ACK_FLOOR = 64, 96, 48
+# A child (a compaction, a resume from a summary) carries its parent's last exchanges
+# word for word: at most window // CARRY_SHARE tokens of them, MAX_CARRIED messages,
+# and no more than keeps restoration + acknowledgment + them within CHILD_PERCENT.
+CARRY_SHARE = 5  # 2,048 → 409 tokens
+CHILD_PERCENT = 35  # 2,048 → 716 tokens for all that a child begins with
+MAX_CARRIED = 8
 DEFAULT_SUMMARY_TIMEOUT = 120.0  # seconds per summary request (then one retry)
 DEFAULT_WINDOW = 4096  # the context window assumed when neither settings nor server say
 DEFAULT_REPLY_RESERVE = 512  # tokens kept free for the reply when no max_tokens is set

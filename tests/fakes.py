@@ -26,6 +26,11 @@ from chatloop.backends.base import (
 Reply = str | BaseException | Callable[[Sequence[ChatMessage]], str]
 
 
+class Capped(str):
+    """A scripted reply that its ``max_tokens`` cut short: its stream finishes with
+    ``length`` instead of ``stop``."""
+
+
 class FakeBackend:
     kind = "fake"
     base_url = "fake://local"
@@ -64,7 +69,7 @@ class FakeBackend:
                 raise Cancelled("cancelled")
             yield TextDelta(word + " ")
         yield UsageEvent(estimate_prompt(messages), estimate_tokens(text))
-        yield Finish("stop")
+        yield Finish("length" if isinstance(reply, Capped) else "stop")
 
     def models(self) -> list[str]:
         return [self.model]

@@ -20,14 +20,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from chatloop.backends.base import Backend, Cancelled, estimate_tokens
 from chatloop.chat import prompts
-from chatloop.config import DEFAULT_SUMMARY_MAX_TOKENS, DEFAULT_SUMMARY_TIMEOUT, DEFAULT_WINDOW
+from chatloop.config import (
+    DEFAULT_SUMMARY_MAX_TOKENS,
+    DEFAULT_SUMMARY_TIMEOUT,
+    DEFAULT_WINDOW,
+    MAX_CARRIED,
+)
 from chatloop.errors import BackendError, ChatloopError
 from chatloop.format import Message, SessionMeta
 from chatloop.store.store import Store
@@ -264,11 +269,40 @@ def chain_tokens(store: Store, path: Path, meta: SessionMeta, limit: int = MAX_C
 # ------------------------------------------------------------------ starting a child
 
 
+def carry(
+    exchanges: Sequence[Sequence[Message]],
+    budget: int,
+    cost: Callable[[Sequence[Message]], int],
+    keep_first: bool = True,
+) -> tuple[Message, ...]:
+    """What a child carries of its parent word for word: the longest run of the last
+    whole ``exchanges`` whose tokens (``cost`` of each) fit ``budget``, MAX_CARRIED
+    messages at most, oldest first, as copies (``restore`` and ``copy``: overhead that
+    counts nothing, never a restoration). ``keep_first``: the first exchange is never
+    carried (it is left for the summary, so a compaction always summarizes something)."""
+    kept: list[Message] = []
+    used = 0
+    candidates = exchanges[1:] if keep_first else exchanges
+    for exchange in reversed(candidates):
+        if len(kept) + len(exchange) > MAX_CARRIED:
+            break
+        used += cost(exchange)
+        if used > budget:
+            break
+        kept[0:0] = exchange
+    return tuple(replace(m, restore=True, copy=True) for m in kept)
+
+
 def restoration(
-    parent: Parent, summary: str, unanswered: str | None = None, pins: Sequence[str] = ()
+    parent: Parent,
+    summary: str,
+    unanswered: str | None = None,
+    pins: Sequence[str] = (),
+    carried: int = 0,
 ) -> str:
     """The restoration prompt that opens a child of ``parent`` (with the facts the
-    person pinned in the chain, word for word)."""
+    person pinned in the chain, word for word; ``carried``: how many of the parent's
+    last messages follow it, word for word)."""
     return prompts.restoration_prompt(
         session_id=parent.meta.id,
         date=parent.meta.created.strftime("%Y-%m-%d %H:%M"),
@@ -279,6 +313,7 @@ def restoration(
         unanswered=unanswered,
         pins=pins,
         branched="forked_at" in parent.meta.extra,
+        carried=carried,
     )
 
 
@@ -289,8 +324,10 @@ def start_child(
     summary: str,
     clock: Callable[[], datetime],
     unanswered: str | None = None,
+    carried: Sequence[Message] = (),
 ) -> SessionWriter:
-    """Create the child session of ``parent`` and append its restoration prompt.
+    """Create the child session of ``parent`` and append its restoration prompt, then
+    ``carried`` (copies of the parent's last exchanges, each a record of its own).
 
     ``template`` gives the new session's agent, model and title (and any
     ``extra`` keys); ids, times, counters and status are the new session's own.
@@ -299,8 +336,10 @@ def start_child(
     meta = child_meta(template, parent, clock(), store.project_dir)
     writer = store.create(meta)
     try:
-        text = restoration(parent, summary, unanswered, template.pins)
+        text = restoration(parent, summary, unanswered, template.pins, len(carried))
         writer.append(Message.create("user", clock(), text=text, restore=True))
+        for message in carried:
+            writer.append(message)
     except ChatloopError:
         store.discard(writer)  # a child that never began leaves no file behind
         raise

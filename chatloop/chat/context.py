@@ -27,6 +27,8 @@ from chatloop.chat.tokens import TokenCount
 from chatloop.config import (
     ACK_FLOOR,
     ACK_SHARE,
+    CARRY_SHARE,
+    CHILD_PERCENT,
     DEFAULT_REPLY_RESERVE,
     DEFAULT_SUMMARY_MAX_TOKENS,
     DEFAULT_WINDOW,
@@ -61,6 +63,15 @@ def summary_cap(window: int | None, setting: int = 0) -> int:
         return setting
     share = (window or DEFAULT_WINDOW) // SUMMARY_SHARE
     return max(SUMMARY_FLOOR, min(DEFAULT_SUMMARY_MAX_TOKENS, share))
+
+
+def carry_budget(window: int | None, opening: int) -> int:
+    """The tokens a child may spend on its parent's last exchanges, carried word for
+    word: window // CARRY_SHARE, and no more than keeps what it begins with (``opening``:
+    the restoration prompt and the acknowledgment's cap) and them within CHILD_PERCENT of
+    the window."""
+    size = window or DEFAULT_WINDOW
+    return max(0, min(size // CARRY_SHARE, size * CHILD_PERCENT // 100 - opening))
 
 
 def ack_cap(window: int | None, reply: int) -> int:

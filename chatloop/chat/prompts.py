@@ -89,7 +89,7 @@ We are continuing an earlier conversation: session {id} of {date}, \
 Summary of that session:
 
 {summary}
-{pins}{unanswered}
+{pins}{carried}{unanswered}
 Acknowledge briefly (2-6 sentences or bullets): the main topics, the key \
 decisions, and that you are ready to continue.\
 """
@@ -98,6 +98,10 @@ PINS = """
 Facts the user pinned (keep them word for word):
 
 {facts}
+"""
+
+CARRIED = """
+Its last {count} messages follow word for word after your acknowledgment.
 """
 
 UNANSWERED = """
@@ -156,9 +160,11 @@ def restoration_prompt(
     unanswered: str | None = None,
     pins: Sequence[str] = (),
     branched: bool = False,
+    carried: int = 0,
 ) -> str:
     """The first message of a continued session: who the parent was and its summary
-    (``branched``: the parent is a fork of ``grandparent``, not a continuation)."""
+    (``branched``: the parent is a fork of ``grandparent``, not a continuation;
+    ``carried``: how many of its last messages the child carries word for word)."""
     return RESTORE_PROMPT.format(
         id=session_id,
         date=date,
@@ -172,6 +178,7 @@ def restoration_prompt(
         summary=summary.strip(),
         unanswered=UNANSWERED.format(text=unanswered.strip()) if unanswered else "",
         pins=PINS.format(facts="\n".join(f"- {p}" for p in pins)) if pins else "",
+        carried=CARRIED.format(count=carried) if carried else "",
     )
 
 
@@ -493,3 +500,13 @@ def _line(text: str) -> str:
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
+
+
+def whole_sentences(text: str) -> str:
+    """``text`` up to the end of its last whole sentence (a reply its cap cut off
+    mid-sentence), or as it is when it has no sentence end to stop at."""
+    ends = [m.end() for m in _SENTENCE_END.finditer(text)]
+    return text[: ends[-1]] if ends else text

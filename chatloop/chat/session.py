@@ -49,7 +49,15 @@ from typing import Any, Literal
 from chatloop.backends.base import Backend, Cancelled, ContextOverflow
 from chatloop.chat import background, chain, continuation, prompts, titles
 from chatloop.chat.agent import Agent
-from chatloop.chat.context import Plan, Sent, ack_cap, plan, reply_cap, summary_cap
+from chatloop.chat.context import (
+    Plan,
+    Sent,
+    ack_cap,
+    carry_budget,
+    plan,
+    reply_cap,
+    summary_cap,
+)
 from chatloop.chat.host import Host
 from chatloop.chat.state import (
     Branch,
@@ -66,9 +74,9 @@ from chatloop.chat.state import (
 )
 from chatloop.chat.tokens import TokenCount
 from chatloop.chat.turn import TurnResult, respond, run_turn
-from chatloop.config import Settings
+from chatloop.config import MAX_CARRIED, Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
-from chatloop.format import Message, SessionMeta, Totals, no_text
+from chatloop.format import Message, SessionMeta, Totals, exchanges, no_text
 from chatloop.format.front_matter import MAX_PIN_CHARS, MAX_PINS, MAX_TITLE_CHARS
 from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder, wait_for_lock
 from chatloop.store.store import Store
@@ -173,8 +181,8 @@ class ChatSession:
         match self.state:
             case Waiting(continuation=Branch(copies=copies)):
                 ahead = list(copies)
-            case Waiting(continuation=FromSummary(preview=preview)):
-                ahead = [preview]
+            case Waiting(continuation=FromSummary(preview=preview, carried=carried)):
+                ahead = [preview, *carried]
         writer = self.writer
         return [*(writer.messages if writer else []), *ahead, *self._queue]
 
@@ -640,14 +648,17 @@ class ChatSession:
         finally:
             self._release()
 
-    def _finalize(self, writer: SessionWriter, instructions: str = "") -> chain.Parent:
+    def _finalize(
+        self, writer: SessionWriter, instructions: str = "", leave: int = 0
+    ) -> chain.Parent:
         """Summarize and finalize ``writer``'s session (``Closing`` meanwhile); it stays
-        ours. Raises StoreError, and the session is then open as it was."""
+        ours. ``leave``: its last messages the summary does not cover (the child carries
+        them word for word). Raises StoreError, and the session is then open as it was."""
         was = self.state
         assert isinstance(was, Open) and was.writer is writer
         self.state = Closing(writer, was.previous)
         try:
-            return self._write_summary(writer, instructions)
+            return self._write_summary(writer, instructions, leave)
         except BaseException:
             self.state = was
             raise
@@ -683,8 +694,11 @@ class ChatSession:
             return {"title": named} if named else {}
         return {}
 
-    def _write_summary(self, writer: SessionWriter, instructions: str) -> chain.Parent:
-        outcome = self.summarize(writer.messages, self.previous, instructions)
+    def _write_summary(
+        self, writer: SessionWriter, instructions: str, leave: int = 0
+    ) -> chain.Parent:
+        messages = writer.messages
+        outcome = self.summarize(messages[: len(messages) - leave], self.previous, instructions)
         meta = writer.finalize(outcome.message(self.clock()), **self._late_title(writer))
         kind = "fallback summary" if outcome.fallback else "summary"
         self.host.notice(
@@ -742,8 +756,12 @@ class ChatSession:
         held, self._queue = self._queue, []  # never sent: they belong to the child
         try:
             template = self.meta()
+            # the child carries the last exchanges word for word and the summary covers
+            # the rest (a message the child must answer goes in its restoration prompt:
+            # then it carries none, as that answer sees the restoration prompt alone)
+            carried = () if unanswered is not None else self._carried(writer)
             try:
-                parent = self._finalize(writer, instructions)
+                parent = self._finalize(writer, instructions, leave=len(carried))
             except StoreError as exc:
                 raise StoreError(
                     f"Could not compact: {exc.message}", "The session goes on as it was."
@@ -751,9 +769,38 @@ class ChatSession:
             self._release()
             if parent.summary is None:  # finalize always writes one; a guard, not a path
                 raise StoreError("Could not compact: the summary is missing", "")
-            self.begin_child(parent, parent.summary, template, unanswered)
+            self.begin_child(parent, parent.summary, template, unanswered, carried)
         finally:
             self._queue[0:0] = held
+
+    def _carried(self, writer: SessionWriter) -> tuple[Message, ...]:
+        """The last exchanges of ``writer``'s session that its child carries word for
+        word (``chain.carry`` within ``context.carry_budget``; docs/chains.md): counted
+        against a restoration prompt whose summary takes its whole cap."""
+        parent = chain.Parent(writer.path, writer.meta, None)
+        text = chain.restoration(parent, "", None, self.pins, carried=MAX_CARRIED)
+        cap = summary_cap(self.window(), self.settings.summary_max_tokens)
+        return self._carry(list(exchanges(writer.messages)), self._opening(text, cap))
+
+    def _opening(self, restoration: str, summary: int = 0) -> int:
+        """The tokens a child begins with before what it carries: its restoration prompt
+        (``restoration``, and ``summary`` tokens more for a summary not made yet) and its
+        acknowledgment at its cap, each counted as it is sent."""
+        now = self.clock()
+        prompt = Message.create("user", now, text=restoration, restore=True)
+        ack = Message.create("assistant", now, restore=True)
+        reply = self.reply_options().get("max_tokens") or 0
+        sent = self._plan([prompt, ack], history=False).messages_tokens
+        return sent + summary + ack_cap(self.window(), reply)
+
+    def _carry(self, recent: list[list[Message]], opening: int) -> tuple[Message, ...]:
+        """``chain.carry`` of ``recent`` within ``context.carry_budget`` after an opening
+        of ``opening`` tokens, each exchange counted as its messages would be sent."""
+
+        def cost(exchange: Sequence[Message]) -> int:
+            return self._plan(list(exchange), history=False).messages_tokens
+
+        return chain.carry(recent, carry_budget(self.window(), opening), cost)
 
     def begin_child(
         self,
@@ -761,16 +808,18 @@ class ChatSession:
         summary: str,
         template: SessionMeta | None = None,
         unanswered: str | None = None,
+        carried: tuple[Message, ...] = (),
     ) -> None:
-        """Continue ``parent`` in a child from ``summary``: ``Waiting`` for the next
-        message; written at once when the child must answer ``unanswered`` (a message
-        the parent's window could not take)."""
+        """Continue ``parent`` in a child from ``summary``, carrying ``carried`` (copies
+        of the parent's last exchanges) after it: ``Waiting`` for the next message;
+        written at once when the child must answer ``unanswered`` (a message the
+        parent's window could not take)."""
         summary = self._fit_summary(summary)  # the restoration stays in budget
         self.pins = _merged(parent.meta.pins, self.pins)
         base = replace(template or self.meta(), pins=self.pins)
-        text = chain.restoration(parent, summary, unanswered, self.pins)
+        text = chain.restoration(parent, summary, unanswered, self.pins, len(carried))
         preview = Message.create("user", self.clock(), text=text, restore=True)
-        continuation = FromSummary(parent, summary, base, preview, unanswered)
+        continuation = FromSummary(parent, summary, base, preview, unanswered, carried)
         self.state = Waiting(continuation)
         if unanswered is not None:
             self._begin(continuation)
@@ -815,6 +864,7 @@ class ChatSession:
                 continuation.summary,
                 self.clock,
                 continuation.unanswered,
+                continuation.carried,
             )
             prefix, previous = (), continuation.summary
         self.state = Open(writer, previous, prefix, chain.tokens_through(self.store, parent))
@@ -825,18 +875,20 @@ class ChatSession:
         )
         if isinstance(continuation, FromSummary) and not self.leaving:
             typed = self._write_queue(writer)  # on disk before the acknowledgment streams
-            self._acknowledge(writer, answers=continuation.unanswered is not None, typed=typed)
+            after = len(continuation.carried) + typed  # the acknowledgment goes before them
+            self._acknowledge(writer, answers=continuation.unanswered is not None, after=after)
         return writer
 
-    def _acknowledge(self, writer: SessionWriter, answers: bool = False, typed: int = 0) -> None:
+    def _acknowledge(self, writer: SessionWriter, answers: bool = False, after: int = 0) -> None:
         """Stream the model's short acknowledgment of the restoration prompt and write it
         (Ctrl-C or a server failure skip it: the summary is in place). ``answers``: it
-        also answers a message, so it may be as long as a reply. ``typed``: messages the
-        person had typed, already written after the restoration prompt: the
-        acknowledgment is asked without them and put before them in the file."""
+        also answers a message, so it may be as long as a reply. ``after``: messages
+        already written after the restoration prompt (the exchanges it carries, then
+        what the person typed): the acknowledgment is asked without them and put before
+        them in the file. One cut by its cap ends at its last whole sentence."""
         view = self.host.reply_view(acknowledgment=not answers)
         restoration = writer.messages
-        restoration = restoration[: len(restoration) - typed]
+        restoration = restoration[: len(restoration) - after]
         try:
             reply_limit = self.reply_options()["max_tokens"]
             cap = reply_limit if answers else ack_cap(self.window(), reply_limit)
@@ -858,9 +910,11 @@ class ChatSession:
             return
         view.close(False, False)
         ack = replace(reply, restore=True)
-        if typed:  # what was typed is saved: only the acknowledgment may be left out
+        if not answers and reply.stop_reason == "length":
+            ack = replace(ack, text=prompts.whole_sentences(ack.text))
+        if after:  # what follows is saved: only the acknowledgment may be left out
             try:
-                if not writer.insert(ack, before=typed):
+                if not writer.insert(ack, before=after):
                     self.host.notice(
                         "The acknowledgment was not saved: the file changed meanwhile.", "warn"
                     )
@@ -959,13 +1013,15 @@ class ChatSession:
             parent = self._summarize_parent(parent)
         template = replace(self.meta(), title="")  # the child takes the parent's title
         self.close()
-        self._show_last_exchange(parent)
+        recent = self._recent_exchanges(parent)
+        self._show_last_exchange(parent, recent[-1] if recent else [])
         self._say_if_continued(located)
         if history is not None:
             self._continue_full(parent, history, template)
         else:
             assert parent.summary is not None
-            self.begin_child(parent, parent.summary, template)
+            carried = self._carried_from(parent, parent.summary, recent)
+            self.begin_child(parent, parent.summary, template, carried=carried)
 
     def _say_if_continued(self, located: continuation.Located) -> None:
         """Resuming a session that another already continues (an older file of a chain,
@@ -981,11 +1037,28 @@ class ChatSession:
                 "warn",
             )
 
-    def _show_last_exchange(self, parent: chain.Parent) -> None:
+    def _recent_exchanges(self, parent: chain.Parent) -> list[list[Message]]:
+        """The last exchanges of ``parent``'s file, as many as a child may carry ([] for
+        a file too large to walk for them, or unreadable)."""
         try:
-            last = self.store.last_exchange(parent.path)
+            return self.store.recent_exchanges(parent.path, MAX_CARRIED)
         except (ChatloopError, OSError):
-            return
+            return []
+
+    def _carried_from(
+        self, parent: chain.Parent, summary: str, recent: list[list[Message]]
+    ) -> tuple[Message, ...]:
+        """What a child resumed from ``summary`` carries of ``recent``, the parent's last
+        exchanges (``_carry``, counted against the restoration prompt it will have)."""
+        pins = _merged(parent.meta.pins, self.pins)
+        text = chain.restoration(parent, self._fit_summary(summary), None, pins, MAX_CARRIED)
+        return self._carry(recent, self._opening(text))
+
+    def _show_last_exchange(self, parent: chain.Parent, last: list[Message] | None = None) -> None:
+        """Where ``parent`` ended: its last exchange (``last``, read here when None)."""
+        if last is None:
+            recent = self._recent_exchanges(parent)
+            last = recent[-1] if recent else []
         if last:
             lines = [
                 f"{'You' if m.role == 'user' else parent.meta.agent or 'Agent'}: "

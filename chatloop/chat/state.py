@@ -33,14 +33,16 @@ from chatloop.store.writer import SessionWriter
 
 @dataclass(frozen=True)
 class FromSummary:
-    """A child that begins with a restoration prompt built from ``summary``; the model
-    acknowledges it (or answers ``unanswered``, a message the parent could not take)."""
+    """A child that begins with a restoration prompt built from ``summary``, then
+    ``carried``, copies of the parent's last exchanges; the model acknowledges the
+    prompt (or answers ``unanswered``, a message the parent could not take)."""
 
     parent: Parent
     summary: str
     template: SessionMeta
     preview: Message  # the restoration prompt as it will be written (for the budget)
     unanswered: str | None = None
+    carried: tuple[Message, ...] = ()
 
 
 @dataclass(frozen=True)

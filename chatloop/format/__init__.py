@@ -58,6 +58,7 @@ from chatloop.format.values import (
     Totals,
     Usage,
     empty_reply,
+    exchanges,
     new_key,
     no_text,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "close_unfinished",
     "display_name",
     "empty_reply",
+    "exchanges",
     "find_summary",
     "front_matter_end",
     "iter_frames",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import PurePath
@@ -105,10 +105,11 @@ class Totals:
         return self.tokens_in + self.tokens_out
 
     def plus(self, m: Message) -> Totals:
-        """These totals with ``m`` counted."""
+        """These totals with ``m`` counted. A copy (``Message.copy``: what a fork or a
+        child carries of earlier messages) counts nothing: its file of origin has."""
         usage = m.usage
         queries = self.queries + m.is_query
-        if usage is None:
+        if usage is None or m.copy:
             return replace(self, queries=queries) if m.is_query else self
         if m.restore:
             return replace(
@@ -302,6 +303,23 @@ class ParseResult:
 
 
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz234567")
+
+
+def exchanges(messages: Iterable[Message]) -> Iterator[list[Message]]:
+    """The exchanges of ``messages``, in order: each a message the person typed
+    (``is_query``) and what followed it up to the next one. What comes before the first
+    (a restoration prompt and its acknowledgment, the copies a fork or a child carries)
+    belongs to none, nor does a summary."""
+    current: list[Message] = []
+    for message in messages:
+        if message.is_query:
+            if current:
+                yield current
+            current = [message]
+        elif current and message.role != "summary":
+            current.append(message)
+    if current:
+        yield current
 
 
 def is_key(text: str) -> bool:

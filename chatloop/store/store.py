@@ -215,22 +215,20 @@ class Store:
             with suppress(OSError):
                 lock_path(path).unlink()
 
-    def last_exchange(self, path: Path, limit: int = LAST_EXCHANGE_BYTES) -> list[Message]:
-        """The last message the person typed in the session at ``path`` and what
-        followed it (streamed; [] for a file larger than ``limit`` bytes, which would
-        take too long to walk just to show it)."""
-        from chatloop.format import open_document
+    def recent_exchanges(
+        self, path: Path, count: int, limit: int = LAST_EXCHANGE_BYTES
+    ) -> list[list[Message]]:
+        """The last ``count`` exchanges (``format.exchanges``) of the session at ``path``,
+        oldest first (streamed; [] for a file larger than ``limit`` bytes, which would
+        take too long to walk for them)."""
+        from collections import deque
+
+        from chatloop.format import exchanges, open_document
 
         with open_read(path) as handle:
             if os.fstat(handle.fileno()).st_size > limit:
                 return []
-            last: list[Message] = []
-            for message in open_document(handle, path.stem).messages():
-                if message.is_query:
-                    last = [message]
-                elif last and message.role != "summary":
-                    last.append(message)
-            return last
+            return list(deque(exchanges(open_document(handle, path.stem).messages()), count))
 
     def parent_of(self, path: Path, meta: SessionMeta) -> Path | None:
         """The file a session continues: its ``parent_file`` (relative to its own

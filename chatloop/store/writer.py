@@ -43,6 +43,7 @@ from chatloop.store.fsio import atomic_rewrite, io_error, read_bytes, write_new_
 
 Clock = Callable[[], datetime]
 _Stamp = tuple[int, int, int]
+KEPT_SIZES = 24  # the records a writer knows the sizes of (what take_back and insert reach)
 
 __all__ = ["SessionWriter", "recover_locked"]
 
@@ -166,9 +167,10 @@ class SessionWriter:
         return True
 
     def insert(self, message: Message, before: int) -> bool:
-        """Durably put ``message`` before the last ``before`` messages (at most 8, all
-        appended by this writer, no draft pending): the acknowledgment of a restoration
-        prompt, streamed after the message the person had typed was saved. The file is
+        """Durably put ``message`` before the last ``before`` messages (at most
+        KEPT_SIZES, all appended by this writer, no draft pending): the acknowledgment
+        of a restoration prompt, streamed after the exchanges the child carries and the
+        message the person had typed were saved. The file is
         rewritten atomically (it is a new session's, a few kB): it holds those messages
         whatever happens, before ``message`` or without it. False, and nothing written,
         when the file was changed by someone else since, or those records are not
@@ -246,7 +248,7 @@ class SessionWriter:
         self._stamp = self._stat()
         self._last_frame_at = before + 1  # the record starts with a blank line
         self._draft, self._draft_key, self._draft_message = b"", "", None
-        self._sizes = [*self._sizes[-7:], self._stamp[1] - before]
+        self._sizes = [*self._sizes[-(KEPT_SIZES - 1) :], self._stamp[1] - before]
 
     def update_meta(self, **changes: Any) -> SessionMeta:
         """Atomically rewrite the front matter with ``changes`` (and a new ``updated``).
