@@ -133,6 +133,9 @@ class Host:
     def notice(self, text: str, tone: str = "info") -> None:
         self.notices.append(text)
 
+    def refresh(self) -> None:
+        return
+
     def ask(self, question: str, default: bool) -> bool:
         return default
 

@@ -421,6 +421,17 @@ def bookkeeping_waits(pairs: int, summary_seconds: float) -> None:
             f"<= {targets[what]:g} s",
             background <= targets[what],
         )
+    from waits import compaction_figures  # bench/waits.py
+
+    (_, compacted, before), (_, normal, _) = compaction_figures(pairs, summary_seconds)
+    add(
+        f"compaction turn, summary prepared while reading ({summary_seconds:g} s summaries)",
+        f"{compacted:.2f} s",
+        f"a normal turn {normal:.2f} s (prepare_compaction: off {before:.2f} s)",
+        compacted / normal,
+        "<= 1.5x a normal turn",
+        compacted <= 1.5 * normal,
+    )
 
 
 def streaming(runs: int, turns: int) -> None:

@@ -12,6 +12,13 @@ local model; 30 s by default) and whose other replies come at once.
 Times are wall-clock seconds of the person's wait: Ctrl-D to the shell; the
 answer's last word to the end of ``chatloop "q"`` (its pipeline); ``/fork`` to
 the prompt. Bytecode is compiled first, for both contenders alike.
+
+A second table times a **compaction turn** (issue 32 item 3) on a 1,024-token window
+with ``auto_compact: on``: Enter on the message whose turn compacts, to the prompt
+back, against the median of the turns before it, with ``prepare_compaction: on``
+and ``off`` (how chatloop worked before), A B A B. The person reads each reply until
+a summary being prepared is ready (a pause as long as a summary takes), as the
+issue's target assumes; with ``off`` nothing is prepared, so nobody waits.
 """
 
 from __future__ import annotations
@@ -196,6 +203,95 @@ WAITS: dict[str, Callable[[str, str], float]] = {
 }
 
 
+NOTE = "the spice farms and the old stone town by the harbour of Zanzibar " * 4
+
+
+def compaction_turn(url: str, prepare: str, summary_seconds: float) -> tuple[float, float, bool]:
+    """(the compaction turn's wait, a normal turn's median, whether the prepared summary
+    was used), reading the screen (pyte) for the toolbar's word on a summary."""
+    import pyte
+
+    with tempfile.TemporaryDirectory() as home:
+        env = {
+            **_env(home, "background"),
+            "CHATLOOP_CONTEXT_WINDOW": "1024",
+            "CHATLOOP_AUTO_COMPACT": "on",
+            "CHATLOOP_PREPARE_COMPACTION": prepare,
+        }
+        child = pexpect.spawn(
+            CHATLOOP,
+            ["--base-url", url, "--model", "bench"],
+            env=env,
+            encoding="utf-8",
+            timeout=600,
+            dimensions=(40, 160),
+        )
+        screen = pyte.Screen(160, 40)
+        stream = pyte.Stream(screen)
+
+        def until(seen: Callable[[str], bool], timeout: float) -> bool:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if seen("\n".join(screen.display)):
+                    return True
+                try:
+                    data = child.read_nonblocking(65536, timeout=0.2)
+                except pexpect.TIMEOUT:
+                    continue
+                stream.feed(data)
+                if "\x1b[6n" in data:
+                    child.send(f"\x1b[{screen.cursor.y + 1};{screen.cursor.x + 1}R")
+            return False
+
+        until(lambda shown: "new session" in shown, 60)  # the first prompt's toolbar
+        normal: list[float] = []
+        compacted, used = 0.0, False
+        for turn in range(1, 40):
+            screen.reset()
+            started = time.monotonic()
+            child.sendline(f"{turn}. {NOTE}")
+            back = f" {turn}q · "  # the toolbar once the prompt is back after this turn
+            until(lambda shown, back=back: "Saved session" in shown or back in shown, 600)
+            shown = "\n".join(screen.display)
+            if "Saved session" in shown:  # this turn compacted: its prompt is the child's
+                until(lambda shown: "you>" in shown.split("Saved session")[-1], 600)
+                compacted = time.monotonic() - started
+                used = "Using the summary prepared" in "\n".join(screen.display)
+                break
+            normal.append(time.monotonic() - started)
+            if "preparing the summary" in shown:  # the person reads until it is ready
+                until(lambda shown: "summary ready" in shown, summary_seconds * 3 + 30)
+        child.sendeof()
+        child.expect(pexpect.EOF)
+        child.close()
+        _settle(home)
+    return compacted, statistics.median(normal), used
+
+
+def compaction_figures(pairs: int, summary_seconds: float) -> list[tuple[str, float, float]]:
+    """(what, median with prepare_compaction on, median with off), A B A B."""
+    server, url = serve(summary_seconds)
+    turns: dict[str, list[float]] = {"on": [], "off": []}
+    normal: dict[str, list[float]] = {"on": [], "off": []}
+    used = []
+    try:
+        for _ in range(pairs):
+            for prepare in ("on", "off"):
+                compacted, usual, prepared = compaction_turn(url, prepare, summary_seconds)
+                turns[prepare].append(compacted)
+                normal[prepare].append(usual)
+                if prepare == "on":
+                    used.append(prepared)
+    finally:
+        server.shutdown()
+        server.server_close()
+    print(f"  the prepared summary was used in {sum(used)} of {len(used)} runs")
+    return [
+        ("compaction turn: Enter to prompt", *(statistics.median(turns[k]) for k in ("on", "off"))),
+        ("a normal turn: Enter to prompt", *(statistics.median(normal[k]) for k in ("on", "off"))),
+    ]
+
+
 def measure(pairs: int, summary_seconds: float) -> list[tuple[str, float, float]]:
     """(what, median seconds with the background worker, median with ``wait``)."""
     compileall.compile_dir(str(HERE.parent / "chatloop"), quiet=1)
@@ -226,6 +322,12 @@ def main() -> None:
     print(f"{'wait':34} {'background':>11} {'wait (before)':>14} {'ratio':>7}")
     for what, background, waited in rows:
         print(f"{what:34} {background:10.2f}s {waited:13.2f}s {background / waited:7.3f}")
+    rows = compaction_figures(args.pairs, args.summary_seconds)
+    print(
+        f"{'compaction (1,024-token window)':34} {'prepared':>11} {'off (before)':>14} {'ratio':>7}"
+    )
+    for what, on, off in rows:
+        print(f"{what:34} {on:10.2f}s {off:13.2f}s {on / off:7.3f}")
 
 
 if __name__ == "__main__":

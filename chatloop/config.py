@@ -65,6 +65,9 @@ DEFAULT_TITLES = "model"  # model | first | off: how a new conversation gets its
 DEFAULT_TITLE_TIMEOUT = 10.0  # seconds for the title request (then the first request's line)
 DEFAULT_TITLE_MAX_TOKENS = 16  # the longest title reply (about 6 words asked for)
 DEFAULT_SUMMARIES = "background"  # background | wait: who writes the summary of a chat that ended
+DEFAULT_PREPARE_COMPACTION = "on"  # on | off: the next compaction's summary made ahead
+PREPARE_SHARE = 0.75  # of the compaction threshold: from there a compaction is prepared
+PREPARE_IDLE_S = 2.0  # a preparation asks the model only after the person let this pass
 
 
 class Settings(NamedTuple):
@@ -90,6 +93,7 @@ class Settings(NamedTuple):
     titles: str = DEFAULT_TITLES  # model | first | off
     title_timeout: float = DEFAULT_TITLE_TIMEOUT
     summaries: str = DEFAULT_SUMMARIES  # background | wait
+    prepare_compaction: str = DEFAULT_PREPARE_COMPACTION  # on | off
     sessions_dir: str = ""
 
 
@@ -149,6 +153,11 @@ CHOICES: dict[str, tuple[tuple[str, ...], str]] = {  # the words a key takes, an
     "titles": (
         ("model", "first", "off"),
         "model asks the model, first takes the first request's line, off makes none.",
+    ),
+    "prepare_compaction": (
+        ("on", "off"),
+        "on makes the next compaction's summary in the background while you read, once "
+        "the window nears its threshold; off makes it when compacting.",
     ),
     "summaries": (
         ("background", "wait"),

@@ -72,6 +72,9 @@ def chatloop_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # summaries written before a program ends, so a test reads the file it left; the
     # background worker has tests of its own (tests/test_background.py)
     monkeypatch.setenv("CHATLOOP_SUMMARIES", "wait")
+    # no summary made ahead in the background, which would take a server's time (or a
+    # scripted reply) at a moment no test chose; tests/test_preparation.py turns it on
+    monkeypatch.setenv("CHATLOOP_PREPARE_COMPACTION", "off")
     return home
 
 

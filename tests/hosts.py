@@ -7,6 +7,7 @@ session offered (or none, if told so).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 AGENTS = Path(__file__).resolve().parent.parent / "agents"
 # The settings of in-process tests: the defaults, but titles from the first request, so a
 # FakeBackend's scripted replies each go where the test means (one per stream call).
-TEST_SETTINGS = Settings(titles="first", summaries="wait")
+# Nothing prepared in the background either (it would take a scripted reply meant for a turn).
+TEST_SETTINGS = Settings(titles="first", summaries="wait", prepare_compaction="off")
 
 
 @dataclass
@@ -58,9 +60,13 @@ class ScriptedHost:
     replies: list[tuple[str, bool, bool]] = field(default_factory=list)
     tool_results: list[Message] = field(default_factory=list)
     work: list[str] = field(default_factory=list)
+    refreshed: threading.Event = field(default_factory=threading.Event)  # a toolbar redraw
 
     def notice(self, text: str, tone: Tone = "info") -> None:
         self.notices.append((text, tone))
+
+    def refresh(self) -> None:
+        self.refreshed.set()
 
     def ask(self, question: str, default: bool) -> bool:
         self.questions.append(question)

@@ -48,6 +48,7 @@ def environment(home: Path, max_tokens: int, summary_tokens: int = 48) -> dict[s
         COLUMNS="100",
         CHATLOOP_TITLES="first",
         CHATLOOP_SUMMARIES="wait",  # written before the program ends: the tests read it
+        CHATLOOP_PREPARE_COMPACTION="off",  # nothing asked of the server at a moment untold
         CHATLOOP_SUMMARY_MAX_TOKENS=str(summary_tokens),
     )
     return env

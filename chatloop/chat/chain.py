@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from chatloop.backends.base import Backend, Cancelled, estimate_tokens
+from chatloop.backends.base import Backend, Cancel, Cancelled, estimate_tokens
 from chatloop.chat import prompts
 from chatloop.config import (
     DEFAULT_SUMMARY_MAX_TOKENS,
@@ -84,6 +84,7 @@ def summarize(
     progress: Progress | None = None,
     instructions: str = "",
     count: Callable[[str], int] = estimate_tokens,
+    cancel: Cancel | None = None,
 ) -> SummaryOutcome:
     """The progressive summary of ``messages`` (``previous``: the parent's summary).
 
@@ -95,6 +96,8 @@ def summarize(
     (the caller writes the fallback and saves). ``instructions``: what the person
     asked the summary to keep (``/compact TEXT``), passed to the model as theirs.
     ``count``: a text's tokens (``TokenCount.text``; default: the estimate).
+    ``cancel``: set by the caller to give the summary up (``Cancelled`` is raised, with
+    no retry and no fallback: a summary prepared ahead that the person overtook).
     """
     if not any(m.is_query for m in messages):  # nothing new: the parent's summary stands
         if previous:
@@ -121,14 +124,14 @@ def summarize(
                 if progress:
                     progress(f"part {i} of {len(pieces)}")
                 prompt = prompts.notes_prompt(piece, i, len(pieces))
-                answer, used = _ask(backend, prompt, options, timeout)
+                answer, used = _ask(backend, prompt, options, timeout, cancel)
                 calls += used
                 made.append(f"Part {i}:\n{prompts.cap_words(prompts.clean(answer), 150)}")
             text, notes, depth = "\n\n".join(made), True, depth + 1
         if progress:
             progress("summary")
         request = prompts.summary_prompt(text, previous, notes, instructions)
-        answer, used = _ask(backend, request, options, timeout)
+        answer, used = _ask(backend, request, options, timeout, cancel)
         calls += used
     except BackendError as exc:
         text = prompts.fallback_summary(messages, previous)
@@ -148,15 +151,23 @@ def summary_words(tokens: int) -> int:
     return min(prompts.MAX_WORDS, max(SUMMARY_MIN_WORDS, tokens * 3 // 4))
 
 
-def _ask(backend: Backend, prompt: str, options: dict[str, Any], timeout: float) -> tuple[str, int]:
+def _ask(
+    backend: Backend,
+    prompt: str,
+    options: dict[str, Any],
+    timeout: float,
+    cancel: Cancel | None = None,
+) -> tuple[str, int]:
     """One summary request, retried once; empty output, or output that echoes the
-    prompt's template, counts as a failure."""
+    prompt's template, counts as a failure. ``cancel`` set: Cancelled, no retry."""
     from chatloop.chat.turn import complete
 
     last: BackendError | None = None
     for attempt in (1, 2):
+        if cancel is not None and cancel.is_set:
+            raise Cancelled("The summary was given up")
         try:
-            text, _ = complete(backend, prompt, options=options, timeout=timeout)
+            text, _ = complete(backend, prompt, options=options, timeout=timeout, cancel=cancel)
             if prompts.echoes_template(text):
                 last = BackendError("The model repeated the summary template", "")
             elif text.strip():
@@ -164,6 +175,8 @@ def _ask(backend: Backend, prompt: str, options: dict[str, Any], timeout: float)
             else:
                 last = BackendError("The model returned an empty summary", "")
         except Cancelled:
+            if cancel is not None and cancel.is_set:
+                raise
             last = BackendError(f"The summary request took longer than {timeout:.0f} s", "")
         except BackendError as exc:
             last = exc

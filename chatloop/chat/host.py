@@ -85,3 +85,8 @@ class Host(Protocol):
         """Let the person choose a session to resume or fork (None: they chose none);
         ``lookup`` lets them search the index and see summaries while they choose."""
         ...
+
+    def refresh(self) -> None:
+        """What ``ChatSession.describe`` tells changed on its own (a summary prepared in
+        the background is ready): redraw what shows it. Called from any thread."""
+        ...

@@ -46,7 +46,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from chatloop.backends.base import Backend, Cancelled, ContextOverflow
+from chatloop.backends.base import Backend, Cancel, Cancelled, ContextOverflow
 from chatloop.chat import background, chain, continuation, prompts, titles
 from chatloop.chat.agent import Agent
 from chatloop.chat.context import (
@@ -59,6 +59,7 @@ from chatloop.chat.context import (
     summary_cap,
 )
 from chatloop.chat.host import Host
+from chatloop.chat.preparation import Preparation, Prepared
 from chatloop.chat.state import (
     Branch,
     Closing,
@@ -74,7 +75,7 @@ from chatloop.chat.state import (
 )
 from chatloop.chat.tokens import TokenCount
 from chatloop.chat.turn import TurnResult, respond, run_turn
-from chatloop.config import MAX_CARRIED, Settings
+from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_SHARE, Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta, Totals, exchanges, no_text
 from chatloop.format.front_matter import MAX_PIN_CHARS, MAX_PINS, MAX_TITLE_CHARS
@@ -120,6 +121,9 @@ class ChatSession:
     _tokens: TokenCount | None = None
     _sent: Plan | None = None  # the last call's plan (its messages and tool definitions)
     _made: Sent = field(default_factory=Sent)  # this conversation's plans so far, reused
+    prepare_after: float = PREPARE_IDLE_S  # a preparation waits this long before asking
+    _preparing: Preparation | None = None  # the next compaction's summary, being made
+    _prepared: Prepared | None = None  # the last one made (until a newer one is)
 
     # ------------------------------------------------------------------ state
     def __post_init__(self) -> None:
@@ -203,6 +207,7 @@ class ChatSession:
                     writer.path,
                     meta.parent_id or "",
                     chain_tokens=base + spent if meta.parent_id else 0,
+                    prepared=self._prepared_phase(),
                 )
             case Closing(writer=writer):
                 meta = writer.meta
@@ -354,6 +359,7 @@ class ChatSession:
         deadline). Raises StoreError when the message cannot be saved (it stays queued
         and is written and sent first next time), ChatloopError when the server failed
         (after the failure is recorded in the file)."""
+        self._overtake()  # the person goes first: a summary being prepared is given up
         message = Message.create("user", self.clock(), text=text)
         waiting = isinstance(self.state, Waiting)
         room = self.plan([message]) if waiting else None
@@ -528,6 +534,7 @@ class ChatSession:
         used = max(now.tokens, self.totals.last_call)
         share = used / window
         if share < self.settings.compact_threshold:
+            self._prepare(share)
             return
         self.host.notice(f"Context {share:.0%} full ({used:,} of {window:,} tokens).", "warn")
         mode = self.settings.auto_compact
@@ -649,16 +656,21 @@ class ChatSession:
             self._release()
 
     def _finalize(
-        self, writer: SessionWriter, instructions: str = "", leave: int = 0
+        self,
+        writer: SessionWriter,
+        instructions: str = "",
+        leave: int = 0,
+        outcome: chain.SummaryOutcome | None = None,
     ) -> chain.Parent:
         """Summarize and finalize ``writer``'s session (``Closing`` meanwhile); it stays
         ours. ``leave``: its last messages the summary does not cover (the child carries
-        them word for word). Raises StoreError, and the session is then open as it was."""
+        them word for word); ``outcome``: the summary, when it was prepared already.
+        Raises StoreError, and the session is then open as it was."""
         was = self.state
         assert isinstance(was, Open) and was.writer is writer
         self.state = Closing(writer, was.previous)
         try:
-            return self._write_summary(writer, instructions, leave)
+            return self._write_summary(writer, instructions, leave, outcome)
         except BaseException:
             self.state = was
             raise
@@ -695,10 +707,15 @@ class ChatSession:
         return {}
 
     def _write_summary(
-        self, writer: SessionWriter, instructions: str, leave: int = 0
+        self,
+        writer: SessionWriter,
+        instructions: str,
+        leave: int = 0,
+        outcome: chain.SummaryOutcome | None = None,
     ) -> chain.Parent:
         messages = writer.messages
-        outcome = self.summarize(messages[: len(messages) - leave], self.previous, instructions)
+        if outcome is None:
+            outcome = self.summarize(messages[: len(messages) - leave], self.previous, instructions)
         meta = writer.finalize(outcome.message(self.clock()), **self._late_title(writer))
         kind = "fallback summary" if outcome.fallback else "summary"
         self.host.notice(
@@ -709,7 +726,10 @@ class ChatSession:
         return chain.closed_parent(writer)
 
     def _release(self) -> None:
-        """Let go of the file (if any): the session is fresh again, with no title or pins."""
+        """Let go of the file (if any): the session is fresh again, with no title or pins,
+        and nothing prepared for it."""
+        self._overtake()
+        self._prepared = None
         writer = self.writer
         if writer is not None:
             writer.close()
@@ -733,6 +753,7 @@ class ChatSession:
         The child is written with the next message (``Waiting``)."""
         if not any(m.is_query for m in [*self.prefix, *self.messages]):
             raise ChatloopError("Nothing to compact yet", "Send a message first.")
+        self._overtake()  # a summary still being prepared is not waited for
         match self.state:
             case Waiting(continuation=Branch() as branch):
                 self._fork_summarized(branch)  # the fork's history and this message do not fit
@@ -759,9 +780,12 @@ class ChatSession:
             # the child carries the last exchanges word for word and the summary covers
             # the rest (a message the child must answer goes in its restoration prompt:
             # then it carries none, as that answer sees the restoration prompt alone)
-            carried = () if unanswered is not None else self._carried(writer)
+            ready = None if unanswered is not None or instructions else self._use_prepared(writer)
+            outcome, carried = ready or (None, ())
+            if ready is None and unanswered is None:
+                carried = self._carried(writer)
             try:
-                parent = self._finalize(writer, instructions, leave=len(carried))
+                parent = self._finalize(writer, instructions, len(carried), outcome)
             except StoreError as exc:
                 raise StoreError(
                     f"Could not compact: {exc.message}", "The session goes on as it was."
@@ -793,14 +817,112 @@ class ChatSession:
         sent = self._plan([prompt, ack], history=False).messages_tokens
         return sent + summary + ack_cap(self.window(), reply)
 
-    def _carry(self, recent: list[list[Message]], opening: int) -> tuple[Message, ...]:
+    def _carry(
+        self, recent: list[list[Message]], opening: int, keep_first: bool = True
+    ) -> tuple[Message, ...]:
         """``chain.carry`` of ``recent`` within ``context.carry_budget`` after an opening
         of ``opening`` tokens, each exchange counted as its messages would be sent."""
 
         def cost(exchange: Sequence[Message]) -> int:
             return self._plan(list(exchange), history=False).messages_tokens
 
-        return chain.carry(recent, carry_budget(self.window(), opening), cost)
+        budget = carry_budget(self.window(), opening)
+        return chain.carry(recent, budget, cost, keep_first)
+
+    # ------------------------------------------------------------------ prepared ahead
+    def _prepare(self, share: float) -> None:
+        """After an exchange that left the window ``share`` full, below the threshold:
+        from PREPARE_SHARE of the threshold on, start preparing the summary of every
+        message of the file (``chat.preparation``) for the compaction to come, unless
+        one covers them already or is being made. Not for the embedded model (one
+        model in this process) nor when compaction is off or ``prepare_compaction`` is."""
+        writer = self.writer
+        settings = self.settings
+        if (
+            writer is None
+            or settings.prepare_compaction != "on"
+            or settings.auto_compact == "off"
+            or self.backend.kind == "embedded"
+            or share < PREPARE_SHARE * settings.compact_threshold
+        ):
+            return
+        messages = tuple(writer.messages)
+        keys = tuple(m.key for m in messages)
+        self._harvest()
+        if any(p is not None and p.keys == keys for p in (self._preparing, self._prepared)):
+            return
+        self._overtake()
+        backend, previous, window, tokens = self.backend, self.previous, self.window(), self.tokens
+        cap = summary_cap(window, settings.summary_max_tokens)
+
+        def make(cancel: Cancel) -> chain.SummaryOutcome:
+            return chain.summarize(
+                backend,
+                prompts.as_said(messages),
+                previous=previous,
+                window=window,
+                max_tokens=cap,
+                timeout=settings.summary_timeout,
+                count=tokens.text,
+                cancel=cancel,
+            )
+
+        self._preparing = Preparation(keys, make, self.prepare_after, self.host.refresh)
+
+    def _prepared_phase(self) -> str:
+        """``preparing`` while the next compaction's summary is being made, ``ready`` once
+        one is (for the messages it covers), else ""."""
+        running = self._preparing
+        if running is not None and running.phase == "preparing":
+            return "preparing"
+        if (running is not None and running.prepared is not None) or self._prepared:
+            return "ready"
+        return ""
+
+    def _harvest(self) -> None:
+        """A preparation that has ended: its summary (if it made one) is the prepared one."""
+        running = self._preparing
+        if running is not None and running.phase != "preparing":
+            self._preparing = None
+            if running.prepared is not None:
+                self._prepared = running.prepared
+
+    def _overtake(self) -> None:
+        """Stop a preparation under way (the person goes first); one made stays."""
+        self._harvest()
+        if self._preparing is not None:
+            self._preparing.stop()
+            self._preparing = None
+
+    def _use_prepared(
+        self, writer: SessionWriter
+    ) -> tuple[chain.SummaryOutcome, tuple[Message, ...]] | None:
+        """The prepared summary and what the child carries with it, when it covers the
+        file's first messages and what came after them, whole exchanges, fits in what a
+        child carries word for word (``_carry``); else None (summarized as before)."""
+        self._harvest()
+        prepared = self._prepared
+        if prepared is None:
+            return None
+        messages = writer.messages
+        covered = len(prepared.keys)
+        if tuple(m.key for m in messages[:covered]) != prepared.keys:
+            return None
+        newer = messages[covered:]
+        recent = list(exchanges(newer))
+        if sum(len(exchange) for exchange in recent) != len(newer):
+            return None
+        if not recent:  # nothing said since: it covers all, and the child carries the end too
+            carried = self._carried(writer)
+        else:
+            parent = chain.Parent(writer.path, writer.meta, None)
+            summary = self._fit_summary(prepared.outcome.text)
+            text = chain.restoration(parent, summary, None, self.pins, MAX_CARRIED)
+            carried = self._carry(recent, self._opening(text), keep_first=False)
+            if len(carried) != len(newer):
+                return None
+        self.host.notice("Using the summary prepared while you read.", "info")
+        return prepared.outcome, carried
 
     def begin_child(
         self,

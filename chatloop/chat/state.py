@@ -115,6 +115,7 @@ class Status:
     continues: str = ""  # the parent's id: waiting to continue it, or continuing it
     how: str = ""  # waiting: "its summary", "its whole history" or "a fork of it"
     chain_tokens: int = 0  # this session and its ancestors (0 for a session with none)
+    prepared: str = ""  # the next compaction's summary: "preparing", "ready" or ""
 
     @property
     def started(self) -> bool:

@@ -134,6 +134,12 @@ def _search(shell: Shell, arg: str) -> None:
         render.note(shell.console, "No session of this project holds every one of those words.")
 
 
+PREPARED_INFO = {
+    "preparing": "its summary is being prepared in the background (a message you send goes first)",
+    "ready": "its summary is ready, made while you read (used when the threshold comes)",
+}
+
+
 def _info(shell: Shell, arg: str) -> None:
     session = shell.session
     meta, totals, window = session.meta(), session.totals, session.window()
@@ -175,6 +181,9 @@ def _info(shell: Shell, arg: str) -> None:
         facts.append(("not yet saved", f"{session.unsaved} message(s), written before the next"))
     if status.phase == "closing":
         facts.append(("state", "closing: its summary is being written"))
+    if status.prepared:
+        made = PREPARED_INFO[status.prepared]
+        facts.append(("next compaction", made))
     if meta.parent_id:
         facts.append(("continues", f"{meta.parent_id} ({meta.parent_file})"))
         facts.append(("chain tokens", f"{status.chain_tokens:,} (this session and every ancestor)"))

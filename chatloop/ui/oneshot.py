@@ -111,6 +111,9 @@ class PlainHost:
     def notice(self, text: str, tone: Tone = "info") -> None:
         print(visible(text), file=sys.stderr)
 
+    def refresh(self) -> None:
+        """Nothing to redraw: a one-shot has no toolbar."""
+
     def ask(self, question: str, default: bool) -> bool:
         """Each question's default answer, said on stderr with the question, so nothing
         is decided silently (an explicit option answers ahead)."""

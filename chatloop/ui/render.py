@@ -240,6 +240,10 @@ def model_label(model: str) -> str:
     return Path(model).name if "/" in model else (model or "?")
 
 
+# what the toolbar says of the next compaction's summary, made while the person reads
+PREPARED = {"preparing": "preparing the summary…", "ready": "summary ready"}
+
+
 def toolbar(parts: dict[str, Any], width: int | None = None) -> StyleAndTextTuples:
     """The bottom toolbar as prompt_toolkit (style, text) fragments, within ``width``
     columns when given (a toolbar is one line, cut at the edge): what matters most
@@ -256,6 +260,9 @@ def toolbar(parts: dict[str, Any], width: int | None = None) -> StyleAndTextTupl
         tail += [("", " · ctx "), (style, f"{used:,}/{window:,} {share:.0%}")]
     if parts.get("unsaved"):
         tail.append(("ansired bold", f" · {parts['unsaved']} not yet saved"))
+    prepared = PREPARED.get(parts.get("prepared") or "")
+    if prepared:
+        tail.append(("ansicyan", f" · {prepared}"))
     model, agent = visible(parts["model"] or "?"), visible(parts["agent"])
     mark = "~" if parts.get("estimated") else ""  # counted by chatloop, not the server
     counts = f"{parts['queries']}q · {mark}{parts['tokens']:,} tok"

@@ -236,6 +236,12 @@ class Repl:
     def notice(self, text: str, tone: Tone = "info") -> None:
         render.note(self.console, text, TONES[tone])
 
+    def refresh(self) -> None:
+        """The toolbar is drawn again (from any thread: prompt_toolkit's invalidate is)."""
+        app = self.prompt.app
+        if app.is_running:
+            app.invalidate()
+
     def ask(self, question: str, default: bool) -> bool:
         """A yes/no question; Enter takes ``default``; Ctrl-C, Ctrl-D or a signal mean no;
         a line that is no answer means no and is kept, to be handled next."""
@@ -306,6 +312,7 @@ class Repl:
                 "used": totals.last_call,
                 "window": session.window() if status.started else None,
                 "unsaved": session.unsaved,
+                "prepared": status.prepared,
             },
             _columns(),
         )

@@ -1,0 +1,86 @@
+"""The next compaction's summary, prepared while the person reads or types.
+
+Once a conversation is near its compaction threshold, ``ChatSession`` starts a
+``Preparation`` after each exchange: a daemon thread that waits a moment (a person
+who sends at once never meets it), then asks the model for the summary of every
+message the file holds so far. It never competes with the person: the next message
+stops it (``stop``: the request is cancelled; a local server usually has one slot),
+and a preparation that was stopped, failed or fell back to the summary built from
+the transcript leaves nothing. A finished one is ``Prepared``: the summary and the
+keys of the messages it covers. When the threshold comes, the compaction uses it if
+those messages are still the file's first ones and what came after them fits in
+what the child carries word for word; otherwise it summarizes as before
+(docs/chains.md, "A compaction prepared ahead").
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from chatloop.backends.base import Cancel
+from chatloop.chat.chain import SummaryOutcome
+
+Make = Callable[[Cancel], SummaryOutcome]
+Phase = Literal["preparing", "ready", "none"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A summary of the messages whose keys are ``keys`` (the file's first ones)."""
+
+    keys: tuple[str, ...]
+    outcome: SummaryOutcome
+
+
+class Preparation:
+    """One summary being made in a daemon thread: after ``idle`` seconds unless stopped
+    first, ``make(cancel)``; ``on_change`` is called (from that thread) when it ends."""
+
+    def __init__(
+        self, keys: tuple[str, ...], make: Make, idle: float, on_change: Callable[[], None]
+    ) -> None:
+        self.keys = keys
+        self._make, self._idle, self._on_change = make, idle, on_change
+        self._cancel = Cancel()
+        self._stopped = threading.Event()
+        self._done = threading.Event()
+        self._outcome: SummaryOutcome | None = None
+        threading.Thread(target=self._run, name="chatloop-prepare", daemon=True).start()
+
+    def stop(self) -> None:
+        """Give it up: the request under way is cancelled, and nothing is kept."""
+        self._stopped.set()
+        self._cancel.set()
+
+    @property
+    def phase(self) -> Phase:
+        """``preparing`` while it runs, ``ready`` once a summary is made, else ``none``."""
+        if not self._done.is_set():
+            return "none" if self._stopped.is_set() else "preparing"
+        return "ready" if self.prepared is not None else "none"
+
+    @property
+    def prepared(self) -> Prepared | None:
+        """The summary made, once there is one (never after ``stop``)."""
+        if not self._done.is_set() or self._stopped.is_set() or self._outcome is None:
+            return None
+        return Prepared(self.keys, self._outcome)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until it has ended (for tests and benchmarks); True if it has."""
+        return self._done.wait(timeout)
+
+    def _run(self) -> None:
+        outcome: SummaryOutcome | None = None
+        if not self._stopped.wait(self._idle):
+            try:
+                outcome = self._make(self._cancel)
+            except Exception:  # (Cancelled, a server gone): no summary; compaction makes one
+                outcome = None
+        if outcome is not None and not outcome.fallback and not self._stopped.is_set():
+            self._outcome = outcome
+        self._done.set()
+        self._on_change()

@@ -1,0 +1,158 @@
+"""Issue 32, item 3: the next compaction's summary is prepared while the person reads,
+never competes with them, and is used when the threshold comes.
+
+The backend answers by what it is asked; summary requests wait for ``release`` (an
+event) or for their cancel, so "prepared while the person read" and "overtaken by a
+message" are seen, not timed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+from rich.console import Console
+
+from chatloop.backends.base import (
+    Cancel,
+    Cancelled,
+    ChatMessage,
+    Event,
+    Finish,
+    TextDelta,
+    UsageEvent,
+    estimate_prompt,
+    estimate_tokens,
+)
+from chatloop.chat.session import ChatSession
+from chatloop.store.store import Store
+from chatloop.ui import commands, render
+from tests.fakes import STRUCTURED, FakeBackend
+from tests.hosts import ScriptedHost, chat, files
+
+WINDOW = 2048
+NOTE = "the basil beds on the north side need water every other morning "
+
+
+class Served(FakeBackend):
+    """Replies by request: a summary (held until ``release``, given up on its cancel),
+    an acknowledgment, or an answer. Records which thread asked for each summary."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.summary_asked = threading.Event()
+        self.gave_up = threading.Event()  # a summary request whose cancel was set
+        self.summaries_from: list[str] = []
+
+    def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[dict[str, Any]] | None = None,
+        options: dict[str, Any] | None = None,
+        cancel: Cancel | None = None,
+    ) -> Iterator[Event]:
+        self.calls.append({"messages": list(messages), "tools": tools, "options": options or {}})
+        last = str(messages[-1]["content"])
+        text = "Water them early."
+        if "progressive summary" in last:
+            self.summaries_from.append(threading.current_thread().name)
+            self.summary_asked.set()
+            while not self.release.wait(0.01):
+                if cancel is not None and cancel.is_set:
+                    self.gave_up.set()
+                    raise Cancelled("cancelled")
+            text = STRUCTURED
+        elif "Acknowledge briefly" in last:
+            text = "Ready to continue."
+        yield TextDelta(text)
+        yield UsageEvent(estimate_prompt(messages), estimate_tokens(text))
+        yield Finish("stop")
+
+
+def _session(store: Store) -> tuple[ChatSession, ScriptedHost, Served]:
+    backend = Served()
+    session, host = chat(
+        store,
+        backend,
+        context_window=WINDOW,
+        auto_compact="on",
+        prepare_compaction="on",
+    )
+    session.prepare_after = 0.0  # (the person's pause: here the test decides when)
+    return session, host, backend
+
+
+def _until_preparing(session: ChatSession) -> int:
+    """Send notes until a preparation starts; how many were sent."""
+    for sent in range(1, 40):
+        session.send(f"note {sent}: {NOTE * 4}")
+        if session.describe().prepared == "preparing":
+            return sent
+    raise AssertionError("no preparation started")
+
+
+def test_a_compaction_uses_the_summary_prepared_while_the_person_read(store: Store) -> None:
+    session, host, backend = _session(store)
+    sent = _until_preparing(session)
+    assert backend.summary_asked.wait(30)
+    backend.release.set()  # the person reads: the summary is made
+    assert host.refreshed.wait(30)  # the toolbar is told
+    assert session.describe().prepared == "ready"
+    console = Console(record=True, width=200)
+    info = commands.parse("/info")
+    assert isinstance(info, commands.Command)
+    info.spec.run(SimpleNamespace(session=session, console=console), "")  # type: ignore[arg-type]
+    assert "its summary is ready, made while you read" in console.export_text()
+    while len(files(store)) < 2 and sent < 40:  # on to the threshold, reading each reply
+        sent += 1
+        host.refreshed.clear()
+        session.send(f"note {sent}: {NOTE * 4}")
+        if session.describe().prepared == "preparing":  # made again, with this exchange
+            assert host.refreshed.wait(30)
+    made = list(backend.summaries_from)  # (the exit's summary, asked below, is not one)
+    session.close()
+    assert host.said("Using the summary prepared while you read.")
+    assert made and set(made) == {"chatloop-prepare"}  # the compaction asked for none
+    parent, child = files(store)[:2]
+    assert parent.summary is not None and parent.summary.text == STRUCTURED
+    carried = [m for m in child.messages if m.copy]
+    assert carried and carried[-1].text == "Water them early."  # the newer exchange
+    said = [m.text for s in files(store) for m in s.messages if m.is_query]
+    assert said == [f"note {n}: {NOTE * 4}" for n in range(1, sent + 1)]
+
+
+def test_a_message_sent_while_a_summary_is_prepared_goes_first(store: Store) -> None:
+    session, _host, backend = _session(store)
+    _until_preparing(session)
+    assert backend.summary_asked.wait(30)
+    result = session.send("And the roses?")  # the summary request is under way
+    assert backend.gave_up.wait(30)  # given up for the person's message
+    assert result.reply == "Water them early."
+    assert session.describe().prepared != "ready"  # nothing was kept of it
+    backend.release.set()
+    session.close()
+
+
+def test_a_compact_with_instructions_summarizes_anew(store: Store) -> None:
+    """What the person asks the summary to keep was not in the prepared request: it is
+    not used, and the summary is asked for then, with the instructions."""
+    session, _host, backend = _session(store)
+    _until_preparing(session)
+    assert backend.summary_asked.wait(30)
+    backend.release.set()
+    session.compact(instructions="keep the north side")
+    assert backend.summaries_from[-1] == "MainThread"
+    asked = [p for p in backend.prompts() if "progressive summary" in p]
+    assert "keep the north side" in asked[-1]
+    session.close()
+
+
+def test_the_toolbar_says_when_a_summary_is_being_prepared_or_ready() -> None:
+    parts = {"agent": "Sally", "model": "m", "session": "s", "queries": 1, "tokens": 9}
+    for phase, shown in (("preparing", "preparing the summary…"), ("ready", "summary ready")):
+        text = "".join(f[1] for f in render.toolbar({**parts, "prepared": phase}))
+        assert shown in text
+    assert "summary" not in "".join(f[1] for f in render.toolbar({**parts, "prepared": ""}))
