@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from chatloop.backends.base import ContextOverflow, estimate_prompt, estimate_tokens
+from chatloop.backends.base import ChatMessage, ContextOverflow, estimate_prompt, estimate_tokens
 from chatloop.chat import chain, prompts
 from chatloop.chat.context import plan
 from chatloop.config import DEFAULT_SUMMARY_MAX_TOKENS
@@ -239,10 +240,11 @@ def test_a_resume_from_a_summary_carries_the_last_exchanges_word_for_word(
     parent, child = files(store)
     assert child.meta.parent_id == parent.meta.id
     restore, ack, *rest = [m for m in child.messages if m.role != "summary"]
-    assert restore.restore and ack.restore and "Its last 4 messages follow" in restore.text
+    assert restore.restore and ack.restore and "Its last 6 messages follow" in restore.text
     carried = [m for m in rest if m.copy]
-    assert [m.text.strip() for m in carried] == ["Roses?", "B.", "Tulips?", "C."]
-    assert all(m.restore and not m.is_query for m in carried)  # the first exchange is left
+    said = ["Basil?", "A.", "Roses?", "B.", "Tulips?", "C."]
+    assert [m.text.strip() for m in carried] == said  # all of it fits a 4,096 window
+    assert all(m.restore and not m.is_query for m in carried)
     assert child.meta.queries == 1  # the copies count nothing: their own file has
     assert child.meta.tokens_in + child.meta.tokens_out == sum(
         m.usage.total for m in rest if m.usage and not m.copy
@@ -250,7 +252,62 @@ def test_a_resume_from_a_summary_carries_the_last_exchanges_word_for_word(
     ack_call, answer_call = backend.calls[0]["messages"], backend.calls[1]["messages"]
     assert [m["role"] for m in ack_call] == ["system", "user"]
     sent = [str(m["content"]).strip() for m in answer_call[3:]]
-    assert sent == ["Roses?", "B.", "Tulips?", "C.", "And lilies?"]
+    assert sent == [*said, "And lilies?"]
+
+
+def _answers(messages: Sequence[ChatMessage]) -> str:
+    """Replies by request: a summary, an acknowledgment, or an answer."""
+    last = str(messages[-1]["content"])
+    if "progressive summary" in last:
+        return STRUCTURED
+    return "Ready." if "Acknowledge briefly" in last else "Noted, and watered."
+
+
+def test_a_compaction_records_what_its_summary_leaves_and_a_resume_carries_it_or_summarizes_all(
+    store: Store,
+) -> None:
+    """A compaction's summary leaves the carried exchanges out and says how many in the
+    front matter; a later resume whose window cannot carry them all gets a summary of
+    the whole parent instead (nothing is in neither the summary nor the child)."""
+    note = "the north beds need water every other morning " * 6
+    first, _ = chat(store, FakeBackend(default=_answers), context_window=2048)
+    for n in range(1, 5):
+        first.send(f"note {n}: {note}")
+    first.compact()
+    first.close()  # the person leaves before the child is written
+    (parent,) = files(store)
+    leaves = parent.meta.summary_leaves
+    assert leaves >= 2 and parent.meta.status == "closed"
+    backend = FakeBackend(default=_answers)
+    small, host = chat(store, backend, context_window=700)
+    assert small.resume("1")
+    assert host.said("summarizing the whole session for this continuation")
+    asked = [p for p in backend.prompts() if "progressive summary" in p]
+    assert asked and "note 4:" in asked[-1]  # the whole parent, the part left out included
+    small.close()
+
+
+def test_a_message_that_leaves_no_room_for_the_copies_goes_with_fewer(store: Store) -> None:
+    """A child not written yet carries copies; a long message that fits with its
+    restoration prompt alone but not with them all is sent, and the oldest copies give
+    way (said), instead of the message being refused."""
+    note = "the north beds need water every other morning " * 6
+    backend = FakeBackend(default=_answers)
+    session, host = chat(store, backend, context_window=2048)
+    for n in range(1, 5):
+        session.send(f"note {n}: {note}")
+    session.compact()
+    long = "word " * 1200
+    session.send(long)
+    assert host.said("left out")
+    session.close()
+    child = files(store)[1]
+    copies = [m for m in child.messages if m.copy]
+    assert 0 < len(copies) < 6 and copies[0].role == "user"  # whole exchanges, fewer
+    assert f"Its last {len(copies)} messages follow" in child.messages[0].text
+    assert [m.text for m in child.messages if m.is_query] == [long]
+    for call in backend.calls:
+        assert estimate_prompt(call["messages"]) + call["options"]["max_tokens"] <= 2048
 
 
 def test_an_acknowledgment_cut_by_its_cap_ends_at_its_last_whole_sentence(
@@ -265,6 +322,22 @@ def test_an_acknowledgment_cut_by_its_cap_ends_at_its_last_whole_sentence(
     child = files(store)[1]
     ack = child.messages[1]
     assert ack.restore and ack.text == "I remember the basil plan."
+
+
+@pytest.mark.parametrize(
+    ("cut", "kept"),
+    [
+        ("I am ready. We talked about basil and the", "I am ready."),
+        ("Topics:\n1. Basil in pots\n2. Roses pruned in ear", "Topics:\n1. Basil in pots"),
+        ("We discussed basil, e.g. watering", "We discussed basil, e.g. watering"),
+        ("- basil\n- roses and th", "- basil"),
+        ('Done! "Yes." And then', 'Done! "Yes."'),
+    ],
+)
+def test_whole_sentences_stops_at_a_sentence_or_a_line_never_at_a_number(
+    cut: str, kept: str
+) -> None:
+    assert prompts.whole_sentences(cut) == kept
 
 
 def test_nothing_to_compact_is_an_error_that_changes_nothing(store: Store) -> None:

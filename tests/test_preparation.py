@@ -156,3 +156,34 @@ def test_the_toolbar_says_when_a_summary_is_being_prepared_or_ready() -> None:
         text = "".join(f[1] for f in render.toolbar({**parts, "prepared": phase}))
         assert shown in text
     assert "summary" not in "".join(f[1] for f in render.toolbar({**parts, "prepared": ""}))
+
+
+def test_leaving_stops_a_summary_being_prepared_before_its_own(store: Store) -> None:
+    session, _host, backend = _session(store)
+    _until_preparing(session)
+    assert backend.summary_asked.wait(30)
+    closing = threading.Thread(target=session.close)  # summaries: wait (the tests' setting)
+    closing.start()
+    assert backend.gave_up.wait(30)  # given up before the close's own summary was asked
+    backend.release.set()
+    closing.join(60)
+    assert not closing.is_alive()
+    prepared, closed = backend.summaries_from  # the close's own came after, in its thread
+    assert prepared == "chatloop-prepare" and closed == closing.name
+
+
+def test_a_prepared_summary_that_timed_out_is_asked_again_once() -> None:
+    """The summary's own timeout is not the person overtaking it: one retry, as for any
+    summary; only the caller's cancel gives it up at once."""
+    from chatloop.chat import chain
+    from tests.conftest import exchange
+
+    class SlowFirst(FakeBackend):
+        def stream(self, messages, *, tools=None, options=None, cancel=None):  # type: ignore[no-untyped-def]
+            self.delay = 0.05 if not self.calls else 0.0  # the first answer is too slow
+            return super().stream(messages, tools=tools, options=options, cancel=cancel)
+
+    talk = [m for i in (1, 2) for m in exchange(i)]
+    retried = SlowFirst("word " * 40, STRUCTURED)
+    made = chain.summarize(retried, talk, previous=None, window=4096, timeout=0.5, cancel=Cancel())
+    assert len(retried.calls) == 2 and not made.fallback and made.text == STRUCTURED

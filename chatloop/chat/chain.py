@@ -166,8 +166,9 @@ def _ask(
     for attempt in (1, 2):
         if cancel is not None and cancel.is_set:
             raise Cancelled("The summary was given up")
+        this = _Attempt(cancel)  # its timeout cancels this attempt only
         try:
-            text, _ = complete(backend, prompt, options=options, timeout=timeout, cancel=cancel)
+            text, _ = complete(backend, prompt, options=options, timeout=timeout, cancel=this)
             if prompts.echoes_template(text):
                 last = BackendError("The model repeated the summary template", "")
             elif text.strip():
@@ -182,6 +183,18 @@ def _ask(
             last = exc
     assert last is not None
     raise last
+
+
+class _Attempt(Cancel):
+    """One request's cancel: set by its own timeout, or by the caller's ``given``."""
+
+    def __init__(self, given: Cancel | None) -> None:
+        super().__init__()
+        self.given = given
+
+    @property
+    def is_set(self) -> bool:
+        return super().is_set or (self.given is not None and self.given.is_set)
 
 
 def _split(lines: list[str], limit: int) -> list[str]:
@@ -280,6 +293,15 @@ def chain_tokens(store: Store, path: Path, meta: SessionMeta, limit: int = MAX_C
 
 
 # ------------------------------------------------------------------ starting a child
+
+
+def without_oldest(carried: Sequence[Message]) -> tuple[Message, ...]:
+    """``carried`` (copies of whole exchanges, oldest first) without its oldest exchange:
+    up to the next message the person typed."""
+    rest = list(carried[1:])
+    while rest and rest[0].role != "user":
+        rest.pop(0)
+    return tuple(rest)
 
 
 def carry(

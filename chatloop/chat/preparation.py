@@ -7,9 +7,9 @@ message the file holds so far. It never competes with the person: the next messa
 stops it (``stop``: the request is cancelled; a local server usually has one slot),
 and a preparation that was stopped, failed or fell back to the summary built from
 the transcript leaves nothing. A finished one is ``Prepared``: the summary and the
-keys of the messages it covers. When the threshold comes, the compaction uses it if
-those messages are still the file's first ones and what came after them fits in
-what the child carries word for word; otherwise it summarizes as before
+messages it covers. When the threshold comes, the compaction uses it if those
+messages are still the file's first ones, as they are now, and what came after them
+fits in what the child carries word for word; otherwise it summarizes as before
 (docs/chains.md, "A compaction prepared ahead").
 """
 
@@ -22,6 +22,7 @@ from typing import Literal
 
 from chatloop.backends.base import Cancel
 from chatloop.chat.chain import SummaryOutcome
+from chatloop.format import Message
 
 Make = Callable[[Cancel], SummaryOutcome]
 Phase = Literal["preparing", "ready", "none"]
@@ -29,9 +30,9 @@ Phase = Literal["preparing", "ready", "none"]
 
 @dataclass(frozen=True)
 class Prepared:
-    """A summary of the messages whose keys are ``keys`` (the file's first ones)."""
+    """A summary of ``messages`` (the file's first ones when it was made)."""
 
-    keys: tuple[str, ...]
+    messages: tuple[Message, ...]
     outcome: SummaryOutcome
 
 
@@ -40,9 +41,13 @@ class Preparation:
     first, ``make(cancel)``; ``on_change`` is called (from that thread) when it ends."""
 
     def __init__(
-        self, keys: tuple[str, ...], make: Make, idle: float, on_change: Callable[[], None]
+        self,
+        messages: tuple[Message, ...],
+        make: Make,
+        idle: float,
+        on_change: Callable[[], None],
     ) -> None:
-        self.keys = keys
+        self.messages = messages
         self._make, self._idle, self._on_change = make, idle, on_change
         self._cancel = Cancel()
         self._stopped = threading.Event()
@@ -67,7 +72,7 @@ class Preparation:
         """The summary made, once there is one (never after ``stop``)."""
         if not self._done.is_set() or self._stopped.is_set() or self._outcome is None:
             return None
-        return Prepared(self.keys, self._outcome)
+        return Prepared(self.messages, self._outcome)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until it has ended (for tests and benchmarks); True if it has."""

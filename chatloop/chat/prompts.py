@@ -502,11 +502,15 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-_SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
+# the end of a sentence: a full stop, ! or ? after a word of two letters or more (not
+# a list's "2." nor an "e.g."), closing quotes or brackets kept, then a space or the end
+_SENTENCE_END = re.compile(r"(?:(?<=[^\W\d_]{2})|(?<=[)\]\"']))[.!?][\"')\]]*(?=\s|$)")
 
 
 def whole_sentences(text: str) -> str:
-    """``text`` up to the end of its last whole sentence (a reply its cap cut off
-    mid-sentence), or as it is when it has no sentence end to stop at."""
+    """``text`` (a reply its cap cut off) up to the end of its last whole sentence or
+    line, whichever comes later; as it is when it has neither."""
     ends = [m.end() for m in _SENTENCE_END.finditer(text)]
-    return text[: ends[-1]] if ends else text
+    line = text.rstrip().rfind("\n")
+    cut = max(ends[-1] if ends else -1, line)
+    return text[:cut].rstrip() if cut > 0 else text

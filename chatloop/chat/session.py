@@ -46,7 +46,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from chatloop.backends.base import Backend, Cancel, Cancelled, ContextOverflow
+from chatloop.backends.base import Backend, Cancel, Cancelled, ContextOverflow, estimate_tokens
 from chatloop.chat import background, chain, continuation, prompts, titles
 from chatloop.chat.agent import Agent
 from chatloop.chat.context import (
@@ -592,6 +592,7 @@ class ChatSession:
         Cut short (Ctrl-C), or while leaving on a signal, the one built from the
         transcript is used. What a fork carried over counts as said
         (``prompts.as_said``)."""
+        self._overtake()  # one summary at a time: a preparation under way gives way
         messages = prompts.as_said(messages)
         if self.leaving:
             text = prompts.fit(prompts.fallback_summary(messages, previous), self._summary_words())
@@ -681,6 +682,7 @@ class ChatSession:
         when the settings and the backend allow, so nobody waits for the model, and the
         parent returned has no summary yet; else it is summarized and finalized here.
         Raises StoreError, and the session is then open as it was."""
+        self._overtake()  # leaving: what was being prepared is of no use now
         if self.settings.summaries == "background":
             late = self._late_title(writer)
             # as the worker will write it: the totals and a late title (a fork takes it)
@@ -716,7 +718,10 @@ class ChatSession:
         messages = writer.messages
         if outcome is None:
             outcome = self.summarize(messages[: len(messages) - leave], self.previous, instructions)
-        meta = writer.finalize(outcome.message(self.clock()), **self._late_title(writer))
+        changes: dict[str, Any] = {**self._late_title(writer)}
+        if leave:  # what the child carries word for word: a later resume must carry it too
+            changes["summary_leaves"] = leave
+        meta = writer.finalize(outcome.message(self.clock()), **changes)
         kind = "fallback summary" if outcome.fallback else "summary"
         self.host.notice(
             f"Saved session {meta.id} with its {kind}: {_queries(meta.queries)}, "
@@ -758,6 +763,9 @@ class ChatSession:
             case Waiting(continuation=Branch() as branch):
                 self._fork_summarized(branch)  # the fork's history and this message do not fit
                 return
+            case Waiting(continuation=FromSummary(carried=carried) as waiting) if carried:
+                self._carry_less(waiting)  # the message goes first: fewer copies
+                return
             case Waiting(continuation=FromSummary(parent=parent)):  # not written yet
                 raise ChatloopError(
                     f"This message and the restoration of session {parent.meta.id} do not fit "
@@ -781,11 +789,13 @@ class ChatSession:
             # the rest (a message the child must answer goes in its restoration prompt:
             # then it carries none, as that answer sees the restoration prompt alone)
             ready = None if unanswered is not None or instructions else self._use_prepared(writer)
-            outcome, carried = ready or (None, ())
-            if ready is None and unanswered is None:
-                carried = self._carried(writer)
+            if ready is not None:
+                outcome, carried, leave = ready
+            else:
+                outcome, carried = None, () if unanswered is not None else self._carried(writer)
+                leave = len(carried)
             try:
-                parent = self._finalize(writer, instructions, len(carried), outcome)
+                parent = self._finalize(writer, instructions, leave, outcome)
             except StoreError as exc:
                 raise StoreError(
                     f"Could not compact: {exc.message}", "The session goes on as it was."
@@ -796,6 +806,34 @@ class ChatSession:
             self.begin_child(parent, parent.summary, template, unanswered, carried)
         finally:
             self._queue[0:0] = held
+
+    def _carry_less(self, waiting: FromSummary) -> None:
+        """A child not written yet whose copies leave the message in hand no room: it
+        carries fewer of them (the oldest go first) until the message fits, and says
+        so; with none left and still no room, the message is refused (nothing sent)."""
+        carried = waiting.carried
+        while carried:
+            carried = chain.without_oldest(carried)
+            text = chain.restoration(
+                waiting.parent, waiting.summary, waiting.unanswered, self.pins, len(carried)
+            )
+            preview = Message.create("user", self.clock(), text=text, restore=True)
+            self.state = Waiting(replace(waiting, carried=carried, preview=preview))
+            if self.plan().fits:
+                break
+        left = len(waiting.carried) - len(carried)
+        self.host.notice(
+            f"Your message leaves no room for all the messages the new session was to carry "
+            f"word for word: {left} of {len(waiting.carried)} left out (they stay in "
+            f"{waiting.parent.meta.id}).",
+            "warn",
+        )
+        if not self.plan().fits:
+            raise ChatloopError(
+                f"This message and the restoration of session {waiting.parent.meta.id} do "
+                "not fit the context window together; nothing was sent",
+                "Shorten it (Up recalls it), or use a model with a larger window.",
+            )
 
     def _carried(self, writer: SessionWriter) -> tuple[Message, ...]:
         """The last exchanges of ``writer``'s session that its child carries word for
@@ -847,12 +885,11 @@ class ChatSession:
         ):
             return
         messages = tuple(writer.messages)
-        keys = tuple(m.key for m in messages)
         self._harvest()
-        if any(p is not None and p.keys == keys for p in (self._preparing, self._prepared)):
+        if any(p is not None and p.messages == messages for p in (self._preparing, self._prepared)):
             return
         self._overtake()
-        backend, previous, window, tokens = self.backend, self.previous, self.window(), self.tokens
+        backend, previous, window = self.backend, self.previous, self.window()
         cap = summary_cap(window, settings.summary_max_tokens)
 
         def make(cancel: Cancel) -> chain.SummaryOutcome:
@@ -863,21 +900,28 @@ class ChatSession:
                 window=window,
                 max_tokens=cap,
                 timeout=settings.summary_timeout,
-                count=tokens.text,
+                count=estimate_tokens,  # (never the chat's server counts: nothing shared)
                 cancel=cancel,
             )
 
-        self._preparing = Preparation(keys, make, self.prepare_after, self.host.refresh)
+        self._preparing = Preparation(messages, make, self.prepare_after, self.host.refresh)
 
     def _prepared_phase(self) -> str:
-        """``preparing`` while the next compaction's summary is being made, ``ready`` once
-        one is (for the messages it covers), else ""."""
+        """``preparing`` while the next compaction's summary is being made, ``ready`` when
+        one is made that the file still begins with, with no more after it than a child
+        carries, else ""."""
         running = self._preparing
         if running is not None and running.phase == "preparing":
             return "preparing"
-        if (running is not None and running.prepared is not None) or self._prepared:
-            return "ready"
-        return ""
+        made = running.prepared if running is not None else None
+        made = made or self._prepared
+        writer = self.writer
+        if made is None or writer is None:
+            return ""
+        messages = writer.messages
+        covered = len(made.messages)
+        usable = len(messages) - covered <= MAX_CARRIED
+        return "ready" if usable and tuple(messages[:covered]) == made.messages else ""
 
     def _harvest(self) -> None:
         """A preparation that has ended: its summary (if it made one) is the prepared one."""
@@ -896,24 +940,26 @@ class ChatSession:
 
     def _use_prepared(
         self, writer: SessionWriter
-    ) -> tuple[chain.SummaryOutcome, tuple[Message, ...]] | None:
-        """The prepared summary and what the child carries with it, when it covers the
-        file's first messages and what came after them, whole exchanges, fits in what a
-        child carries word for word (``_carry``); else None (summarized as before)."""
+    ) -> tuple[chain.SummaryOutcome, tuple[Message, ...], int] | None:
+        """The prepared summary, what the child carries with it and how many of the last
+        messages the summary leaves out, when it covers the file's first messages as they
+        are now and what came after them, whole exchanges, fits in what a child carries
+        word for word (``_carry``); else None (summarized as before)."""
         self._harvest()
         prepared = self._prepared
         if prepared is None:
             return None
         messages = writer.messages
-        covered = len(prepared.keys)
-        if tuple(m.key for m in messages[:covered]) != prepared.keys:
+        covered = len(prepared.messages)
+        if tuple(messages[:covered]) != prepared.messages:  # (a hand edit changes them)
             return None
         newer = messages[covered:]
         recent = list(exchanges(newer))
         if sum(len(exchange) for exchange in recent) != len(newer):
             return None
         if not recent:  # nothing said since: it covers all, and the child carries the end too
-            carried = self._carried(writer)
+            self.host.notice("Using the summary prepared while you read.", "info")
+            return prepared.outcome, self._carried(writer), 0
         else:
             parent = chain.Parent(writer.path, writer.meta, None)
             summary = self._fit_summary(prepared.outcome.text)
@@ -922,7 +968,7 @@ class ChatSession:
             if len(carried) != len(newer):
                 return None
         self.host.notice("Using the summary prepared while you read.", "info")
-        return prepared.outcome, carried
+        return prepared.outcome, carried, len(carried)
 
     def begin_child(
         self,
@@ -1141,9 +1187,13 @@ class ChatSession:
         if history is not None:
             self._continue_full(parent, history, template)
         else:
-            assert parent.summary is not None
-            carried = self._carried_from(parent, parent.summary, recent)
-            self.begin_child(parent, parent.summary, template, carried=carried)
+            summary = parent.summary
+            assert summary is not None
+            carried = self._carried_from(parent, summary, recent)
+            if len(carried) < parent.meta.summary_leaves:
+                summary = self._summarized_whole(parent)  # what it left out does not fit here
+                carried = self._carried_from(parent, summary, recent)
+            self.begin_child(parent, summary, template, carried=carried)
 
     def _say_if_continued(self, located: continuation.Located) -> None:
         """Resuming a session that another already continues (an older file of a chain,
@@ -1174,7 +1224,27 @@ class ChatSession:
         exchanges (``_carry``, counted against the restoration prompt it will have)."""
         pins = _merged(parent.meta.pins, self.pins)
         text = chain.restoration(parent, self._fit_summary(summary), None, pins, MAX_CARRIED)
-        return self._carry(recent, self._opening(text))
+        return self._carry(recent, self._opening(text), keep_first=False)
+
+    def _summarized_whole(self, parent: chain.Parent) -> str:
+        """A summary of all ``parent``'s messages, made now and not written: its
+        own summary leaves its last messages to the child that carries them, and more of
+        them than this child can carry (a smaller window, a file too large to walk)."""
+        self.host.notice(
+            f"The summary of {parent.meta.id} leaves its last {parent.meta.summary_leaves} "
+            "messages to be carried word for word, and they do not all fit here: "
+            "summarizing the whole session for this continuation.",
+            "warn",
+        )
+        try:
+            messages = [m for m in self.store.read(parent.path).session.messages]
+        except (ChatloopError, OSError) as exc:
+            raise ChatloopError(
+                f"The session file {parent.path} is gone or unreadable",
+                "`chatloop reindex` refreshes the list.",
+            ) from exc
+        said = [m for m in messages if m.role != "summary"]
+        return self.summarize(said, chain.began_from(self.store, parent)).text
 
     def _show_last_exchange(self, parent: chain.Parent, last: list[Message] | None = None) -> None:
         """Where ``parent`` ended: its last exchange (``last``, read here when None)."""

@@ -79,6 +79,7 @@ KNOWN_KEYS = [
     "summary",
     "summary_key",
     "summary_at",
+    "summary_leaves",
     "pins",
 ]
 MAX_PINS, MAX_PIN_CHARS = 50, 500  # pinned facts: how many, and how long each
@@ -280,6 +281,7 @@ def meta_from_dict(raw: dict[str, Any], name: str, problems: list[tuple[str, str
         agent_name=text("agent_name"),
         summary_key=summary_key if summary_at is not None else None,
         summary_at=summary_at if summary_key is not None else None,
+        summary_leaves=check_count(raw.get("summary_leaves"), "summary_leaves", problems),
         pins=tuple(p[:MAX_PIN_CHARS] for p in (pins or [])[:MAX_PINS]),
     )
 
@@ -336,6 +338,8 @@ def _meta_to_dict(meta: SessionMeta) -> dict[str, Any]:
     if meta.format >= 2 and meta.summary_key is not None:
         data["summary_key"] = meta.summary_key
         data["summary_at"] = meta.summary_at
+    if meta.summary_leaves:
+        data["summary_leaves"] = meta.summary_leaves
     if meta.pins:
         data["pins"] = list(meta.pins)
     for key, value in meta.extra.items():

@@ -226,6 +226,9 @@ class SessionMeta:
     agent_name: str = ""
     summary_key: str | None = None
     summary_at: int | None = None
+    # the last messages the summary leaves out: the child that continued this session
+    # carries them word for word (docs/chains.md); 0 when it covers every message
+    summary_leaves: int = 0
     pins: tuple[str, ...] = ()  # facts the person pinned: carried into every later session
 
     @property

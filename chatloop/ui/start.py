@@ -183,6 +183,9 @@ def save_first(store: Store, first: Replay) -> SessionWriter | None:
     except StoreError:
         store.discard(writer)
         return None
+    except BaseException:  # a signal in between: no session is left holding nothing
+        store.discard(writer)
+        raise
     return writer
 
 
@@ -266,8 +269,9 @@ def start_new_chat(
         first = (lambda: carried) if sent else startup.first_line()
         if first is None or signalled:  # Ctrl-D (or a signal) before anything was said
             return 0
-        saved = save_first(store, first)
+        saved = None
         try:
+            saved = save_first(store, first)
             repl = startup.loaded()
         except KeyboardInterrupt:
             if saved is not None:  # kept, unanswered: resumable like any interrupted chat
