@@ -412,6 +412,9 @@ def bookkeeping_waits(pairs: int, summary_seconds: float) -> None:
 
     targets = {"Ctrl-D to the shell": 0.5, "one-shot: last word to its end": 0.3}
     targets["/fork to the prompt"] = 0.5
+    targets["/retry to the prompt (answered)"] = 0.5
+    targets["/edit to the prompt (answered)"] = 0.5
+    targets['`chatloop "q" | head -1`: line to end'] = 0.3
     for what, background, waited in wait_figures(pairs, summary_seconds):
         add(
             f"{what} ({summary_seconds:g} s summaries)",

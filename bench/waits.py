@@ -172,6 +172,49 @@ def fork_wait(url: str, summaries: str) -> float:
     return took
 
 
+def branch_wait(command: str) -> Callable[[str, str], float]:
+    """``command`` (``/retry``, ``/edit …``) after one exchange: to the prompt back, the
+    branch's answer streamed (the scripted answer comes at once)."""
+
+    def wait(url: str, summaries: str) -> float:
+        with tempfile.TemporaryDirectory() as home:
+            child = _chat(url, home, summaries)
+            started = time.monotonic()
+            child.sendline(command)
+            child.expect_exact("Fork")
+            child.expect_exact(LAST)
+            wait_prompt(child)
+            took = time.monotonic() - started
+            child.sendeof()
+            child.expect(pexpect.EOF)
+            child.close()
+            _settle(home)
+        return took
+
+    return wait
+
+
+def pipe_wait(url: str, summaries: str) -> float:
+    """``chatloop "q" | head -1``: from the line ``head`` passed on to the pipeline's end
+    (the reader has what it wanted; chatloop must not hold the pipeline)."""
+    with tempfile.TemporaryDirectory() as home:
+        proc = subprocess.Popen(
+            f'"{CHATLOOP}" --base-url {url} --model bench "Tell me about Zanzibar." | head -1',
+            shell=True,
+            env=_env(home, summaries),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        started = time.monotonic()
+        proc.wait()
+        took = time.monotonic() - started
+        proc.stdout.close()
+        _settle(home)
+    return took
+
+
 def oneshot_wait(url: str, summaries: str) -> float:
     """``chatloop "q"``: from the answer's last word on stdout to the program's end."""
     with tempfile.TemporaryDirectory() as home:
@@ -200,6 +243,9 @@ WAITS: dict[str, Callable[[str, str], float]] = {
     "Ctrl-D to the shell": exit_wait,
     "one-shot: last word to its end": oneshot_wait,
     "/fork to the prompt": fork_wait,
+    "/retry to the prompt (answered)": branch_wait("/retry"),
+    "/edit to the prompt (answered)": branch_wait("/edit Tell me about Pemba."),
+    '`chatloop "q" | head -1`: line to end': pipe_wait,
 }
 
 

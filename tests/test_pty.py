@@ -564,7 +564,8 @@ def test_resume_shows_where_it_ended_and_an_unused_resume_leaves_no_session(
 ) -> None:
     """-r 1 draws the prompt without asking the model anything: the parent's last
     exchange is on screen at once; leaving without a message adds no session; the
-    first message writes the child with its restoration prompt and acknowledgment."""
+    first message writes the child with its restoration prompt, acknowledgment and the
+    parent's exchange carried word for word."""
     child = spawn(llama_server, chatloop_home, project)
     child.sendline("zebracorn harbour: the tide tables")
     wait(child, ready(1))
@@ -596,9 +597,11 @@ def test_resume_shows_where_it_ended_and_an_unused_resume_leaves_no_session(
     assert new["parent_id"] == before[0]["id"] and new["queries"] == 1
     store = Store(chatloop_home, cwd=project)
     session = parse_markdown(store.find_file(new["id"]).read_bytes()).session
-    restore, ack, query = session.messages[:3]
+    restore, ack, *rest = session.messages
     assert restore.restore and ack.restore and ack.role == "assistant"
-    assert query.text == "and then?"
+    carried = [m.text for m in rest if m.copy]  # the parent's exchange, word for word
+    assert carried[0] == "zebracorn harbour: the tide tables"
+    assert [m.text for m in rest if m.is_query] == ["and then?"]
 
 
 def test_a_line_typed_while_a_question_waits_is_sent_not_eaten(

@@ -99,7 +99,10 @@ class ChatSession:
     """One chat with one agent. Not thread-safe; one per REPL.
 
     Its lifecycle is ``state`` (``chatloop.chat.state``: fresh, waiting for a
-    continuation, open, closing); ``describe`` tells what it is to the UI."""
+    continuation, open, closing); ``describe`` tells what it is to the UI. Every
+    field is read and written by the caller's thread only: the one thread it starts
+    (``chat.preparation``: the next compaction's summary) works on values handed to it
+    and answers through its ``Preparation``, which this class reads."""
 
     agent: Agent
     backend: Backend
@@ -1036,9 +1039,11 @@ class ChatSession:
             )
             prefix, previous = (), continuation.summary
         self.state = Open(writer, previous, prefix, chain.tokens_through(self.store, parent))
+        carried = len(continuation.carried) if isinstance(continuation, FromSummary) else 0
         self.host.notice(
             f"Session Restored: {writer.meta.id} continues {parent.meta.id} "
-            f"({_queries(parent.meta.queries)}).",
+            f"({_queries(parent.meta.queries)})"
+            + (f", carrying its last {carried} messages word for word." if carried else "."),
             "restored",
         )
         if isinstance(continuation, FromSummary) and not self.leaving:
