@@ -66,7 +66,7 @@ DEFAULT_TITLE_TIMEOUT = 10.0  # seconds for the title request (then the first re
 DEFAULT_TITLE_MAX_TOKENS = 16  # the longest title reply (about 6 words asked for)
 DEFAULT_SUMMARIES = "background"  # background | wait: who writes the summary of a chat that ended
 DEFAULT_PREPARE_COMPACTION = "on"  # on | off: the next compaction's summary made ahead
-PREPARE_SHARE = 0.75  # of the compaction threshold: from there a compaction is prepared
+PREPARE_LOOKBACK = 4  # exchanges whose largest foretells the next one's size
 PREPARE_IDLE_S = 2.0  # a preparation asks the model only after the person let this pass
 
 
@@ -157,7 +157,7 @@ CHOICES: dict[str, tuple[tuple[str, ...], str]] = {  # the words a key takes, an
     "prepare_compaction": (
         ("on", "off"),
         "on makes the next compaction's summary in the background while you read, once "
-        "the window nears its threshold; off makes it when compacting.",
+        "one more exchange would pass the threshold; off makes it when compacting.",
     ),
     "summaries": (
         ("background", "wait"),

@@ -75,7 +75,7 @@ from chatloop.chat.state import (
 )
 from chatloop.chat.tokens import TokenCount
 from chatloop.chat.turn import TurnResult, respond, run_turn
-from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_SHARE, Settings
+from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_LOOKBACK, Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta, Totals, exchanges, no_text
 from chatloop.format.front_matter import MAX_PIN_CHARS, MAX_PINS, MAX_TITLE_CHARS
@@ -537,7 +537,7 @@ class ChatSession:
         used = max(now.tokens, self.totals.last_call)
         share = used / window
         if share < self.settings.compact_threshold:
-            self._prepare(share)
+            self._prepare(used, window)
             return
         self.host.notice(f"Context {share:.0%} full ({used:,} of {window:,} tokens).", "warn")
         mode = self.settings.auto_compact
@@ -871,12 +871,16 @@ class ChatSession:
         return chain.carry(recent, budget, cost, keep_first)
 
     # ------------------------------------------------------------------ prepared ahead
-    def _prepare(self, share: float) -> None:
-        """After an exchange that left the window ``share`` full, below the threshold:
-        from PREPARE_SHARE of the threshold on, start preparing the summary of every
-        message of the file (``chat.preparation``) for the compaction to come, unless
-        one covers them already or is being made. Not for the embedded model (one
-        model in this process) nor when compaction is off or ``prepare_compaction`` is."""
+    def _prepare(self, used: int, window: int) -> None:
+        """After an exchange that left ``used`` tokens of the ``window`` taken, below the
+        threshold: when one more exchange as large as the largest of the last
+        PREPARE_LOOKBACK would pass the threshold, start
+        preparing the summary of every message of the file (``chat.preparation``) for
+        the compaction to come, unless one covers them already or is being made. Once a
+        compaction, not earlier: on a one-slot server a summary request pushes the
+        chat's own prompt out of the server's cache, and the next turn reads it again.
+        Not for the embedded model (one model in this process) nor when compaction is
+        off or ``prepare_compaction`` is."""
         writer = self.writer
         settings = self.settings
         if (
@@ -884,15 +888,21 @@ class ChatSession:
             or settings.prepare_compaction != "on"
             or settings.auto_compact == "off"
             or self.backend.kind == "embedded"
-            or share < PREPARE_SHARE * settings.compact_threshold
         ):
             return
+        threshold = settings.compact_threshold * window
+        if used < threshold / 2:  # (far from it: nothing counted)
+            return
         messages = tuple(writer.messages)
+        recent = list(exchanges(messages))[-PREPARE_LOOKBACK:]
+        step = max((self._plan(e, history=False).messages_tokens for e in recent), default=0)
+        if used + step < threshold:
+            return
         self._harvest()
         if any(p is not None and p.messages == messages for p in (self._preparing, self._prepared)):
             return
         self._overtake()
-        backend, previous, window = self.backend, self.previous, self.window()
+        backend, previous = self.backend, self.previous
         cap = summary_cap(window, settings.summary_max_tokens)
 
         def make(cancel: Cancel) -> chain.SummaryOutcome:
