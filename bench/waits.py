@@ -156,25 +156,9 @@ def exit_wait(url: str, summaries: str) -> float:
     return took
 
 
-def fork_wait(url: str, summaries: str) -> float:
-    """``/fork`` after one exchange, to the prompt back."""
-    with tempfile.TemporaryDirectory() as home:
-        child = _chat(url, home, summaries)
-        started = time.monotonic()
-        child.sendline("/fork")
-        child.expect_exact("Fork")
-        wait_prompt(child)
-        took = time.monotonic() - started
-        child.sendeof()
-        child.expect(pexpect.EOF)
-        child.close()
-        _settle(home)
-    return took
-
-
-def branch_wait(command: str) -> Callable[[str, str], float]:
-    """``command`` (``/retry``, ``/edit …``) after one exchange: to the prompt back, the
-    branch's answer streamed (the scripted answer comes at once)."""
+def branch_wait(command: str, answered: bool = True) -> Callable[[str, str], float]:
+    """``command`` (``/fork``, ``/retry``, ``/edit …``) after one exchange: to the prompt
+    back (``answered``: once the branch's answer is in; the scripted one comes at once)."""
 
     def wait(url: str, summaries: str) -> float:
         with tempfile.TemporaryDirectory() as home:
@@ -182,7 +166,8 @@ def branch_wait(command: str) -> Callable[[str, str], float]:
             started = time.monotonic()
             child.sendline(command)
             child.expect_exact("Fork")
-            child.expect_exact(LAST)
+            if answered:
+                child.expect_exact(LAST)
             wait_prompt(child)
             took = time.monotonic() - started
             child.sendeof()
@@ -242,7 +227,7 @@ def oneshot_wait(url: str, summaries: str) -> float:
 WAITS: dict[str, Callable[[str, str], float]] = {
     "Ctrl-D to the shell": exit_wait,
     "one-shot: last word to its end": oneshot_wait,
-    "/fork to the prompt": fork_wait,
+    "/fork to the prompt": branch_wait("/fork", answered=False),
     "/retry to the prompt (answered)": branch_wait("/retry"),
     "/edit to the prompt (answered)": branch_wait("/edit Tell me about Pemba."),
     '`chatloop "q" | head -1`: line to end': pipe_wait,
