@@ -970,18 +970,18 @@ class ChatSession:
         recent = list(exchanges(newer))
         if sum(len(exchange) for exchange in recent) != len(newer):
             return None
-        if not recent:  # nothing said since: it covers all, and the child carries the end too
-            self.host.notice("Using the summary prepared while you read.", "info")
-            return prepared.outcome, self._carried(writer), 0
-        else:
+        if recent:  # the child carries exactly what came after, or it is not used
             parent = chain.Parent(writer.path, writer.meta, None)
             summary = self._fit_summary(prepared.outcome.text)
             text = chain.restoration(parent, summary, None, self.pins, MAX_CARRIED)
             carried = self._carry(recent, self._opening(text), keep_first=False)
             if len(carried) != len(newer):
                 return None
+            leave = len(carried)
+        else:  # nothing said since: it covers all, and the child carries the end too
+            carried, leave = self._carried(writer), 0
         self.host.notice("Using the summary prepared while you read.", "info")
-        return prepared.outcome, carried, len(carried)
+        return prepared.outcome, carried, leave
 
     def begin_child(
         self,
