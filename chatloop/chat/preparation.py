@@ -16,7 +16,7 @@ fits in what the child carries word for word; otherwise it summarizes as before
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,6 +34,14 @@ class Prepared:
 
     messages: tuple[Message, ...]
     outcome: SummaryOutcome
+
+    def newer(self, messages: Sequence[Message]) -> list[Message] | None:
+        """What ``messages`` (a file's, now) hold after the ones this covers; None when
+        they no longer begin with those, as they were (a hand edit makes it stale)."""
+        covered = len(self.messages)
+        if tuple(messages[:covered]) != self.messages:
+            return None
+        return list(messages[covered:])
 
 
 class Preparation:
@@ -73,10 +81,6 @@ class Preparation:
         if not self._done.is_set() or self._stopped.is_set() or self._outcome is None:
             return None
         return Prepared(self.messages, self._outcome)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until it has ended (for tests and benchmarks); True if it has."""
-        return self._done.wait(timeout)
 
     def _run(self) -> None:
         outcome: SummaryOutcome | None = None

@@ -931,10 +931,8 @@ class ChatSession:
         writer = self.writer
         if made is None or writer is None:
             return ""
-        messages = writer.messages
-        covered = len(made.messages)
-        usable = len(messages) - covered <= MAX_CARRIED
-        return "ready" if usable and tuple(messages[:covered]) == made.messages else ""
+        newer = made.newer(writer.messages)
+        return "ready" if newer is not None and len(newer) <= MAX_CARRIED else ""
 
     def _harvest(self) -> None:
         """A preparation that has ended: its summary (if it made one) is the prepared one."""
@@ -962,11 +960,9 @@ class ChatSession:
         prepared = self._prepared
         if prepared is None:
             return None
-        messages = writer.messages
-        covered = len(prepared.messages)
-        if tuple(messages[:covered]) != prepared.messages:  # (a hand edit changes them)
+        newer = prepared.newer(writer.messages)
+        if newer is None:
             return None
-        newer = messages[covered:]
         recent = list(exchanges(newer))
         if sum(len(exchange) for exchange in recent) != len(newer):
             return None
