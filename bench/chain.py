@@ -177,7 +177,7 @@ def run(url: str, window: int, count: int) -> int:
     # the run reads the files (not by a background worker)
     settings = Settings(context_window=window, summaries="wait")
     agent = load_agent(bundled_agents() / "simple_sally.py")
-    session = TimedSession(agent, backend, store, settings, Host())  # type: ignore[arg-type]
+    session = TimedSession(agent, backend, store, settings, Host())
     session.compactions = []
     messages = typed(count)
     started = time.monotonic()

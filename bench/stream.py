@@ -167,9 +167,11 @@ def measure(runs: int) -> tuple[list[float], float, float]:
             wait_prompt(child)
         samples: dict[int, float] = {}
         marks = (200, 1400, 2600, 3800)
-        script.marks = {
-            i: (lambda i=i: samples.__setitem__(i, cpu_seconds(child.pid))) for i in marks
-        }
+
+        def sample(i: int) -> Callable[[], None]:
+            return lambda: samples.__setitem__(i, cpu_seconds(child.pid))
+
+        script.marks = {i: sample(i) for i in marks}
         script.tokens, script.pace = 4000, 0.003
         child.sendline("a long one")
         wait_prompt(child)

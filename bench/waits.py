@@ -237,21 +237,28 @@ WAITS: dict[str, Callable[[str, str], float]] = {
 NOTE = "the spice farms and the old stone town by the harbour of Zanzibar " * 4
 
 
-def compaction_turn(url: str, prepare: str, summary_seconds: float) -> tuple[float, float, bool]:
+def compaction_turn(
+    url: str, prepare: str, summary_seconds: float, real: bool = False
+) -> tuple[float, float, bool]:
     """(the compaction turn's wait, a normal turn's median, whether the prepared summary
-    was used), reading the screen (pyte) for the toolbar's word on a summary."""
+    was used), reading the screen (pyte) for the toolbar's word on a summary. ``real``:
+    ``url`` is a model server (its own window and model; replies of at most 48 tokens,
+    as a short answer takes), not the scripted one."""
     import pyte
 
     with tempfile.TemporaryDirectory() as home:
         env = {
             **_env(home, "background"),
-            "CHATLOOP_CONTEXT_WINDOW": "1024",
             "CHATLOOP_AUTO_COMPACT": "on",
             "CHATLOOP_PREPARE_COMPACTION": prepare,
         }
+        if real:
+            env["CHATLOOP_MAX_TOKENS"] = "48"
+        else:
+            env["CHATLOOP_CONTEXT_WINDOW"] = "1024"
         child = pexpect.spawn(
             CHATLOOP,
-            ["--base-url", url, "--model", "bench"],
+            ["--base-url", url] + ([] if real else ["--model", "bench"]),
             env=env,
             encoding="utf-8",
             timeout=600,
@@ -282,7 +289,11 @@ def compaction_turn(url: str, prepare: str, summary_seconds: float) -> tuple[flo
             started = time.monotonic()
             child.sendline(f"{turn}. {NOTE}")
             back = f" {turn}q · "  # the toolbar once the prompt is back after this turn
-            until(lambda shown, back=back: "Saved session" in shown or back in shown, 600)
+
+            def returned(shown: str, back: str = back) -> bool:
+                return "Saved session" in shown or back in shown
+
+            until(returned, 600)
             shown = "\n".join(screen.display)
             if "Saved session" in shown:  # this turn compacted: its prompt is the child's
                 until(lambda shown: "you>" in shown.split("Saved session")[-1], 600)
@@ -299,16 +310,22 @@ def compaction_turn(url: str, prepare: str, summary_seconds: float) -> tuple[flo
     return compacted, statistics.median(normal), used
 
 
-def compaction_figures(pairs: int, summary_seconds: float) -> list[tuple[str, float, float]]:
-    """(what, median with prepare_compaction on, median with off), A B A B."""
+def compaction_figures(
+    pairs: int, summary_seconds: float, real_url: str | None = None
+) -> list[tuple[str, float, float]]:
+    """(what, median with prepare_compaction on, median with off), A B A B; against the
+    model server at ``real_url`` when given, else the scripted one."""
     server, url = serve(summary_seconds)
+    url = real_url or url
     turns: dict[str, list[float]] = {"on": [], "off": []}
     normal: dict[str, list[float]] = {"on": [], "off": []}
     used = []
     try:
         for _ in range(pairs):
             for prepare in ("on", "off"):
-                compacted, usual, prepared = compaction_turn(url, prepare, summary_seconds)
+                compacted, usual, prepared = compaction_turn(
+                    url, prepare, summary_seconds, real_url is not None
+                )
                 turns[prepare].append(compacted)
                 normal[prepare].append(usual)
                 if prepare == "on":
@@ -317,9 +334,10 @@ def compaction_figures(pairs: int, summary_seconds: float) -> list[tuple[str, fl
         server.shutdown()
         server.server_close()
     print(f"  the prepared summary was used in {sum(used)} of {len(used)} runs")
+    median = statistics.median
     return [
-        ("compaction turn: Enter to prompt", *(statistics.median(turns[k]) for k in ("on", "off"))),
-        ("a normal turn: Enter to prompt", *(statistics.median(normal[k]) for k in ("on", "off"))),
+        ("compaction turn: Enter to prompt", median(turns["on"]), median(turns["off"])),
+        ("a normal turn: Enter to prompt", median(normal["on"]), median(normal["off"])),
     ]
 
 
@@ -347,7 +365,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--summary-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--compaction-server",
+        metavar="URL",
+        help="time only the compaction rows, against this model server "
+        "(e.g. llama_cpp.server at http://127.0.0.1:8765/v1, 2,048 tokens)",
+    )
     args = parser.parse_args()
+    if args.compaction_server:
+        compileall.compile_dir(str(HERE.parent / "chatloop"), quiet=1)
+        rows = compaction_figures(args.pairs, 120.0, args.compaction_server)
+        print(f"compaction against {args.compaction_server}; medians of {args.pairs} pair(s)")
+        for what, on, off in rows:
+            print(f"{what:34} {on:10.2f}s {off:13.2f}s {on / off:7.3f}")
+        return
     rows = measure(args.pairs, args.summary_seconds)
     print(f"summary requests take {args.summary_seconds:g} s; medians of {args.pairs} pair(s)")
     print(f"{'wait':34} {'background':>11} {'wait (before)':>14} {'ratio':>7}")

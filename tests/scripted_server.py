@@ -4,6 +4,7 @@ real model cannot be made to do on cue (echo the summary template, for one).
 It speaks the two endpoints chatloop uses: ``GET /v1/models`` and
 ``POST /v1/chat/completions`` (server-sent events when ``stream`` is true,
 one JSON body otherwise). ``reply`` maps each request's JSON to the text sent back.
+With ``tokenize`` it also has llama.cpp's ``POST /tokenize`` (a token a word).
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ def scripted_server(
     model: str = "scripted",
     pace: float = 0.0,
     models: Callable[[], bool] | None = None,
+    tokenize: Callable[[str], None] | None = None,
 ) -> Iterator[str]:
     """Serve ``reply`` on a free port; yields the base URL (``http://127.0.0.1:N/v1``).
     ``model``: the one model ``/v1/models`` lists. ``pace``: seconds between two pieces
     of a streamed reply (a slow model); 0 sends the whole reply at once. ``models``:
     called before ``/v1/models`` answers (it may wait, to hold a check of the server);
-    False makes that answer a 503."""
+    False makes that answer a 503. ``tokenize``: called with each text the server is
+    asked to count, before it answers (``None``: the server has no tokenizer)."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:  # keep test output clean
@@ -52,6 +55,11 @@ def scripted_server(
 
         def do_POST(self) -> None:
             request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path == "/tokenize" and tokenize is not None:
+                tokenize(str(request.get("content", "")))
+                counted = {"tokens": [1] * len(str(request.get("content", "")).split())}
+                self._send(200, json.dumps(counted).encode(), "application/json")
+                return
             if not self.path.endswith("/chat/completions"):  # no tokenizer, as on many servers
                 self._send(404, b'{"detail": "Not Found"}', "application/json")
                 return

@@ -191,7 +191,8 @@ def test_a_tool_name_the_agent_lacks_is_an_error_result() -> None:
 
 def test_complete_is_outside_history_and_without_tools() -> None:
     script = Script(sse_body({"content": "summary"}))
-    text, usage = complete(script.backend(), "Summarize", system="You summarize.")
+    reply = complete(script.backend(), "Summarize", system="You summarize.")
+    text, usage = reply.text, reply.usage
     assert text == "summary" and usage is not None and usage.estimated
     body = script.requests[0]
     assert "tools" not in body

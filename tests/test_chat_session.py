@@ -289,13 +289,14 @@ def test_a_full_history_that_stops_fitting_continues_from_the_summary(store: Sto
     """--full, then a message that does not fit with the whole history: chatloop
     continues from the parent's summary, and the message is answered in that child."""
     first, _ = chat(store, FakeBackend("Answer one.", STRUCTURED), context_window=1200)
-    first.send("first chat " + "about the soil of the beds " * 20)
+    first.send("first chat " + "about the soil of the beds " * 60)
     first.close()
     backend = FakeBackend("Ack.", "The answer.", STRUCTURED)
     session, host = chat(store, backend, context_window=1200)
     assert session.resume("1", full=True)
-    # fits the window alone (about 900 tokens), not after the whole history
-    session.send("and now a long question " + "with many words " * 225)
+    # fits the window after the restoration prompt (about 600 tokens), not after the
+    # whole history (about 500)
+    session.send("and now a long question " + "with many words " * 150)
     session.close()
     assert host.said("continuing from the summary")
     parent, child = files(store)

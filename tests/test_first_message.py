@@ -153,3 +153,61 @@ def test_ctrl_c_while_starting_keeps_the_message_and_says_where(
         held.release.set()
     (saved,) = _sessions(chatloop_home)
     assert [m.text for m in saved.messages] == [QUESTION]
+
+
+MARK = "QX-7731 the first message after the compaction"
+
+
+def test_the_first_message_after_compact_is_on_disk_while_the_acknowledgment_streams(
+    chatloop_home: Path, project: Path
+) -> None:
+    """``/compact``, then a message: when the server is asked to count it, it is in
+    the child's file already; the server holds the acknowledgment's request until the
+    test lets it go, and a kill -9 there keeps the message (``-c`` goes on from that
+    child)."""
+    from tests.fakes import STRUCTURED
+
+    asked, release = threading.Event(), threading.Event()
+    counted: list[bool] = []  # for each count of the message: was it on disk then?
+
+    def tokenize(text: str) -> None:
+        if MARK in text:
+            counted.append(any(MARK in p.read_text() for p in chatloop_home.rglob("*.md")))
+
+    def reply(request: dict[str, Any]) -> str:
+        last = str(request["messages"][-1]["content"])
+        if "progressive summary" in last:
+            return STRUCTURED
+        if last.startswith("We are continuing an earlier conversation"):
+            asked.set()  # the acknowledgment: held
+            release.wait(120)
+            return "Ready to continue."
+        return ANSWER
+
+    with scripted_server(reply, tokenize=tokenize) as url:
+        try:
+            child = spawn(url, chatloop_home, project, 16)
+            child.sendline(QUESTION)
+            wait(child, ready(1))
+            child.sendline("/compact")
+            wait(child, "Continuing session")
+            child.sendline(MARK)
+            assert asked.wait(60), "the acknowledgment was never asked for"
+            assert counted and all(counted), counted
+            held = [s for s in _sessions(chatloop_home) if s.meta.parent_id]
+            assert [[m.text for m in s.messages if m.is_query] for s in held] == [[MARK]]
+            os.kill(child.pid, signal.SIGKILL)
+            child.close()
+        finally:
+            release.set()
+        resumed = subprocess.run(
+            [chatloop_bin(), "--base-url", url, "-c", "And in winter?"],
+            cwd=project,
+            env=environment(chatloop_home, 16),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert resumed.returncode == 0, resumed.stderr
+    queries = [m.text for s in _sessions(chatloop_home) for m in s.messages if m.is_query]
+    assert queries.count(MARK) == 1 and QUESTION in queries and "And in winter?" in queries

@@ -72,12 +72,12 @@ class Served(FakeBackend):
         yield Finish("stop")
 
 
-def _session(store: Store) -> tuple[ChatSession, ScriptedHost, Served]:
+def _session(store: Store, window: int = WINDOW) -> tuple[ChatSession, ScriptedHost, Served]:
     backend = Served()
     session, host = chat(
         store,
         backend,
-        context_window=WINDOW,
+        context_window=window,
         auto_compact="on",
         prepare_compaction="on",
     )
@@ -85,10 +85,11 @@ def _session(store: Store) -> tuple[ChatSession, ScriptedHost, Served]:
     return session, host, backend
 
 
-def _until_preparing(session: ChatSession) -> int:
-    """Send notes until a preparation starts; how many were sent."""
+def _until_preparing(session: ChatSession, repeat: int = 4) -> int:
+    """Send notes (``NOTE`` ``repeat`` times each) until a preparation starts; how many
+    were sent."""
     for sent in range(1, 40):
-        session.send(f"note {sent}: {NOTE * 4}")
+        session.send(f"note {sent}: {NOTE * repeat}")
         if session.describe().prepared == "preparing":
             return sent
     raise AssertionError("no preparation started")
@@ -187,3 +188,36 @@ def test_a_prepared_summary_that_timed_out_is_asked_again_once() -> None:
     retried = SlowFirst("word " * 40, STRUCTURED)
     made = chain.summarize(retried, talk, previous=None, window=4096, timeout=0.5, cancel=Cancel())
     assert len(retried.calls) == 2 and not made.fallback and made.text == STRUCTURED
+
+
+def test_a_prepared_summary_keeps_the_next_turns_beginning_for_the_server(
+    store: Store,
+) -> None:
+    """On a one-slot server a summary request pushes the chat out of the prompt cache:
+    a summary made ahead is asked as the conversation's next message when it fits (the
+    chat as the last turn sent it, then the summary's instructions), else the chat's
+    beginning is asked for once more after it (one token). Either way the request
+    made last before the next turn begins as that turn does, message for message."""
+    for window in (2048, 8192):
+        session, host, backend = _session(store, window)
+        sent = _until_preparing(session, 4 * window // WINDOW)
+        assert backend.summary_asked.wait(30)
+        backend.release.set()
+        assert host.refreshed.wait(30)  # it ended (the toolbar is told)
+        assert session.describe().prepared == "ready"
+        asked = len(backend.calls)
+        session.send(f"last note: {NOTE}")
+        before, turn = backend.calls[asked - 1]["messages"], backend.calls[asked]["messages"]
+        summary = next(
+            c["messages"]
+            for c in backend.calls
+            if "progressive summary" in str(c["messages"][-1]["content"])
+        )
+        in_chat = str(summary[-1]["content"]).startswith("Pause our conversation here")
+        kept = before[:-1] if in_chat else before
+        assert kept[0]["role"] == "system" and len(kept) >= 2 * sent
+        assert turn[: len(kept)] == kept, window  # the same beginning, message for message
+        assert in_chat == (window == 8192)  # (at 2,048 the request and a summary do not fit)
+        if not in_chat:
+            assert backend.calls[asked - 1]["options"]["max_tokens"] == 1
+        session.close()

@@ -213,7 +213,7 @@ def test_a_model_that_echoes_the_summary_template_gets_the_fallback(
     from tests.scripted_server import scripted_server
 
     echo = prompts.SUMMARY_PROMPT.split("Rules:")[0].format(
-        background_rule=prompts.BACKGROUND_RULE_FIRST
+        background_rule=prompts.BACKGROUND_RULE_FIRST, words=144
     )
     asked: list[str] = []
 

@@ -107,7 +107,7 @@ def test_a_summary_moved_by_a_hand_edit_is_found_by_walking(store: Store) -> Non
 
 def test_a_reply_that_echoes_the_template_is_not_a_summary() -> None:
     echo = prompts.SUMMARY_PROMPT.split("Rules:")[0].format(
-        background_rule=prompts.BACKGROUND_RULE_FIRST
+        background_rule=prompts.BACKGROUND_RULE_FIRST, words=144
     )
     assert prompts.shape(echo) and prompts.echoes_template(echo)
     assert not prompts.echoes_template(STRUCTURED)

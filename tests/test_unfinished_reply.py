@@ -295,3 +295,33 @@ def test_the_acknowledgment_is_put_before_the_typed_message_or_not_at_all(
     assert not writer.insert(Message.create("assistant", T0, text="again"), before=1)
     writer.close()
     assert parse_markdown(writer.path.read_bytes()).session.messages == messages
+
+
+def test_a_child_written_whole_is_rebuilt_in_place_and_only_by_its_writer(
+    store: Store,
+) -> None:
+    """``SessionWriter.rebuild``: the file a writer made whole (``Store.create`` with its
+    messages) is rewritten as new messages under the same id; one opened again, or
+    changed by someone else, is not."""
+    prompt = Message.create("user", T0, text="We are continuing… 2 messages follow", restore=True)
+    copies = [
+        Message.create(role, T0, text=text, restore=True, copy=True)
+        for role, text in (("user", "old question"), ("assistant", "old answer"))
+    ]
+    typed = Message.create("user", T0, text="keep going")
+    writer = store.create(new_meta(title="chain"), carried=[prompt, *copies, typed])
+    made = writer.meta
+    fewer = Message.create("user", T0, text="We are continuing…", restore=True)
+    assert writer.rebuild(made, [fewer, typed])
+    ack = Message.create("assistant", T0, text="Ready.", restore=True)
+    assert writer.insert(ack, before=1)  # the record sizes are known after a rebuild
+    writer.close()
+    result = parse_markdown(writer.path.read_bytes())
+    assert not result.problems
+    texts = [m.text for m in result.session.messages]
+    assert texts == ["We are continuing…", "Ready.", "keep going"]
+    assert result.session.meta.id == made.id and result.session.meta.title == "chain"
+    writer = store.open(writer.path)
+    assert not writer.rebuild(made, [typed])  # records it did not write: left as they are
+    writer.close()
+    assert parse_markdown(writer.path.read_bytes()).session.messages == result.session.messages

@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from chatloop.backends.base import Backend, Cancel, Cancelled, estimate_tokens
+from chatloop.backends.base import Backend, Cancel, Cancelled, ChatMessage, estimate_tokens
 from chatloop.chat import prompts
 from chatloop.config import (
     DEFAULT_SUMMARY_MAX_TOKENS,
@@ -85,6 +85,7 @@ def summarize(
     instructions: str = "",
     count: Callable[[str], int] = estimate_tokens,
     cancel: Cancel | None = None,
+    chat: Sequence[ChatMessage] | None = None,
 ) -> SummaryOutcome:
     """The progressive summary of ``messages`` (``previous``: the parent's summary).
 
@@ -98,6 +99,10 @@ def summarize(
     ``count``: a text's tokens (``TokenCount.text``; default: the estimate).
     ``cancel``: set by the caller to give the summary up (``Cancelled`` is raised, with
     no retry and no fallback: a summary prepared ahead that the person overtook).
+    ``chat``: ``messages`` as the conversation sends them (its system prompt first),
+    when they and ``prompts.summary_in_chat`` fit the window with the summary: the
+    summary is then asked as the conversation's next message, so that a server's
+    prompt cache keeps the conversation (the next turn is not read again whole).
     """
     if not any(m.is_query for m in messages):  # nothing new: the parent's summary stands
         if previous:
@@ -106,6 +111,7 @@ def summarize(
     size = window or DEFAULT_WINDOW
     reserve = min(max_tokens, max(64, size // 3))
     words = summary_words(reserve)  # every summary made here fits its budget
+    asked = asked_words(words)
     if previous and count(previous) > reserve:  # never let it crowd out the text
         previous = prompts.fit(previous, words)
     template = count(prompts.summary_prompt("", previous))
@@ -116,32 +122,35 @@ def summarize(
     try:
         text, notes = "\n".join(lines), False
         depth = 0
-        while (size := count(text)) > room and depth < 3:
+        while chat is None and (size := count(text)) > room and depth < 3:
             per_token = max(1.0, len(text) / max(1, size))  # characters a token, here
             pieces = _split(text.splitlines(), int(room * per_token))
             made: list[str] = []
             for i, piece in enumerate(pieces, 1):
                 if progress:
                     progress(f"part {i} of {len(pieces)}")
-                prompt = prompts.notes_prompt(piece, i, len(pieces))
-                answer, used = _ask(backend, prompt, options, timeout, cancel)
+                prompt = prompts.notes_prompt(piece, i, len(pieces), instructions)
+                answer, used, _ = _ask(backend, prompt, options, timeout, cancel)
                 calls += used
                 made.append(f"Part {i}:\n{prompts.cap_words(prompts.clean(answer), 150)}")
             text, notes, depth = "\n\n".join(made), True, depth + 1
         if progress:
             progress("summary")
-        request = prompts.summary_prompt(text, previous, notes, instructions)
-        answer, used = _ask(backend, request, options, timeout, cancel)
+        if chat is not None:
+            request = prompts.summary_in_chat(previous is not None, instructions, asked)
+            answer, used, cut = _ask(backend, request, options, timeout, cancel, chat)
+        else:
+            request = prompts.summary_prompt(text, previous, notes, instructions, asked)
+            answer, used, cut = _ask(backend, request, options, timeout, cancel)
         calls += used
     except BackendError as exc:
         text = prompts.fallback_summary(messages, previous)
         return SummaryOutcome(prompts.fit(text, words), True, calls, exc.message)
     answer = prompts.clean(answer)
-    if prompts.shape(answer):
+    if prompts.shape(answer) and not cut:
         return SummaryOutcome(prompts.fit(answer, words), False, calls)
-    return SummaryOutcome(
-        prompts.fit(prompts.wrap(answer, previous, messages), words), False, calls
-    )
+    repaired = prompts.repair(answer, previous, messages, cut)
+    return SummaryOutcome(prompts.fit(repaired, words), False, calls)
 
 
 def summary_words(tokens: int) -> int:
@@ -151,14 +160,23 @@ def summary_words(tokens: int) -> int:
     return min(prompts.MAX_WORDS, max(SUMMARY_MIN_WORDS, tokens * 3 // 4))
 
 
+def asked_words(words: int) -> int:
+    """The words a summary request asks for when the summary may hold ``words``: a
+    quarter less (identifiers, paths and numbers cost several tokens a word, and a
+    reply cut at its cap loses its last sections)."""
+    return max(SUMMARY_MIN_WORDS, words * 3 // 4)
+
+
 def _ask(
     backend: Backend,
     prompt: str,
     options: dict[str, Any],
     timeout: float,
     cancel: Cancel | None = None,
-) -> tuple[str, int]:
-    """One summary request, retried once; empty output, or output that echoes the
+    history: Sequence[ChatMessage] = (),
+) -> tuple[str, int, bool]:
+    """One summary request (after ``history``, when given), retried once: its text, the
+    requests made, and whether its cap cut it. Empty output, or output that echoes the
     prompt's template, counts as a failure. ``cancel`` set: Cancelled, no retry."""
     from chatloop.chat.turn import complete
 
@@ -168,11 +186,14 @@ def _ask(
             raise Cancelled("The summary was given up")
         this = _Attempt(cancel)  # its timeout cancels this attempt only
         try:
-            text, _ = complete(backend, prompt, options=options, timeout=timeout, cancel=this)
+            reply = complete(
+                backend, prompt, options=options, timeout=timeout, cancel=this, history=history
+            )
+            text = reply.text
             if prompts.echoes_template(text):
                 last = BackendError("The model repeated the summary template", "")
             elif text.strip():
-                return text, attempt
+                return text, attempt, reply.stop_reason == "length"
             else:
                 last = BackendError("The model returned an empty summary", "")
         except Cancelled:
@@ -350,35 +371,6 @@ def restoration(
         branched="forked_at" in parent.meta.extra,
         carried=carried,
     )
-
-
-def start_child(
-    store: Store,
-    template: SessionMeta,
-    parent: Parent,
-    summary: str,
-    clock: Callable[[], datetime],
-    unanswered: str | None = None,
-    carried: Sequence[Message] = (),
-) -> SessionWriter:
-    """Create the child session of ``parent`` and append its restoration prompt, then
-    ``carried`` (copies of the parent's last exchanges, each a record of its own).
-
-    ``template`` gives the new session's agent, model and title (and any
-    ``extra`` keys); ids, times, counters and status are the new session's own.
-    The caller streams the acknowledgment and appends it with ``restore=True``.
-    """
-    meta = child_meta(template, parent, clock(), store.project_dir)
-    writer = store.create(meta)
-    try:
-        text = restoration(parent, summary, unanswered, template.pins, len(carried))
-        writer.append(Message.create("user", clock(), text=text, restore=True))
-        for message in carried:
-            writer.append(message)
-    except ChatloopError:
-        store.discard(writer)  # a child that never began leaves no file behind
-        raise
-    return writer
 
 
 def child_meta(template: SessionMeta, parent: Parent, now: datetime, folder: Path) -> SessionMeta:

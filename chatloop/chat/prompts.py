@@ -40,10 +40,8 @@ HEADINGS = (
 INITIAL = "Initial session."
 NONE = "- None recorded."
 
-SUMMARY_PROMPT = """\
-Write the progressive summary of the chat session below, so that a later session \
-can continue it without the transcript. Use exactly this markdown structure and \
-stay under 500 words:
+SUMMARY_STRUCTURE = """\
+Use exactly this markdown structure and stay under {words} words:
 
 **Background Context:** {background_rule}
 
@@ -62,21 +60,43 @@ Rules: keep exact identifiers, file names, paths, commands, numbers and the \
 user's stated constraints and preferences word for word. Write only what the \
 {source} says; do not invent anything. Write "- None." for an empty list. \
 Reply with the summary only.
-{instructions}{previous}
+{instructions}"""
+
+SUMMARY_PROMPT = (
+    """\
+Write the progressive summary of the chat session below, so that a later session \
+can continue it without the transcript. """
+    + SUMMARY_STRUCTURE
+    + """{previous}
 {source_title}:
 
 {text}
 """
+)
+
+# The same request as the next message of the conversation itself (the chat as the
+# model saw it, then this): a server's prompt cache keeps the conversation's prefix.
+SUMMARY_IN_CHAT = (
+    """\
+Pause our conversation here: instead of a reply, write the progressive summary of \
+this chat session so far (every message above), so that a later session can \
+continue it without them. """
+    + SUMMARY_STRUCTURE
+)
 
 BACKGROUND_RULE_FIRST = 'write "Initial session."'
 BACKGROUND_RULE_CHAINED = "condense the previous summary (below) into one or two sentences."
+BACKGROUND_RULE_IN_CHAT = (
+    "condense the summary this conversation began from (in its first message) into "
+    "one or two sentences."
+)
 
 NOTES_PROMPT = """\
 This is part {part} of {parts} of a chat transcript. Write short notes on it as \
 bullets: the topics, what was decided or answered, exact identifiers, file \
 names and numbers, and open questions. Write only what the part says; do not \
 invent anything. Reply with the notes only.
-
+{instructions}
 Part {part} of {parts}:
 
 {text}
@@ -130,23 +150,49 @@ _MARKER_LINE = re.compile(r"^.*SESSION_SUMMARY.*$\n?", re.MULTILINE)  # whole or
 
 
 def summary_prompt(
-    text: str, previous: str | None, notes: bool = False, instructions: str = ""
+    text: str,
+    previous: str | None,
+    notes: bool = False,
+    instructions: str = "",
+    words: int = MAX_WORDS,
 ) -> str:
-    """The request for a summary of ``text`` (a transcript, or notes on its parts);
-    ``instructions`` are the person's own words on what to keep."""
-    asked = instructions.strip()
+    """The request for a summary of ``text`` (a transcript, or notes on its parts) in
+    at most ``words`` words; ``instructions`` are the person's own words on what to
+    keep."""
     return SUMMARY_PROMPT.format(
-        instructions=f"\nThe user asks this summary to: {asked}\n" if asked else "",
+        instructions=_asked(instructions),
         background_rule=BACKGROUND_RULE_CHAINED if previous else BACKGROUND_RULE_FIRST,
         previous=f"\nPrevious summary:\n\n{previous.strip()}\n" if previous else "",
         source="notes" if notes else "transcript",
         source_title="Notes on the session, part by part" if notes else "Transcript",
         text=text.strip(),
+        words=words,
     )
 
 
-def notes_prompt(text: str, part: int, parts: int) -> str:
-    return NOTES_PROMPT.format(part=part, parts=parts, text=text.strip())
+def summary_in_chat(continued: bool, instructions: str = "", words: int = MAX_WORDS) -> str:
+    """The request for a summary asked as the conversation's next message (the chat
+    as the model saw it comes before it). ``continued``: the conversation began from a
+    restoration prompt, whose summary the new one condenses."""
+    return SUMMARY_IN_CHAT.format(
+        instructions=_asked(instructions),
+        background_rule=BACKGROUND_RULE_IN_CHAT if continued else BACKGROUND_RULE_FIRST,
+        source="conversation",
+        words=words,
+    )
+
+
+def _asked(instructions: str) -> str:
+    asked = instructions.strip()
+    return f"\nThe user asks this summary to: {asked}\n" if asked else ""
+
+
+def notes_prompt(text: str, part: int, parts: int, instructions: str = "") -> str:
+    """The request for notes on one part of a transcript too long for one request;
+    ``instructions`` (the person's ``/compact TEXT``) go in every part's request."""
+    return NOTES_PROMPT.format(
+        part=part, parts=parts, text=text.strip(), instructions=_asked(instructions)
+    )
 
 
 def restoration_prompt(
@@ -262,6 +308,9 @@ _TEMPLATE_PHRASES = (
     "one bullet per open question or next step",
     BACKGROUND_RULE_FIRST.lower(),
     BACKGROUND_RULE_CHAINED.lower(),
+    BACKGROUND_RULE_IN_CHAT.lower(),
+    "of a chat transcript. write short notes",  # (a notes request repeated)
+    "pause our conversation here: instead of a reply",
 )
 
 
@@ -351,10 +400,21 @@ def condense(summary: str | None, words: int = 90) -> str:
     return cap_words(text, words)
 
 
-def wrap(text: str, previous: str | None, messages: Sequence[Message]) -> str:
-    """A summary with the required structure around model output that lacks it. The
-    model's text is kept only where it is ``grounded`` in the transcript or ``previous``."""
-    parts = _fallback_parts(messages)
+def repair(text: str, previous: str | None, messages: Sequence[Message], cut: bool) -> str:
+    """A summary in the required structure from a model reply that is not quite one:
+    every section the model wrote keeps its content, under its own heading once
+    (whatever form of the heading it used: bold, ``##``, a colon or none); text before
+    its first heading is the Current Session Summary's; a section it left out is
+    filled as chatloop's own summary fills it (``fallback_summary``: the parent's
+    decisions, the first request and the last ones, what is unanswered). ``cut``: its
+    cap cut the reply, whose last line is then left out (every complete line is kept).
+    What the model wrote keeps only sentences ``grounded`` in the transcript or
+    ``previous``; a heading inside a line is written as plain words, so no section
+    ever holds another."""
+    lines = clean(text).splitlines()
+    if cut and lines and not text.endswith("\n"):
+        lines.pop()  # it may end mid-word, mid-number, mid-path
+    before, found = _sections(lines)
     source = "\n".join(
         [
             previous or "",
@@ -362,13 +422,71 @@ def wrap(text: str, previous: str | None, messages: Sequence[Message]) -> str:
             *(r.content for m in messages for r in m.tool_results),
         ]
     )
+    own = {i: _grounded_lines(rows, source) for i, rows in found.items()}
+    narrative = _grounded_lines(before, source)
+    parts = _fallback_parts(messages)
+    background = " ".join(own.get(0, [])) or condense(previous)
     return assemble(
-        condense(previous),
-        topics=parts["topics"],
-        decisions=_carried(previous) or [NONE[2:]],
-        pending=parts["pending"],
-        narrative=grounded(cap_words(clean(text), 250), source),
+        background,
+        topics=_items(own[2]) if own.get(2) else parts["topics"],
+        decisions=_items(own[3]) if own.get(3) else (_carried(previous) or [NONE[2:]]),
+        pending=_items(own[4]) if own.get(4) else parts["pending"],
+        narrative="\n".join([*own.get(1, []), *narrative]),
     )
+
+
+def _heading_of(line: str) -> tuple[int, str] | None:
+    """The section ``line`` opens (its index in HEADINGS) and what follows the heading
+    on it, when it begins with one of the five headings as models write them
+    (``**Pending:**``, ``**Pending**:``, ``Pending:``, ``## Pending``, ``**Pending**``);
+    a bare name only as the whole line (so "Pending approval" is no heading)."""
+    bare = line.strip().lstrip("#").strip()
+    lowered = bare.lower()
+    for i, heading in enumerate(HEADINGS):
+        name = heading.strip("*").rstrip(":")
+        for form in (heading, f"**{name}**:", f"{name}:", f"__{name}:__"):
+            if lowered.startswith(form.lower()):
+                return i, bare[len(form) :].strip()
+        if lowered.rstrip(":").strip("*_").rstrip(":").strip() == name.lower():
+            return i, ""
+    return None
+
+
+def _sections(lines: Sequence[str]) -> tuple[list[str], dict[int, list[str]]]:
+    """The lines before the first heading, and each section's lines (a heading written
+    twice: its lines together), blank lines left out."""
+    before: list[str] = []
+    found: dict[int, list[str]] = {}
+    current: list[str] = before
+    for line in lines:
+        opened = _heading_of(line)
+        if opened is not None:
+            index, rest = opened
+            current = found.setdefault(index, [])
+            line = rest
+        if line.strip():
+            current.append(line.strip())
+    return before, found
+
+
+def _grounded_lines(lines: Sequence[str], source: str) -> list[str]:
+    """``lines`` with their ungrounded sentences left out (a line left empty goes), the
+    bullet of a bullet kept, and any heading in them written as plain words."""
+    out: list[str] = []
+    for line in lines:
+        bullet = re.match(r"^(?:[-*•]|\d+[.)])\s+", line)
+        body = line[bullet.end() :] if bullet else line
+        for heading in HEADINGS:
+            body = body.replace(heading, heading.strip("*"))
+        kept = grounded(body, source)
+        if kept:
+            out.append(f"- {kept}" if bullet else kept)
+    return out
+
+
+def _items(lines: Sequence[str]) -> list[str]:
+    """A section's lines as bullet items (their dashes off: ``assemble`` puts them back)."""
+    return [line.removeprefix("- ") for line in lines]
 
 
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")

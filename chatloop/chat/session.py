@@ -46,7 +46,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from chatloop.backends.base import Backend, Cancel, Cancelled, ContextOverflow, estimate_tokens
+from chatloop.backends.base import (
+    Backend,
+    Cancel,
+    Cancelled,
+    ChatMessage,
+    ContextOverflow,
+    estimate_tokens,
+)
 from chatloop.chat import background, chain, continuation, prompts, titles
 from chatloop.chat.agent import Agent
 from chatloop.chat.context import (
@@ -62,6 +69,7 @@ from chatloop.chat.host import Host
 from chatloop.chat.preparation import Preparation, Prepared
 from chatloop.chat.state import (
     Branch,
+    Child,
     Closing,
     Continuation,
     Fresh,
@@ -74,7 +82,7 @@ from chatloop.chat.state import (
     how,
 )
 from chatloop.chat.tokens import TokenCount
-from chatloop.chat.turn import TurnResult, respond, run_turn
+from chatloop.chat.turn import TurnResult, prime, respond, run_turn
 from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_LOOKBACK, Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta, Totals, exchanges, no_text
@@ -354,33 +362,25 @@ class ChatSession:
 
         The message is on disk before anything else happens: its count against the
         window, the compaction it needs (the child answers it), the acknowledgment of a
-        restoration, the request. One that cannot be sent (it does not fit even alone,
-        or the history does not fit and compaction is off) is then taken back out of
-        the file and refused (ChatloopError; Up recalls it). The one exception: a
-        continuation not written yet (``Waiting``) is counted first, since whether the
-        message fits decides what its new file holds (a count the backends bound with a
-        deadline). Raises StoreError when the message cannot be saved (it stays queued
-        and is written and sent first next time), ChatloopError when the server failed
-        (after the failure is recorded in the file)."""
+        restoration, the request. A continuation not written yet (``Waiting``) is
+        written with it, in one write, and made over when the count then says it must
+        begin otherwise (``_first_of_child``). One that cannot be sent (it does not fit
+        even alone, or the history does not fit and compaction is off) is then taken
+        back out of the file and refused (ChatloopError; Up recalls it). Raises
+        StoreError when the message cannot be saved (it stays queued and is written and
+        sent first next time), ChatloopError when the server failed (after the failure
+        is recorded in the file)."""
         self._overtake()  # the person goes first: a summary being prepared is given up
         message = Message.create("user", self.clock(), text=text)
-        waiting = isinstance(self.state, Waiting)
-        room = self.plan([message]) if waiting else None
-        if room is not None and not room.fits:
-            self._check_room(self._plan([message], history=False))
+        begins = self.state.continuation if isinstance(self.state, Waiting) else None
         self._queue.append(message)  # in hand: from here on it is on disk or visibly queued
+        typed = len(self._queue)  # (a child not written yet is written with all of them)
         try:
-            if room is not None and not room.fits:
-                self.host.notice("The context window is full: compacting before sending.", "warn")
-                self.compact()
             self.flush()
         except StoreError as exc:
             raise self._queued_error(exc) from exc
-        except ChatloopError:
-            self._queue.remove(message)  # refused before anything changed: not kept, not sent
-            raise
-        if room is not None:  # counted before it was saved, and room made
-            return self._answer(text)
+        if begins is not None:
+            return self._first_of_child(begins, message, typed)
         return self._go_on(message)
 
     def send_saved(self, writer: SessionWriter) -> TurnResult:
@@ -763,25 +763,20 @@ class ChatSession:
             raise ChatloopError("Nothing to compact yet", "Send a message first.")
         self._overtake()  # a summary still being prepared is not waited for
         match self.state:
-            case Waiting(continuation=Branch() as branch):
-                self._fork_summarized(branch)  # the fork's history and this message do not fit
+            case Waiting(continuation=Branch() as branch):  # the fork's history condensed
+                self.state = Waiting(self._fork_summarized(branch))
                 return
-            case Waiting(continuation=FromSummary(carried=carried) as waiting) if carried:
-                self._carry_less(waiting)  # the message goes first: fewer copies
+            case Waiting(continuation=WithHistory() as full):  # --full given up for the summary
+                self.host.notice("Continuing from the summary instead of the full history.", "ok")
+                self.state = Waiting(
+                    self._from_summary(full.parent, full.summary or "", full.template)
+                )
                 return
-            case Waiting(continuation=FromSummary(parent=parent)):  # not written yet
+            case Waiting(continuation=FromSummary(parent=parent)):
                 raise ChatloopError(
-                    f"This message and the restoration of session {parent.meta.id} do not fit "
-                    "the context window together; nothing was sent",
-                    "Shorten it (Up recalls it), or use a model with a larger window.",
+                    f"Session {parent.meta.id} already continues from its summary",
+                    "Send a message to begin the new session.",
                 )
-            case Waiting(continuation=WithHistory() as full):
-                # --full, and the history no longer fits with the message: use the summary
-                self.host.notice(
-                    "The full history no longer fits: continuing from the summary.", "warn"
-                )
-                self.begin_child(full.parent, full.summary or "", full.template)
-                return
             case Fresh():
                 self.flush()  # a new session whose file could not be made yet: they make it
         writer = self._ensure_file()
@@ -810,19 +805,19 @@ class ChatSession:
         finally:
             self._queue[0:0] = held
 
-    def _carry_less(self, waiting: FromSummary) -> None:
-        """A child not written yet whose copies leave the message in hand no room: it
-        carries fewer of them (the oldest go first) until the message fits, and says
-        so; with none left and still no room, the message is refused (nothing sent)."""
-        carried = waiting.carried
+    def _carry_less(self, waiting: FromSummary, typed: Sequence[Message]) -> FromSummary:
+        """``waiting`` carrying fewer copies (the oldest exchanges go first) until the
+        messages ``typed`` for its child fit after them, and said; with none left and
+        still no room, the message is refused (ChatloopError: nothing sent)."""
+        carried, made = waiting.carried, waiting
         while carried:
             carried = chain.without_oldest(carried)
             text = chain.restoration(
                 waiting.parent, waiting.summary, waiting.unanswered, self.pins, len(carried)
             )
             preview = Message.create("user", self.clock(), text=text, restore=True)
-            self.state = Waiting(replace(waiting, carried=carried, preview=preview))
-            if self.plan().fits:
+            made = replace(waiting, carried=carried, preview=preview)
+            if self._plan([preview, *carried, *typed], history=False).fits:
                 break
         left = len(waiting.carried) - len(carried)
         self.host.notice(
@@ -831,12 +826,7 @@ class ChatSession:
             f"{waiting.parent.meta.id}).",
             "warn",
         )
-        if not self.plan().fits:
-            raise ChatloopError(
-                f"This message and the restoration of session {waiting.parent.meta.id} do "
-                "not fit the context window together; nothing was sent",
-                "Shorten it (Up recalls it), or use a model with a larger window.",
-            )
+        return made
 
     def _carried(self, writer: SessionWriter) -> tuple[Message, ...]:
         """The last exchanges of ``writer``'s session that its child carries word for
@@ -904,9 +894,10 @@ class ChatSession:
         self._overtake()
         backend, previous = self.backend, self.previous
         cap = summary_cap(window, settings.summary_max_tokens)
+        chat, beginning = self._next_turn_kept(messages, cap)
 
         def make(cancel: Cancel) -> chain.SummaryOutcome:
-            return chain.summarize(
+            made = chain.summarize(
                 backend,
                 prompts.as_said(messages),
                 previous=previous,
@@ -915,9 +906,43 @@ class ChatSession:
                 timeout=settings.summary_timeout,
                 count=estimate_tokens,  # (never the chat's server counts: nothing shared)
                 cancel=cancel,
+                chat=chat,
             )
+            if beginning is not None:  # the next turn's beginning back in the server's cache
+                prime(backend, beginning, cancel)
+            return made
 
         self._preparing = Preparation(messages, make, self.prepare_after, self.host.refresh)
+
+    def _next_turn_kept(
+        self, messages: Sequence[Message], cap: int
+    ) -> tuple[list[ChatMessage] | None, list[ChatMessage] | None]:
+        """How a summary of ``messages`` (this file's) made ahead keeps the next turn's
+        beginning (its system prompt and those messages, as it will send them) in a
+        one-slot server's prompt cache, which a summary request would otherwise push
+        out: ``(chat, None)`` when the summary can be asked as the conversation's next
+        message (``chain.summarize``'s ``chat``: the request and a summary of ``cap``
+        tokens fit the window, nothing left out of it); ``(None, beginning)`` when it
+        cannot: that beginning is asked for once more after the summary (``prime``);
+        ``(None, None)`` for an agent with tools or a ``--full`` history before the
+        file (the turn's beginning differs from any request made here)."""
+        if self.agent.tools or self.prefix:
+            return None, None
+        beginning = self._plan(list(messages), reuse=True).wire
+        words = chain.asked_words(chain.summary_words(cap))
+        ask = prompts.summary_in_chat(self.previous is not None, "", words)
+        request = Message.create("user", self.clock(), text=ask)
+        planned = plan(
+            self.agent.system_prompt,
+            [*messages, request],
+            window=self.window(),
+            reserve=cap,
+            count=self.tokens,
+            sent=self._made,
+        )
+        if planned.pruned or not planned.fits:
+            return None, beginning
+        return planned.wire[:-1], None
 
     def _prepared_phase(self) -> str:
         """``preparing`` while the next compaction's summary is being made, ``ready`` when
@@ -991,15 +1016,12 @@ class ChatSession:
         of the parent's last exchanges) after it: ``Waiting`` for the next message;
         written at once when the child must answer ``unanswered`` (a message the
         parent's window could not take)."""
-        summary = self._fit_summary(summary)  # the restoration stays in budget
-        self.pins = _merged(parent.meta.pins, self.pins)
-        base = replace(template or self.meta(), pins=self.pins)
-        text = chain.restoration(parent, summary, unanswered, self.pins, len(carried))
-        preview = Message.create("user", self.clock(), text=text, restore=True)
-        continuation = FromSummary(parent, summary, base, preview, unanswered, carried)
+        continuation = self._from_summary(parent, summary, template, unanswered, carried)
         self.state = Waiting(continuation)
         if unanswered is not None:
-            self._begin(continuation)
+            writer = self._begin(continuation)
+            if not self.leaving:
+                self._acknowledge(writer, answers=True)
         else:
             self.host.notice(
                 f"Continuing session {parent.meta.id} "
@@ -1008,55 +1030,148 @@ class ChatSession:
                 "restored",
             )
 
+    def _from_summary(
+        self,
+        parent: chain.Parent,
+        summary: str,
+        template: SessionMeta | None = None,
+        unanswered: str | None = None,
+        carried: tuple[Message, ...] = (),
+    ) -> FromSummary:
+        """The continuation of ``parent`` from ``summary`` (fitted to its budget), its
+        pins merged into this session's."""
+        summary = self._fit_summary(summary)  # the restoration stays in budget
+        self.pins = _merged(parent.meta.pins, self.pins)
+        base = replace(template or self.meta(), pins=self.pins)
+        text = chain.restoration(parent, summary, unanswered, self.pins, len(carried))
+        preview = Message.create("user", self.clock(), text=text, restore=True)
+        return FromSummary(parent, summary, base, preview, unanswered, carried)
+
     def _begin(self, continuation: Continuation) -> SessionWriter:
-        """Write the waiting child: its file, then the restoration prompt and the
-        acknowledgment (a summary), the link only (--full), or the copies (a fork).
-        If the file cannot be made, the continuation stays waiting (and the message in
-        hand queued) for the next try."""
+        """Write the waiting child and what is queued, in one write (``_child``): a kill
+        leaves the child whole with the messages typed for it, or no child. If the file
+        cannot be made, the continuation stays waiting (and the messages queued) for
+        the next try."""
+        child = self._child(continuation)
+        typed = list(self._queue)
+        writer = self.store.create(child.meta, carried=[*child.opening, *typed])
+        del self._queue[: len(typed)]
+        base = chain.tokens_through(self.store, continuation.parent)
+        self.state = Open(writer, child.previous, child.prefix, base)
         parent = continuation.parent
-        # what was pinned or renamed while the continuation waited goes in too
+        if isinstance(continuation, Branch):
+            said = f"Forked: {writer.meta.id} branches from {parent.meta.id} after query "
+            said += f"{continuation.forked_at}."
+        else:
+            carried = len(continuation.carried) if isinstance(continuation, FromSummary) else 0
+            said = (
+                f"Session Restored: {writer.meta.id} continues {parent.meta.id} "
+                f"({_queries(parent.meta.queries)})"
+            )
+            said += f", carrying its last {carried} messages word for word." if carried else "."
+        self.host.notice(said, "restored")
+        return writer
+
+    def _child(self, continuation: Continuation) -> Child:
+        """What the child of ``continuation`` is written with: its front matter (what
+        was pinned or renamed while it waited included) and the messages it opens with:
+        the restoration prompt and the copies it carries, a fork's copies (or the
+        restoration of their summary), nothing but the link for ``--full``."""
+        parent = continuation.parent
         template = replace(
             continuation.template,
             pins=self.pins,
             model=self.backend.model,
             title=self.title or continuation.template.title,
         )
-        if isinstance(continuation, Branch):
-            return self._begin_fork(continuation, template)
+        now, folder = self.clock(), self.store.project_dir
+        if isinstance(continuation, Branch):  # linked, ``forked_at`` in its front matter
+            meta = chain.child_meta(template, parent, now, folder)
+            return Child(meta, continuation.copies, continuation.previous)
         # how the parent was made (a fork of its own parent, a full restoration) is not
         # how this child is: a continuation of a fork is a continuation, not a fork
-        template = replace(
-            template,
-            extra={k: v for k, v in template.extra.items() if k not in ("forked_at", "restored")},
-        )
+        extra = {k: v for k, v in template.extra.items() if k not in ("forked_at", "restored")}
+        meta = chain.child_meta(replace(template, extra=extra), parent, now, folder)
         if isinstance(continuation, WithHistory):
-            meta = chain.child_meta(template, parent, self.clock(), self.store.project_dir)
-            writer = self.store.create(replace(meta, extra={**meta.extra, "restored": "full"}))
-            prefix, previous = continuation.history, continuation.summary
-        else:
-            writer = chain.start_child(
-                self.store,
-                template,
-                parent,
-                continuation.summary,
-                self.clock,
-                continuation.unanswered,
-                continuation.carried,
+            meta = replace(meta, extra={**meta.extra, "restored": "full"})
+            return Child(meta, (), continuation.summary, continuation.history)
+        summary, carried = continuation.summary, continuation.carried
+        text = chain.restoration(parent, summary, continuation.unanswered, self.pins, len(carried))
+        prompt = Message.create("user", now, text=text, restore=True)
+        return Child(meta, (prompt, *carried), summary)
+
+    def _first_of_child(self, begins: Continuation, message: Message, typed: int) -> TurnResult:
+        """``message``, just written (the last of ``typed`` messages) with the child of
+        ``begins``, sent: when the count
+        says the child cannot take it as it begins, the child is made over in place
+        (``_begin_otherwise``), the message on disk throughout; when nothing can give
+        way, the child is removed again and the message refused (ChatloopError; Up
+        recalls it). Then the restoration prompt is acknowledged (the acknowledgment
+        goes before the copies and the message) and the message answered."""
+        writer = self.writer
+        assert writer is not None
+        while not self.plan().fits:
+            try:
+                self._check_room(self._plan([message], history=False))
+                begins = self._begin_otherwise(begins, writer, typed)
+            except StoreError:
+                raise  # the message stays saved in the child (the error says so)
+            except ChatloopError:
+                self._unbegin(begins, writer, typed)
+                raise
+        if isinstance(begins, FromSummary) and not self.leaving:
+            self._acknowledge(writer, after=len(begins.carried) + typed)
+        return self._answer(message.text)
+
+    def _begin_otherwise(
+        self, begins: Continuation, writer: SessionWriter, typed: int
+    ) -> Continuation:
+        """The child of ``begins``, written with ``typed`` messages that do not fit in
+        it, made over as the continuation that takes them: fewer copies carried (the
+        oldest go first), a fork's history as a summary, ``--full`` from the summary.
+        Raises ChatloopError when nothing can give way."""
+        made: Continuation
+        match begins:
+            case FromSummary(carried=carried) if carried:
+                made = self._carry_less(begins, writer.messages[-typed:])
+            case FromSummary(parent=parent):
+                raise ChatloopError(
+                    f"This message and the restoration of session {parent.meta.id} do not "
+                    "fit the context window together; nothing was sent",
+                    "Shorten it (Up recalls it), or use a model with a larger window.",
+                )
+            case Branch() as branch:
+                made = self._fork_summarized(branch)
+            case WithHistory() as full:
+                self.host.notice(
+                    "The full history no longer fits: continuing from the summary.", "warn"
+                )
+                made = self._from_summary(full.parent, full.summary or "", full.template)
+        child = self._child(made)
+        try:
+            done = writer.rebuild(child.meta, [*child.opening, *writer.messages[-typed:]])
+        except StoreError as exc:
+            raise StoreError(
+                exc.message,
+                "Your message is saved in the new session but was not sent: free some "
+                "disk space, then send it again (Up recalls it).",
+            ) from exc
+        if not done:
+            raise StoreError(
+                f"{writer.path.name} was changed by someone else before its first reply",
+                "Your message is saved there but was not sent; send it again (Up recalls it).",
             )
-            prefix, previous = (), continuation.summary
-        self.state = Open(writer, previous, prefix, chain.tokens_through(self.store, parent))
-        carried = len(continuation.carried) if isinstance(continuation, FromSummary) else 0
-        self.host.notice(
-            f"Session Restored: {writer.meta.id} continues {parent.meta.id} "
-            f"({_queries(parent.meta.queries)})"
-            + (f", carrying its last {carried} messages word for word." if carried else "."),
-            "restored",
-        )
-        if isinstance(continuation, FromSummary) and not self.leaving:
-            typed = self._write_queue(writer)  # on disk before the acknowledgment streams
-            after = len(continuation.carried) + typed  # the acknowledgment goes before them
-            self._acknowledge(writer, answers=continuation.unanswered is not None, after=after)
-        return writer
+        self.state = Open(writer, child.previous, child.prefix, self.chain_base)
+        return made
+
+    def _unbegin(self, begins: Continuation, writer: SessionWriter, typed: int) -> None:
+        """The child's first message is refused: the child, which holds only what was
+        written with it, is removed (a continuation left unused leaves no file) and
+        waits again; messages typed before the refused one go back to the queue."""
+        earlier = writer.messages[len(writer.messages) - typed : -1]
+        self.store.discard(writer, unsent=True)
+        self._queue[0:0] = earlier
+        self.state = Waiting(begins)
 
     def _acknowledge(self, writer: SessionWriter, answers: bool = False, after: int = 0) -> None:
         """Stream the model's short acknowledgment of the restoration prompt and write it
@@ -1414,7 +1529,7 @@ class ChatSession:
         branch = Branch(parent, previous, base, copies, at)
         self.state = Waiting(branch)
         if not self._plan(list(branch.copies), history=False).fits:
-            self._fork_summarized(branch)
+            self.state = Waiting(self._fork_summarized(branch))
             return
         self.host.notice(
             f"Forking session {parent.meta.id} after query {at} ({len(history)} "
@@ -1423,35 +1538,19 @@ class ChatSession:
             "restored",
         )
 
-    def _fork_summarized(self, branch: Branch) -> None:
-        """The fork carries a summary of its history instead of the history itself."""
+    def _fork_summarized(self, branch: Branch) -> Branch:
+        """``branch`` carrying a summary of its history instead of the history itself."""
         history = list(branch.copies)
         outcome = self.summarize(history, branch.previous)
         summary = self._fit_summary(outcome.text)
         text = chain.restoration(branch.parent, summary, None, self.pins)
         restoration = Message.create("user", self.clock(), text=text, restore=True)
-        self.state = Waiting(replace(branch, copies=(restoration,), previous=summary))
         self.host.notice(
             f"The history up to query {branch.forked_at} does not fit whole: the "
             "branch carries a summary of it.",
             "warn",
         )
-
-    def _begin_fork(self, branch: Branch, template: SessionMeta) -> SessionWriter:
-        """Write the waiting fork: its file (linked to the parent, ``forked_at`` in its
-        front matter) and the copies it carries; no acknowledgment is asked for."""
-        meta = chain.child_meta(template, branch.parent, self.clock(), self.store.project_dir)
-        # the copies (or the restoration of their summary) go in with the front matter,
-        # in one write: a full disk, Ctrl-C or a kill leaves no partial branch
-        writer = self.store.create(meta, carried=branch.copies)
-        base = chain.tokens_through(self.store, branch.parent)
-        self.state = Open(writer, branch.previous, (), base)
-        self.host.notice(
-            f"Forked: {writer.meta.id} branches from {branch.parent.meta.id} "
-            f"after query {branch.forked_at}.",
-            "restored",
-        )
-        return writer
+        return replace(branch, copies=(restoration,), previous=summary)
 
     # ------------------------------------------------------------------ switches
     def use_model(self, name: str) -> str | None:

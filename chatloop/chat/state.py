@@ -72,6 +72,19 @@ Continuation = FromSummary | WithHistory | Branch
 
 
 @dataclass(frozen=True)
+class Child:
+    """What the file of a continuation is written with, and what it then continues:
+    its front matter, the messages it opens with (a restoration prompt and the copies
+    it carries, or a fork's copies; none for ``--full``), the summary it continues
+    from (``Open.previous``) and the history sent before it (``Open.prefix``)."""
+
+    meta: SessionMeta
+    opening: tuple[Message, ...]
+    previous: str | None
+    prefix: tuple[Message, ...] = ()
+
+
+@dataclass(frozen=True)
 class Fresh:
     """Nothing written and nothing decided yet."""
 

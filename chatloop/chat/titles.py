@@ -28,6 +28,7 @@ from chatloop.chat import prompts
 from chatloop.chat.turn import complete
 from chatloop.config import DEFAULT_TITLE_MAX_TOKENS, DEFAULT_TITLE_TIMEOUT
 from chatloop.errors import BackendError
+from chatloop.format import Message
 
 MAX_CHARS = 60  # a title as made here: what a listing line shows of it
 LONGEST_ANSWER = 100  # a cleaned line longer than this is a reply, not a title
@@ -64,7 +65,7 @@ def ask(
     the caller takes the fallback there."""
     options = {"max_tokens": max_tokens, "temperature": TEMPERATURE}
     cancel = Cancel()
-    outcome: list[tuple[str, object] | BaseException] = []
+    outcome: list[Message | BaseException] = []
 
     def work() -> None:
         try:
@@ -91,7 +92,7 @@ def ask(
         return Title(fallback(request), True, done.message)
     if isinstance(done, BaseException):
         raise done
-    made = answer(done[0])
+    made = answer(done.text)
     if not made:
         return Title(fallback(request), True, "the model's answer was no title")
     return Title(made, False)

@@ -13,6 +13,7 @@ exchange is visible in the file and in ``show``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -233,15 +234,19 @@ def complete(
     options: dict[str, Any] | None = None,
     cancel: Cancel | None = None,
     timeout: float | None = None,
-) -> tuple[str, Usage | None]:
-    """A one-off completion without tools and outside any history (for summaries and
-    titles), given up after ``timeout`` seconds when one is set (``Cancelled``: the
-    bound is checked as the reply streams, between its pieces).
+    history: Sequence[ChatMessage] = (),
+) -> Message:
+    """A one-off completion without tools (for summaries and titles), given up after
+    ``timeout`` seconds when one is set (``Cancelled``: the bound is checked as the
+    reply streams, between its pieces). ``history``: messages sent before ``prompt``
+    (a conversation as the model saw it, its system prompt included), else none.
 
+    Returns the reply (its ``stop_reason`` says whether its cap cut it: ``length``).
     Raises BackendError on failure, Cancelled past ``timeout``; nothing is recorded
     anywhere.
     """
     messages: list[ChatMessage] = [{"role": "system", "content": system}] if system else []
+    messages += history
     messages.append({"role": "user", "content": prompt})
     cancel = Cancel() if cancel is None else cancel
     timer = threading.Timer(timeout, cancel.set) if timeout is not None else None
@@ -253,4 +258,12 @@ def complete(
     finally:
         if timer is not None:
             timer.cancel()
-    return reply.text, reply.usage
+    return reply
+
+
+def prime(backend: Backend, messages: Sequence[ChatMessage], cancel: Cancel) -> None:
+    """Ask for one token after ``messages``, so that a server that caches one prompt
+    holds them again (the next request that begins with them reads only what follows).
+    Best effort: a failure or ``cancel`` ends it quietly."""
+    with contextlib.suppress(BackendError, Cancelled):
+        respond(backend, messages, clock=datetime.now, options={"max_tokens": 1}, cancel=cancel)

@@ -201,11 +201,13 @@ class Store:
         with open_read(path) as handle:
             return find_summary(handle, path.stem)
 
-    def discard(self, writer: SessionWriter) -> None:
+    def discard(self, writer: SessionWriter, unsent: bool = False) -> None:
         """Close ``writer``; if its session holds no message (it was just created and
         its first write failed), remove the file and its lock, so a session that never
-        began leaves nothing behind. A session with messages is only closed."""
-        empty = writer.last_message is None
+        began leaves nothing behind. A session with messages is only closed, unless
+        ``unsent``: a child whose first message was refused, holding only what was
+        written with it (its restoration, the copies it carries), is removed too."""
+        empty = writer.last_message is None or unsent
         path = writer.path
         if empty:  # removed while its lock is held: no other writer can have it meanwhile
             with suppress(OSError):
@@ -296,7 +298,8 @@ class Store:
                 lock_path(path).unlink()
             os.close(lock_fd)
             raise
-        return SessionWriter(path, Session(meta, tuple(carried)), lock_fd, self.clock)
+        sizes = [len(record) for record in records[1:]]
+        return SessionWriter(path, Session(meta, tuple(carried)), lock_fd, self.clock, sizes)
 
     def open(self, path: Path) -> SessionWriter:
         """Open an existing session for appending, after recovering it."""

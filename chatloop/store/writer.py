@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -34,6 +34,8 @@ from chatloop.format import (
     front_matter_end,
     parse_markdown,
     render_frame,
+    render_front_matter,
+    render_header,
     render_unfinished,
 )
 from chatloop.format.front_matter import BOM, bounded, rewrite_front_matter
@@ -56,7 +58,17 @@ class SessionWriter:
     re-reads it and appends after their bytes instead of overwriting them.
     """
 
-    def __init__(self, path: Path, session: Session, lock_fd: int, clock: Clock) -> None:
+    def __init__(
+        self,
+        path: Path,
+        session: Session,
+        lock_fd: int,
+        clock: Clock,
+        sizes: Sequence[int] | None = None,
+    ) -> None:
+        """``sizes``: the record size of every message of ``session``, given by whoever
+        just wrote the file whole (``Store.create``): this writer may then ``rebuild``
+        it until someone else changes it."""
         self.path = path
         self._clock = clock
         self._lock_fd: int | None = lock_fd
@@ -69,7 +81,8 @@ class SessionWriter:
         self._draft = b""  # the unfinished record at the end of the file, if any
         self._draft_key = ""
         self._draft_message: Message | None = None  # the reply that record holds
-        self._sizes: list[int] = []  # the sizes of the last records this writer appended
+        self._sizes = list(sizes or ())[-KEPT_SIZES:]  # the last records this writer wrote
+        self._whole = sizes is not None  # every record of the file is one this writer wrote
 
     # -- reading
     @property
@@ -190,6 +203,42 @@ class SessionWriter:
         self._stamp = self._stat()
         self._sizes[-before:-before] = [len(record)]
         self._last_frame_at += len(record)
+        return True
+
+    def rebuild(self, meta: SessionMeta, messages: Sequence[Message]) -> bool:
+        """Atomically rewrite the whole file as ``meta`` (this session's id, creation
+        time and folder kept) and ``messages``: a child written with its first message,
+        which must then begin otherwise (fewer copies carried, a summary instead of a
+        history) and keep that message on disk throughout. The file is the old or the
+        new version whatever happens. False, and nothing written, unless every record
+        of the file is one this writer wrote (it made the file and nobody changed it
+        since; no reply streaming); StoreError when it cannot be rewritten."""
+        self._check_external_edit()
+        if not self._whole or self._draft:
+            return False
+        mine = self._meta
+        meta = bounded(
+            replace(
+                meta,
+                id=mine.id,
+                created=mine.created,
+                updated=self._clock(),
+                cwd=mine.cwd,
+                status="open",
+            )
+        )
+        refuse_unreadable(self.path, render_front_matter(meta))
+        totals, records = Totals.of(()), []
+        for message in messages:
+            totals = totals.plus(message)
+            records.append(render_frame(message, meta, totals.queries))
+        atomic_rewrite(self.path, render_header(meta) + b"".join(records))
+        os.close(self._fd)
+        self._fd = self._open_append()
+        self._meta, self._messages, self._totals = meta, list(messages), totals
+        self._sizes = [len(record) for record in records][-KEPT_SIZES:]
+        self._stamp = self._stat()
+        self._last_frame_at = -1
         return True
 
     def draft(self, reply: Message) -> None:
@@ -361,6 +410,7 @@ class SessionWriter:
         if not ours:
             self._draft, self._draft_key, self._draft_message = b"", "", None
         self._sizes = []  # the records are no longer known to be ours
+        self._whole = False
         self._messages = list(result.session.messages)
         self._totals = Totals.of(self._messages)
         self._stamp = self._stat()
