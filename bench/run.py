@@ -438,6 +438,43 @@ def bookkeeping_waits(pairs: int, summary_seconds: float) -> None:
     )
 
 
+def chain_figures(messages: int) -> None:
+    """bench/chain.py in-process, with no model (scripted replies, the scripted competent
+    summarizer), at 2,048 tokens: a chain's machinery and its recall, so that a broken
+    chain bench fails CI (the real model's run is bench/chain.py itself)."""
+    from chain import run as replay  # bench/chain.py
+
+    figures = replay(None, 2048, messages, "competent")
+    add(
+        f"chain, {messages} messages at 2,048 (scripted): files, lost, over the window",
+        f"{figures.files} files, {figures.lost} lost, {figures.over} over",
+        "",
+        None,
+        "0 lost, 0 over",
+        figures.lost == 0 and figures.over == 0 and figures.files >= 2,
+    )
+    add(
+        "chain: restoration + acknowledgment + carried, of the window",
+        f"{figures.opening_max:.1%}",
+        f"without the carried {figures.overhead_max:.1%}",
+        None,
+        "<= 35% (<= 25% without)",
+        figures.opening_max <= 0.35 and figures.overhead_max <= 0.25,
+    )
+    kept = total = 0
+    for kind in ("fact", "decision", "pin"):
+        got, of = figures.recall[kind][1]
+        kept, total = kept + got, total + of
+    add(
+        "chain: facts, decisions and pins in the next session (k+1)",
+        f"{kept}/{total}",
+        f"{figures.not_carried} said not carried, {figures.silent} dropped silently",
+        None,
+        "100%, 0 dropped silently",
+        total > 0 and kept == total and figures.silent == 0,
+    )
+
+
 def streaming(runs: int, turns: int) -> None:
     """bench/stream.py (first text on screen, CPU per token early and late in a long
     reply) and bench/turns.py (CPU per turn early and late in a long conversation),
@@ -1117,6 +1154,8 @@ def main() -> int:
     print("resume and parsing")
     resume_prep(5 if args.quick else 100, args.runs)
     compaction_ratio()
+    print("a chain")
+    chain_figures(40 if args.quick else 120)
     format_figures(args.quick, args.runs)
     print("streaming")
     streaming(2 if args.quick else 7, 60 if args.quick else 510)

@@ -242,8 +242,9 @@ def compaction_turn(
 ) -> tuple[float, float, bool]:
     """(the compaction turn's wait, a normal turn's median, whether the prepared summary
     was used), reading the screen (pyte) for the toolbar's word on a summary. ``real``:
-    ``url`` is a model server (its own window and model; replies of at most 48 tokens,
-    as a short answer takes), not the scripted one."""
+    ``url`` is a model server (its own model, a window of 2,048 tokens, given as a
+    person would: llama-cpp-python's server does not report it; replies of at most 48
+    tokens, as a short answer takes), not the scripted one."""
     import pyte
 
     with tempfile.TemporaryDirectory() as home:
@@ -252,10 +253,9 @@ def compaction_turn(
             "CHATLOOP_AUTO_COMPACT": "on",
             "CHATLOOP_PREPARE_COMPACTION": prepare,
         }
+        env["CHATLOOP_CONTEXT_WINDOW"] = "2048" if real else "1024"
         if real:
             env["CHATLOOP_MAX_TOKENS"] = "48"
-        else:
-            env["CHATLOOP_CONTEXT_WINDOW"] = "1024"
         child = pexpect.spawn(
             CHATLOOP,
             ["--base-url", url] + ([] if real else ["--model", "bench"]),
@@ -369,7 +369,7 @@ def main() -> None:
         "--compaction-server",
         metavar="URL",
         help="time only the compaction rows, against this model server "
-        "(e.g. llama_cpp.server at http://127.0.0.1:8765/v1, 2,048 tokens)",
+        "(e.g. llama_cpp.server --n_ctx 2048 at http://127.0.0.1:8765/v1)",
     )
     args = parser.parse_args()
     if args.compaction_server:

@@ -122,7 +122,7 @@ def test_restoration_prompt_names_the_parent_and_asks_for_an_acknowledgment(
     text = chain.restoration(parent, STRUCTURED)
     assert f"session {parent.meta.id} of 2026-11-21 14:30, 2 queries" in text
     assert "it continued session 20260101-000000-aaaaaaaa" in text
-    assert STRUCTURED in text and "Acknowledge briefly (2-6 sentences or bullets)" in text
+    assert STRUCTURED in text and "Acknowledge briefly (" in text
 
 
 # ---------------------------------------------------------------- reading a parent

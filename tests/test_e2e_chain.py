@@ -23,6 +23,7 @@ import pytest
 
 from chatloop.backends.base import ChatMessage, Event, UsageEvent
 from chatloop.backends.openai_compat import OpenAICompatBackend
+from chatloop.chat import ledger
 from chatloop.config import Settings
 from chatloop.format import parse_markdown
 from chatloop.store.store import Store
@@ -108,7 +109,13 @@ def _chain(store: Store, llama_server: str, typed: list[str], **changes: Any) ->
         child_path = store.find_file(child.meta.id)
         assert store.parent_of(child_path, child.meta) == store.find_file(parent.meta.id)
         assert child.messages[0].restore and parent.summary is not None
-        assert parent.summary.text.strip() in child.messages[0].text
+        # the summary (its text fitted to what the ledger leaves, every heading kept),
+        # then the ledger's lines it carries or a count of those it could not
+        summary, entries = ledger.split(parent.summary.text)
+        restore = child.messages[0].text
+        assert summary.splitlines()[0] in restore and "**Pending:**" in restore
+        carried = [e for e in entries if e.line() in restore]
+        assert len(carried) == len(entries) or "more of their statements" in restore
     said = [m.text for s in chain for m in s.messages if m.is_query]
     assert said == typed  # nothing lost, nothing doubled
     assert sum(s.meta.queries for s in chain) == len(typed)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from chatloop.backends.base import Backend, Cancel, Cancelled, ChatMessage, estimate_tokens
-from chatloop.chat import prompts
+from chatloop.chat import ledger, prompts
 from chatloop.config import (
     DEFAULT_SUMMARY_MAX_TOKENS,
     DEFAULT_SUMMARY_TIMEOUT,
@@ -108,6 +108,8 @@ def summarize(
         if previous:
             return SummaryOutcome(previous, False, 0)
         return SummaryOutcome(prompts.fallback_summary(messages, None), True, 0)
+    known = ledger.merge(ledger.split(previous)[1], ledger.of_messages(messages))
+    previous = ledger.split(previous)[0] or None  # (the model is given the summary only)
     size = window or DEFAULT_WINDOW
     reserve = min(max_tokens, max(64, size // 3))
     words = summary_words(reserve)  # every summary made here fits its budget
@@ -145,12 +147,23 @@ def summarize(
         calls += used
     except BackendError as exc:
         text = prompts.fallback_summary(messages, previous)
-        return SummaryOutcome(prompts.fit(text, words), True, calls, exc.message)
-    answer = prompts.clean(answer)
-    if prompts.shape(answer) and not cut:
-        return SummaryOutcome(prompts.fit(answer, words), False, calls)
-    repaired = prompts.repair(answer, previous, messages, cut)
-    return SummaryOutcome(prompts.fit(repaired, words), False, calls)
+        return SummaryOutcome(
+            ledger.join(prompts.fit(text, words), known), True, calls, exc.message
+        )
+    answer = ledger.split(prompts.clean(answer))[0]  # (a ledger is chatloop's to write)
+    if not (prompts.shape(answer) and not cut):
+        answer = prompts.repair(answer, previous, messages, cut)
+    return SummaryOutcome(ledger.join(prompts.fit(answer, words), known), False, calls)
+
+
+def fallback(messages: Sequence[Message], previous: str | None, words: int) -> SummaryOutcome:
+    """The summary built from the transcript without the model (``prompts.fallback_summary``
+    within ``words``), with the ledger of ``previous`` and of ``messages``."""
+    earlier, known = ledger.split(previous)
+    text = prompts.fit(prompts.fallback_summary(messages, earlier or None), words)
+    return SummaryOutcome(
+        ledger.join(text, ledger.merge(known, ledger.of_messages(messages))), True, 0
+    )
 
 
 def summary_words(tokens: int) -> int:
@@ -355,22 +368,50 @@ def restoration(
     unanswered: str | None = None,
     pins: Sequence[str] = (),
     carried: int = 0,
+    room: int | None = None,
+    ack_words: int = 0,
 ) -> str:
     """The restoration prompt that opens a child of ``parent`` (with the facts the
     person pinned in the chain, word for word; ``carried``: how many of the parent's
-    last messages follow it, word for word)."""
+    last messages follow it, word for word). ``summary``'s ledger is carried within
+    what ``room`` tokens leave beside the pins (``ledger.carry``; None: all of it; an
+    entry that is a pin goes as the pin), and the prompt says how many of its
+    entries it left out. ``ack_words``: the acknowledgment's length, asked for."""
+    text, entries = ledger.split(summary)
+    if room is None:
+        kept, left = [e for e in entries if e.text not in pins], 0
+    else:
+        kept, left = carried_ledger(entries, pins, room)
     return prompts.restoration_prompt(
         session_id=parent.meta.id,
         date=parent.meta.created.strftime("%Y-%m-%d %H:%M"),
         queries=parent.meta.queries,
         tokens=parent.tokens,
-        summary=summary,
+        summary=text,
+        ledger=[e.line() for e in kept],
+        not_carried=left,
+        ack_words=ack_words,
         grandparent=parent.meta.parent_id,
         unanswered=unanswered,
         pins=pins,
         branched="forked_at" in parent.meta.extra,
         carried=carried,
     )
+
+
+def carried_ledger(
+    entries: Sequence[ledger.Entry], pins: Sequence[str], room: int
+) -> tuple[list[ledger.Entry], int]:
+    """The ledger entries a restoration prompt carries, and how many it leaves out: the
+    pins go first within ``room`` tokens (an entry that is a pin goes as the pin),
+    then ``ledger.carry`` of the rest in what they leave."""
+    entries = [e for e in entries if e.text not in pins]
+    return ledger.carry(entries, max(0, room - pins_cost(pins)), estimate_tokens)
+
+
+def pins_cost(pins: Sequence[str]) -> int:
+    """The tokens ``pins`` take in a restoration prompt (estimated, as the ledger's)."""
+    return sum(estimate_tokens(f"- {pin}") for pin in pins)
 
 
 def child_meta(template: SessionMeta, parent: Parent, now: datetime, folder: Path) -> SessionMeta:

@@ -32,6 +32,7 @@ from chatloop.config import (
     DEFAULT_REPLY_RESERVE,
     DEFAULT_SUMMARY_MAX_TOKENS,
     DEFAULT_WINDOW,
+    LEDGER_SHARE,
     REPLY_FLOOR,
     REPLY_SHARE,
     SUMMARY_FLOOR,
@@ -43,7 +44,17 @@ SAFETY = 1.1  # estimates are rough: plan as if messages were 10% longer
 EXACT_SAFETY = 1.02  # the server's own counts: only the template's share may be off
 PRUNED = "[tool result of {chars:,} characters left out to save context; it is in the transcript]"
 
-__all__ = ["Budget", "Plan", "Sent", "ack_cap", "plan", "reply_cap", "summary_cap", "to_wire"]
+__all__ = [
+    "Budget",
+    "Plan",
+    "Sent",
+    "ack_cap",
+    "ledger_room",
+    "plan",
+    "reply_cap",
+    "summary_cap",
+    "to_wire",
+]
 
 
 def reply_cap(window: int | None, setting: int = 0, agent: int = 0) -> int:
@@ -72,6 +83,12 @@ def carry_budget(window: int | None, opening: int) -> int:
     the window."""
     size = window or DEFAULT_WINDOW
     return max(0, min(size // CARRY_SHARE, size * CHILD_PERCENT // 100 - opening))
+
+
+def ledger_room(window: int | None) -> int:
+    """The tokens of the ledger (``chat.ledger``) a restoration prompt carries: a
+    1/LEDGER_SHARE of the window."""
+    return (window or DEFAULT_WINDOW) // LEDGER_SHARE
 
 
 def ack_cap(window: int | None, reply: int) -> int:

@@ -109,10 +109,18 @@ We are continuing an earlier conversation: session {id} of {date}, \
 Summary of that session:
 
 {summary}
-{pins}{carried}{unanswered}
-Acknowledge briefly (2-6 sentences or bullets): the main topics, the key \
-decisions, and that you are ready to continue.\
+{ledger}{pins}{carried}{unanswered}
+Acknowledge briefly ({length}): the main topics, the key decisions, and that \
+you are ready to continue.\
 """
+
+LEDGER_LINES = """
+What the user stated in the conversation so far, word for word:
+
+{lines}
+{missing}"""
+
+NOT_CARRIED = "({count} more of their statements are in the ledger of session {id}, not here.)\n"
 
 PINS = """
 Facts the user pinned (keep them word for word):
@@ -207,10 +215,16 @@ def restoration_prompt(
     pins: Sequence[str] = (),
     branched: bool = False,
     carried: int = 0,
+    ledger: Sequence[str] = (),
+    not_carried: int = 0,
+    ack_words: int = 0,
 ) -> str:
     """The first message of a continued session: who the parent was and its summary
     (``branched``: the parent is a fork of ``grandparent``, not a continuation;
-    ``carried``: how many of its last messages the child carries word for word)."""
+    ``carried``: how many of its last messages the child carries word for word;
+    ``ledger``: the ledger lines it carries, ``not_carried`` of them left out;
+    ``ack_words``: the words the acknowledgment's cap allows, 0 for no bound)."""
+    missing = NOT_CARRIED.format(count=not_carried, id=session_id) if not_carried else ""
     return RESTORE_PROMPT.format(
         id=session_id,
         date=date,
@@ -222,6 +236,12 @@ def restoration_prompt(
             else ""
         ),
         summary=summary.strip(),
+        length=f"at most {ack_words} words" if ack_words else "2-6 sentences or bullets",
+        ledger=(
+            LEDGER_LINES.format(lines="\n".join(ledger), missing=missing)
+            if ledger or not_carried
+            else ""
+        ),
         unanswered=UNANSWERED.format(text=unanswered.strip()) if unanswered else "",
         pins=PINS.format(facts="\n".join(f"- {p}" for p in pins)) if pins else "",
         carried=CARRIED.format(count=carried) if carried else "",
@@ -424,7 +444,7 @@ def repair(text: str, previous: str | None, messages: Sequence[Message], cut: bo
     )
     own = {i: _grounded_lines(rows, source) for i, rows in found.items()}
     narrative = _grounded_lines(before, source)
-    parts = _fallback_parts(messages)
+    parts = _fallback_parts(messages, previous)
     background = " ".join(own.get(0, [])) or condense(previous)
     return assemble(
         background,
@@ -515,9 +535,9 @@ def _is_name(word: str) -> bool:
 
 
 def fallback_summary(messages: Sequence[Message], previous: str | None) -> str:
-    """A summary built from the transcript alone: first request as the goal, the
-    last exchanges, tools used and files mentioned."""
-    parts = _fallback_parts(messages)
+    """A summary built from the transcript alone: the chain's goal, the last
+    exchanges, tools used and files mentioned."""
+    parts = _fallback_parts(messages, previous)
     return assemble(
         condense(previous),
         topics=parts["topics"],
@@ -547,13 +567,26 @@ def assemble(
     )
 
 
-def _fallback_parts(messages: Sequence[Message]) -> dict[str, list[str]]:
+GOAL = "Goal (first request): "
+
+
+def _fallback_parts(
+    messages: Sequence[Message], previous: str | None = None
+) -> dict[str, list[str]]:
+    """The sections chatloop fills itself: the chain's goal (the first request of its
+    first session, carried by each summary's Topics; for a first session, its own
+    first request), the last requests, tools and files; the last answer; what is
+    unanswered."""
     queries = [m for m in messages if m.is_query and m.text.strip()]
     replies = [m for m in messages if m.role == "assistant" and not m.restore and m.text.strip()]
     topics: list[str] = []
+    goal = next((t for t in _section(previous or "", HEADINGS[2]) if t.startswith(GOAL)), None)
+    if goal is not None:
+        topics.append(goal)
+    elif queries:
+        topics.append(f"{GOAL}{_clip(_line(queries[0].text), 160)}")
     if queries:
-        topics.append(f"Goal (first request): {_clip(_line(queries[0].text), 160)}")
-        recent = queries[1:][-6:]
+        recent = (queries if goal is not None else queries[1:])[-6:]
         topics += [_clip(_line(q.text), 100) for q in recent]
     tools = sorted({c.name for m in messages for c in m.tool_calls})
     if tools:

@@ -54,13 +54,14 @@ from chatloop.backends.base import (
     ContextOverflow,
     estimate_tokens,
 )
-from chatloop.chat import background, chain, continuation, prompts, titles
+from chatloop.chat import background, chain, continuation, ledger, prompts, titles
 from chatloop.chat.agent import Agent
 from chatloop.chat.context import (
     Plan,
     Sent,
     ack_cap,
     carry_budget,
+    ledger_room,
     plan,
     reply_cap,
     summary_cap,
@@ -251,16 +252,44 @@ class ChatSession:
         return chain.summary_words(summary_cap(self.window(), self.settings.summary_max_tokens))
 
     def _fit_summary(self, summary: str) -> str:
-        """The summary a restoration prompt carries: fitted to the summary cap in words,
-        then, counted as the model counts, shortened until it fits the cap in tokens
-        (identifiers and numbers cost several tokens a word)."""
-        cap = summary_cap(self.window(), self.settings.summary_max_tokens)
-        words = self._summary_words()
+        """The summary a restoration prompt carries: its text fitted to what the summary
+        cap leaves beside the ledger lines the prompt carries (``_summary_room``: the
+        model's prose gives way before what the person stated), in words, then, counted
+        as the model counts, shortened until it fits in tokens (identifiers and numbers
+        cost several tokens a word); its whole ledger kept after it."""
+        summary, entries = ledger.split(summary)  # (the ledger is carried by its own rule)
+        cap = self._summary_room(entries)
+        words = min(self._summary_words(), chain.summary_words(cap))
         fitted = prompts.fit(summary, words)
         while self.tokens.text(fitted) > cap and words > chain.SUMMARY_MIN_WORDS:
             words = max(chain.SUMMARY_MIN_WORDS, words * 4 // 5)
             fitted = prompts.fit(summary, words)
-        return fitted
+        return ledger.join(fitted, entries)
+
+    def _summary_room(self, entries: Sequence[ledger.Entry]) -> int:
+        """The tokens a restoration prompt gives the summary's text: the summary cap,
+        less the ledger lines it carries of ``entries`` (``chain.carried_ledger`` within
+        ``context.ledger_room``), never under what SUMMARY_MIN_WORDS take."""
+        cap = summary_cap(self.window(), self.settings.summary_max_tokens)
+        kept, _ = chain.carried_ledger(entries, self.pins, ledger_room(self.window()))
+        used = sum(estimate_tokens(e.line()) for e in kept)
+        return max(chain.SUMMARY_MIN_WORDS * 4 // 3, cap - used)
+
+    def _restoration(
+        self,
+        parent: chain.Parent,
+        summary: str,
+        unanswered: str | None = None,
+        carried: int = 0,
+    ) -> str:
+        """``chain.restoration`` with this session's pins, its ledger within
+        ``context.ledger_room``, and the acknowledgment asked for in the words its cap
+        allows (about 9 words in 16 tokens: a reply cut at its cap ends mid-sentence);
+        one that answers ``unanswered`` is a reply, with no such bound."""
+        room = ledger_room(self.window())
+        reply = self.reply_options().get("max_tokens") or 0
+        words = 0 if unanswered is not None else ack_cap(self.window(), reply) * 9 // 16
+        return chain.restoration(parent, summary, unanswered, self.pins, carried, room, words)
 
     def window(self) -> int | None:
         """The context window: the settings', else the server's, else unknown (None)."""
@@ -598,8 +627,7 @@ class ChatSession:
         self._overtake()  # one summary at a time: a preparation under way gives way
         messages = prompts.as_said(messages)
         if self.leaving:
-            text = prompts.fit(prompts.fallback_summary(messages, previous), self._summary_words())
-            return chain.SummaryOutcome(text, True, 0)
+            return chain.fallback(messages, previous, self._summary_words())
         try:
             with self.host.working("Generating session summary...") as progress:
                 outcome = chain.summarize(
@@ -615,8 +643,7 @@ class ChatSession:
                 )
         except KeyboardInterrupt:
             self.host.notice("Summary cut short: using one built from the transcript.", "warn")
-            text = prompts.fit(prompts.fallback_summary(messages, previous), self._summary_words())
-            return chain.SummaryOutcome(text, True, 0)
+            return chain.fallback(messages, previous, self._summary_words())
         if outcome.fallback and outcome.error:
             self.host.notice(
                 f"The model could not summarize ({outcome.error}); wrote a summary "
@@ -812,8 +839,8 @@ class ChatSession:
         carried, made = waiting.carried, waiting
         while carried:
             carried = chain.without_oldest(carried)
-            text = chain.restoration(
-                waiting.parent, waiting.summary, waiting.unanswered, self.pins, len(carried)
+            text = self._restoration(
+                waiting.parent, waiting.summary, waiting.unanswered, len(carried)
             )
             preview = Message.create("user", self.clock(), text=text, restore=True)
             made = replace(waiting, carried=carried, preview=preview)
@@ -831,11 +858,13 @@ class ChatSession:
     def _carried(self, writer: SessionWriter) -> tuple[Message, ...]:
         """The last exchanges of ``writer``'s session that its child carries word for
         word (``chain.carry`` within ``context.carry_budget``; docs/chains.md): counted
-        against a restoration prompt whose summary takes its whole cap."""
+        against a restoration prompt whose summary takes all the room it may have."""
         parent = chain.Parent(writer.path, writer.meta, None)
-        text = chain.restoration(parent, "", None, self.pins, carried=MAX_CARRIED)
-        cap = summary_cap(self.window(), self.settings.summary_max_tokens)
-        return self._carry(list(exchanges(writer.messages)), self._opening(text, cap))
+        # the ledger its summary will end with is known now (it is not the model's)
+        known = ledger.merge(ledger.split(self.previous)[1], ledger.of_messages(writer.messages))
+        text = self._restoration(parent, ledger.join("", known), None, carried=MAX_CARRIED)
+        room = self._summary_room(known)  # the summary's text at the most it may take
+        return self._carry(list(exchanges(writer.messages)), self._opening(text, room))
 
     def _opening(self, restoration: str, summary: int = 0) -> int:
         """The tokens a child begins with before what it carries: its restoration prompt
@@ -994,7 +1023,7 @@ class ChatSession:
         if recent:  # the child carries exactly what came after, or it is not used
             parent = chain.Parent(writer.path, writer.meta, None)
             summary = self._fit_summary(prepared.outcome.text)
-            text = chain.restoration(parent, summary, None, self.pins, MAX_CARRIED)
+            text = self._restoration(parent, summary, None, MAX_CARRIED)
             carried = self._carry(recent, self._opening(text), keep_first=False)
             if len(carried) != len(newer):
                 return None
@@ -1043,7 +1072,7 @@ class ChatSession:
         summary = self._fit_summary(summary)  # the restoration stays in budget
         self.pins = _merged(parent.meta.pins, self.pins)
         base = replace(template or self.meta(), pins=self.pins)
-        text = chain.restoration(parent, summary, unanswered, self.pins, len(carried))
+        text = self._restoration(parent, summary, unanswered, len(carried))
         preview = Message.create("user", self.clock(), text=text, restore=True)
         return FromSummary(parent, summary, base, preview, unanswered, carried)
 
@@ -1096,7 +1125,7 @@ class ChatSession:
             meta = replace(meta, extra={**meta.extra, "restored": "full"})
             return Child(meta, (), continuation.summary, continuation.history)
         summary, carried = continuation.summary, continuation.carried
-        text = chain.restoration(parent, summary, continuation.unanswered, self.pins, len(carried))
+        text = self._restoration(parent, summary, continuation.unanswered, len(carried))
         prompt = Message.create("user", now, text=text, restore=True)
         return Child(meta, (prompt, *carried), summary)
 
@@ -1349,7 +1378,8 @@ class ChatSession:
         """What a child resumed from ``summary`` carries of ``recent``, the parent's last
         exchanges (``_carry``, counted against the restoration prompt it will have)."""
         pins = _merged(parent.meta.pins, self.pins)
-        text = chain.restoration(parent, self._fit_summary(summary), None, pins, MAX_CARRIED)
+        room = ledger_room(self.window())
+        text = chain.restoration(parent, self._fit_summary(summary), None, pins, MAX_CARRIED, room)
         return self._carry(recent, self._opening(text), keep_first=False)
 
     def _summarized_whole(self, parent: chain.Parent) -> str:
@@ -1543,7 +1573,7 @@ class ChatSession:
         history = list(branch.copies)
         outcome = self.summarize(history, branch.previous)
         summary = self._fit_summary(outcome.text)
-        text = chain.restoration(branch.parent, summary, None, self.pins)
+        text = self._restoration(branch.parent, summary)
         restoration = Message.create("user", self.clock(), text=text, restore=True)
         self.host.notice(
             f"The history up to query {branch.forked_at} does not fit whole: the "
@@ -1625,7 +1655,9 @@ class ChatSession:
 
     def pin(self, fact: str) -> tuple[str, ...]:
         """Pin ``fact``: it is stored in the session's front matter and carried, word
-        for word, in the restoration prompt of every later session of the chain."""
+        for word, in the restoration prompt of every later session of the chain. The
+        pins live in the ledger's room of that prompt (``context.ledger_room``): one
+        that would not fit is refused, saying how much room is left."""
         fact = " ".join(fact.split())
         if not fact:
             raise ChatloopError("Give the fact to pin", "For example: /pin The budget is 3,000 EUR")
@@ -1637,6 +1669,15 @@ class ChatSession:
             )
         if len(self.pins) >= MAX_PINS:
             raise ChatloopError(f"{MAX_PINS} facts are pinned already", "/unpin N frees one.")
+        room = ledger_room(self.window())  # pins go first in the ledger's room
+        if chain.pins_cost((*self.pins, fact)) > room:
+            left = max(0, room - chain.pins_cost(self.pins))
+            raise ChatloopError(
+                f"No room to pin this: pinned facts may take about {room} tokens of the next "
+                f"restoration prompt, {left} are left and this one takes about "
+                f"{chain.pins_cost((fact,))}",
+                "Pin a shorter fact, or /unpin N to free room (/pins lists them).",
+            )
         return self._set_pins((*self.pins, fact))
 
     def unpin(self, number: int) -> tuple[str, ...]:
@@ -1659,6 +1700,13 @@ class ChatSession:
                 parent.update_meta(pins=pins)
         self.pins = pins
         return pins
+
+    def ledger_left_out(self) -> list[str]:
+        """The ledger entries of the summary this session continues from that its
+        restoration prompt had no room for (``chat.ledger``; ``/pins`` offers them)."""
+        _, entries = ledger.split(self.previous)
+        kept, _ = chain.carried_ledger(entries, self.pins, ledger_room(self.window()))
+        return [e.text for e in entries if e not in kept and e.text not in self.pins]
 
     def last_reply(self) -> str | None:
         """The text of the latest reply (for /copy)."""

@@ -277,12 +277,22 @@ def _pins(shell: Shell, arg: str) -> None:
     pins = shell.session.pins
     if not pins:
         render.note(shell.console, "Nothing pinned. /pin TEXT keeps a fact across compactions.")
-        return
-    shell.console.print(
-        "\n".join(visible(f"  {i}. {p}") for i, p in enumerate(pins, 1)),
-        highlight=False,
-        markup=False,
-    )
+    else:
+        shell.console.print(
+            "\n".join(visible(f"  {i}. {p}") for i, p in enumerate(pins, 1)),
+            highlight=False,
+            markup=False,
+        )
+    left = shell.session.ledger_left_out()
+    if left:
+        render.note(
+            shell.console,
+            f"Not carried into this session ({len(left)}: its restoration had no room; they "
+            "stay in the ledger of the session it continues). /pin TEXT carries one:",
+        )
+        shell.console.print(
+            "\n".join(visible(f"  - {text}") for text in left), highlight=False, markup=False
+        )
 
 
 def _unpin(shell: Shell, arg: str) -> None:
@@ -442,7 +452,7 @@ TABLE: tuple[Spec, ...] = (
     ),
     Spec("rename", "/rename TITLE", "give this session a title", _rename),
     Spec("pin", "/pin TEXT", "keep a fact word for word in every later session", _pin),
-    Spec("pins", "/pins", "list the pinned facts", _pins),
+    Spec("pins", "/pins", "list the pinned facts (and what the ledger could not carry)", _pins),
     Spec("unpin", "/unpin N", "unpin fact N", _unpin),
     Spec(
         "export", "/export [FILE]", "write this session as markdown (default: ./<id>.md)", _export

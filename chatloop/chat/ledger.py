@@ -1,0 +1,219 @@
+"""The ledger: what the person stated, carried through a chain without the model.
+
+A small model's summary drops or garbles facts, and every later session inherits
+the loss. The ledger cannot lose them: it is built from the person's own messages
+(never a reply, a tool's output or a copy a child carries) by these rules, and
+kept word for word:
+
+- a **decision** is a sentence that settles something: "we decided", "we agreed",
+  "we chose", "settled on", "let's go with / use / keep", "we'll go with / use /
+  keep", "I'll go with / use", or one that begins with "Decision:";
+- a **fact** is any other sentence that holds an identifier, a path, a file name,
+  a name or a number worth keeping: a word that mixes letters with digits, or holds
+  a slash or an underscore, or a capital after its first letter (``FACT-007``,
+  ``db-stage-02``, ``src/app.py``, ``EUR``, ``McIntosh``), a file name
+  (``notes.txt``), or a number of three digits or more, or written with a separator
+  (``8080``, ``12,500``, ``0.25``, ``02:30``); a bare one- or two-digit number
+  ("note 5", "40 minutes") alone does not make a fact;
+- a question (a sentence ending in "?") states nothing; nor does anything pasted
+  as structure: HTML comments (the frame and summary markers among them), what
+  stands between summary markers, fenced code, summary headings and ledger lines;
+- a sentence is cut at ``ENTRY_CHARS`` at a word boundary, and the identifiers cut
+  off are listed after it, so no value is ever lost with its line;
+- a sentence stated again is kept once, where it was stated last.
+
+Each summary chatloop writes ends with its file's ledger, the parent's first (read
+back from the parent's summary, ``split``) and then its own, under the ``LEDGER``
+heading: readable in any editor, never shown to the model as something to
+rewrite. A restoration prompt carries it within a budget, decisions before facts,
+most recent first (``carry``), and says how many it could not carry.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from chatloop.chat.prompts import HEADINGS
+from chatloop.format import Message
+
+LEDGER = "**Ledger (what the user stated, word for word):**"
+ENTRY_CHARS = 240  # the longest sentence kept whole; longer ones keep their identifiers
+MAX_ENTRIES = 200  # a file's ledger keeps its last this many (its ancestors keep the rest)
+
+Kind = Literal["decision", "fact"]
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])|\n+")
+_WORD = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|[^\s,;:!?()\[\]{}<>\"'`*]+")  # 12,500: one
+_FILE = re.compile(r"[\w-]+\.[A-Za-z][A-Za-z0-9]{0,5}$")
+_DECISION = re.compile(
+    r"\b(?:we(?:'ve| have)? (?:decided|agreed|chose|settled on)"
+    r"|(?:let's|let us) (?:go with|use|keep|stick with)"
+    r"|(?:we|i)(?:'ll| will) (?:go with|use|keep|stick with)"
+    r"|settled on)\b|^decision:",
+    re.IGNORECASE,
+)
+_PASTED_SUMMARY = re.compile(
+    r"SESSION_SUMMARY_START.*?(?:SESSION_SUMMARY_END|\Z)", re.DOTALL | re.IGNORECASE
+)
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+_FENCE = re.compile(r"^\s*(```|~~~).*?(?:^\s*\1|\Z)", re.DOTALL | re.MULTILINE)
+_KINDS: dict[Kind, str] = {"decision": "[decision]", "fact": "[fact]"}
+
+__all__ = ["LEDGER", "Entry", "carry", "join", "merge", "of_messages", "split"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One sentence the person stated: a decision or a fact, word for word."""
+
+    kind: Kind
+    text: str
+
+    def line(self) -> str:
+        """The entry as its ledger line (``- [fact] …``)."""
+        return f"- {_KINDS[self.kind]} {self.text}"
+
+
+def of_messages(messages: Sequence[Message]) -> list[Entry]:
+    """The decisions and facts of the person's own messages, in the order stated (the
+    ones they stated again: once, where last)."""
+    found: list[Entry] = []
+    for message in messages:
+        if not message.is_query or message.copy:
+            continue
+        for line in _statements(message.text):
+            for sentence in _SENTENCE.split(line):
+                entry = _entry(" ".join(sentence.split()))
+                if entry is not None:
+                    found.append(entry)
+    return _once(found)
+
+
+def _statements(text: str) -> list[str]:
+    """The lines of ``text`` that may state something: without HTML comments, pasted
+    summaries (between the summary markers), fenced code, summary headings and
+    ledger lines."""
+    text = _PASTED_SUMMARY.sub("\n", text)
+    text = _COMMENT.sub("\n", text)
+    text = _FENCE.sub("\n", text)
+    kept = []
+    for line in text.splitlines():
+        bare = line.strip()
+        if not bare or _read_line(bare) is not None or bare.startswith(LEDGER):
+            continue
+        if any(bare.startswith(h) for h in HEADINGS):
+            continue
+        kept.append(bare)
+    return kept
+
+
+def merge(earlier: Sequence[Entry], later: Sequence[Entry]) -> list[Entry]:
+    """``earlier`` (a parent's ledger) then ``later``, each once (where last), at most
+    MAX_ENTRIES (the oldest give way: they stay in the files that held them)."""
+    return _once([*earlier, *later])[-MAX_ENTRIES:]
+
+
+def join(summary: str, entries: Sequence[Entry]) -> str:
+    """A summary frame's text: ``summary``, then the ledger when there is one."""
+    if not entries:
+        return summary.strip()
+    return summary.strip() + "\n\n" + LEDGER + "\n" + "\n".join(e.line() for e in entries)
+
+
+def split(text: str | None) -> tuple[str, list[Entry]]:
+    """A summary frame's text as its summary and its ledger (``join`` undone). A model
+    that wrote the heading itself wrote no ledger: only lines in the ledger's own form
+    are read as entries, and the rest stays summary."""
+    if not text:
+        return "", []
+    at = text.rfind(LEDGER)
+    if at < 0:
+        return text.strip(), []
+    entries: list[Entry] = []
+    rest: list[str] = []
+    for line in text[at + len(LEDGER) :].splitlines():
+        entry = _read_line(line)
+        if entry is not None:
+            entries.append(entry)
+        elif line.strip():
+            rest.append(line)
+    summary = text[:at].strip()
+    return ("\n".join([summary, *rest]).strip() if rest else summary), entries
+
+
+def carry(
+    entries: Sequence[Entry], budget: int, cost: Callable[[str], int]
+) -> tuple[list[Entry], int]:
+    """The entries a restoration prompt carries within ``budget`` tokens (``cost`` of
+    each line), decisions first, then facts, each most recent first; and how many
+    did not fit. The carried ones come back in the ledger's own order."""
+    order = [e for e in reversed(entries) if e.kind == "decision"]
+    order += [e for e in reversed(entries) if e.kind == "fact"]
+    kept: set[int] = set()
+    left = budget
+    for entry in order:
+        spent = cost(entry.line())
+        if spent <= left:
+            kept.add(id(entry))
+            left -= spent
+    carried = [e for e in entries if id(e) in kept]
+    return carried, len(entries) - len(carried)
+
+
+def _entry(sentence: str) -> Entry | None:
+    if len(sentence) < 3 or sentence.endswith("?"):
+        return None
+    if _DECISION.search(sentence):
+        return Entry("decision", _clip(sentence))
+    if any(_named(word) for word in _words(sentence)):
+        return Entry("fact", _clip(sentence))
+    return None
+
+
+def _words(sentence: str) -> list[str]:
+    return [w.strip(".-") for w in _WORD.findall(sentence)]
+
+
+def _named(word: str) -> bool:
+    """An identifier, a path, a file name, a name or a number worth keeping (the
+    module's rules)."""
+    if not word:
+        return False
+    if "/" in word or "_" in word or any(c.isupper() for c in word[1:]):
+        return True
+    digits = sum(c.isdigit() for c in word)
+    if digits and any(c.isalpha() for c in word):
+        return True  # letters with digits: FACT-007, v2, p3, 5pm
+    if digits >= 3 or (digits and any(c in ",.:" for c in word.strip(",.:"))):
+        return True  # 8080, 12,500, 0.25, 02:30
+    return bool(_FILE.fullmatch(word))
+
+
+def _clip(sentence: str) -> str:
+    """``sentence`` cut at ENTRY_CHARS at a word boundary; the identifiers cut off are
+    listed after it."""
+    if len(sentence) <= ENTRY_CHARS:
+        return sentence
+    cut = sentence.rfind(" ", 0, ENTRY_CHARS)
+    head = sentence[: cut if cut > 0 else ENTRY_CHARS]
+    lost = [w for w in _words(sentence[len(head) :]) if _named(w)]
+    tail = f" (also: {', '.join(dict.fromkeys(lost))})" if lost else ""
+    return f"{head} …{tail}"
+
+
+def _once(entries: Sequence[Entry]) -> list[Entry]:
+    """Each entry once, where it came last (a sentence stated again is recent again)."""
+    last = {(e.kind, e.text.lower()): i for i, e in enumerate(entries)}
+    return [e for i, e in enumerate(entries) if last[(e.kind, e.text.lower())] == i]
+
+
+def _read_line(line: str) -> Entry | None:
+    stripped = line.strip()
+    for kind, mark in _KINDS.items():
+        prefix = f"- {mark} "
+        if stripped.startswith(prefix) and stripped[len(prefix) :].strip():
+            return Entry(kind, stripped[len(prefix) :].strip())
+    return None
