@@ -636,7 +636,7 @@ def content_bytes(s: Session) -> int:
 
 def fresh(m: Message) -> Message:
     """A copy of a message under a new frame key (keys are unique in a file)."""
-    return dataclasses.replace(m, key=new_key(content_of(m)))
+    return m._replace(key=new_key(content_of(m)))
 
 
 def scaled_sample(version: int, megabytes: float) -> bytes:

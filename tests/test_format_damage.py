@@ -289,7 +289,7 @@ def test_show_and_export_stream_every_message(store: Store, tmp_path: Path) -> N
     for n in range(1, 201):
         for m in exchange(n, at):
             if m.role == "assistant" and not m.tool_calls:  # a reply that ended normally
-                m = replace(m, stop_reason="stop", model=writer.meta.model or None)
+                m = m._replace(stop_reason="stop", model=writer.meta.model or None)
             writer.append(m)
     writer.finalize(Message.create("summary", T0, text="**Pending:** none"))
     writer.close()

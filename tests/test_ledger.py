@@ -126,13 +126,14 @@ def test_pins_offers_what_the_restoration_had_no_room_for(store: Store) -> None:
     from chatloop.ui import commands
 
     backend = FakeBackend(default=STRUCTURED)
-    session, _ = chat(store, backend, context_window=2048)
-    facts = [f"FACT-{n:03} lives at data/shard-{n}/part-{n * 13}.parquet." for n in range(1, 25)]
-    session.send(" ".join(facts[:12]))
-    session.send(" ".join(facts[12:]))
+    session, host = chat(store, backend, context_window=2048)
+    facts = [f"FACT-{n:03} lives at data/shard-{n}/part-{n * 13}.parquet." for n in range(1, 41)]
+    for part in range(4):  # (the last exchanges go word for word: the earlier, by the ledger)
+        session.send(" ".join(facts[part * 10 : part * 10 + 10]))
     session.compact()
     session.send("go on")
     left = session.ledger_left_out()
+    assert host.said(f"{len(left)} earlier statement") and host.said("/pins lists them")
     restore = files(store)[-1].messages[0].text
     assert left and f"({len(left)} more of their statements" in restore
     assert all(text not in restore for text in left)
@@ -156,9 +157,9 @@ def test_a_pin_that_would_not_fit_is_refused_saying_the_room_left(store: Store) 
     with pytest.raises(ChatloopError, match=r"No room to pin this: .* tokens of the next"):
         for n in range(30):
             session.pin(fact.format(n=n))
-    room = 2048 // 12
+    room = 256 - 45  # the summary's cap at 2,048 less the prose's floor
     assert 0 < len(session.pins) < 30
-    assert sum(estimate_tokens(f"- {p}") for p in session.pins) <= room
+    assert sum(session.tokens.text(f"- {p}") for p in session.pins) <= room  # as it counts
     session.close()
 
 

@@ -146,3 +146,34 @@ def test_compact_text_reaches_every_notes_request_and_an_echo_is_no_summary() ->
 def test_the_request_states_the_words_its_cap_allows(words: int) -> None:
     assert f"stay under {words} words" in prompts.summary_prompt("t", None, words=words)
     assert f"stay under {words} words" in prompts.summary_in_chat(False, words=words)
+
+
+def test_fit_lets_the_prose_and_the_topics_go_before_the_decisions() -> None:
+    summary = prompts.assemble(
+        "Initial session.",
+        topics=[f"topic number {n} about the harbour walls and stones" for n in range(6)],
+        decisions=[f"DEC-{n} keep the pump at {40 + n} rpm" for n in range(4)],
+        pending=["check the drainage on the east side"],
+        narrative="The model wrote a long paragraph about many things " * 4,
+    )
+    fitted = prompts.fit(summary, 70)
+    _well_formed(fitted)
+    assert len(fitted.split()) <= 70
+    assert "The model wrote" not in fitted  # the prose went first, whole
+    for n in range(4):
+        assert f"DEC-{n} keep the pump at {40 + n} rpm" in fitted  # decisions stay
+    assert "topic number 0" in fitted and "topic number 5" not in fitted
+
+
+def test_a_line_is_shortened_at_word_boundaries_with_its_names_kept() -> None:
+    line = (
+        "- keep the long explanation of why the deploy goes through the old gateway "
+        "and then config/gateway/main.yaml with port 8443 and host gw-02"
+    )
+    summary = prompts.assemble("Initial session.", topics=[], decisions=[line[2:]], pending=[])
+    fitted = prompts.fit(summary, len(summary.split()) - 8)
+    assert len(fitted.split()) <= len(summary.split()) - 8
+    for name in ("config/gateway/main.yaml", "8443", "gw-02"):
+        assert name in fitted
+    (decision,) = prompts._section(fitted, prompts.HEADINGS[3])
+    assert decision.endswith("…") and set(decision.split()) <= set(line.split()) | {"…"}

@@ -109,12 +109,12 @@ def test_a_message_exported_as_json_is_what_json_dumps_writes(
 ) -> None:
     # durations include NaN, infinities and ints: json writes them as it writes any value
     # (and control characters json leaves raw are escaped: ``escaped``)
-    plain = replace(message, thinking=(), tool_calls=(), tool_results=())
+    plain = message._replace(thinking=(), tool_calls=(), tool_results=())
     ints = (
-        replace(plain, interrupted=1, usage=None),  # type: ignore[arg-type]
-        replace(plain, usage=Usage(1, 2, 0)),
+        plain._replace(interrupted=1, usage=None),  # type: ignore[arg-type]
+        plain._replace(usage=Usage(1, 2, 0)),
     )  # type: ignore[arg-type]
-    for m in (message, plain, replace(plain, duration=duration), *ints):
+    for m in (message, plain, plain._replace(duration=duration), *ints):
         assert message_json(m) == escaped(json.dumps(message_dict(m), ensure_ascii=False))
         assert json.loads(message_json(m))["text"] == m.text
 
@@ -133,13 +133,13 @@ def test_a_message_with_parts_of_odd_types_is_exported_as_json_dumps_writes(odd:
     m = Message.create("assistant", T0, text="t", usage=Usage(3, 4), duration=1.5, **parts)
     assert message_json(m) == escaped(json.dumps(message_dict(m), ensure_ascii=False))
     if odd == "int flag":
-        m = replace(m, tool_results=(ToolResult("c1", "read", "o", 1),))  # type: ignore[arg-type]
+        m = m._replace(tool_results=(ToolResult("c1", "read", "o", 1),))  # type: ignore[arg-type]
     elif odd == "int signature":
-        m = replace(m, thinking=(Thinking("t", 7),))  # type: ignore[arg-type]
+        m = m._replace(thinking=(Thinking("t", 7),))  # type: ignore[arg-type]
     elif odd == "none argument":
-        m = replace(m, tool_calls=(ToolCall("c1", "read", None),))  # type: ignore[arg-type]
+        m = m._replace(tool_calls=(ToolCall("c1", "read", None),))  # type: ignore[arg-type]
     else:
-        m = replace(m, model=5)  # type: ignore[arg-type]
+        m = m._replace(model=5)  # type: ignore[arg-type]
     assert message_json(m) == escaped(json.dumps(message_dict(m), ensure_ascii=False))
 
 
@@ -243,7 +243,7 @@ def test_a_format_1_open_line_reads_as_json_reads_it(
     # error) of the value json reads from it
     meta = new_meta(format=1, agent_path="agents/simple_sally.py", agent_name="")
     if as_written:  # the values chatloop writes (else any text, mostly read by json)
-        message = replace(message, model=model, stop_reason=stop)
+        message = message._replace(model=model, stop_reason=stop)
     frame = next(iter_frames(render_frame(message, meta, 1), 0, 1))
     assert isinstance(frame, Frame)
     info = json.loads(frame.info)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -359,7 +359,7 @@ def carry(
         if used > budget:
             break
         kept[0:0] = exchange
-    return tuple(replace(m, restore=True, copy=True) for m in kept)
+    return tuple(m._replace(restore=True, copy=True) for m in kept)
 
 
 def restoration(
@@ -370,18 +370,20 @@ def restoration(
     carried: int = 0,
     room: int | None = None,
     ack_words: int = 0,
+    cost: Callable[[str], int] = estimate_tokens,
 ) -> str:
     """The restoration prompt that opens a child of ``parent`` (with the facts the
     person pinned in the chain, word for word; ``carried``: how many of the parent's
     last messages follow it, word for word). ``summary``'s ledger is carried within
     what ``room`` tokens leave beside the pins (``ledger.carry``; None: all of it; an
     entry that is a pin goes as the pin), and the prompt says how many of its
-    entries it left out. ``ack_words``: the acknowledgment's length, asked for."""
+    entries it left out (``cost``: a line's tokens, as the model counts them).
+    ``ack_words``: the acknowledgment's length, asked for."""
     text, entries = ledger.split(summary)
     if room is None:
         kept, left = [e for e in entries if e.text not in pins], 0
     else:
-        kept, left = carried_ledger(entries, pins, room)
+        kept, left = carried_ledger(entries, pins, room, cost)
     return prompts.restoration_prompt(
         session_id=parent.meta.id,
         date=parent.meta.created.strftime("%Y-%m-%d %H:%M"),
@@ -400,18 +402,24 @@ def restoration(
 
 
 def carried_ledger(
-    entries: Sequence[ledger.Entry], pins: Sequence[str], room: int
+    entries: Sequence[ledger.Entry],
+    pins: Sequence[str],
+    room: int,
+    cost: Callable[[str], int] = estimate_tokens,
 ) -> tuple[list[ledger.Entry], int]:
     """The ledger entries a restoration prompt carries, and how many it leaves out: the
     pins go first within ``room`` tokens (an entry that is a pin goes as the pin),
-    then ``ledger.carry`` of the rest in what they leave."""
+    then ``ledger.carry`` of the rest in what they leave (``cost``: a line's tokens)."""
     entries = [e for e in entries if e.text not in pins]
-    return ledger.carry(entries, max(0, room - pins_cost(pins)), estimate_tokens)
+    # the ledger's heading and its "N more" line are paid from the room too
+    frame = cost(prompts.ledger_block([], 1)) if entries else 0
+    return ledger.carry(entries, max(0, room - pins_cost(pins, cost) - frame), cost)
 
 
-def pins_cost(pins: Sequence[str]) -> int:
-    """The tokens ``pins`` take in a restoration prompt (estimated, as the ledger's)."""
-    return sum(estimate_tokens(f"- {pin}") for pin in pins)
+def pins_cost(pins: Sequence[str], cost: Callable[[str], int] = estimate_tokens) -> int:
+    """The tokens ``pins`` take in a restoration prompt, their heading included
+    (``cost``: a text's tokens)."""
+    return cost(prompts.pins_block(pins)) if pins else 0
 
 
 def child_meta(template: SessionMeta, parent: Parent, now: datetime, folder: Path) -> SessionMeta:

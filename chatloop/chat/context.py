@@ -32,7 +32,7 @@ from chatloop.config import (
     DEFAULT_REPLY_RESERVE,
     DEFAULT_SUMMARY_MAX_TOKENS,
     DEFAULT_WINDOW,
-    LEDGER_SHARE,
+    PROSE_FLOOR,
     REPLY_FLOOR,
     REPLY_SHARE,
     SUMMARY_FLOOR,
@@ -85,10 +85,12 @@ def carry_budget(window: int | None, opening: int) -> int:
     return max(0, min(size // CARRY_SHARE, size * CHILD_PERCENT // 100 - opening))
 
 
-def ledger_room(window: int | None) -> int:
-    """The tokens of the ledger (``chat.ledger``) a restoration prompt carries: a
-    1/LEDGER_SHARE of the window."""
-    return (window or DEFAULT_WINDOW) // LEDGER_SHARE
+def ledger_room(window: int | None, summary_setting: int = 0) -> int:
+    """The tokens of a restoration prompt that the pins and the ledger (``chat.ledger``)
+    may take: the summary's cap (``summary_cap``) less PROSE_FLOOR, which the summary's
+    prose keeps; the prose gets what they leave. One budget for the three, so a
+    restoration is never larger for carrying them."""
+    return max(0, summary_cap(window, summary_setting) - PROSE_FLOOR)
 
 
 def ack_cap(window: int | None, reply: int) -> int:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 
 from chatloop.format import Message
 
@@ -120,7 +119,7 @@ What the user stated in the conversation so far, word for word:
 {lines}
 {missing}"""
 
-NOT_CARRIED = "({count} more of their statements are in the ledger of session {id}, not here.)\n"
+NOT_CARRIED = "({count} more of their statements are in that session's ledger.)\n"
 
 PINS = """
 Facts the user pinned (keep them word for word):
@@ -224,7 +223,6 @@ def restoration_prompt(
     ``carried``: how many of its last messages the child carries word for word;
     ``ledger``: the ledger lines it carries, ``not_carried`` of them left out;
     ``ack_words``: the words the acknowledgment's cap allows, 0 for no bound)."""
-    missing = NOT_CARRIED.format(count=not_carried, id=session_id) if not_carried else ""
     return RESTORE_PROMPT.format(
         id=session_id,
         date=date,
@@ -237,15 +235,25 @@ def restoration_prompt(
         ),
         summary=summary.strip(),
         length=f"at most {ack_words} words" if ack_words else "2-6 sentences or bullets",
-        ledger=(
-            LEDGER_LINES.format(lines="\n".join(ledger), missing=missing)
-            if ledger or not_carried
-            else ""
-        ),
+        ledger=ledger_block(ledger, not_carried),
         unanswered=UNANSWERED.format(text=unanswered.strip()) if unanswered else "",
-        pins=PINS.format(facts="\n".join(f"- {p}" for p in pins)) if pins else "",
+        pins=pins_block(pins),
         carried=CARRIED.format(count=carried) if carried else "",
     )
+
+
+def ledger_block(lines: Sequence[str], not_carried: int) -> str:
+    """The part of a restoration prompt that carries ledger ``lines`` (and says how many
+    more the parent's ledger holds); "" for none."""
+    if not lines and not not_carried:
+        return ""
+    missing = NOT_CARRIED.format(count=not_carried) if not_carried else ""
+    return LEDGER_LINES.format(lines="\n".join(lines), missing=missing)
+
+
+def pins_block(pins: Sequence[str]) -> str:
+    """The part of a restoration prompt that carries the pins; "" for none."""
+    return PINS.format(facts="\n".join(f"- {p}" for p in pins)) if pins else ""
 
 
 def title_prompt(request: str, reply: str, limit: int = TITLE_SOURCE_CHARS) -> str:
@@ -286,7 +294,7 @@ def as_said(messages: Sequence[Message]) -> list[Message]:
         copy = m.copy or (
             m.restore and not prompt and not (after_prompt and m.role == "assistant")
         )  # (a file written before copies were marked: neither a prompt nor its answer)
-        out.append(replace(m, restore=False, copy=False) if copy else m)
+        out.append(m._replace(restore=False, copy=False) if copy else m)
         after_prompt = prompt
     return out
 
@@ -365,35 +373,70 @@ def cap_words(text: str, limit: int = MAX_WORDS) -> str:
     return "\n".join(out).strip()
 
 
+# What a fit lets go of first, by section (HEADINGS' indexes): the model's prose,
+# then the topics, then what is pending, then the background; decisions last.
+_FIT_ORDER = (1, 2, 4, 0, 3)
+
+
 def fit(summary: str, words: int) -> str:
-    """``summary`` within ``words`` words, its structure kept: the last bullet of the
-    longest section goes first, again and again, so every section keeps its heading
-    and its first points (a plain cut would drop Decisions Made and Pending)."""
+    """``summary`` within ``words`` words, its structure kept: the least valuable text
+    goes first (``_FIT_ORDER``: the Current Session Summary's prose, which may go
+    whole, then the last bullets of Topics Discussed, Pending, the background, and
+    Decisions Made last, each keeping its heading and its first line); then the
+    longest line is shortened at word boundaries, its identifiers, numbers and paths
+    kept (``_is_name``), and marked with "…". Only a budget too small for even that
+    is cut plainly (``cap_words``)."""
     lines = summary.strip().splitlines()
 
     def count(rows: Sequence[str]) -> int:
         return sum(len(row.split()) for row in rows)
 
     while count(lines) > words:
-        sections: list[list[int]] = []
+        sections: dict[int, list[int]] = {}
+        current = -1
         for i, line in enumerate(lines):
-            if any(line.startswith(h) for h in HEADINGS) or not sections:
-                sections.append([])
+            opened = next((h for h, head in enumerate(HEADINGS) if line.startswith(head)), None)
+            if opened is not None:
+                current = opened
+                sections.setdefault(current, [])
+                if line.strip() != HEADINGS[current]:
+                    sections[current].append(i)  # (content on the heading's line)
             elif line.strip():
-                sections[-1].append(i)
-        droppable = [s for s in sections if len(s) > 1]
-        if droppable:
-            longest = max(droppable, key=lambda s: count([lines[i] for i in s]))
-            del lines[longest[-1]]
+                sections.setdefault(current, []).append(i)
+        keep = {i: 0 if i == 1 else 1 for i in _FIT_ORDER}  # the prose may go whole
+        drop = next(
+            (rows[-1] for h in _FIT_ORDER if len(rows := sections.get(h, [])) > keep[h]),
+            None,
+        )
+        if drop is not None and not any(lines[drop].startswith(h) for h in HEADINGS):
+            del lines[drop]
             continue
-        # one line per section is left: shorten the longest line instead (a paragraph)
         at = max(range(len(lines)), key=lambda i: len(lines[i].split()))
-        row = lines[at].split()
-        keep = max(4, len(row) - (count(lines) - words) - 1)
-        if keep + 1 >= len(row):  # shortening gains nothing: a tiny budget, cut the end
+        shorter = _shortened(lines[at], len(lines[at].split()) - (count(lines) - words) - 1)
+        if shorter is None:  # nothing left to take but names: a tiny budget, cut the end
             return cap_words("\n".join(lines), words)
-        lines[at] = " ".join(row[:keep]) + " …"  # strictly shorter: the loop ends
+        lines[at] = shorter
     return "\n".join(lines)
+
+
+def _shortened(line: str, target: int) -> str | None:
+    """``line`` in at most ``target`` words (and its "…"), words left out from its end
+    first and never its heading, its bullet, nor a name (``_is_name``); None when it
+    cannot be made shorter that way."""
+    words = line.split()
+    if words and words[-1] == "…":  # shortened before: shortened again, one mark
+        words.pop()
+    heading = next((h for h in HEADINGS if line.startswith(h)), "")
+    fixed = len(heading.split()) or (1 if words and words[0] in ("-", "*") else 0)
+    kept = list(range(len(words)))
+    for i in reversed(range(fixed, len(words))):
+        if len(kept) <= max(target, 1):
+            break
+        if not _is_name(words[i].strip(".,;:()")):
+            kept.remove(i)
+    if len(kept) >= len(line.split()) or len(kept) > max(target, 1):
+        return None
+    return " ".join(words[i] for i in kept) + " …"
 
 
 def condense(summary: str | None, words: int = 90) -> str:

@@ -84,7 +84,7 @@ from chatloop.chat.state import (
 )
 from chatloop.chat.tokens import TokenCount
 from chatloop.chat.turn import TurnResult, prime, respond, run_turn
-from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_LOOKBACK, Settings
+from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_LOOKBACK, PROSE_FLOOR, Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta, Totals, exchanges, no_text
 from chatloop.format.front_matter import MAX_PIN_CHARS, MAX_PINS, MAX_TITLE_CHARS
@@ -259,21 +259,31 @@ class ChatSession:
         cost several tokens a word); its whole ledger kept after it."""
         summary, entries = ledger.split(summary)  # (the ledger is carried by its own rule)
         cap = self._summary_room(entries)
-        words = min(self._summary_words(), chain.summary_words(cap))
+        # beside a ledger that holds what was stated, the prose may shrink to its outline
+        floor = PROSE_FLOOR * 2 // 3 if entries or self.pins else chain.SUMMARY_MIN_WORDS
+        words = min(self._summary_words(), max(floor, cap * 3 // 4))
         fitted = prompts.fit(summary, words)
-        while self.tokens.text(fitted) > cap and words > chain.SUMMARY_MIN_WORDS:
-            words = max(chain.SUMMARY_MIN_WORDS, words * 4 // 5)
+        while self.tokens.text(fitted) > cap and words > floor:
+            words = max(floor, words * 4 // 5)
             fitted = prompts.fit(summary, words)
         return ledger.join(fitted, entries)
 
     def _summary_room(self, entries: Sequence[ledger.Entry]) -> int:
         """The tokens a restoration prompt gives the summary's text: the summary cap,
-        less the ledger lines it carries of ``entries`` (``chain.carried_ledger`` within
-        ``context.ledger_room``), never under what SUMMARY_MIN_WORDS take."""
+        less the pins and the ledger lines it carries of ``entries``
+        (``chain.carried_ledger`` within ``context.ledger_room``), counted as the model
+        counts, never under PROSE_FLOOR."""
         cap = summary_cap(self.window(), self.settings.summary_max_tokens)
-        kept, _ = chain.carried_ledger(entries, self.pins, ledger_room(self.window()))
-        used = sum(estimate_tokens(e.line()) for e in kept)
-        return max(chain.SUMMARY_MIN_WORDS * 4 // 3, cap - used)
+        count = self.tokens.text  # (as the model counts: paths and numbers cost more)
+        kept, left = chain.carried_ledger(entries, self.pins, self._ledger_room(), count)
+        lines = [e.line() for e in kept]
+        used = count(prompts.ledger_block(lines, left)) + chain.pins_cost(self.pins, count)
+        return max(PROSE_FLOOR, cap - used)
+
+    def _ledger_room(self) -> int:
+        """``context.ledger_room`` here: the pins' and the ledger's share of the
+        summary's cap."""
+        return ledger_room(self.window(), self.settings.summary_max_tokens)
 
     def _restoration(
         self,
@@ -286,10 +296,12 @@ class ChatSession:
         ``context.ledger_room``, and the acknowledgment asked for in the words its cap
         allows (about 9 words in 16 tokens: a reply cut at its cap ends mid-sentence);
         one that answers ``unanswered`` is a reply, with no such bound."""
-        room = ledger_room(self.window())
+        room = self._ledger_room()
         reply = self.reply_options().get("max_tokens") or 0
         words = 0 if unanswered is not None else ack_cap(self.window(), reply) * 9 // 16
-        return chain.restoration(parent, summary, unanswered, self.pins, carried, room, words)
+        return chain.restoration(
+            parent, summary, unanswered, self.pins, carried, room, words, self.tokens.text
+        )
 
     def window(self) -> int | None:
         """The context window: the settings', else the server's, else unknown (None)."""
@@ -1099,6 +1111,14 @@ class ChatSession:
             )
             said += f", carrying its last {carried} messages word for word." if carried else "."
         self.host.notice(said, "restored")
+        left = self.ledger_left_out()
+        if left:
+            self.host.notice(
+                f"{len(left)} earlier statement{'s' if len(left) != 1 else ''} of the ledger "
+                f"did not fit its restoration (they stay in {parent.meta.id}'s summary; "
+                "/pins lists them).",
+                "warn",
+            )
         return writer
 
     def _child(self, continuation: Continuation) -> Child:
@@ -1232,9 +1252,9 @@ class ChatSession:
             self.host.notice(f"No acknowledgment ({exc.message}); the summary is in place.", "warn")
             return
         view.close(False, False)
-        ack = replace(reply, restore=True)
+        ack = reply._replace(restore=True)
         if not answers and reply.stop_reason == "length":
-            ack = replace(ack, text=prompts.whole_sentences(ack.text))
+            ack = ack._replace(text=prompts.whole_sentences(ack.text))
         if after:  # what follows is saved: only the acknowledgment may be left out
             try:
                 if not writer.insert(ack, before=after):
@@ -1378,8 +1398,10 @@ class ChatSession:
         """What a child resumed from ``summary`` carries of ``recent``, the parent's last
         exchanges (``_carry``, counted against the restoration prompt it will have)."""
         pins = _merged(parent.meta.pins, self.pins)
-        room = ledger_room(self.window())
-        text = chain.restoration(parent, self._fit_summary(summary), None, pins, MAX_CARRIED, room)
+        room = self._ledger_room()
+        text = chain.restoration(
+            parent, self._fit_summary(summary), None, pins, MAX_CARRIED, room, 0, self.tokens.text
+        )
         return self._carry(recent, self._opening(text), keep_first=False)
 
     def _summarized_whole(self, parent: chain.Parent) -> str:
@@ -1555,7 +1577,7 @@ class ChatSession:
         )
         # what was said is copied as a copy; what was brought in (a restoration and its
         # acknowledgment, an earlier fork's copies) is carried as it was marked
-        copies = tuple(m if m.restore else replace(m, restore=True, copy=True) for m in history)
+        copies = tuple(m if m.restore else m._replace(restore=True, copy=True) for m in history)
         branch = Branch(parent, previous, base, copies, at)
         self.state = Waiting(branch)
         if not self._plan(list(branch.copies), history=False).fits:
@@ -1669,13 +1691,14 @@ class ChatSession:
             )
         if len(self.pins) >= MAX_PINS:
             raise ChatloopError(f"{MAX_PINS} facts are pinned already", "/unpin N frees one.")
-        room = ledger_room(self.window())  # pins go first in the ledger's room
-        if chain.pins_cost((*self.pins, fact)) > room:
-            left = max(0, room - chain.pins_cost(self.pins))
+        room = self._ledger_room()  # pins go first in the ledger's room
+        count = self.tokens.text
+        if chain.pins_cost((*self.pins, fact), count) > room:
+            left = max(0, room - chain.pins_cost(self.pins, count))
             raise ChatloopError(
                 f"No room to pin this: pinned facts may take about {room} tokens of the next "
                 f"restoration prompt, {left} are left and this one takes about "
-                f"{chain.pins_cost((fact,))}",
+                f"{count(f'- {fact}')}",
                 "Pin a shorter fact, or /unpin N to free room (/pins lists them).",
             )
         return self._set_pins((*self.pins, fact))
@@ -1705,7 +1728,8 @@ class ChatSession:
         """The ledger entries of the summary this session continues from that its
         restoration prompt had no room for (``chat.ledger``; ``/pins`` offers them)."""
         _, entries = ledger.split(self.previous)
-        kept, _ = chain.carried_ledger(entries, self.pins, ledger_room(self.window()))
+        room = self._ledger_room()
+        kept, _ = chain.carried_ledger(entries, self.pins, room, self.tokens.text)
         return [e.text for e in entries if e not in kept and e.text not in self.pins]
 
     def last_reply(self) -> str | None:

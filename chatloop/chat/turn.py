@@ -17,7 +17,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -93,7 +93,7 @@ class _Reply:
         """The reply so far, as it stays on disk if chatloop stops now: interrupted,
         stop reason ``unfinished``, no tool calls (they come whole, at the end)."""
         now = self.message(at, model, 0.0, True)
-        return replace(now, tool_calls=(), stop_reason=UNFINISHED, usage=None, duration=None)
+        return now._replace(tool_calls=(), stop_reason=UNFINISHED, usage=None, duration=None)
 
     def message(self, at: datetime, model: str, seconds: float, interrupted: bool) -> Message:
         thinking = (Thinking("".join(self.thinking)),) if self.thinking else ()

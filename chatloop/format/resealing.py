@@ -61,7 +61,7 @@ def reseal(data: bytes, name: str = "") -> tuple[bytes, int, tuple[Problem, ...]
         record = source[frame.offset : frame.end]
         if problems or not frame.crc_ok:
             if message.key in content_of(message):
-                message = replace(message, key=new_key(content_of(message)))
+                message = message._replace(key=new_key(content_of(message)))
             record = render_frame(message, meta, query)[1:]
             changed += 1
         out.append(gap)

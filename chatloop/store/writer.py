@@ -250,7 +250,7 @@ class SessionWriter:
         failure (``StoreError``) the file holds the last draft that was written."""
         self._check_external_edit()
         if self._draft_key and self._draft_key not in _content(reply):
-            reply = replace(reply, key=self._draft_key)
+            reply = reply._replace(key=self._draft_key)
         record = render_unfinished(reply, self._meta, self._totals.queries)
         grows = bool(self._draft) and record.startswith(self._draft)
         try:
