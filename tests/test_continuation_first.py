@@ -155,3 +155,29 @@ def test_a_fork_whose_message_leaves_its_copies_no_room_is_made_over_in_place(
     (carried,) = [m for m in fork.messages if m.restore]
     assert "Decisions Made" in carried.text and fork.meta.extra["forked_at"] == 2
     assert [m.text[:14] for m in fork.messages if m.is_query] == ["a long message"]
+
+
+def test_a_fork_message_too_long_even_beside_its_summary_is_refused_once(
+    store: Store,
+) -> None:
+    """A branch made over as a summary of its history, whose message still does not fit
+    beside it: refused (the branch removed, nothing sent), not summarized again and
+    again. Message lengths are tried until one lands there."""
+    note = "the north beds need water every other morning " * 24
+    refused = 0
+    for words in range(600, 900, 25):
+        backend = FakeBackend(default=STRUCTURED)
+        session, _ = chat(store, backend, context_window=1400)
+        session.send(f"first: {note}")
+        session.fork()
+        before = len(list(store.session_files()))
+        try:
+            session.send("a long message " + "with many words " * (words // 3))
+        except ChatloopError as exc:
+            if "together" in exc.message:
+                refused += 1
+                summaries = [c for c in backend.calls if "progressive summary" in str(c)]
+                assert len(summaries) <= 2  # the fork's, and the parent's at the fork
+                assert len(list(store.session_files())) == before  # the branch removed
+        session.close()
+    assert refused

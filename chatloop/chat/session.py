@@ -1184,11 +1184,9 @@ class ChatSession:
             case FromSummary(carried=carried) if carried:
                 made = self._carry_less(begins, writer.messages[-typed:])
             case FromSummary(parent=parent):
-                raise ChatloopError(
-                    f"This message and the restoration of session {parent.meta.id} do not "
-                    "fit the context window together; nothing was sent",
-                    "Shorten it (Up recalls it), or use a model with a larger window.",
-                )
+                raise _no_room(parent)
+            case Branch(parent=parent, copies=(only,)) if prompts.is_restoration(only):
+                raise _no_room(parent)  # its history is a summary already
             case Branch() as branch:
                 made = self._fork_summarized(branch)
             case WithHistory() as full:
@@ -1737,6 +1735,15 @@ class ChatSession:
         return next(
             (m.text for m in reversed(self.messages) if m.role == "assistant" and m.text), None
         )
+
+
+def _no_room(parent: chain.Parent) -> ChatloopError:
+    """The refusal of a message that does not fit beside the restoration of ``parent``."""
+    return ChatloopError(
+        f"This message and the restoration of session {parent.meta.id} do not fit the "
+        "context window together; nothing was sent",
+        "Shorten it (Up recalls it), or use a model with a larger window.",
+    )
 
 
 def _queries(count: int) -> str:
