@@ -16,9 +16,12 @@ quoted in docs/chains.md. A summary always has this shape (under 500 words)::
     **Pending:**
     - ...
 
-``shape`` checks a model's output for it; ``wrap`` gives marker-less or
-shapeless output the structure; ``fallback_summary`` builds one from the
-transcript alone when the model cannot.
+``shape`` checks a model's output for it; ``repair`` gives output that is cut
+or lacks part of it the structure, keeping what the model wrote under its own
+headings; ``fit`` brings a summary within a budget, the least valuable text
+first; ``fallback_summary`` builds one from the transcript alone when the model
+cannot. A summary chatloop writes ends with the ledger (``chat.ledger``),
+which these functions never see.
 """
 
 from __future__ import annotations
