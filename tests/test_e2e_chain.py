@@ -23,7 +23,7 @@ import pytest
 
 from chatloop.backends.base import ChatMessage, Event, UsageEvent
 from chatloop.backends.openai_compat import OpenAICompatBackend
-from chatloop.chat import ledger
+from chatloop.chat import ledger, prompts
 from chatloop.config import Settings
 from chatloop.format import parse_markdown
 from chatloop.store.store import Store
@@ -113,7 +113,7 @@ def _chain(store: Store, llama_server: str, typed: list[str], **changes: Any) ->
         # then the ledger's lines it carries or a count of those it could not
         summary, entries = ledger.split(parent.summary.text)
         restore = child.messages[0].text
-        assert summary.splitlines()[0] in restore and "**Pending:**" in restore
+        assert summary and all(heading in restore for heading in prompts.HEADINGS)
         carried = [e for e in entries if e.line() in restore]
         assert len(carried) == len(entries) or "more of their statements" in restore
     said = [m.text for s in chain for m in s.messages if m.is_query]

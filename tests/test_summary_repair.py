@@ -177,3 +177,32 @@ def test_a_line_is_shortened_at_word_boundaries_with_its_names_kept() -> None:
         assert name in fitted
     (decision,) = prompts._section(fitted, prompts.HEADINGS[3])
     assert decision.endswith("…") and set(decision.split()) <= set(line.split()) | {"…"}
+
+
+def test_fit_keeps_every_heading_down_to_a_budget_of_the_headings_alone() -> None:
+    import random
+
+    rng = random.Random(11)
+    headings = sum(len(h.split()) for h in prompts.HEADINGS)
+    for _ in range(300):
+
+        def some(n: int) -> list[str]:
+            return [
+                " ".join(
+                    rng.choice(["word", "FACT-7", "a/b.py", "12,500", "the"])
+                    for _ in range(rng.randint(1, 30))
+                )
+                for _ in range(rng.randint(0, n))
+            ]
+
+        summary = prompts.assemble(
+            " ".join(some(1)) or "Initial session.",
+            topics=some(6),
+            decisions=some(4),
+            pending=some(3),
+            narrative="\n".join(some(4)),
+        )
+        budget = rng.randint(headings + 1, 200)
+        fitted = prompts.fit(summary, budget)
+        assert len(fitted.split()) <= budget, (budget, fitted)
+        _well_formed(fitted)

@@ -382,50 +382,65 @@ _FIT_ORDER = (1, 2, 4, 0, 3)
 
 
 def fit(summary: str, words: int) -> str:
-    """``summary`` within ``words`` words, its structure kept: the least valuable text
-    goes first (``_FIT_ORDER``: the Current Session Summary's prose, which may go
-    whole, then the last bullets of Topics Discussed, Pending, the background, and
-    Decisions Made last, each keeping its heading and its first line); then the
-    longest line is shortened at word boundaries, its identifiers, numbers and paths
-    kept (``_is_name``), and marked with "…". Only a budget too small for even that
-    is cut plainly (``cap_words``)."""
+    """``summary`` within ``words`` words, every heading kept while they fit alone:
+    first the least valuable lines go (``_FIT_ORDER``: the Current Session Summary's
+    prose, which may go whole, then the last bullets of Topics Discussed, Pending,
+    the background, and Decisions Made last, each section keeping its first line);
+    then lines are shortened at word boundaries, the longest first, their
+    identifiers, numbers and paths kept (``_is_name``) and marked with "…"; then
+    the first lines go too, in the same order, down to the headings. Only a budget
+    too small for the headings alone is cut plainly (``cap_words``)."""
     lines = summary.strip().splitlines()
 
     def count(rows: Sequence[str]) -> int:
         return sum(len(row.split()) for row in rows)
 
-    while count(lines) > words:
+    def droppable(keep_first: bool) -> int | None:
+        """The line to let go next, in _FIT_ORDER (a heading's own line never)."""
         sections: dict[int, list[int]] = {}
         current = -1
         for i, line in enumerate(lines):
             opened = next((h for h, head in enumerate(HEADINGS) if line.startswith(head)), None)
             if opened is not None:
                 current = opened
-                sections.setdefault(current, [])
-                if line.strip() != HEADINGS[current]:
-                    sections[current].append(i)  # (content on the heading's line)
             elif line.strip():
                 sections.setdefault(current, []).append(i)
-        keep = {i: 0 if i == 1 else 1 for i in _FIT_ORDER}  # the prose may go whole
-        drop = next(
-            (rows[-1] for h in _FIT_ORDER if len(rows := sections.get(h, [])) > keep[h]),
-            None,
-        )
-        if drop is not None and not any(lines[drop].startswith(h) for h in HEADINGS):
+        for h in _FIT_ORDER:
+            rows = sections.get(h, [])
+            if len(rows) > (1 if keep_first and h != 1 else 0):  # (the prose may go whole)
+                return rows[-1]
+        return None
+
+    while count(lines) > words:
+        drop = droppable(keep_first=True)
+        if drop is not None:
             del lines[drop]
             continue
-        at = max(range(len(lines)), key=lambda i: len(lines[i].split()))
-        shorter = _shortened(lines[at], len(lines[at].split()) - (count(lines) - words) - 1)
-        if shorter is None:  # nothing left to take but names: a tiny budget, cut the end
-            return cap_words("\n".join(lines), words)
-        lines[at] = shorter
+        excess = count(lines) - words
+        for at in sorted(range(len(lines)), key=lambda i: -len(lines[i].split())):
+            shorter = _shortened(lines[at], len(lines[at].split()) - excess - 1)
+            if shorter is not None:
+                lines[at] = shorter
+                break
+        else:
+            drop = droppable(keep_first=False)
+            if drop is not None:
+                del lines[drop]
+                continue
+            for h in _FIT_ORDER:  # what a heading's own line holds after it goes last
+                at = next((i for i, row in enumerate(lines) if row.startswith(HEADINGS[h])), -1)
+                if at >= 0 and lines[at].strip() != HEADINGS[h]:
+                    lines[at] = HEADINGS[h]
+                    break
+            else:  # the headings alone do not fit: a tiny budget, cut the end
+                return cap_words("\n".join(lines), words)
     return "\n".join(lines)
 
 
 def _shortened(line: str, target: int) -> str | None:
-    """``line`` in at most ``target`` words (and its "…"), words left out from its end
-    first and never its heading, its bullet, nor a name (``_is_name``); None when it
-    cannot be made shorter that way."""
+    """``line`` toward ``target`` words (and its "…"), words left out from its end
+    first and never its heading, its bullet, nor a name (``_is_name``): as short as
+    that allows; None when it cannot be made any shorter that way."""
     words = line.split()
     if words and words[-1] == "…":  # shortened before: shortened again, one mark
         words.pop()
@@ -437,7 +452,7 @@ def _shortened(line: str, target: int) -> str | None:
             break
         if not _is_name(words[i].strip(".,;:()")):
             kept.remove(i)
-    if len(kept) >= len(line.split()) or len(kept) > max(target, 1):
+    if len(kept) + 1 >= len(line.split()):  # (with its "…", no shorter)
         return None
     return " ".join(words[i] for i in kept) + " …"
 
