@@ -1111,8 +1111,8 @@ class ChatSession:
             )
             said += f", carrying its last {carried} messages word for word." if carried else "."
         self.host.notice(said, "restored")
-        left = self.ledger_left_out()
-        if left:
+        left = self.ledger_left_out() if isinstance(continuation, FromSummary) else []
+        if left:  # (a fork carries its history, whose restorations said it)
             self.host.notice(
                 f"{len(left)} earlier statement{'s' if len(left) != 1 else ''} of the ledger "
                 f"did not fit its restoration (they stay in {parent.meta.id}'s summary; "
