@@ -108,8 +108,9 @@ def summarize(
         if previous:
             return SummaryOutcome(previous, False, 0)
         return SummaryOutcome(prompts.fallback_summary(messages, None), True, 0)
-    known = ledger.merge(ledger.split(previous)[1], ledger.of_messages(messages))
-    previous = ledger.split(previous)[0] or None  # (the model is given the summary only)
+    earlier, inherited = ledger.split(previous)
+    known = ledger.merge(inherited, ledger.of_messages(messages))
+    previous = earlier or None  # (the model is given the summary only)
     size = window or DEFAULT_WINDOW
     reserve = min(max_tokens, max(64, size // 3))
     words = summary_words(reserve)  # every summary made here fits its budget

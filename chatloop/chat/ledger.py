@@ -150,17 +150,17 @@ def carry(
     """The entries a restoration prompt carries within ``budget`` tokens (``cost`` of
     each line), decisions first, then facts, each most recent first; and how many
     did not fit. The carried ones come back in the ledger's own order."""
-    order = [e for e in reversed(entries) if e.kind == "decision"]
-    order += [e for e in reversed(entries) if e.kind == "fact"]
+    newest = list(reversed(range(len(entries))))
+    order = [i for i in newest if entries[i].kind == "decision"]
+    order += [i for i in newest if entries[i].kind == "fact"]
     kept: set[int] = set()
     left = budget
-    for entry in order:
-        spent = cost(entry.line())
+    for i in order:
+        spent = cost(entries[i].line())
         if spent <= left:
-            kept.add(id(entry))
+            kept.add(i)
             left -= spent
-    carried = [e for e in entries if id(e) in kept]
-    return carried, len(entries) - len(carried)
+    return [e for i, e in enumerate(entries) if i in kept], len(entries) - len(kept)
 
 
 def _entry(sentence: str) -> Entry | None:
