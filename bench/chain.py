@@ -199,13 +199,12 @@ def extract(request: str, max_tokens: int) -> tuple[str, bool]:
             target = decisions if DECISION.search(item) else facts
             if item not in target:
                 target.append(item)
-    text = (
-        "**Background Context:** Initial session.\n\n**Current Session Summary:**\n"
-        "Notes about the harbour, kept with their facts.\n\n**Decisions Made:**\n"
+    text = (  # (in the order the request asks for: what was settled first)
+        "**Decisions Made:**\n"
         + ("\n".join(f"- {d}" for d in decisions) or "- None.")
-        + "\n\n**Topics Discussed:**\n"
+        + "\n\n**Pending:**\n- None.\n\n**Topics Discussed:**\n"
         + ("\n".join(f"- {f}" for f in facts) or "- None.")
-        + "\n\n**Pending:**\n- None."
+        + "\n\n**Background Context:** Notes about the harbour, kept with their facts."
     )
     words: list[str] = []
     for word in text.split(" "):

@@ -46,6 +46,7 @@ REPLY_SHARE = 24  # 2,048 → 85 tokens; 16K and up → the agent's cap (Simple 
 SUMMARY_SHARE = 8  # 2,048 → 256 tokens; 5,600 and up → DEFAULT_SUMMARY_MAX_TOKENS
 ACK_SHARE = 32  # 2,048 → 64 tokens
 PROSE_FLOOR = 45  # tokens of a restoration's summary kept for the prose beside the ledger
+RESTORE_SHARE = 4  # 2,048 → 512 tokens: a restoration prompt and its acknowledgment at most
 REPLY_FLOOR, SUMMARY_FLOOR, ACK_FLOOR = 64, 96, 48
 # A child (a compaction, a resume from a summary) carries its parent's last exchanges
 # word for word: at most window // CARRY_SHARE tokens of them, MAX_CARRIED messages,

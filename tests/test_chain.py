@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from chatloop.backends.base import ChatMessage, ContextOverflow, estimate_prompt, estimate_tokens
-from chatloop.chat import chain, prompts
+from chatloop.chat import chain, ledger, prompts
 from chatloop.chat.context import plan
 from chatloop.config import DEFAULT_SUMMARY_MAX_TOKENS
 from chatloop.errors import BackendError, ChatloopError
@@ -31,7 +31,9 @@ def talk(n: int) -> list[Message]:
 def test_summary_request_is_one_message_without_tools_and_keeps_the_structure() -> None:
     backend = FakeBackend(STRUCTURED)
     outcome = chain.summarize(backend, talk(3), previous=None, window=8192)
-    assert outcome.text == STRUCTURED and not outcome.fallback and outcome.calls == 1
+    summary, entries = ledger.split(outcome.text)
+    assert summary == STRUCTURED and not outcome.fallback and outcome.calls == 1
+    assert entries == [ledger.Entry("goal", "Question number 1: what is in notes-1.txt?")]
     (call,) = backend.calls
     assert call["tools"] is None and len(call["messages"]) == 1
     prompt = call["messages"][0]["content"]
@@ -108,7 +110,7 @@ def test_summaries_stay_under_500_words() -> None:
     outcome = chain.summarize(
         FakeBackend(STRUCTURED + "\n- more" * 700), talk(1), previous=None, window=8192
     )
-    assert len(outcome.text.split()) <= prompts.MAX_WORDS + 1
+    assert len(ledger.split(outcome.text)[0].split()) <= prompts.MAX_WORDS + 1
 
 
 def test_restoration_prompt_names_the_parent_and_asks_for_an_acknowledgment(
@@ -173,11 +175,12 @@ def test_exit_writes_the_summary_between_markers_and_closes_the_file(store: Stor
     (found,) = files(store)
     assert found.meta.status == "closed" and found.meta.summary == "model"
     raw = Path(store.find_file(found.meta.id)).read_text()
-    assert f"<!-- SESSION_SUMMARY_START -->\n{STRUCTURED}\n<!-- SESSION_SUMMARY_END -->" in raw
+    stored = ledger.join(STRUCTURED, [ledger.Entry("goal", "plan the basil watering")])
+    assert f"<!-- SESSION_SUMMARY_START -->\n{stored}\n<!-- SESSION_SUMMARY_END -->" in raw
 
 
 def test_compact_starts_a_linked_session_and_the_context_shrinks(store: Store) -> None:
-    long = "details of the basil beds " * 80
+    long = "details of the basil beds " * 120
     backend = FakeBackend("A.", "B.", STRUCTURED, "Acknowledged: basil, ready.", "C.", STRUCTURED)
     session, host = chat(store, backend)
     session.send(long)

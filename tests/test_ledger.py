@@ -136,7 +136,7 @@ def test_pins_offers_what_the_restoration_had_no_room_for(store: Store) -> None:
     assert host.said(f"{len(left)} earlier statement") and host.said("/pins lists them")
     restore = files(store)[-1].messages[0].text
     assert left and f"({len(left)} more of their statements" in restore
-    assert all(text not in restore for text in left)
+    assert all(f"- [fact] {text}" not in restore for text in left)
     console = Console(record=True, width=200)
     spec = commands.parse("/pins")
     assert isinstance(spec, commands.Command)
@@ -157,7 +157,8 @@ def test_a_pin_that_would_not_fit_is_refused_saying_the_room_left(store: Store) 
     with pytest.raises(ChatloopError, match=r"No room to pin this: .* tokens of the next"):
         for n in range(30):
             session.pin(fact.format(n=n))
-    room = 256 - 45  # the summary's cap at 2,048 less the prose's floor
+    room = session._ledger_room()
+    assert room <= 2048 // 4 - 64 - 45  # a quarter of the window less the ack's cap, the prose
     assert 0 < len(session.pins) < 30
     assert sum(session.tokens.text(f"- {p}") for p in session.pins) <= room  # as it counts
     session.close()
@@ -195,3 +196,62 @@ def test_a_chains_goal_is_its_first_request_in_every_summary_chatloop_builds(
         assert "Goal (first request): Plan the harbour lighthouse repaint for May" in (
             done.summary.text
         )
+
+
+def test_the_goal_goes_through_summaries_the_model_wrote_and_reaches_each_child(
+    store: Store,
+) -> None:
+    """The model's summaries hold no goal line: the ledger carries the root's first
+    request through every file, into each restoration prompt, and a summary chatloop
+    builds later (the model gone) names that goal, not its own file's first request."""
+    from chatloop.errors import BackendError
+
+    gone = False
+
+    def reply(messages: Sequence[ChatMessage]) -> str:
+        if "progressive summary" in str(messages[-1]["content"]):
+            if gone:
+                raise BackendError("The server is gone", "")
+            return STRUCTURED
+        return "Noted."
+
+    session, _ = chat(store, FakeBackend(default=reply), context_window=2048)
+    goal = "Plan the harbour lighthouse repaint for May."
+    session.send(goal)
+    for n in range(3):
+        session.send(f"More about step {n}.")
+        session.compact()
+    gone = True
+    session.send("and now?")
+    session.close()
+    chain_files = files(store)
+    assert len(chain_files) == 4
+    for done in chain_files:
+        assert done.summary is not None
+        assert ledger.goal(ledger.split(done.summary.text)[1]) == goal
+    for child in chain_files[1:]:
+        assert f"- [goal] {goal}" in child.messages[0].text  # its restoration prompt
+    last = chain_files[-1].summary
+    assert last is not None and last.fallback
+    assert f"Goal (first request): {goal}" in last.text
+    assert "Goal (first request): More about" not in last.text
+
+
+def test_an_imported_sessions_goal_is_its_first_real_query_not_its_restore_block() -> None:
+    from chatloop.chat import chain
+    from chatloop.format.legacy import parse_legacy
+
+    seed = (
+        "# Session\n\n**Session ID:** simple_sally_20261121_103911\n"
+        "**Date:** 2026-11-21 10:39:11\n**Agent:** Simple Sally\n"
+        "**Resumed From:** simple_sally_20261120_090000\n\n---\n\n"
+        "## Session Restored (10:39:11)\n\n**You:** Summary of the earlier session: "
+        "FACT-900 things.\n\n**Simple Sally:** Ready.\n\n---\n\n"
+        "## Query 1 (10:40:02)\n\n**You:** Which birch trees suit a small garden?\n\n"
+        "**Simple Sally:** Silver birch.\n\n---\n"
+    )
+    messages = parse_legacy(seed.encode()).session.messages
+    assert messages[0].restore and messages[2].is_query
+    made = chain.fallback(messages, None, 200)
+    assert ledger.goal(ledger.split(made.text)[1]) == "Which birch trees suit a small garden?"
+    assert "Goal (first request): Which birch trees" in made.text

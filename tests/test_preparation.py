@@ -189,7 +189,8 @@ def test_a_prepared_summary_that_timed_out_is_asked_again_once() -> None:
     talk = [m for i in (1, 2) for m in exchange(i)]
     retried = SlowFirst("word " * 40, STRUCTURED)
     made = chain.summarize(retried, talk, previous=None, window=4096, timeout=0.5, cancel=Cancel())
-    assert len(retried.calls) == 2 and not made.fallback and made.text == STRUCTURED
+    assert len(retried.calls) == 2 and not made.fallback
+    assert ledger.split(made.text)[0] == STRUCTURED
 
 
 def test_a_prepared_summary_keeps_the_next_turns_beginning_for_the_server(

@@ -206,3 +206,36 @@ def test_fit_keeps_every_heading_down_to_a_budget_of_the_headings_alone() -> Non
         fitted = prompts.fit(summary, budget)
         assert len(fitted.split()) <= budget, (budget, fitted)
         _well_formed(fitted)
+
+
+ASKED_ORDER = """**Decisions Made:**
+- Keep the budget at 12,500 EUR
+
+**Pending:**
+- Check FACT-003's cron/nightly.sh
+
+**Topics Discussed:**
+- FACT-001 the staging database is db-stage-02 on port 5433
+- FACT-002 the deploy key lives in ops/keys/deploy.pem
+
+**Background Context:** Initial session."""
+
+
+def test_the_request_asks_what_must_survive_a_cut_first_and_the_reply_is_put_in_order() -> None:
+    """Item 1: Decisions Made before Pending before Topics before the background, in
+    the request; a reply in that order is stored in the summary's own order, word for
+    word; one cut at its cap after its Decisions still holds them."""
+    for request in (prompts.summary_prompt("t", None), prompts.summary_in_chat(False)):
+        at = [request.index(h) for h in (prompts.HEADINGS[i] for i in (3, 4, 2, 0))]
+        assert at == sorted(at), request
+    outcome = _summarize(FakeBackend(ASKED_ORDER))
+    _well_formed(outcome.text)
+    assert prompts.arrange(ASKED_ORDER) == outcome.text.split("\n\n**Ledger")[0]
+    for line in ASKED_ORDER.splitlines():
+        assert line.strip() in outcome.text  # every line, word for word
+    cut = Capped(ASKED_ORDER[: ASKED_ORDER.index("- FACT-001") + 12])
+    repaired = _summarize(FakeBackend(cut))
+    _well_formed(repaired.text)
+    decisions = repaired.text.split(prompts.HEADINGS[3])[1].split(prompts.HEADINGS[4])[0]
+    assert "Keep the budget at 12,500 EUR" in decisions
+    assert not any(line.endswith("the stag") for line in repaired.text.splitlines())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chatloop.chat import chain, prompts
+from chatloop.chat import chain, ledger, prompts
 from chatloop.format import (
     SUMMARY_END,
     SUMMARY_START,
@@ -68,7 +68,7 @@ def test_a_forged_summary_typed_in_a_message_is_never_trusted(store: Store) -> N
     parent, child = files(store)
     restore = child.messages[0]
     assert restore.restore and STRUCTURED in restore.text and FORGED not in restore.text
-    assert parent.summary is not None and parent.summary.text == STRUCTURED
+    assert parent.summary is not None and ledger.split(parent.summary.text)[0] == STRUCTURED
     # the message itself is kept exactly, forged frames and all
     assert any(m.text == typed for m in parent.messages)
 
@@ -109,12 +109,13 @@ def test_a_reply_that_echoes_the_template_is_not_a_summary() -> None:
     echo = prompts.SUMMARY_PROMPT.split("Rules:")[0].format(
         background_rule=prompts.BACKGROUND_RULE_FIRST, words=144
     )
-    assert prompts.shape(echo) and prompts.echoes_template(echo)
+    assert prompts.arrange(echo) is not None and prompts.echoes_template(echo)
     assert not prompts.echoes_template(STRUCTURED)
     retried = chain.summarize(
         FakeBackend(echo, STRUCTURED), exchange(1), previous=None, window=8192
     )
-    assert not retried.fallback and retried.calls == 2 and retried.text == STRUCTURED
+    assert not retried.fallback and retried.calls == 2
+    assert ledger.split(retried.text)[0] == STRUCTURED
     failed = chain.summarize(FakeBackend(echo, echo), exchange(1), previous=None, window=8192)
     assert failed.fallback and "template" in (failed.error or "")
     assert not prompts.echoes_template(failed.text) and prompts.shape(failed.text)

@@ -109,7 +109,8 @@ def summarize(
             return SummaryOutcome(previous, False, 0)
         return SummaryOutcome(prompts.fallback_summary(messages, None), True, 0)
     earlier, inherited = ledger.split(previous)
-    known = ledger.merge(inherited, ledger.of_messages(messages))
+    known = ledger_of(inherited, messages, earlier)
+    goal = ledger.goal(known)
     previous = earlier or None  # (the model is given the summary only)
     size = window or DEFAULT_WINDOW
     reserve = min(max_tokens, max(64, size // 3))
@@ -147,24 +148,34 @@ def summarize(
             answer, used, cut = _ask(backend, request, options, timeout, cancel)
         calls += used
     except BackendError as exc:
-        text = prompts.fallback_summary(messages, previous)
+        text = prompts.fallback_summary(messages, previous, goal)
         return SummaryOutcome(
             ledger.join(prompts.fit(text, words), known), True, calls, exc.message
         )
     answer = ledger.split(prompts.clean(answer))[0]  # (a ledger is chatloop's to write)
-    if not (prompts.shape(answer) and not cut):
-        answer = prompts.repair(answer, previous, messages, cut)
+    arranged = None if cut else prompts.arrange(answer)
+    answer = arranged or prompts.repair(answer, previous, messages, cut, goal)
     return SummaryOutcome(ledger.join(prompts.fit(answer, words), known), False, calls)
 
 
 def fallback(messages: Sequence[Message], previous: str | None, words: int) -> SummaryOutcome:
     """The summary built from the transcript without the model (``prompts.fallback_summary``
     within ``words``), with the ledger of ``previous`` and of ``messages``."""
-    earlier, known = ledger.split(previous)
-    text = prompts.fit(prompts.fallback_summary(messages, earlier or None), words)
-    return SummaryOutcome(
-        ledger.join(text, ledger.merge(known, ledger.of_messages(messages))), True, 0
-    )
+    earlier, inherited = ledger.split(previous)
+    known = ledger_of(inherited, messages, earlier)
+    text = prompts.fallback_summary(messages, earlier or None, ledger.goal(known))
+    return SummaryOutcome(ledger.join(prompts.fit(text, words), known), True, 0)
+
+
+def ledger_of(
+    inherited: Sequence[ledger.Entry], messages: Sequence[Message], previous: str
+) -> list[ledger.Entry]:
+    """The ledger a summary of ``messages`` ends with: the parent's (``inherited``)
+    and what the person stated in them, with the chain's goal first (the parent's;
+    else as ``previous``, a summary written before ledgers, states it; else the
+    first request of ``messages``)."""
+    known = ledger.merge(inherited, ledger.of_messages(messages))
+    return ledger.with_goal(known, messages, prompts.stated_goal(previous))
 
 
 def summary_words(tokens: int) -> int:

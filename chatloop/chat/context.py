@@ -35,6 +35,7 @@ from chatloop.config import (
     PROSE_FLOOR,
     REPLY_FLOOR,
     REPLY_SHARE,
+    RESTORE_SHARE,
     SUMMARY_FLOOR,
     SUMMARY_SHARE,
 )
@@ -85,12 +86,16 @@ def carry_budget(window: int | None, opening: int) -> int:
     return max(0, min(size // CARRY_SHARE, size * CHILD_PERCENT // 100 - opening))
 
 
-def ledger_room(window: int | None, summary_setting: int = 0) -> int:
+def ledger_room(window: int | None, summary_setting: int, frame: int, ack: int) -> int:
     """The tokens of a restoration prompt that the pins and the ledger (``chat.ledger``)
-    may take: the summary's cap (``summary_cap``) less PROSE_FLOOR, which the summary's
-    prose keeps; the prose gets what they leave. One budget for the three, so a
-    restoration is never larger for carrying them."""
-    return max(0, summary_cap(window, summary_setting) - PROSE_FLOOR)
+    may take: what a restoration may take with its acknowledgment (window //
+    RESTORE_SHARE) less its own words (``frame`` tokens), the acknowledgment's cap
+    (``ack``) and PROSE_FLOOR, which the summary's prose keeps; never less than the
+    summary's cap (``summary_cap``) less PROSE_FLOOR. The prose gets what they leave
+    of the summary's cap: what the person stated gives way last."""
+    size = window or DEFAULT_WINDOW
+    share = size // RESTORE_SHARE - frame - ack - PROSE_FLOOR
+    return max(0, summary_cap(window, summary_setting) - PROSE_FLOOR, share)
 
 
 def ack_cap(window: int | None, reply: int) -> int:

@@ -20,13 +20,18 @@ kept word for word:
   stands between summary markers, fenced code, summary headings and ledger lines;
 - a sentence is cut at ``ENTRY_CHARS`` at a word boundary, and the identifiers cut
   off are listed after it, so no value is ever lost with its line;
-- a sentence stated again is kept once, where it was stated last.
+- a sentence stated again is kept once, where it was stated last;
+- the **goal** is the chain's first request: the first message the person typed in
+  its first session (never a restoration prompt, an imported restore block or a
+  copy), cut at ``GOAL_CHARS``; one per ledger, its first line, carried from
+  parent to child as it is (``with_goal``).
 
 Each summary chatloop writes ends with its file's ledger, the parent's first (read
 back from the parent's summary, ``split``) and then its own, under the ``LEDGER``
 heading: readable in any editor, never shown to the model as something to
-rewrite. A restoration prompt carries it within a budget, decisions before facts,
-most recent first (``carry``), and says how many it could not carry.
+rewrite. A restoration prompt carries it within a budget, decisions first, then the
+goal, then facts, most recent first (``carry``), and says how many it could not
+carry.
 """
 
 from __future__ import annotations
@@ -42,8 +47,9 @@ from chatloop.format import Message
 LEDGER = "**Ledger (what the user stated, word for word):**"
 ENTRY_CHARS = 240  # the longest sentence kept whole; longer ones keep their identifiers
 MAX_ENTRIES = 200  # a file's ledger keeps its last this many (its ancestors keep the rest)
+GOAL_CHARS = 160  # of the chain's first request, kept as its goal
 
-Kind = Literal["decision", "fact"]
+Kind = Literal["goal", "decision", "fact"]
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])|\n+")
 _WORD = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|[^\s,;:!?()\[\]{}<>\"'`*]+")  # 12,500: one
@@ -60,9 +66,9 @@ _PASTED_SUMMARY = re.compile(
 )
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _FENCE = re.compile(r"^\s*(```|~~~).*?(?:^\s*\1|\Z)", re.DOTALL | re.MULTILINE)
-_KINDS: dict[Kind, str] = {"decision": "[decision]", "fact": "[fact]"}
+_KINDS: dict[Kind, str] = {"goal": "[goal]", "decision": "[decision]", "fact": "[fact]"}
 
-__all__ = ["LEDGER", "Entry", "carry", "join", "merge", "of_messages", "split"]
+__all__ = ["LEDGER", "Entry", "carry", "goal", "join", "merge", "of_messages", "split", "with_goal"]
 
 
 @dataclass(frozen=True)
@@ -112,8 +118,33 @@ def _statements(text: str) -> list[str]:
 
 def merge(earlier: Sequence[Entry], later: Sequence[Entry]) -> list[Entry]:
     """``earlier`` (a parent's ledger) then ``later``, each once (where last), at most
-    MAX_ENTRIES (the oldest give way: they stay in the files that held them)."""
-    return _once([*earlier, *later])[-MAX_ENTRIES:]
+    MAX_ENTRIES (the oldest give way: they stay in the files that held them); the
+    first goal of the two stays first."""
+    both = [*earlier, *later]
+    first = [e for e in both if e.kind == "goal"][:1]
+    return [*first, *_once([e for e in both if e.kind != "goal"])[-MAX_ENTRIES:]]
+
+
+def goal(entries: Sequence[Entry]) -> str | None:
+    """The chain's goal that ``entries`` hold, if any."""
+    return next((e.text for e in entries if e.kind == "goal"), None)
+
+
+def with_goal(
+    entries: Sequence[Entry], messages: Sequence[Message], known: str | None
+) -> list[Entry]:
+    """``entries`` with the chain's goal first: the one they hold; else ``known`` (a
+    goal a summary written before ledgers had one recorded); else the first message
+    the person typed in ``messages`` (none: no goal)."""
+    if goal(entries) is not None:
+        return list(entries)
+    text = known
+    if text is None:
+        first = next((m for m in messages if m.is_query and not m.copy and m.text.strip()), None)
+        text = first.text if first is not None else None
+    if text is None or not " ".join(text.split()):
+        return list(entries)
+    return [Entry("goal", _clip(" ".join(text.split()), GOAL_CHARS)), *entries]
 
 
 def join(summary: str, entries: Sequence[Entry]) -> str:
@@ -148,11 +179,10 @@ def carry(
     entries: Sequence[Entry], budget: int, cost: Callable[[str], int]
 ) -> tuple[list[Entry], int]:
     """The entries a restoration prompt carries within ``budget`` tokens (``cost`` of
-    each line), decisions first, then facts, each most recent first; and how many
-    did not fit. The carried ones come back in the ledger's own order."""
+    each line), decisions first, then the goal, then facts, each most recent first;
+    and how many did not fit. The carried ones come back in the ledger's own order."""
     newest = list(reversed(range(len(entries))))
-    order = [i for i in newest if entries[i].kind == "decision"]
-    order += [i for i in newest if entries[i].kind == "fact"]
+    order = [i for kind in ("decision", "goal", "fact") for i in newest if entries[i].kind == kind]
     kept: set[int] = set()
     left = budget
     for i in order:
@@ -192,13 +222,13 @@ def _named(word: str) -> bool:
     return bool(_FILE.fullmatch(word))
 
 
-def _clip(sentence: str) -> str:
-    """``sentence`` cut at ENTRY_CHARS at a word boundary; the identifiers cut off are
-    listed after it."""
-    if len(sentence) <= ENTRY_CHARS:
+def _clip(sentence: str, limit: int = ENTRY_CHARS) -> str:
+    """``sentence`` cut at ``limit`` characters at a word boundary; the identifiers cut
+    off are listed after it."""
+    if len(sentence) <= limit:
         return sentence
-    cut = sentence.rfind(" ", 0, ENTRY_CHARS)
-    head = sentence[: cut if cut > 0 else ENTRY_CHARS]
+    cut = sentence.rfind(" ", 0, limit)
+    head = sentence[: cut if cut > 0 else limit]
     lost = [w for w in _words(sentence[len(head) :]) if _named(w)]
     tail = f" (also: {', '.join(dict.fromkeys(lost))})" if lost else ""
     return f"{head} …{tail}"

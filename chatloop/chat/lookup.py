@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from chatloop.chat import ledger
 from chatloop.errors import ChatloopError
 from chatloop.store.index import Index
 from chatloop.store.rows import SessionRow
@@ -43,10 +44,11 @@ def summary_digest(text: str) -> str:
     """A summary in a few lines, one per section that holds something
     ("Topics Discussed: a; b"), sections read from ``**Name:**`` or ``## Name``.
     Linear in the summary's length (it is model output: no pattern that can
-    backtrack runs over it)."""
+    backtrack runs over it). The ledger it ends with (``chat.ledger``) is not its
+    text: left out."""
     sections: dict[str, list[str]] = {}
     name = ""
-    for raw in text.splitlines():
+    for raw in ledger.split(text)[0].splitlines():
         line = raw.strip()
         heading = _heading(line)
         if heading is not None:

@@ -42,21 +42,22 @@ HEADINGS = (
 INITIAL = "Initial session."
 NONE = "- None recorded."
 
+# The sections are asked for in the order that survives a reply cut at its cap best
+# (what was settled first, the background last); ``arrange`` and ``repair`` put them
+# back in the summary's own order (``HEADINGS``).
 SUMMARY_STRUCTURE = """\
-Use exactly this markdown structure and stay under {words} words:
-
-**Background Context:** {background_rule}
-
-**Current Session Summary:**
-
-**Topics Discussed:**
-- one bullet per topic
+Use exactly this markdown structure, in this order, and stay under {words} words:
 
 **Decisions Made:**
 - one bullet per decision or answer that was settled
 
 **Pending:**
 - one bullet per open question or next step
+
+**Topics Discussed:**
+- one bullet per topic
+
+**Background Context:** {background_rule}
 
 Rules: keep exact identifiers, file names, paths, commands, numbers and the \
 user's stated constraints and preferences word for word. Write only what the \
@@ -242,6 +243,23 @@ def restoration_prompt(
         unanswered=UNANSWERED.format(text=unanswered.strip()) if unanswered else "",
         pins=pins_block(pins),
         carried=CARRIED.format(count=carried) if carried else "",
+    )
+
+
+def restoration_frame() -> str:
+    """A restoration prompt's own words, as long as they get (the longest ids, the
+    carried exchanges' line, an acknowledgment's length), without what it carries (a
+    summary, the ledger, pins, an unanswered message): what its budget pays first."""
+    longest = "x" * 40
+    return restoration_prompt(
+        session_id=longest,
+        date="2026-12-31 23:59",
+        queries=10_000,
+        tokens=10_000_000,
+        summary="",
+        grandparent=longest,
+        carried=8,
+        ack_words=99,
     )
 
 
@@ -481,13 +499,37 @@ def condense(summary: str | None, words: int = 90) -> str:
     return cap_words(text, words)
 
 
-def repair(text: str, previous: str | None, messages: Sequence[Message], cut: bool) -> str:
+def arrange(text: str) -> str | None:
+    """A reply that holds every section (``HEADINGS`` but the Current Session
+    Summary, which heads no text of its own), in whatever order and heading form, in
+    the summary's own order, each section's lines as the model wrote them (text
+    before its first heading is the Current Session Summary's); None when a section
+    is missing (``repair`` then)."""
+    before, found = _sections(clean(text).splitlines())
+    if any(i not in found for i in (0, 2, 3, 4)):
+        return None
+    return assemble(
+        " ".join(found[0]),
+        topics=_items(found[2]),
+        decisions=_items(found[3]),
+        pending=_items(found[4]),
+        narrative="\n".join([*found.get(1, []), *before]),
+    )
+
+
+def repair(
+    text: str,
+    previous: str | None,
+    messages: Sequence[Message],
+    cut: bool,
+    goal: str | None = None,
+) -> str:
     """A summary in the required structure from a model reply that is not quite one:
     every section the model wrote keeps its content, under its own heading once
     (whatever form of the heading it used: bold, ``##``, a colon or none); text before
     its first heading is the Current Session Summary's; a section it left out is
     filled as chatloop's own summary fills it (``fallback_summary``: the parent's
-    decisions, the first request and the last ones, what is unanswered). ``cut``: its
+    decisions, the chain's ``goal`` and the last requests, what is unanswered). ``cut``: its
     cap cut the reply, whose last line is then left out (every complete line is kept).
     What the model wrote keeps only sentences ``grounded`` in the transcript or
     ``previous``; a heading inside a line is written as plain words, so no section
@@ -505,7 +547,7 @@ def repair(text: str, previous: str | None, messages: Sequence[Message], cut: bo
     )
     own = {i: _grounded_lines(rows, source) for i, rows in found.items()}
     narrative = _grounded_lines(before, source)
-    parts = _fallback_parts(messages, previous)
+    parts = _fallback_parts(messages, previous, goal)
     background = " ".join(own.get(0, [])) or condense(previous)
     return assemble(
         background,
@@ -595,10 +637,12 @@ def _is_name(word: str) -> bool:
     return any(c.isdigit() or c in "/_" for c in word) or any(c.isupper() for c in word[1:])
 
 
-def fallback_summary(messages: Sequence[Message], previous: str | None) -> str:
-    """A summary built from the transcript alone: the chain's goal, the last
-    exchanges, tools used and files mentioned."""
-    parts = _fallback_parts(messages, previous)
+def fallback_summary(
+    messages: Sequence[Message], previous: str | None, goal: str | None = None
+) -> str:
+    """A summary built from the transcript alone: the chain's goal (``goal``, else as
+    ``_fallback_parts`` finds it), the last exchanges, tools used and files mentioned."""
+    parts = _fallback_parts(messages, previous, goal)
     return assemble(
         condense(previous),
         topics=parts["topics"],
@@ -631,24 +675,29 @@ def assemble(
 GOAL = "Goal (first request): "
 
 
+def stated_goal(summary: str | None) -> str | None:
+    """The chain's goal as a summary's Topics state it (``GOAL``), if they do."""
+    topics = _section(summary or "", HEADINGS[2])
+    return next((t[len(GOAL) :] for t in topics if t.startswith(GOAL)), None)
+
+
 def _fallback_parts(
-    messages: Sequence[Message], previous: str | None = None
+    messages: Sequence[Message], previous: str | None = None, goal: str | None = None
 ) -> dict[str, list[str]]:
-    """The sections chatloop fills itself: the chain's goal (the first request of its
-    first session, carried by each summary's Topics; for a first session, its own
-    first request), the last requests, tools and files; the last answer; what is
+    """The sections chatloop fills itself: the chain's goal (``goal``: the ledger's;
+    else as ``previous`` states it; else the first request here), the last requests
+    (the goal's own left out), tools and files; the last answer; what is
     unanswered."""
-    queries = [m for m in messages if m.is_query and m.text.strip()]
+    queries = [m for m in messages if m.is_query and not m.copy and m.text.strip()]
     replies = [m for m in messages if m.role == "assistant" and not m.restore and m.text.strip()]
     topics: list[str] = []
-    goal = next((t for t in _section(previous or "", HEADINGS[2]) if t.startswith(GOAL)), None)
+    goal = goal or stated_goal(previous) or (_line(queries[0].text) if queries else None)
     if goal is not None:
-        topics.append(goal)
-    elif queries:
-        topics.append(f"{GOAL}{_clip(_line(queries[0].text), 160)}")
+        topics.append(f"{GOAL}{_clip(_line(goal), 160)}")
+        start = _line(goal)[:60].rstrip(" …")
+        queries = [q for q in queries if not _line(q.text).startswith(start)]
     if queries:
-        recent = (queries if goal is not None else queries[1:])[-6:]
-        topics += [_clip(_line(q.text), 100) for q in recent]
+        topics += [_clip(_line(q.text), 100) for q in queries[-6:]]
     tools = sorted({c.name for m in messages for c in m.tool_calls})
     if tools:
         topics.append("Tools used: " + ", ".join(tools))

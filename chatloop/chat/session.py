@@ -40,6 +40,7 @@ one turn (``chat.turn``).
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -281,9 +282,15 @@ class ChatSession:
         return max(PROSE_FLOOR, cap - used)
 
     def _ledger_room(self) -> int:
-        """``context.ledger_room`` here: the pins' and the ledger's share of the
-        summary's cap."""
-        return ledger_room(self.window(), self.settings.summary_max_tokens)
+        """``context.ledger_room`` here: the pins' and the ledger's share of what a
+        restoration prompt may take, beside its own words (as long as they get, with
+        two messages' template) and the acknowledgment's cap."""
+        frame = self.tokens.text(prompts.restoration_frame()) + 2 * self.tokens.overhead()[0]
+        return ledger_room(self.window(), self.settings.summary_max_tokens, frame, self._ack_cap())
+
+    def _ack_cap(self) -> int:
+        """The most tokens a restoration's acknowledgment takes here (``context.ack_cap``)."""
+        return ack_cap(self.window(), self.reply_options().get("max_tokens") or 0)
 
     def _restoration(
         self,
@@ -297,8 +304,7 @@ class ChatSession:
         allows (about 9 words in 16 tokens: a reply cut at its cap ends mid-sentence);
         one that answers ``unanswered`` is a reply, with no such bound."""
         room = self._ledger_room()
-        reply = self.reply_options().get("max_tokens") or 0
-        words = 0 if unanswered is not None else ack_cap(self.window(), reply) * 9 // 16
+        words = 0 if unanswered is not None else self._ack_cap() * 9 // 16
         return chain.restoration(
             parent, summary, unanswered, self.pins, carried, room, words, self.tokens.text
         )
@@ -873,7 +879,8 @@ class ChatSession:
         against a restoration prompt whose summary takes all the room it may have."""
         parent = chain.Parent(writer.path, writer.meta, None)
         # the ledger its summary will end with is known now (it is not the model's)
-        known = ledger.merge(ledger.split(self.previous)[1], ledger.of_messages(writer.messages))
+        earlier, inherited = ledger.split(self.previous)
+        known = chain.ledger_of(inherited, writer.messages, earlier)
         text = self._restoration(parent, ledger.join("", known), None, carried=MAX_CARRIED)
         room = self._summary_room(known)  # the summary's text at the most it may take
         return self._carry(list(exchanges(writer.messages)), self._opening(text, room))
@@ -881,24 +888,27 @@ class ChatSession:
     def _opening(self, restoration: str, summary: int = 0) -> int:
         """The tokens a child begins with before what it carries: its restoration prompt
         (``restoration``, and ``summary`` tokens more for a summary not made yet) and its
-        acknowledgment at its cap, each counted as it is sent."""
+        acknowledgment at its cap, each counted as it is sent, with the prompt's own
+        template."""
         now = self.clock()
         prompt = Message.create("user", now, text=restoration, restore=True)
         ack = Message.create("assistant", now, restore=True)
-        reply = self.reply_options().get("max_tokens") or 0
         sent = self._plan([prompt, ack], history=False).messages_tokens
-        return sent + summary + ack_cap(self.window(), reply)
+        return sent + self.tokens.overhead()[1] + summary + self._ack_cap()
 
     def _carry(
         self, recent: list[list[Message]], opening: int, keep_first: bool = True
     ) -> tuple[Message, ...]:
         """``chain.carry`` of ``recent`` within ``context.carry_budget`` after an opening
-        of ``opening`` tokens, each exchange counted as its messages would be sent."""
+        of ``opening`` tokens, each exchange counted as its messages would be sent, both
+        with the margin a plan gives its counts (``Plan.margin``)."""
 
         def cost(exchange: Sequence[Message]) -> int:
-            return self._plan(list(exchange), history=False).messages_tokens
+            planned = self._plan(list(exchange), history=False)
+            return math.ceil(planned.messages_tokens * planned.margin)
 
-        budget = carry_budget(self.window(), opening)
+        margin = self._plan([], history=False).margin
+        budget = carry_budget(self.window(), math.ceil(opening * margin))
         return chain.carry(recent, budget, cost, keep_first)
 
     # ------------------------------------------------------------------ prepared ahead
