@@ -113,6 +113,8 @@ def messages(draw: st.DrawFn) -> Message:
         interrupted=draw(st.booleans()),
         restore=draw(st.booleans()),
         fallback=draw(st.booleans()),
+        copy=draw(st.booleans()),
+        unsent=draw(st.booleans()),
     )
 
 

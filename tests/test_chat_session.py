@@ -745,14 +745,23 @@ def test_a_message_too_long_for_the_window_is_refused_not_saved(store: Store) ->
     assert queries(store) == ["hello", "a short one"]
 
 
-def test_the_first_message_too_long_for_the_window_leaves_no_session(store: Store) -> None:
-    """Saved first, then counted: a new session's first message that cannot be sent is
-    taken back out, and the file it began is removed; the chat goes on fresh."""
+def test_the_first_message_too_long_for_the_window_is_kept_unsent(store: Store) -> None:
+    """Saved first, then counted: a new session's first message that cannot be sent
+    stays in the file it began, marked as not sent (never a query, never sent, never
+    only in the input history); the refusal says where; the chat goes on there."""
     session, _host = chat(store, FakeBackend("Short answer.", STRUCTURED), context_window=700)
-    with pytest.raises(ChatloopError, match="does not fit"):
-        session.send("paste " + "lorem ipsum dolor sit amet " * 300)
-    assert not list(store.project_dir.glob("*.md*"))  # neither the file nor its lock
-    assert session.writer is None
+    long = "paste " + "lorem ipsum dolor sit amet " * 300
+    with pytest.raises(ChatloopError, match="does not fit") as refused:
+        session.send(long)
+    assert session.writer is not None
+    assert f"kept in session {session.writer.meta.id}, marked as not sent" in refused.value.hint
     session.send("hello")
     session.close()
     assert queries(store) == ["hello"]
+    (found,) = files(store)
+    kept, asked = found.messages[0], found.messages[1]
+    assert kept.text == long and kept.unsent and not kept.is_query
+    assert asked.text == "hello" and found.meta.queries == 1
+    sent = [str(m["content"]) for c in session.backend.calls for m in c["messages"]]  # type: ignore[attr-defined]
+    assert all("lorem ipsum" not in text for text in sent)  # never part of the conversation
+    assert "── Not sent" in transcript_text(found)

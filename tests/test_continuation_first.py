@@ -113,25 +113,30 @@ def test_an_edit_is_saved_in_its_branch_before_it_is_counted(store: Store) -> No
     assert ("count", False) not in backend.seen and ("request", True) in backend.seen
 
 
-def test_a_refused_first_message_leaves_no_child_and_the_continuation_waits(
+def test_a_refused_first_message_is_kept_unsent_in_the_child_which_goes_on(
     store: Store,
 ) -> None:
-    """The restoration fits; a message too long to go with it is refused: the child
-    written with it is removed (no file, nothing sent) and the next message begins it."""
-    backend = FakeBackend("One.", STRUCTURED, "Ack.", "Answer.", default=STRUCTURED)
+    """The restoration fits; a message too long to go with it is refused: it stays in
+    the child written with it, marked as not sent (nothing sent, never a query), and
+    the next message goes on in that child."""
+    backend = FakeBackend("One.", STRUCTURED, "Answer.", default=STRUCTURED)
     session, _ = chat(store, backend, context_window=1200)
     session.send("How often should I water the basil?")
     session.compact()
     asked = len(backend.calls)
-    with pytest.raises(ChatloopError, match="do not fit the context window together"):
-        session.send("a long message " + "with many words " * 250)
+    long = "a long message " + "with many words " * 250
+    with pytest.raises(ChatloopError, match="do not fit the context window together") as no:
+        session.send(long)
+    assert "marked as not sent" in no.value.hint
     assert len(backend.calls) == asked  # nothing was sent
-    assert len(list(store.session_files())) == 1 and session.describe().phase == "waiting"
+    assert len(list(store.session_files())) == 2 and session.describe().phase == "open"
     session.send("a short one")
     session.close()
-    _parent, child = files(store)
+    parent, child = files(store)
     assert [m.text for m in child.messages if m.is_query] == ["a short one"]
-    assert child.meta.parent_id == _parent.meta.id
+    assert [m.text for m in child.messages if m.unsent] == [long]
+    assert child.meta.parent_id == parent.meta.id and child.meta.queries == 1
+    assert all("with many words" not in str(c["messages"]) for c in backend.calls[asked:])
 
 
 def test_a_fork_whose_message_leaves_its_copies_no_room_is_made_over_in_place(
@@ -161,8 +166,8 @@ def test_a_fork_message_too_long_even_beside_its_summary_is_refused_once(
     store: Store,
 ) -> None:
     """A branch made over as a summary of its history, whose message still does not fit
-    beside it: refused (the branch removed, nothing sent), not summarized again and
-    again. Message lengths are tried until one lands there."""
+    beside it: refused (nothing sent; the message kept in the branch, marked as not
+    sent), not summarized again and again. Message lengths are tried until one lands there."""
     note = "the north beds need water every other morning " * 24
     refused = 0
     for words in range(600, 900, 25):
@@ -178,6 +183,8 @@ def test_a_fork_message_too_long_even_beside_its_summary_is_refused_once(
                 refused += 1
                 summaries = [c for c in backend.calls if "progressive summary" in str(c)]
                 assert len(summaries) <= 2  # the fork's, and the parent's at the fork
-                assert len(list(store.session_files())) == before  # the branch removed
+                # the branch stays, holding the message marked as not sent
+                assert len(list(store.session_files())) == before + 1
+                assert session.writer is not None and session.writer.messages[-1].unsent
         session.close()
     assert refused

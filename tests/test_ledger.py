@@ -255,3 +255,40 @@ def test_an_imported_sessions_goal_is_its_first_real_query_not_its_restore_block
     made = chain.fallback(messages, None, 200)
     assert ledger.goal(ledger.split(made.text)[1]) == "Which birch trees suit a small garden?"
     assert "Goal (first request): Which birch trees" in made.text
+
+
+def test_a_restoration_holds_its_quarter_of_the_window_in_the_models_tokens(
+    store: Store,
+) -> None:
+    """Many facts, two long pins and a tokenizer that counts three tokens a word: the
+    restoration prompt (as the model counts it, with its template) and the
+    acknowledgment's cap stay within a quarter of a 2,048 window; the entries that
+    did not fit are each listed as not carried, none dropped silently."""
+    from chatloop.chat.context import ack_cap
+
+    class Dense(FakeBackend):
+        def count_tokens(self, text: str) -> int | None:
+            return len(text) // 2  # about three tokens a word
+
+        def chat_overhead(self) -> tuple[int, int] | None:
+            return (5, 5)
+
+    window = 2048
+    facts = [f"FACT-{n:03} gauge {n * 37}.5 is logged at /srv/tide/{n}.csv." for n in range(30)]
+    session, _ = chat(store, Dense(default=STRUCTURED), context_window=window)
+    session.pin("PIN-001 the harbour budget stays at 12,500 EUR for the whole of phase two")
+    session.pin("PIN-002 the survey boat leaves from berth B-14 at 06:30 every Tuesday")
+    for part in range(3):
+        session.send(" ".join(facts[part * 10 : part * 10 + 10]))
+    session.compact()
+    session.send("go on")
+    restore = files(store)[-1].messages[0]
+    assert restore.restore
+    cap = ack_cap(window, session.reply_options()["max_tokens"])
+    assert len(restore.text) // 2 + 5 + cap <= window // 4
+    lines = set(restore.text.splitlines())
+    left = session.ledger_left_out()
+    carried = [f for f in facts if f"- [fact] {f}" in lines]
+    assert carried and len(carried) + len([f for f in left if f in facts]) == len(facts)
+    assert f"({len(left)} more of their statements" in restore.text
+    session.close()

@@ -53,6 +53,7 @@ __all__ = [
     "ledger_room",
     "plan",
     "reply_cap",
+    "restoration_budget",
     "summary_cap",
     "to_wire",
 ]
@@ -93,9 +94,14 @@ def ledger_room(window: int | None, summary_setting: int, frame: int, ack: int) 
     (``ack``) and PROSE_FLOOR, which the summary's prose keeps; never less than the
     summary's cap (``summary_cap``) less PROSE_FLOOR. The prose gets what they leave
     of the summary's cap: what the person stated gives way last."""
-    size = window or DEFAULT_WINDOW
-    share = size // RESTORE_SHARE - frame - ack - PROSE_FLOOR
+    share = restoration_budget(window, ack) - frame - PROSE_FLOOR
     return max(0, summary_cap(window, summary_setting) - PROSE_FLOOR, share)
+
+
+def restoration_budget(window: int | None, ack: int) -> int:
+    """The most tokens a restoration prompt takes (a message it must answer aside): what
+    window // RESTORE_SHARE leaves beside its acknowledgment's cap (``ack``)."""
+    return (window or DEFAULT_WINDOW) // RESTORE_SHARE - ack
 
 
 def ack_cap(window: int | None, reply: int) -> int:
@@ -250,9 +256,12 @@ def plan(
 
 
 def to_wire(system_prompt: str, messages: Iterable[Message]) -> list[ChatMessage]:
-    """Chat messages for ``messages``, after the system prompt (if any)."""
+    """Chat messages for ``messages``, after the system prompt (if any); a message the
+    person typed that was never sent (``Message.unsent``) is none of them."""
     out: list[ChatMessage] = [{"role": "system", "content": system_prompt}] if system_prompt else []
     for m in messages:
+        if m.unsent:
+            continue
         if m.role == "user":
             out.append({"role": "user", "content": m.text})
         elif m.role == "assistant":

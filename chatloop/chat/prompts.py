@@ -323,13 +323,13 @@ def as_said(messages: Sequence[Message]) -> list[Message]:
 def transcript_lines(messages: Sequence[Message], limit: int = 2000) -> list[str]:
     """The conversation as plain lines for a summary request, one per message.
 
-    Restoration messages and summaries are left out (the previous summary is
-    given separately); tool results are cut to a short preview and every
-    message to ``limit`` characters.
+    Restoration messages, summaries and messages never sent are left out (the
+    previous summary is given separately); tool results are cut to a short preview
+    and every message to ``limit`` characters.
     """
     lines: list[str] = []
     for m in messages:
-        if m.restore or m.role == "summary":
+        if m.restore or m.role == "summary" or m.unsent:
             continue
         if m.role == "user":
             lines.append(f"User: {_clip(m.text, limit)}")

@@ -65,6 +65,7 @@ from chatloop.chat.context import (
     ledger_room,
     plan,
     reply_cap,
+    restoration_budget,
     summary_cap,
 )
 from chatloop.chat.host import Host
@@ -201,7 +202,8 @@ class ChatSession:
             case Waiting(continuation=FromSummary(preview=preview, carried=carried)):
                 ahead = [preview, *carried]
         writer = self.writer
-        return [*(writer.messages if writer else []), *ahead, *self._queue]
+        said = [m for m in writer.messages if not m.unsent] if writer else []
+        return [*said, *ahead, *self._queue]
 
     def describe(self) -> Status:
         """What this session is, for /info, the toolbar and tests."""
@@ -305,9 +307,19 @@ class ChatSession:
         one that answers ``unanswered`` is a reply, with no such bound."""
         room = self._ledger_room()
         words = 0 if unanswered is not None else self._ack_cap() * 9 // 16
-        return chain.restoration(
-            parent, summary, unanswered, self.pins, carried, room, words, self.tokens.text
-        )
+        count = self.tokens.text
+        # counted whole, as the model counts it: what the estimates missed (the prose
+        # at its floor, the template) is taken from the ledger, never from the window
+        budget = restoration_budget(self.window(), self._ack_cap()) - self.tokens.overhead()[0]
+        budget += count(prompts.UNANSWERED.format(text=unanswered)) if unanswered else 0
+        while True:
+            text = chain.restoration(
+                parent, summary, unanswered, self.pins, carried, room, words, count
+            )
+            over = count(text) - budget
+            if over <= 0 or room == 0:
+                return text
+            room = max(0, room - over)
 
     def window(self) -> int | None:
         """The context window: the settings', else the server's, else unknown (None)."""
@@ -412,8 +424,9 @@ class ChatSession:
         restoration, the request. A continuation not written yet (``Waiting``) is
         written with it, in one write, and made over when the count then says it must
         begin otherwise (``_first_of_child``). One that cannot be sent (it does not fit
-        even alone, or the history does not fit and compaction is off) is then taken
-        back out of the file and refused (ChatloopError; Up recalls it). Raises
+        even alone, or the history does not fit and compaction is off) is then kept in
+        the file marked as not sent, out of the conversation, and refused (ChatloopError
+        saying where it is kept; Up recalls it). Raises
         StoreError when the message cannot be saved (it stays queued and is written and
         sent first next time), ChatloopError when the server failed (after the failure
         is recorded in the file)."""
@@ -459,14 +472,15 @@ class ChatSession:
 
     def _go_on(self, message: Message) -> TurnResult:
         """``message``, the open file's last, sent: compacting first when the history
-        does not leave it room (the child answers it), refused and taken back out of the
-        file when it cannot be sent at all."""
+        does not leave it room (the child answers it), refused and kept in the file
+        marked as not sent (``_set_aside``) when it cannot be sent at all."""
         text = message.text
         if not self.plan().fits:
             try:
                 self._check_room(self._plan([message], history=False))
-            except ChatloopError:
-                self._take_back(message)
+            except ChatloopError as exc:
+                if self._set_aside(message):
+                    raise self._kept_unsent(exc) from None
                 raise
             self.host.notice(
                 "The context window is full: compacting; the new session answers your message.",
@@ -483,18 +497,23 @@ class ChatSession:
             return TurnResult()
         return self._answer(text)
 
-    def _take_back(self, message: Message) -> None:
-        """``message``, just saved, cannot be sent: out of the file again (a session it
-        began is removed whole), so no history ever holds what was refused."""
+    def _set_aside(self, message: Message) -> bool:
+        """``message``, just saved, cannot be sent: it stays in the file marked as not
+        sent (``Message.unsent``: out of the conversation, never a query), so what the
+        person typed is never only in their input history. False when it cannot be
+        marked (someone changed the file, or it cannot be rewritten)."""
         writer = self.writer
         try:
-            if writer is None or not writer.take_back(message):
-                return  # (someone changed the file meanwhile: it stays, as their edit did)
+            return writer is not None and writer.set_aside(message)
         except StoreError:
-            return  # it cannot be cut: it stays saved, unsent (the refusal says so)
-        if writer.last_message is None:  # it began this file: nothing was said in it
-            self.store.discard(writer)
-            self.state = Fresh()
+            return False
+
+    def _kept_unsent(self, refusal: ChatloopError) -> ChatloopError:
+        """``refusal`` of a message ``_set_aside`` kept, saying where it is kept."""
+        writer = self.writer
+        name = writer.meta.id if writer is not None else "this session"
+        where = f"It is kept in session {name}, marked as not sent. "
+        return ChatloopError(refusal.message, where + refusal.hint)
 
     def _check_room(self, alone: Plan) -> None:
         """Raise when the message cannot be sent: it does not fit even alone, or the
@@ -1164,9 +1183,11 @@ class ChatSession:
         ``begins``, sent: when the count
         says the child cannot take it as it begins, the child is made over in place
         (``_begin_otherwise``), the message on disk throughout; when nothing can give
-        way, the child is removed again and the message refused (ChatloopError; Up
-        recalls it). Then the restoration prompt is acknowledged (the acknowledgment
-        goes before the copies and the message) and the message answered."""
+        way, the message is refused and kept in the child marked as not sent (the child
+        goes on without an acknowledgment; one whose message cannot be marked is
+        removed again and waits). ChatloopError; Up recalls it. Then the restoration
+        prompt is acknowledged (the acknowledgment goes before the copies and the
+        message) and the message answered."""
         writer = self.writer
         assert writer is not None
         while not self.plan().fits:
@@ -1175,7 +1196,9 @@ class ChatSession:
                 begins = self._begin_otherwise(begins, writer, typed)
             except StoreError:
                 raise  # the message stays saved in the child (the error says so)
-            except ChatloopError:
+            except ChatloopError as exc:
+                if self._set_aside(message):  # the child stays, with the message unsent
+                    raise self._kept_unsent(exc) from None
                 self._unbegin(begins, writer, typed)
                 raise
         if isinstance(begins, FromSummary) and not self.leaving:
@@ -1734,11 +1757,14 @@ class ChatSession:
 
     def ledger_left_out(self) -> list[str]:
         """The ledger entries of the summary this session continues from that its
-        restoration prompt had no room for (``chat.ledger``; ``/pins`` offers them)."""
+        restoration prompt had no room for (``chat.ledger``; ``/pins`` offers them): the
+        lines it does not hold."""
         _, entries = ledger.split(self.previous)
-        room = self._ledger_room()
-        kept, _ = chain.carried_ledger(entries, self.pins, room, self.tokens.text)
-        return [e.text for e in entries if e not in kept and e.text not in self.pins]
+        prompt = next((m.text for m in self.messages if prompts.is_restoration(m)), None)
+        if prompt is None:
+            return []
+        lines = set(prompt.splitlines())
+        return [e.text for e in entries if e.line() not in lines and e.text not in self.pins]
 
     def last_reply(self) -> str | None:
         """The text of the latest reply (for /copy)."""

@@ -78,6 +78,7 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
         duration = _duration(secs, notes)
         interrupted, fallback = get("interrupted") is True, get("fallback") is True
         restore, copy = get("restore") is True, get("copy") is True
+        unsent = get("unsent") is True
         footer = has_footer(1, secs is not None, usage_raw is not None, interrupted, fallback)
         model, stop = _opt_str(get("model")), _opt_str(get("stop"))
     else:
@@ -95,8 +96,9 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
             restore = info.get("restore") is True
             fallback = info.get("fallback") is True
             copy = info.get("copy") is True
+            unsent = info.get("unsent") is True
         else:
-            interrupted = restore = fallback = copy = False
+            interrupted = restore = fallback = copy = unsent = False
     body_notes: list[str] = []
     try:
         body = raw_body.decode("utf-8")
@@ -136,6 +138,7 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
         restore,
         fallback,
         copy,
+        unsent,
     )
 
 

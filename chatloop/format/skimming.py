@@ -75,7 +75,7 @@ def skim(
     for frame in doc.frames():
         role = frame.role
         info = frame.info
-        if role == "user" and b'"restore":true' not in info:
+        if role == "user" and b'"restore":true' not in info and b'"unsent":true' not in info:
             queries += 1
             last_query = frame
         elif role == "summary":

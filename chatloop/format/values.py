@@ -156,6 +156,9 @@ class Message(NamedTuple):
     a fork carries. ``copy`` says such a message is a copy of one said earlier
     (a fork's, a retry's), never a restoration, whatever its text.
     ``interrupted`` marks a reply cut short (or a message whose exchange failed).
+    ``unsent`` marks a message the person typed that could not be sent (too long for
+    the context window, or the window full with compaction off): kept in the file,
+    it is never a query, never counted and never part of the conversation sent.
     ``key`` is the frame key: use ``Message.create`` or ``new_key`` so that it does
     not occur in the content. ``message._replace(text=...)`` makes a changed copy.
 
@@ -181,6 +184,7 @@ class Message(NamedTuple):
     restore: bool = False
     fallback: bool = False
     copy: bool = False
+    unsent: bool = False
 
     @classmethod
     def create(cls, role: Role, at: datetime, **fields: Any) -> Message:
@@ -190,8 +194,8 @@ class Message(NamedTuple):
 
     @property
     def is_query(self) -> bool:
-        """True for a message the person typed (not a restoration prompt)."""
-        return self.role == "user" and not self.restore
+        """True for a message the person typed and sent (not a restoration prompt)."""
+        return self.role == "user" and not self.restore and not self.unsent
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,14 +321,14 @@ def exchanges(messages: Iterable[Message]) -> Iterator[list[Message]]:
     """The exchanges of ``messages``, in order: each a message the person typed
     (``is_query``) and what followed it up to the next one. What comes before the first
     (a restoration prompt and its acknowledgment, the copies a fork or a child carries)
-    belongs to none, nor does a summary."""
+    belongs to none, nor does a summary or a message never sent (``unsent``)."""
     current: list[Message] = []
     for message in messages:
         if message.is_query:
             if current:
                 yield current
             current = [message]
-        elif current and message.role != "summary":
+        elif current and message.role != "summary" and not message.unsent:
             current.append(message)
     if current:
         yield current

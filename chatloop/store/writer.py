@@ -179,6 +179,30 @@ class SessionWriter:
         self._last_frame_at = -1
         return True
 
+    def set_aside(self, message: Message) -> bool:
+        """Mark ``message``, the record this writer appended last, as one that could not
+        be sent (``Message.unsent``): kept in the file, out of the conversation. The
+        file is rewritten atomically, so it holds the message whatever happens, marked
+        or not. False, and nothing changed, when it is not the last record this writer
+        wrote (as ``take_back``); StoreError when the file cannot be rewritten."""
+        self._check_external_edit()
+        if self._draft or not self._sizes or self.last_message is not message:
+            return False
+        marked = message._replace(unsent=True)
+        data = read_bytes(self.path)
+        start = len(data) - self._sizes[-1]
+        totals = Totals.of(self._messages[:-1])
+        record = render_frame(marked, self._meta, totals.queries)
+        atomic_rewrite(self.path, data[:start] + record)
+        os.close(self._fd)
+        self._fd = self._open_append()
+        self._messages[-1] = marked
+        self._totals = totals.plus(marked)
+        self._stamp = self._stat()
+        self._sizes[-1] = len(record)
+        self._last_frame_at = -1
+        return True
+
     def insert(self, message: Message, before: int) -> bool:
         """Durably put ``message`` before the last ``before`` messages (at most
         KEPT_SIZES, all appended by this writer, no draft pending): the acknowledgment

@@ -82,6 +82,7 @@ def message_dict(m: Message) -> dict[str, object]:
         "restore": m.restore,
         "fallback": m.fallback,
         "copy": m.copy,
+        "unsent": m.unsent,
     }
 
 
@@ -123,6 +124,7 @@ def _plain_dict(p: Plain, facts: Facts) -> dict[str, object]:
         "restore": False,
         "fallback": False,
         "copy": False,
+        "unsent": False,
     }
 
 

@@ -159,8 +159,8 @@ def transcript_lines(
         cut = "  (interrupted)" if m.interrupted else ""
         role = m.role
         if role == "user":
-            query += not m.restore
-            label = restored if m.restore else f"Query {query}"
+            query += m.is_query
+            label = restored if m.restore else "Not sent" if m.unsent else f"Query {query}"
             clock = m.at.isoformat()[11:19]  # HH:MM:SS (strftime costs three times this)
             out += ["", f"── {label} ({clock}) ──{cut}", f"You: {v(m.text)}"]
         elif role == "assistant":
