@@ -114,7 +114,7 @@ def _chain(store: Store, llama_server: str, typed: list[str], **changes: Any) ->
         summary, entries = ledger.split(parent.summary.text)
         restore = child.messages[0].text
         assert summary and all(heading in restore for heading in prompts.HEADINGS)
-        carried = [e for e in entries if e.line() in restore]
+        carried = [e for e in entries if e.carried() in restore]
         assert len(carried) == len(entries) or "more of their statements" in restore
     said = [m.text for s in chain for m in s.messages if m.is_query]
     assert said == typed  # nothing lost, nothing doubled

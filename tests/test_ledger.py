@@ -66,7 +66,7 @@ def test_split_undoes_join_and_a_heading_the_model_wrote_is_no_ledger() -> None:
 def test_carry_puts_decisions_first_then_the_most_recent_facts_and_counts_the_rest() -> None:
     entries = [ledger.Entry("fact", f"FACT-{n:03} sits at path/to/file-{n}.txt") for n in range(10)]
     entries.insert(3, ledger.Entry("decision", "We decided on plan B-2"))
-    line = estimate_tokens(entries[0].line())
+    line = estimate_tokens(entries[0].carried())
     kept, left = ledger.carry(entries, 4 * line, estimate_tokens)
     assert kept[0].kind == "decision" and left == len(entries) - len(kept)
     facts = [e.text[:8] for e in kept if e.kind == "fact"]
@@ -110,7 +110,7 @@ def test_facts_a_summary_dropped_reach_every_later_restoration_or_are_counted(
         copies = [m.text for m in child.messages if m.copy]
         missing = [t for t in known if t not in texts and not any(t in c for c in copies)]
         assert not missing, (missing, texts)
-        assert len(entries) - sum(e.line() in restore for e in entries) == not_carried
+        assert len(entries) - sum(e.carried() in restore for e in entries) == not_carried
         assert carried or not_carried
     last = chain_files[-1].summary
     assert last is not None
@@ -136,7 +136,7 @@ def test_pins_offers_what_the_restoration_had_no_room_for(store: Store) -> None:
     assert host.said(f"{len(left)} earlier statement") and host.said("/pins lists them")
     restore = files(store)[-1].messages[0].text
     assert left and f"({len(left)} more of their statements" in restore
-    assert all(f"- [fact] {text}" not in restore for text in left)
+    assert all(f"- {text}" not in restore.splitlines() for text in left)
     console = Console(record=True, width=200)
     spec = commands.parse("/pins")
     assert isinstance(spec, commands.Command)
@@ -230,7 +230,7 @@ def test_the_goal_goes_through_summaries_the_model_wrote_and_reaches_each_child(
         assert done.summary is not None
         assert ledger.goal(ledger.split(done.summary.text)[1]) == goal
     for child in chain_files[1:]:
-        assert f"- [goal] {goal}" in child.messages[0].text  # its restoration prompt
+        assert f"- Goal (first request): {goal}" in child.messages[0].text  # its restoration
     last = chain_files[-1].summary
     assert last is not None and last.fallback
     assert f"Goal (first request): {goal}" in last.text
@@ -288,7 +288,7 @@ def test_a_restoration_holds_its_quarter_of_the_window_in_the_models_tokens(
     assert len(restore.text) // 2 + 5 + cap <= window // 4
     lines = set(restore.text.splitlines())
     left = session.ledger_left_out()
-    carried = [f for f in facts if f"- [fact] {f}" in lines]
+    carried = [f for f in facts if f"- {f}" in lines]
     assert carried and len(carried) + len([f for f in left if f in facts]) == len(facts)
     assert f"({len(left)} more of their statements" in restore.text
     session.close()

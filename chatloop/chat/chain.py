@@ -402,7 +402,7 @@ def restoration(
         queries=parent.meta.queries,
         tokens=parent.tokens,
         summary=text,
-        ledger=[e.line() for e in kept],
+        ledger=[e.carried() for e in kept],
         not_carried=left,
         ack_words=ack_words,
         grandparent=parent.meta.parent_id,

@@ -279,7 +279,7 @@ class ChatSession:
         cap = summary_cap(self.window(), self.settings.summary_max_tokens)
         count = self.tokens.text  # (as the model counts: paths and numbers cost more)
         kept, left = chain.carried_ledger(entries, self.pins, self._ledger_room(), count)
-        lines = [e.line() for e in kept]
+        lines = [e.carried() for e in kept]
         used = count(prompts.ledger_block(lines, left)) + chain.pins_cost(self.pins, count)
         return max(PROSE_FLOOR, cap - used)
 
@@ -1764,7 +1764,7 @@ class ChatSession:
         if prompt is None:
             return []
         lines = set(prompt.splitlines())
-        return [e.text for e in entries if e.line() not in lines and e.text not in self.pins]
+        return [e.text for e in entries if e.carried() not in lines and e.text not in self.pins]
 
     def last_reply(self) -> str | None:
         """The text of the latest reply (for /copy)."""
