@@ -221,6 +221,9 @@ class Found:
     def preview(self, row: SessionRow) -> str:
         return ""
 
+    def words_pending(self) -> int:
+        return 0
+
 
 def test_search_hits_beyond_the_first_list_are_drawn_and_live_sessions_left_out(
     sessions: list[SessionRow],

@@ -44,6 +44,10 @@ class Lookup(Protocol):
         """A few lines about the session: its summary, else "" (never raises)."""
         ...
 
+    def words_pending(self) -> int:
+        """How many sessions' words are still being indexed: ``search`` misses them."""
+        ...
+
 
 class ReplyView(Protocol):
     """One streamed reply on its way to the person."""

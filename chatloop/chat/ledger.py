@@ -29,8 +29,8 @@ kept word for word:
 Each summary chatloop writes ends with its file's ledger, the parent's first (read
 back from the parent's summary, ``split``) and then its own, under the ``LEDGER``
 heading: readable in any editor, never shown to the model as something to
-rewrite. A restoration prompt carries it within a budget, decisions first, then the
-goal, then facts, most recent first (``carry``), and says how many it could not
+rewrite. A restoration prompt carries it within a budget, decisions first, then
+facts, most recent first, then the goal (``carry``), and says how many it could not
 carry.
 """
 
@@ -185,11 +185,11 @@ def carry(
     entries: Sequence[Entry], budget: int, cost: Callable[[str], int]
 ) -> tuple[list[Entry], int]:
     """The entries a restoration prompt carries within ``budget`` tokens (``cost`` of
-    each ``Entry.carried`` line), decisions first, then the goal, then facts, each most
-    recent first; and how many did not fit. The carried ones come back in the ledger's
-    own order."""
+    each ``Entry.carried`` line), decisions first, then facts, each most recent first,
+    then the goal (a summary's Topics name it too); and how many did not fit. The
+    carried ones come back in the ledger's own order."""
     newest = list(reversed(range(len(entries))))
-    order = [i for kind in ("decision", "goal", "fact") for i in newest if entries[i].kind == kind]
+    order = [i for kind in ("decision", "fact", "goal") for i in newest if entries[i].kind == kind]
     kept: set[int] = set()
     left = budget
     for i in order:

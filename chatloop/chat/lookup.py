@@ -26,9 +26,16 @@ class IndexLookup:
         self.all_projects = all_projects  # search every project, not only this one
 
     def search(self, text: str, prefix: bool = False) -> list[SessionRow]:
+        """Sessions whose words hold ``text``, from the words indexed so far: a person
+        typing never waits for a background indexing (the picker says it is partial,
+        ``words_pending``)."""
         return self.index.search_sessions(
-            text, prefix=prefix, all_projects=self.all_projects, limit=self.limit
+            text, prefix=prefix, all_projects=self.all_projects, limit=self.limit, complete=False
         )
+
+    def words_pending(self) -> int:
+        """How many sessions' words are still being indexed (their hits are missing)."""
+        return self.index.text_pending()
 
     def preview(self, row: SessionRow) -> str:
         if not row.has_summary:

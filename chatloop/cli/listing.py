@@ -117,7 +117,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.search_resume or args.search_fork:
         return _search_and_resume(args)
     query = " ".join(args.query)
-    with wiring.index(args) as index:
+    with wiring.index(args, words=True) as index:
         rows = index.search_sessions(query, all_projects=args.all, limit=args.limit)
     hits = Index.hits(rows, query)  # snippets read from the files as they are printed
     if args.json:
@@ -152,7 +152,7 @@ def _search_and_resume(args: argparse.Namespace) -> int:
             'To ask it once from a script: chatloop -r HANDLE "…"',
         )
     query = " ".join(args.query)
-    with wiring.index(args) as index:
+    with wiring.index(args, words=True) as index:
         rows = [
             r
             for r in index.search_sessions(query, all_projects=args.all, limit=args.limit)

@@ -58,18 +58,55 @@ def store(args: argparse.Namespace, loaded: Settings | None = None) -> Store:
     return Store(root)
 
 
-def index(args: argparse.Namespace) -> Index:
+def index(args: argparse.Namespace, words: bool = False) -> Index:
     """The index of the configured home, synced (a bar on a terminal for a big build).
-    Use it as a context manager: it holds a connection."""
+    Use it as a context manager: it holds a connection. A listing never waits for the
+    sessions' words (a line on stderr says when they are still being indexed);
+    ``words`` (a search) waits for them, saying how many are left."""
     from chatloop.store.index import Index
 
     opened = Index(store(args))
     try:
         opened.sync(all_projects=True, progress=progress_bar(at_least=200))
+        if words:
+            opened.complete_text(*words_progress(opened))
+        elif pending := opened.text_pending():
+            print(
+                f"note: the words of {pending:,} sessions are still being indexed in the "
+                "background; search waits for them",
+                file=sys.stderr,
+            )
     except BaseException:
         opened.close()
         raise
     return opened
+
+
+def words_progress(index: Index) -> tuple[Callable[[int, int], None], Callable[[], None]]:
+    """What a search says on stderr while the sessions' words are indexed, on a
+    terminal or not: files read here (``progress``), or, while another process reads
+    them, how many are left (``waiting``); a line a second at most."""
+    import time
+
+    last = [0.0]
+
+    def say(text: str, done: bool = False) -> None:
+        now = time.monotonic()
+        if not done and now - last[0] < 1.0:
+            return
+        last[0] = now
+        if sys.stderr.isatty():
+            print(f"\r{text}", end="\n" if done else "", file=sys.stderr, flush=True)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def progress(done: int, total: int) -> None:
+        say(f"indexing the words of sessions: {done:,} of {total:,} files", done == total)
+
+    def waiting() -> None:
+        say(f"waiting for the words of {index.text_pending():,} sessions to be indexed")
+
+    return progress, waiting
 
 
 def progress_bar(at_least: int) -> Callable[[int, int], None]:

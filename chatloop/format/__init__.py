@@ -40,7 +40,7 @@ from chatloop.format.render import (
     render_unfinished,
 )
 from chatloop.format.resealing import HEAD_DAMAGE, reseal
-from chatloop.format.skimming import Skim, skim, skim_of, words_of
+from chatloop.format.skimming import GLANCE_BYTES, Skim, glance, skim, skim_of, words_of
 from chatloop.format.summary import SummaryLookup, find_summary
 from chatloop.format.values import (
     FORMAT_VERSION,
@@ -65,6 +65,7 @@ from chatloop.format.values import (
 
 __all__ = [
     "FORMAT_VERSION",
+    "GLANCE_BYTES",
     "HEAD_DAMAGE",
     "KNOWN_KEYS",
     "ROLES",
@@ -97,6 +98,7 @@ __all__ = [
     "exchanges",
     "find_summary",
     "front_matter_end",
+    "glance",
     "iter_frames",
     "message_from",
     "new_key",

@@ -21,7 +21,7 @@ from chatloop.format.frames import Frame
 from chatloop.format.read import UNREADABLE, message_from, open_document
 from chatloop.format.values import Message, ParseResult, Problem, Session, SessionMeta
 
-__all__ = ["SEARCH_CHUNK_BYTES", "Skim", "skim", "skim_of", "words_of"]
+__all__ = ["GLANCE_BYTES", "SEARCH_CHUNK_BYTES", "Skim", "glance", "skim", "skim_of", "words_of"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,33 @@ class Skim:
 
 
 SEARCH_CHUNK_BYTES = 1 << 20
+GLANCE_BYTES = 8192  # of a file's head, for ``glance``: a front matter is rarely 2 kB
+
+
+def glance(head: bytes, name: str = "") -> Skim | None:
+    """What a listing needs of a closed format 2 session, from its front matter alone
+    (``head``: the file's first bytes): the figures finalize wrote there with the
+    summary's pointer (queries, tokens), no preview, no words, no problems counted:
+    the file is not read past its head, so a listing of thousands answers at once and
+    ``skim`` reads the rest later. None when the head cannot say: another format, a
+    session not finalized with its summary (its front matter may lag its frames, or
+    another tool wrote it), a front matter with problems or longer than ``head``, a
+    byte order mark or CRLF line endings."""
+    from chatloop.format.front_matter import BOM, is_crlf, read_head
+
+    if head.startswith(BOM) or is_crlf(head):
+        return None
+    found = read_head(head, name)
+    meta = found.meta
+    if (
+        not found.has_front_matter
+        or any(kind != "unknown_key" for kind, _ in found.problems)
+        or meta.format < 2
+        or meta.status != "closed"
+        or meta.summary_at is None
+    ):
+        return None
+    return Skim(meta, meta.queries, meta.updated, "", meta.summary_at is not None, False, 0, b"")
 
 
 def skim(

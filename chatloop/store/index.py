@@ -19,7 +19,7 @@ does not import SQLite.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,8 +71,27 @@ class Index:
     # -- freshness (index_build)
     def sync(self, all_projects: bool = True, progress: Progress | None = None) -> int:
         """Bring rows up to date with the files; returns how many files were (re)read
-        (``index_build.sync``)."""
-        return index_build.sync(self.file, self.store, all_projects, progress)
+        (``index_build.sync``). Rows glanced at (many files to read: their words not
+        read yet) get their words from a process started here (``index_text``); a
+        listing never waits for them."""
+        count = index_build.sync(self.file, self.store, all_projects, progress)
+        if count and not self.in_memory and self.text_pending():
+            from chatloop.store import index_text
+
+            index_text.start(self.store.root)
+        return count
+
+    def text_pending(self) -> int:
+        """How many sessions are listed whose words are not indexed yet."""
+        return index_build.text_pending(self.file)
+
+    def complete_text(
+        self, progress: Progress | None = None, waiting: Callable[[], None] | None = None
+    ) -> int:
+        """Every listed session's words in the index: waits for the process reading
+        them (``waiting`` is called meanwhile), or reads them here (``progress``);
+        returns how many files this process read (``index_build.fill_text``)."""
+        return index_build.fill_text(self.file, self.store, progress, waiting)
 
     def rebuild(self, progress: Progress | None = None) -> int:
         """Re-read every session file of every project into a fresh index
@@ -126,10 +145,19 @@ class Index:
         return hits(rows, query)
 
     def search_sessions(
-        self, query: str, prefix: bool = False, all_projects: bool = False, limit: int = 50
+        self,
+        query: str,
+        prefix: bool = False,
+        all_projects: bool = False,
+        limit: int = 50,
+        complete: bool = True,
     ) -> list[SessionRow]:
         """The sessions ``iter_search`` would find, without reading a file for snippets
-        (``Queries.search_sessions``)."""
+        (``Queries.search_sessions``), from every session's words (``complete_text``
+        first); ``complete`` False: from the words indexed so far (a picker searching
+        as the person types: it says so, ``text_pending``)."""
+        if complete:
+            self.complete_text()
         return self._queries().search_sessions(query, prefix, all_projects, limit)
 
     def find(self, ref: str) -> SessionRow:

@@ -19,7 +19,13 @@ only unlisted (queries join through ``chunks``, so they are never found).
 Their bytes are counted (``info.dead``); when the dead outweigh the live (and
 pass DEAD_REBUILD bytes), the next sync rebuilds the index.
 
-Many stale files (a first run, ``reindex``) are scanned by a worker process
+Many stale files (a first run, an index lost, an import) would keep a listing
+waiting for every file's words, so a sync **glances** at them instead
+(``format.glance``): a closed session's row is written from its front matter
+alone, its text left for later and the row listed in ``untexted``. The words
+are read afterwards by ``fill_text``, in a process of its own that the
+``Index`` starts (``index_text``), or by the first search, which never answers
+from part of the text. ``reindex`` scans every file in full by a worker process
 (one per spare core) while this process inserts, into a side file written
 without a journal and copied into ``index.db`` in one transaction when
 complete (``IndexFile.side``). Rows are written in batches, each its own
@@ -37,6 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from chatloop.errors import ChatloopError
 from chatloop.ids import tail_of
 from chatloop.store.index_file import IndexFile, not_waiting
 from chatloop.store.rows import fork_point, seconds
@@ -45,9 +52,10 @@ from chatloop.store.store import FolderLook, Store
 if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
     from chatloop.format import Skim as Scanned
 
-__all__ = ["Progress", "rebuild", "sync"]
+__all__ = ["Progress", "fill_text", "rebuild", "sync", "text_pending"]
 
 PARALLEL_FROM = 64  # stale files from which a sync scans in worker processes
+GLANCE_FROM = 64  # stale files from which a sync glances (their words are read later)
 STREAM_FROM = 4 << 20  # files this large are read here, their words inserted as they come
 DEAD_REBUILD = 32 << 20  # unlisted chunk bytes from which a sync may rebuild the index
 BATCH_FILES = 256  # rows written per transaction (a neighbour waits at most one batch)
@@ -77,7 +85,7 @@ def sync(
     An empty index with many files to read is built like ``rebuild`` does, and so
     is one whose unlisted chunks outweigh the listed ones (see module doc)."""
     count = file.guarded(
-        lambda: _refresh(file, store, all_projects, progress, may_rebuild=True),
+        lambda: _refresh(file, store, all_projects, progress, may_rebuild=True, may_glance=True),
         lambda: _refill(file, store),
     )
     if not file.in_memory and _bloated(file.db):
@@ -96,7 +104,72 @@ def rebuild(file: IndexFile, store: Store, progress: Progress | None = None) -> 
 
 def _refill(file: IndexFile, store: Store) -> None:
     """Every file read again, into an index replaced or moved to memory."""
-    _refresh(file, store, True, None, may_rebuild=True)
+    _refresh(file, store, True, None, may_rebuild=True, may_glance=True)
+
+
+def text_pending(file: IndexFile) -> int:
+    """How many rows a glance wrote whose words are not indexed yet."""
+    return int(file.db.execute("SELECT count(*) FROM untexted").fetchone()[0])
+
+
+def fill_text(
+    file: IndexFile,
+    store: Store,
+    progress: Progress | None = None,
+    waiting: Callable[[], None] | None = None,
+) -> int:
+    """Read in full every file whose row a glance wrote, its words into the index,
+    one process at a time (the build lock; ``waiting`` is called while a neighbour
+    holds it, as a progress line); returns how many files were read. A file changed
+    or gone since is read as it is now, or forgotten."""
+    return file.guarded(lambda: _fill(file, progress, waiting), lambda: _refill(file, store))
+
+
+def _fill(file: IndexFile, progress: Progress | None, waiting: Callable[[], None] | None) -> int:
+    if file.in_memory or not text_pending(file):
+        return 0
+    with file.build_lock(waiting):
+        db = file.db
+        rows = db.execute(
+            "SELECT s.path FROM untexted u JOIN sessions s ON s.num = u.num ORDER BY s.num"
+        ).fetchall()
+        with file.write():
+            db.execute("DELETE FROM untexted WHERE num NOT IN (SELECT num FROM sessions)")
+        if not rows:
+            return 0
+        from chatloop.store.index_scan import scan_files
+
+        paths = [str(row[0]) for row in rows]
+        files: dict[str, os.stat_result] = {}
+        gone: list[str] = []
+        for path in paths:
+            try:
+                files[path] = os.stat(path)
+            except OSError:
+                gone.append(path)
+        if gone:
+            with file.write():
+                for path in gone:
+                    _forget(db, path)
+        todo = [p for p in paths if p in files]
+        batch: list[tuple[str, Scanned]] = []
+        held = 0
+        for done, (path, scanned) in enumerate(
+            scan_files(todo, parallel=len(todo) >= PARALLEL_FROM), 1
+        ):
+            if scanned is not None:
+                batch.append((path, scanned))
+                held += len(scanned.text)
+                if len(batch) >= BATCH_FILES or held >= BATCH_BYTES:
+                    _store_batch(file, batch, files)
+                    batch, held = [], 0
+            if progress:
+                progress(done, len(todo))
+        _store_batch(file, batch, files)
+        if len(todo) >= PARALLEL_FROM:
+            with file.write():  # the many small segments of the batches, merged once
+                db.execute("INSERT INTO texts(texts) VALUES ('optimize')")
+        return len(todo)
 
 
 def _bloated(db: sqlite3.Connection) -> bool:
@@ -108,7 +181,12 @@ def _bloated(db: sqlite3.Connection) -> bool:
 
 
 def _refresh(
-    file: IndexFile, store: Store, all_projects: bool, progress: Progress | None, may_rebuild: bool
+    file: IndexFile,
+    store: Store,
+    all_projects: bool,
+    progress: Progress | None,
+    may_rebuild: bool,
+    may_glance: bool = False,
 ) -> int:
     if file.in_memory:
         all_projects = True  # it starts empty: what is listed must all be read
@@ -121,8 +199,9 @@ def _refresh(
     files = Store.session_stats(looks, known)
     stale = [p for p, st in files.items() if known.get(p) != (st.st_size, st.st_mtime_ns)]
     gone = [p for p in known if p not in files]
+    glance = may_glance and not file.in_memory and len(stale) >= GLANCE_FROM
     cold = may_rebuild and all_projects and not known and not file.in_memory
-    if cold and len(stale) >= PARALLEL_FROM:
+    if cold and not glance and len(stale) >= PARALLEL_FROM:
         return _build_cold(file, store, progress)
     if not stale and not gone:
         _mark(file, store, looks, all_projects, files)
@@ -135,6 +214,8 @@ def _refresh(
         with file.write():
             for path in gone:
                 _forget(db, path)
+    if glance:
+        small = _glance(file, small, files)
     # Rows are written in batches, each its own short transaction: a neighbour
     # waiting to write waits for one batch, never for the whole scan. Every row
     # replaces whatever a neighbour wrote for the same file meanwhile.
@@ -258,15 +339,44 @@ def _mark(
         raise
 
 
+def _glance(file: IndexFile, paths: list[str], files: dict[str, os.stat_result]) -> list[str]:
+    """Rows for ``paths`` from their heads alone (``format.glance``), their words left
+    for ``fill_text`` (listed in ``untexted``); returns the paths a head cannot say
+    enough of (another format, a session not closed, damage): they are read in full."""
+    from chatloop.format import GLANCE_BYTES, glance
+    from chatloop.store.fsio import open_read
+
+    rest: list[str] = []
+    batch: list[tuple[str, Scanned]] = []
+    for path in paths:
+        try:
+            with open_read(Path(path)) as handle:
+                seen = glance(handle.read(GLANCE_BYTES), Path(path).stem)
+        except (OSError, ChatloopError):
+            seen = None
+        if seen is None:
+            rest.append(path)
+            continue
+        batch.append((path, seen))
+        if len(batch) >= BATCH_FILES * 4:
+            _store_batch(file, batch, files, pending=True)
+            batch = []
+    _store_batch(file, batch, files, pending=True)
+    return rest
+
+
 def _store_batch(
-    file: IndexFile, batch: list[tuple[str, Scanned]], files: dict[str, os.stat_result]
+    file: IndexFile,
+    batch: list[tuple[str, Scanned]],
+    files: dict[str, os.stat_result],
+    pending: bool = False,
 ) -> None:
     if not batch:
         return
     with file.write():
         for path, scanned in batch:
             st = files[path]
-            _store_row(file.db, path, scanned, st.st_size, st.st_mtime_ns)
+            _store_row(file.db, path, scanned, st.st_size, st.st_mtime_ns, pending=pending)
 
 
 def _store_streaming(db: sqlite3.Connection, path: str, st: os.stat_result) -> None:
@@ -321,6 +431,7 @@ def _forget(db: sqlite3.Connection, path: str) -> None:
     nums = db.execute("SELECT num FROM sessions WHERE path = ?", (path,)).fetchall()
     for (num,) in nums:
         _unlist(db, num)
+        db.execute("DELETE FROM untexted WHERE num = ?", (num,))
     db.execute("DELETE FROM sessions WHERE path = ?", (path,))
 
 
@@ -351,11 +462,13 @@ def _store_row(
     size: int,
     mtime_ns: int,
     num: int | None = None,
+    pending: bool = False,
 ) -> None:
     """The session's row (numbered ``num`` when its words were already inserted by
     ``_store_streaming``, which forgot the old row first), and its words as one
-    chunk unless they were. Any row for the same path goes first, even one a
-    neighbour wrote since this process looked."""
+    chunk unless they were (``pending``: a glance's row, its words left for
+    ``fill_text``). Any row for the same path goes first, even one a neighbour
+    wrote since this process looked."""
     if num is None:
         _forget(db, path)
     meta = scanned.meta
@@ -393,4 +506,7 @@ def _store_row(
         ),
     )
     if num is None and cursor.lastrowid is not None:
-        _insert_text(db, cursor.lastrowid, scanned.text)
+        if pending:
+            db.execute("INSERT INTO untexted(num) VALUES (?)", (cursor.lastrowid,))
+        else:
+            _insert_text(db, cursor.lastrowid, scanned.text)

@@ -29,7 +29,7 @@ from chatloop.store.fsio import FILE_MODE, ensure_dir, lock_path, pid_alive
 
 __all__ = ["INDEX_FILE", "IndexFile", "IndexFileError", "not_waiting", "trouble"]
 
-SCHEMA_VERSION = "9"
+SCHEMA_VERSION = "10"
 INDEX_FILE = "index.db"
 BUSY_TIMEOUT_MS = 5000
 WRITE_WAIT_S = 120.0  # how long a write waits for a neighbour's (each try waits BUSY_TIMEOUT_MS)
@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS chunks(
 CREATE INDEX IF NOT EXISTS chunks_by_num ON chunks(num);
 CREATE VIRTUAL TABLE IF NOT EXISTS texts USING fts5(
     text, content='', detail=full, tokenize='unicode61');
+CREATE TABLE IF NOT EXISTS untexted(num INTEGER PRIMARY KEY);
 """
 _OPEN_SESSIONS = (
     "CREATE INDEX IF NOT EXISTS sessions_open ON sessions(project) WHERE status = 'open'"
@@ -134,10 +135,11 @@ class IndexFile:
                 self.db.execute("ROLLBACK")
 
     @contextlib.contextmanager
-    def build_lock(self) -> Iterator[None]:
+    def build_lock(self, waiting: Callable[[], None] | None = None) -> Iterator[None]:
         """One build at a time per home (``index.db.lock``, released when its holder
         exits, however it exits). Only spares neighbours duplicate work: a build
-        that cannot take it in BUILD_WAIT_S, or cannot create it, builds anyway."""
+        that cannot take it in BUILD_WAIT_S, or cannot create it, builds anyway.
+        ``waiting`` is called while a neighbour holds it (a progress line)."""
         try:
             flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
             fd = os.open(lock_path(self.path), flags, FILE_MODE)
@@ -153,6 +155,8 @@ class IndexFile:
                 except BlockingIOError:
                     if time.monotonic() > deadline:
                         break
+                    if waiting is not None:
+                        waiting()
                     time.sleep(0.05)
                 except OSError:
                     break

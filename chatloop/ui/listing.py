@@ -38,10 +38,13 @@ def relative_time(when: str, now: datetime) -> str:
 
 def describe(row: SessionRow) -> str:
     """What a person recognises a session by: its title, else its last question; one
-    line always (``one_line``), since every view prints it in a row of its own."""
+    line always (``one_line``), since every view prints it in a row of its own. (A
+    row read from its front matter alone has no question yet: "untitled".)"""
     if row.title or row.preview:
         return one_line(row.title or row.preview)
-    return f"(continues {row.parent_id})" if row.parent_id else "(no messages)"
+    if row.parent_id:
+        return f"(continues {row.parent_id})"
+    return "(untitled)" if row.queries else "(no messages)"
 
 
 _BREAKS = re.compile(r"[\s\x85\u2028\u2029]+")

@@ -311,11 +311,13 @@ class _Picker:
 
     def _head(self) -> StyleAndTextTuples:
         mode = "search all text" if self.state.searching else "filter"
-        count = (
-            f"{len(self.state.shown)} of {len(self.rows)}"
-            if not self.state.searching
-            else (f"{len(self.state.shown)} found")
-        )
+        count = f"{len(self.state.shown)} of {len(self.rows)}"
+        if self.state.searching:
+            pending = self.lookup.words_pending() if self.lookup is not None else 0
+            # (a picker never waits for the words an index is still reading)
+            count = f"{len(self.state.shown)} found" + (
+                f"; {pending:,} sessions' words still being indexed" if pending else ""
+            )
         return [("bold", _cut(f"Resume which session? Type to {mode} ({count})", self._width()))]
 
     def _prompt(self, line: int, wrap: int) -> StyleAndTextTuples:
