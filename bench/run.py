@@ -48,6 +48,7 @@ from chatloop.format import (  # noqa: E402
     render_frame,
     render_header,
     render_markdown,
+    reseal,
 )
 from chatloop.format.values import content_of  # noqa: E402
 from chatloop.store.store import Store  # noqa: E402
@@ -133,16 +134,25 @@ def session(queries: int, idx: int, word: str | None = None) -> Session:
         agent="Bench",
         status="closed",
         queries=queries,
+        summary_key=messages[-1].key,  # (its offset is set by ``closed``)
+        summary_at=0,
     )
     return Session(meta, tuple(messages))
 
 
+def closed(session: Session) -> bytes:
+    """``session`` as chatloop's finalize leaves a file: the summary's pointer in the
+    front matter set to where its frame is (``reseal`` sets it)."""
+    return reseal(render_markdown(session))[0]
+
+
 def make_sessions(store: Store, count: int, queries: int, word: str, every: int) -> int:
-    """Write ``count`` closed sessions; every ``every``-th contains ``word``. Returns bytes."""
+    """Write ``count`` sessions closed with a summary, as chatloop closes them; every
+    ``every``-th contains ``word``. Returns bytes."""
     store.project_dir.mkdir(parents=True, exist_ok=True)
     total = 0
-    template = render_markdown(session(queries, 0))
-    marked = render_markdown(session(queries, 0, word))
+    template = closed(session(queries, 0))
+    marked = closed(session(queries, 0, word))
     old_id = session(queries, 0).meta.id.encode()
     for i in range(count):
         data = marked if i % every == 0 else template
