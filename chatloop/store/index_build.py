@@ -137,8 +137,6 @@ def _fill(file: IndexFile, progress: Progress | None, waiting: Callable[[], None
             db.execute("DELETE FROM untexted WHERE num NOT IN (SELECT num FROM sessions)")
         if not rows:
             return 0
-        from chatloop.store.index_scan import scan_files
-
         paths = [str(row[0]) for row in rows]
         files: dict[str, os.stat_result] = {}
         gone: list[str] = []
@@ -147,25 +145,12 @@ def _fill(file: IndexFile, progress: Progress | None, waiting: Callable[[], None
                 files[path] = os.stat(path)
             except OSError:
                 gone.append(path)
+        todo = [p for p in paths if p in files]
+        gone += _read(file, todo, files, progress)  # unreadable now: no row, read next sync
         if gone:
             with file.write():
                 for path in gone:
                     _forget(db, path)
-        todo = [p for p in paths if p in files]
-        batch: list[tuple[str, Scanned]] = []
-        held = 0
-        for done, (path, scanned) in enumerate(
-            scan_files(todo, parallel=len(todo) >= PARALLEL_FROM), 1
-        ):
-            if scanned is not None:
-                batch.append((path, scanned))
-                held += len(scanned.text)
-                if len(batch) >= BATCH_FILES or held >= BATCH_BYTES:
-                    _store_batch(file, batch, files)
-                    batch, held = [], 0
-            if progress:
-                progress(done, len(todo))
-        _store_batch(file, batch, files)
         if len(todo) >= PARALLEL_FROM:
             with file.write():  # the many small segments of the batches, merged once
                 db.execute("INSERT INTO texts(texts) VALUES ('optimize')")
@@ -206,39 +191,53 @@ def _refresh(
     if not stale and not gone:
         _mark(file, store, looks, all_projects, files)
         return 0  # fresh: nothing is read, and the scanner (and YAML) never load
-    from chatloop.store.index_scan import scan_files
-
-    big = [p for p in stale if files[p].st_size >= STREAM_FROM]
-    small = [p for p in stale if files[p].st_size < STREAM_FROM]
     if gone:
         with file.write():
             for path in gone:
                 _forget(db, path)
-    if glance:
-        small = _glance(file, small, files)
-    # Rows are written in batches, each its own short transaction: a neighbour
-    # waiting to write waits for one batch, never for the whole scan. Every row
-    # replaces whatever a neighbour wrote for the same file meanwhile.
+    _read(file, _glance(file, stale, files) if glance else stale, files, progress)
+    _mark(file, store, looks, all_projects, files)
+    return len(stale)
+
+
+def _read(
+    file: IndexFile,
+    paths: list[str],
+    files: dict[str, os.stat_result],
+    progress: Progress | None,
+) -> list[str]:
+    """Rows and words of ``paths`` (their looks in ``files``), each file read in full:
+    skimmed (by worker processes for many), a large one streamed; returns the paths
+    that could not be read (they get no row now). Rows are written in batches, each
+    its own short transaction: a neighbour waiting to write waits for one batch,
+    never for the whole scan. Every row replaces whatever a neighbour wrote for the
+    same file meanwhile."""
+    from chatloop.store.index_scan import scan_files
+
+    big = [p for p in paths if files[p].st_size >= STREAM_FROM]
+    small = [p for p in paths if files[p].st_size < STREAM_FROM]
+    failed: list[str] = []
     batch: list[tuple[str, Scanned]] = []
     batch_bytes = 0
     scanned_files = scan_files(small, parallel=len(small) >= PARALLEL_FROM)
     for done, (path, scanned) in enumerate(scanned_files, 1):
-        if scanned is not None:
+        if scanned is None:
+            failed.append(path)
+        else:
             batch.append((path, scanned))
             batch_bytes += len(scanned.text)
             if len(batch) >= BATCH_FILES or batch_bytes >= BATCH_BYTES:
                 _store_batch(file, batch, files)
                 batch, batch_bytes = [], 0
         if progress:
-            progress(done, len(stale))
+            progress(done, len(paths))
     _store_batch(file, batch, files)
     for done, path in enumerate(big, len(small) + 1):
         with file.write():
-            _store_streaming(db, path, files[path])
+            _store_streaming(file.db, path, files[path])
         if progress:
-            progress(done, len(stale))
-    _mark(file, store, looks, all_projects, files)
-    return len(stale)
+            progress(done, len(paths))
+    return failed
 
 
 def _known(db: sqlite3.Connection, store: Store, all_projects: bool) -> dict[str, tuple[int, int]]:
