@@ -156,7 +156,7 @@ def atomic_rewrite(path: Path, data: bytes) -> None:
         raise
 
 
-def open_read(path: Path) -> BinaryIO:
+def open_read(path: Path | str) -> BinaryIO:
     """Open a session file for reading: never through a symlink, never anything but a
     regular file (a FIFO planted in its place would block forever)."""
     try:
@@ -166,7 +166,7 @@ def open_read(path: Path) -> BinaryIO:
             f"Session file {path} does not exist", "`chatloop sessions` lists what there is."
         ) from exc
     except OSError as exc:
-        raise io_error("read", path, exc) from exc
+        raise io_error("read", Path(path), exc) from exc
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise StoreError(f"{path} is not a regular file", "Move it out of the sessions directory.")

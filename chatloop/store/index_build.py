@@ -39,8 +39,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from chatloop.errors import ChatloopError
@@ -338,44 +337,82 @@ def _mark(
         raise
 
 
+GLANCE_PARALLEL = 4096  # files from which glances are read by a worker process too
+Row = tuple[object, ...]  # a sessions row's values after ``num`` (``_row``)
+
+
 def _glance(file: IndexFile, paths: list[str], files: dict[str, os.stat_result]) -> list[str]:
     """Rows for ``paths`` from their heads alone (``format.glance``), their words left
     for ``fill_text`` (listed in ``untexted``); returns the paths a head cannot say
-    enough of (another format, a session not closed, damage): they are read in full."""
+    enough of (another format, a session not closed, damage): they are read in full.
+    Many are glanced by a worker process while this one inserts (a row, not the
+    file's text, is what comes back)."""
+    todo = [(p, files[p].st_size, files[p].st_mtime_ns) for p in paths]
+    workers = min(os.cpu_count() or 1, 4)  # (this process mostly waits for them)
+    if len(todo) >= GLANCE_PARALLEL and workers >= 2:
+        import multiprocessing
+
+        methods = multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("fork" if "fork" in methods else None)
+        with context.Pool(workers) as pool:
+            return _store_glanced(file, pool.imap(_glanced, todo, chunksize=256))
+    return _store_glanced(file, map(_glanced, todo))
+
+
+def _glanced(look: tuple[str, int, int]) -> tuple[str, Row | None]:
+    """A file's row from its head (``format.glance``; None: it must be read in full),
+    for ``_glance``, in whichever process."""
     from chatloop.format import GLANCE_BYTES, glance
     from chatloop.store.fsio import open_read
 
+    path, size, mtime_ns = look
+    try:
+        with open_read(path) as handle:
+            seen = glance(handle.read(GLANCE_BYTES), _stem(path))
+    except (OSError, ChatloopError):
+        return path, None
+    return path, (None if seen is None else _row(path, seen, size, mtime_ns))
+
+
+def _store_glanced(file: IndexFile, rows: Iterable[tuple[str, Row | None]]) -> list[str]:
+    """Write glanced ``rows`` in batches, each listed in ``untexted``; returns the paths
+    that had none."""
     rest: list[str] = []
-    batch: list[tuple[str, Scanned]] = []
-    for path in paths:
-        try:
-            with open_read(Path(path)) as handle:
-                seen = glance(handle.read(GLANCE_BYTES), Path(path).stem)
-        except (OSError, ChatloopError):
-            seen = None
-        if seen is None:
+    batch: list[tuple[str, Row]] = []
+    for path, row in rows:
+        if row is None:
             rest.append(path)
             continue
-        batch.append((path, seen))
+        batch.append((path, row))
         if len(batch) >= BATCH_FILES * 4:
-            _store_batch(file, batch, files, pending=True)
+            _insert_glanced(file, batch)
             batch = []
-    _store_batch(file, batch, files, pending=True)
+    _insert_glanced(file, batch)
     return rest
+
+
+def _insert_glanced(file: IndexFile, batch: list[tuple[str, Row]]) -> None:
+    if not batch:
+        return
+    with file.write():
+        db = file.db
+        for path, row in batch:
+            _forget(db, path)
+            cursor = db.execute(_INSERT_ROW, (None, *row))
+            db.execute("INSERT INTO untexted(num) VALUES (?)", (cursor.lastrowid,))
 
 
 def _store_batch(
     file: IndexFile,
     batch: list[tuple[str, Scanned]],
     files: dict[str, os.stat_result],
-    pending: bool = False,
 ) -> None:
     if not batch:
         return
     with file.write():
         for path, scanned in batch:
             st = files[path]
-            _store_row(file.db, path, scanned, st.st_size, st.st_mtime_ns, pending=pending)
+            _store_row(file.db, path, scanned, st.st_size, st.st_mtime_ns)
 
 
 def _store_streaming(db: sqlite3.Connection, path: str, st: os.stat_result) -> None:
@@ -428,6 +465,8 @@ def _build(file: IndexFile, store: Store, progress: Progress | None) -> int:
 
 def _forget(db: sqlite3.Connection, path: str) -> None:
     nums = db.execute("SELECT num FROM sessions WHERE path = ?", (path,)).fetchall()
+    if not nums:
+        return  # (a first build: no row to forget, nothing more to ask)
     for (num,) in nums:
         _unlist(db, num)
         db.execute("DELETE FROM untexted WHERE num = ?", (num,))
@@ -461,51 +500,59 @@ def _store_row(
     size: int,
     mtime_ns: int,
     num: int | None = None,
-    pending: bool = False,
 ) -> None:
     """The session's row (numbered ``num`` when its words were already inserted by
     ``_store_streaming``, which forgot the old row first), and its words as one
-    chunk unless they were (``pending``: a glance's row, its words left for
-    ``fill_text``). Any row for the same path goes first, even one a neighbour
-    wrote since this process looked."""
+    chunk unless they were. Any row for the same path goes first, even one a
+    neighbour wrote since this process looked."""
     if num is None:
         _forget(db, path)
-    meta = scanned.meta
-    cursor = db.execute(
-        "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        (
-            num,
-            path,
-            meta.id or Path(path).stem,
-            Path(path).parent.name,
-            meta.title,
-            meta.agent,
-            meta.agent_ref,
-            meta.model,
-            meta.created.isoformat(),
-            scanned.updated.isoformat(),
-            meta.status,
-            scanned.queries,
-            meta.tokens_in,
-            meta.tokens_out,
-            meta.restoration_tokens,
-            meta.parent_id,
-            meta.parent_file,
-            meta.git_branch,
-            scanned.preview,
-            scanned.has_summary,
-            scanned.legacy,
-            scanned.problems,
-            size,
-            mtime_ns,
-            fork_point(meta.extra.get("forked_at")),
-            tail_of(meta.id or Path(path).stem),
-            seconds(scanned.updated),
-            seconds(meta.created),
-        ),
-    )
+    cursor = db.execute(_INSERT_ROW, (num, *_row(path, scanned, size, mtime_ns)))
     if num is None and cursor.lastrowid is not None:
-        if pending:
-            db.execute("INSERT INTO untexted(num) VALUES (?)", (cursor.lastrowid,))
-        else:
-            _insert_text(db, cursor.lastrowid, scanned.text)
+        _insert_text(db, cursor.lastrowid, scanned.text)
+
+
+_INSERT_ROW = "INSERT INTO sessions VALUES (" + ",".join("?" * 28) + ")"
+
+
+def _row(path: str, scanned: Scanned, size: int, mtime_ns: int) -> Row:
+    """The values of a sessions row after its ``num``, from a file's skim or glance."""
+    meta = scanned.meta
+    stem = _stem(path)
+    return (
+        path,
+        meta.id or stem,
+        os.path.basename(os.path.dirname(path)),
+        meta.title,
+        meta.agent,
+        meta.agent_ref,
+        meta.model,
+        meta.created.isoformat(),
+        scanned.updated.isoformat(),
+        meta.status,
+        scanned.queries,
+        meta.tokens_in,
+        meta.tokens_out,
+        meta.restoration_tokens,
+        meta.parent_id,
+        meta.parent_file,
+        meta.git_branch,
+        scanned.preview,
+        scanned.has_summary,
+        scanned.legacy,
+        scanned.problems,
+        size,
+        mtime_ns,
+        fork_point(meta.extra.get("forked_at")),
+        tail_of(meta.id or stem),
+        seconds(scanned.updated),
+        seconds(meta.created),
+    )
+
+
+def _stem(path: str) -> str:
+    """A session file's name without its suffix (``Path(path).stem``, at a tenth of
+    its cost: a first build asks it of every file)."""
+    name = os.path.basename(path)
+    dot = name.rfind(".")
+    return name[:dot] if dot > 0 else name
