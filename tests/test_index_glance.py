@@ -85,10 +85,15 @@ def lose_index(home: Path) -> None:
         (home / (INDEX_FILE + suffix)).unlink(missing_ok=True)
 
 
+@pytest.mark.parametrize("parallel", [False, True], ids=["here", "in-workers"])
 def test_a_listing_after_the_index_is_lost_reads_heads_and_a_search_every_word(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch, parallel: bool
 ) -> None:
+    from chatloop.store import index_build
+
     paths = finalized(store, GLANCE_FROM + 16)
+    # (many files are glanced by worker processes: here from the first file on)
+    monkeypatch.setattr(index_build, "GLANCE_PARALLEL", 1 if parallel else 10**9)
     with Index(store) as index:
         index.rebuild()  # every file read in full: what a listing must show
         full = index.list_sessions(all_projects=True)
