@@ -262,8 +262,10 @@ def test_a_restoration_holds_its_quarter_of_the_window_in_the_models_tokens(
 ) -> None:
     """Many facts, two long pins and a tokenizer that counts three tokens a word: the
     restoration prompt (as the model counts it, with its template) and the
-    acknowledgment's cap stay within a quarter of a 2,048 window; the entries that
-    did not fit are each listed as not carried, none dropped silently."""
+    acknowledgment's cap stay within a quarter of a 2,048 window, the model's prose
+    (dense with identifiers: it costs more than estimated) giving way before the
+    ledger; the entries that did not fit are each listed as not carried, none
+    dropped silently."""
     from chatloop.chat.context import ack_cap
 
     class Dense(FakeBackend):
@@ -275,7 +277,17 @@ def test_a_restoration_holds_its_quarter_of_the_window_in_the_models_tokens(
 
     window = 2048
     facts = [f"FACT-{n:03} gauge {n * 37}.5 is logged at /srv/tide/{n}.csv." for n in range(30)]
-    session, _ = chat(store, Dense(default=STRUCTURED), context_window=window)
+    # the model's summary, dense with identifiers: its prose costs more than estimated
+    dense = "\n".join(f"- GAUGE-{n:03}/{n * 7}.5 at /srv/tide/{n}.csv" for n in range(40))
+    summary = STRUCTURED.replace("- Water every 2 days, 250 ml each", dense)
+    summary = summary.replace(
+        "**Current Session Summary:**", "**Current Session Summary:**\n" + dense
+    )
+
+    def reply(messages: Sequence[ChatMessage]) -> str:
+        return summary if "progressive summary" in str(messages[-1]["content"]) else "Ok."
+
+    session, _ = chat(store, Dense(default=reply), context_window=window)
     session.pin("PIN-001 the harbour budget stays at 12,500 EUR for the whole of phase two")
     session.pin("PIN-002 the survey boat leaves from berth B-14 at 06:30 every Tuesday")
     for part in range(3):

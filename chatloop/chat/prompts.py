@@ -39,6 +39,7 @@ HEADINGS = (
     "**Decisions Made:**",
     "**Pending:**",
 )
+HEADING_WORDS = sum(len(h.split()) for h in HEADINGS)  # a summary of its headings alone
 INITIAL = "Initial session."
 NONE = "- None recorded."
 

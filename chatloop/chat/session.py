@@ -306,20 +306,36 @@ class ChatSession:
         allows (about 9 words in 16 tokens: a reply cut at its cap ends mid-sentence);
         one that answers ``unanswered`` is a reply, with no such bound."""
         room = self._ledger_room()
-        words = 0 if unanswered is not None else self._ack_cap() * 9 // 16
+        ack_words = 0 if unanswered is not None else self._ack_cap() * 9 // 16
         count = self.tokens.text
-        # counted whole, as the model counts it: what the estimates missed (the prose
-        # at its floor, the template) is taken from the ledger, never from the window
+        # Counted whole, as the model counts it: what the estimates missed (the prose
+        # at its floor, the template) is taken from the model's prose first, down to
+        # its headings, then from the ledger, entry by entry; never from the window.
         budget = restoration_budget(self.window(), self._ack_cap()) - self.tokens.overhead()[0]
         budget += count(prompts.UNANSWERED.format(text=unanswered)) if unanswered else 0
+        whole, entries = ledger.split(summary)
+        prose, words = whole, len(whole.split())
         while True:
             text = chain.restoration(
-                parent, summary, unanswered, self.pins, carried, room, words, count
+                parent,
+                ledger.join(prose, entries),
+                unanswered,
+                self.pins,
+                carried,
+                room,
+                ack_words,
+                count,
             )
             over = count(text) - budget
-            if over <= 0 or room == 0:
+            if over <= 0:
                 return text
-            room = max(0, room - over)
+            if words > prompts.HEADING_WORDS:
+                words = max(prompts.HEADING_WORDS, words * 4 // 5)
+                prose = prompts.fit(whole, words)
+            elif room > 0:
+                room = max(0, room - over)
+            else:
+                return text
 
     def window(self) -> int | None:
         """The context window: the settings', else the server's, else unknown (None)."""
