@@ -23,8 +23,9 @@ kept word for word:
 - a sentence stated again is kept once, where it was stated last;
 - the **goal** is the chain's first request: the first message the person typed in
   its first session (never a restoration prompt, an imported restore block or a
-  copy), cut at ``GOAL_CHARS``; one per ledger, its first line, carried from
-  parent to child as it is (``with_goal``).
+  copy), without what stands as structure in it (as above), cut at ``GOAL_CHARS``;
+  one per ledger, its first line, carried from parent to child as it is
+  (``with_goal``).
 
 Each summary chatloop writes ends with its file's ledger, the parent's first (read
 back from the parent's summary, ``split``) and then its own, under the ``LEDGER``
@@ -144,13 +145,11 @@ def with_goal(
     the person typed in ``messages`` (none: no goal)."""
     if goal(entries) is not None:
         return list(entries)
-    text = known
-    if text is None:
-        first = next((m for m in messages if m.is_query and not m.copy and m.text.strip()), None)
-        text = first.text if first is not None else None
-    if text is None or not " ".join(text.split()):
+    said = (" ".join(_statements(m.text)) for m in messages if m.is_query and not m.copy)
+    text = " ".join((known or next((t for t in said if t.strip()), "")).split())
+    if not text:
         return list(entries)
-    return [Entry("goal", _clip(" ".join(text.split()), GOAL_CHARS)), *entries]
+    return [Entry("goal", _cut(text, GOAL_CHARS)), *entries]
 
 
 def join(summary: str, entries: Sequence[Entry]) -> str:
@@ -229,13 +228,21 @@ def _named(word: str) -> bool:
     return bool(_FILE.fullmatch(word))
 
 
-def _clip(sentence: str, limit: int = ENTRY_CHARS) -> str:
-    """``sentence`` cut at ``limit`` characters at a word boundary; the identifiers cut
-    off are listed after it."""
-    if len(sentence) <= limit:
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut at ``limit`` characters at a word boundary, marked with "…"."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return text[: cut if cut > 0 else limit] + " …"
+
+
+def _clip(sentence: str) -> str:
+    """``sentence`` cut at ENTRY_CHARS at a word boundary; the identifiers cut off are
+    listed after it."""
+    if len(sentence) <= ENTRY_CHARS:
         return sentence
-    cut = sentence.rfind(" ", 0, limit)
-    head = sentence[: cut if cut > 0 else limit]
+    cut = sentence.rfind(" ", 0, ENTRY_CHARS)
+    head = sentence[: cut if cut > 0 else ENTRY_CHARS]
     lost = [w for w in _words(sentence[len(head) :]) if _named(w)]
     tail = f" (also: {', '.join(dict.fromkeys(lost))})" if lost else ""
     return f"{head} …{tail}"
