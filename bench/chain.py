@@ -25,9 +25,10 @@ files and the server's own usage counts:
   replies, not what it carried; and its questions);
 - compaction time: median and max (summary calls, new file, acknowledgment);
 - restoration prompt + acknowledgment (the acknowledgment's request and reply, by
-  the server's count, less the system prompt), and with the exchanges the child
-  carries word for word, as a share of the window and of the parent's last context
-  (the prompt of its last reply, by the server's count);
+  the server's count, less the system prompt, by the server's tokenizer), and with
+  the exchanges the child carries word for word (by the server's tokenizer, with the
+  template's share a message, as chatloop counts them), as a share of the window and
+  of the parent's last context (the prompt of its last reply, by the server's count);
 - requests whose prompt (server count) plus their max_tokens passed the window;
 - recall at k+1, k+3 and k+6: the share of the facts (id, number and path together),
   decisions and pins stated in session k that session k+1, k+3 and k+6 begin with
@@ -361,9 +362,24 @@ def run(url: str | None, window: int, count: int, summarizer: str) -> Figures:
     sessions = [parse_markdown(Path(e.path).read_bytes()).session for e in store.session_files()]
     chain = _in_order(sessions)
     what = f"{summarizer} summaries, {'scripted replies' if url is None else url}"
-    system = estimate_prompt([{"role": "system", "content": agent.system_prompt}])
+    per_message = ((None if url is None else inner.chat_overhead()) or (4, 0))[0]
+
+    def tokens(text: str) -> int:  # (the server's tokenizer, as chatloop's plan uses it)
+        exact = None if url is None else inner.count_tokens(text)
+        return per_message + (estimate_tokens(text) if exact is None else exact)
+
+    system = tokens(agent.system_prompt)
     return report(
-        chain, backend.calls, session.compactions, messages, stated, window, wall, what, system
+        chain,
+        backend.calls,
+        session.compactions,
+        messages,
+        stated,
+        window,
+        wall,
+        what,
+        system,
+        tokens,
     )
 
 
@@ -395,9 +411,12 @@ def report(
     wall: float,
     what: str,
     system: int,
+    count: Callable[[str], int],
 ) -> Figures:
     """Print the figures of a run and return them. ``system``: the tokens of the agent's
-    system prompt (estimated), which every request's count holds and no opening is."""
+    system prompt, which every request's count holds and no opening is; ``count``: a
+    message's tokens with its template (the server's own count where it has one, as
+    chatloop counts them)."""
     said = [m.text for s in chain for m in s.messages if m.is_query]
     lost = len(messages) - len([t for t in messages if said.count(t) == 1])
     linked = all(c.meta.parent_id == p.meta.id for p, c in itertools.pairwise(chain))
@@ -411,7 +430,7 @@ def report(
             last = _last_context(parent)
             spent = ack.usage.total - system  # the restoration prompt and the acknowledgment
             overheads.append((spent / window, spent / max(1, last)))
-            carried = sum(4 + estimate_tokens(m.text) for m in child.messages if m.copy)
+            carried = sum(count(m.text) for m in child.messages if m.copy)
             opening = spent + carried
             openings.append((opening / window, opening / max(1, last)))
     over = [c for c in calls if c.prompt and c.prompt + c.max_tokens > window]
