@@ -125,6 +125,10 @@ def _search(shell: Shell, arg: str) -> None:
     shown = 0
     with Index(shell.session.store) as index:
         index.sync(all_projects=False)
+        if pending := index.text_pending():  # (the search waits for them: never silently)
+            render.note(
+                shell.console, f"Waiting for the words of {pending:,} sessions to be indexed…"
+            )
         for hit in index.iter_search(arg, limit=SEARCH_HITS):  # each as soon as it is found
             shell.console.print(hit_line(hit), highlight=False, markup=False, soft_wrap=True)
             shown += 1
