@@ -286,8 +286,9 @@ class ChatSession:
     def _ledger_room(self) -> int:
         """``context.ledger_room`` here: the pins' and the ledger's share of what a
         restoration prompt may take, beside its own words (as long as they get, with
-        two messages' template) and the acknowledgment's cap."""
-        frame = self.tokens.text(prompts.restoration_frame()) + 2 * self.tokens.overhead()[0]
+        the template of a prompt of two messages) and the acknowledgment's cap."""
+        per_message, per_prompt = self.tokens.overhead()
+        frame = self.tokens.text(prompts.restoration_frame()) + 2 * per_message + per_prompt
         return ledger_room(self.window(), self.settings.summary_max_tokens, frame, self._ack_cap())
 
     def _ack_cap(self) -> int:
@@ -311,7 +312,8 @@ class ChatSession:
         # Counted whole, as the model counts it: what the estimates missed (the prose
         # at its floor, the template) is taken from the model's prose first, down to
         # its headings, then from the ledger, entry by entry; never from the window.
-        budget = restoration_budget(self.window(), self._ack_cap()) - self.tokens.overhead()[0]
+        per_message, per_prompt = self.tokens.overhead()  # (its template, as sent alone)
+        budget = restoration_budget(self.window(), self._ack_cap()) - per_message - per_prompt
         budget += count(prompts.UNANSWERED.format(text=unanswered)) if unanswered else 0
         whole, entries = ledger.split(summary)
         prose, words = whole, len(whole.split())
