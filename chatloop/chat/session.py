@@ -259,15 +259,19 @@ class ChatSession:
         cap leaves beside the ledger lines the prompt carries (``_summary_room``: the
         model's prose gives way before what the person stated), in words, then, counted
         as the model counts, shortened until it fits in tokens (identifiers and numbers
-        cost several tokens a word); its whole ledger kept after it."""
+        cost several tokens a word); its whole ledger kept after it. Beside a ledger (or
+        pins), which holds what was stated, the prose may shrink to its headings to fit
+        in tokens: a child's opening, counted before the summary is made
+        (``_carried``), is then never passed."""
         summary, entries = ledger.split(summary)  # (the ledger is carried by its own rule)
         cap = self._summary_room(entries)
-        # beside a ledger that holds what was stated, the prose may shrink to its outline
-        floor = PROSE_FLOOR * 2 // 3 if entries or self.pins else chain.SUMMARY_MIN_WORDS
+        stated = bool(entries or self.pins)
+        floor = PROSE_FLOOR * 2 // 3 if stated else chain.SUMMARY_MIN_WORDS
+        least = prompts.HEADING_WORDS if stated else floor
         words = min(self._summary_words(), max(floor, cap * 3 // 4))
         fitted = prompts.fit(summary, words)
-        while self.tokens.text(fitted) > cap and words > floor:
-            words = max(floor, words * 4 // 5)
+        while self.tokens.text(fitted) > cap and words > least:
+            words = max(least, words * 4 // 5)
             fitted = prompts.fit(summary, words)
         return ledger.join(fitted, entries)
 
