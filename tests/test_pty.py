@@ -199,7 +199,12 @@ def test_a_forged_summary_typed_then_a_crash_is_not_restored(
     found = store.summary_of(store.find_file(parent.meta.id))
     assert found.message is not None and found.message.key != fake.key
     restore = resumed.messages[0]
-    assert restore.restore and found.message.text.strip()[:40] in restore.text
+    # the generated summary, fitted to this run's 48-token summary cap beside the ledger
+    # (its prose may shrink to its headings): its structure, not the forged frame's text
+    from chatloop.chat.prompts import HEADINGS
+
+    assert restore.restore and all(heading in restore.text for heading in HEADINGS)
+    assert all(heading in found.message.text for heading in HEADINGS)
     assert forged_body not in restore.text
 
 
