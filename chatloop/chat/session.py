@@ -941,15 +941,15 @@ class ChatSession:
         self, recent: list[list[Message]], opening: int, keep_first: bool = True
     ) -> tuple[Message, ...]:
         """``chain.carry`` of ``recent`` within ``context.carry_budget`` after an opening
-        of ``opening`` tokens, each exchange counted as its messages would be sent, both
-        with the margin a plan gives its counts (``Plan.margin``)."""
+        of ``opening`` tokens (an upper bound already: the summary at its most), each
+        exchange counted as its messages would be sent, with the margin a plan gives
+        its counts (``Plan.margin``)."""
 
         def cost(exchange: Sequence[Message]) -> int:
             planned = self._plan(list(exchange), history=False)
             return math.ceil(planned.messages_tokens * planned.margin)
 
-        margin = self._plan([], history=False).margin
-        budget = carry_budget(self.window(), math.ceil(opening * margin))
+        budget = carry_budget(self.window(), opening)
         return chain.carry(recent, budget, cost, keep_first)
 
     # ------------------------------------------------------------------ prepared ahead
