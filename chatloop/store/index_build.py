@@ -81,10 +81,11 @@ def sync(
     file: IndexFile, store: Store, all_projects: bool = True, progress: Progress | None = None
 ) -> int:
     """Bring rows up to date with the files; returns how many files were (re)read.
-    An empty index with many files to read is built like ``rebuild`` does, and so
-    is one whose unlisted chunks outweigh the listed ones (see module doc)."""
+    Many files to read (an empty index among them) are glanced at, their words left
+    for ``fill_text``; an index whose unlisted chunks outweigh the listed ones is
+    rebuilt like ``rebuild`` does (see module doc)."""
     count = file.guarded(
-        lambda: _refresh(file, store, all_projects, progress, may_rebuild=True, may_glance=True),
+        lambda: _refresh(file, store, all_projects, progress, may_glance=True),
         lambda: _refill(file, store),
     )
     if not file.in_memory and _bloated(file.db):
@@ -103,7 +104,7 @@ def rebuild(file: IndexFile, store: Store, progress: Progress | None = None) -> 
 
 def _refill(file: IndexFile, store: Store) -> None:
     """Every file read again, into an index replaced or moved to memory."""
-    _refresh(file, store, True, None, may_rebuild=True, may_glance=True)
+    _refresh(file, store, True, None, may_glance=True)
 
 
 def text_pending(file: IndexFile) -> int:
@@ -169,8 +170,7 @@ def _refresh(
     store: Store,
     all_projects: bool,
     progress: Progress | None,
-    may_rebuild: bool,
-    may_glance: bool = False,
+    may_glance: bool,
 ) -> int:
     if file.in_memory:
         all_projects = True  # it starts empty: what is listed must all be read
@@ -184,9 +184,6 @@ def _refresh(
     stale = [p for p, st in files.items() if known.get(p) != (st.st_size, st.st_mtime_ns)]
     gone = [p for p in known if p not in files]
     glance = may_glance and not file.in_memory and len(stale) >= GLANCE_FROM
-    cold = may_rebuild and all_projects and not known and not file.in_memory
-    if cold and not glance and len(stale) >= PARALLEL_FROM:
-        return _build_cold(file, store, progress)
     if not stale and not gone:
         _mark(file, store, looks, all_projects, files)
         return 0  # fresh: nothing is read, and the scanner (and YAML) never load
@@ -435,24 +432,15 @@ def _store_streaming(db: sqlite3.Connection, path: str, st: os.stat_result) -> N
 def _rebuild(file: IndexFile, store: Store, progress: Progress | None) -> int:
     if file.in_memory:
         file.empty_memory()
-        return _refresh(file, store, True, progress, may_rebuild=False)
+        return _refresh(file, store, True, progress, may_glance=False)
     with file.build_lock():
-        return _build(file, store, progress)
-
-
-def _build_cold(file: IndexFile, store: Store, progress: Progress | None) -> int:
-    """Build an empty index, once: a neighbour that built it meanwhile saves us
-    the work (what changed since is then read like any stale file)."""
-    with file.build_lock():
-        if file.db.execute("SELECT 1 FROM sessions LIMIT 1").fetchone() is not None:
-            return _refresh(file, store, True, progress, may_rebuild=False)
         return _build(file, store, progress)
 
 
 def _build(file: IndexFile, store: Store, progress: Progress | None) -> int:
     """The rebuild proper; the caller holds the build lock (or gave up waiting)."""
     with file.side() as side:
-        count = _refresh(side, store, True, progress, may_rebuild=False)
+        count = _refresh(side, store, True, progress, may_glance=False)
         with side.write():  # merged once here, not bit by bit during the inserts
             side.db.execute("INSERT INTO texts(texts) VALUES ('optimize')")
             side.db.execute("INSERT INTO texts(texts, rank) VALUES ('automerge', 4)")
