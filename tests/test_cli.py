@@ -62,6 +62,20 @@ def test_sessions_show_search_reindex(project: Path, chatloop_home: Path) -> Non
     assert "Indexed 7 session files" in run("reindex", cwd=project, home=chatloop_home).stdout
 
 
+def test_a_search_cut_by_its_limit_says_how_many_more_match(
+    project: Path, chatloop_home: Path
+) -> None:
+    every = json.loads(run("search", "tumbler", "--json", cwd=project, home=chatloop_home).stdout)
+    assert len(every) == 3  # the three files of the composting chain
+    cut = run("search", "tumbler", "--limit", "2", cwd=project, home=chatloop_home).stdout
+    lines = cut.splitlines()
+    assert len(lines) == 3 and lines[-1] == "… 1 more session matches; `--limit 3` lists them all"
+    whole = run("search", "tumbler", "--limit", "3", cwd=project, home=chatloop_home).stdout
+    assert len(whole.splitlines()) == 3 and "more session" not in whole
+    cut_json = run("search", "tumbler", "--limit", "2", "--json", cwd=project, home=chatloop_home)
+    assert len(json.loads(cut_json.stdout)) == 2  # JSON holds the hits alone
+
+
 def test_errors_are_one_line_with_a_hint(project: Path, chatloop_home: Path) -> None:
     missing = run("show", "99", cwd=project, home=chatloop_home)
     assert missing.returncode == 1

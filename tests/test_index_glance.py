@@ -100,13 +100,13 @@ def test_a_listing_after_the_index_is_lost_reads_heads_and_a_search_every_word(
     wait_gone(store.root)
     lose_index(store.root)
     read: list[str] = []
-    scan = index_scan.scan_files
+    scan = index_scan.scan_file
 
-    def counted(files: list[str], parallel: bool):  # type: ignore[no-untyped-def]
-        read.extend(files)
-        return scan(files, parallel)
+    def counted(path: str, words: object = None):  # type: ignore[no-untyped-def]
+        read.append(path)
+        return scan(path, words)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(index_scan, "scan_files", counted)
+    monkeypatch.setattr(index_scan, "scan_file", counted)
     with Index(store) as index:
         assert index.sync() == len(paths)
         assert read == []  # no file was read past its front matter here

@@ -178,7 +178,7 @@ def _reads_from_the_files(
 
 
 def test_a_read_only_home_still_reads(store: Store, chatloop_home: Path) -> None:
-    _write_sessions(store, 80)  # enough for the parallel scan of a cold build
+    _write_sessions(store, 80)  # enough for a cold build to glance
     with Index(store) as writable:
         writable.sync()
         expected = writable.list_sessions(all_projects=True)

@@ -13,9 +13,7 @@ from chatloop.format import Session, parse_markdown, render_markdown
 from chatloop.format import skim as scan
 from chatloop.format import skim_of as from_parse
 from chatloop.format import yaml_strict as frontmatter_yaml
-from chatloop.store import index_build
 from chatloop.store.index import Index
-from chatloop.store.index_file import INDEX_FILE
 from chatloop.store.store import Store
 from tests.strategies import examples, sessions, text_st
 
@@ -129,28 +127,6 @@ def test_simple_front_matter_never_disagrees_with_yaml(line: str) -> None:
         assert fast is None
         return
     assert fast is None or fast == exact
-
-
-def test_parallel_sync_stores_what_a_serial_sync_stores(
-    store: Store, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    store.project_dir.mkdir(parents=True)
-    for sample in sorted(SAMPLES.glob("*.md")):
-        (store.project_dir / sample.name).write_bytes(sample.read_bytes())
-
-    def rows() -> list[object]:
-        with Index(store) as idx:
-            idx.sync()
-            listed = idx.list_sessions(all_projects=True)
-            found = idx.search("watering", all_projects=True)
-        return [listed, [(h.session.id, h.role, h.snippet) for h in found]]
-
-    serial = rows()
-    (store.root / INDEX_FILE).unlink()
-    monkeypatch.setattr(index_build, "PARALLEL_FROM", 2)
-    parallel = rows()
-    assert parallel == serial
-    assert serial[1], "the samples mention watering"
 
 
 def test_search_takes_punctuated_words_as_separate_words(store: Store) -> None:

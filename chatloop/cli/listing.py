@@ -119,6 +119,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     query = " ".join(args.query)
     with wiring.index(args, words=True) as index:
         rows = index.search_sessions(query, all_projects=args.all, limit=args.limit)
+        total = len(rows)
+        if total >= args.limit and not args.json:
+            total = index.search_count(query, all_projects=args.all)
     hits = Index.hits(rows, query)  # snippets read from the files as they are printed
     if args.json:
         from chatloop.ui import as_json
@@ -131,6 +134,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         shown += 1
     if not shown:
         print(listing.hits_text([]))
+    elif total > len(rows):
+        more = total - len(rows)
+        said = "1 more session matches" if more == 1 else f"{more:,} more sessions match"
+        print(f"… {said}; `--limit {total}` lists them all")
     return 0
 
 

@@ -160,6 +160,11 @@ class Index:
             self.complete_text()
         return self._queries().search_sessions(query, prefix, all_projects, limit)
 
+    def search_count(self, query: str, all_projects: bool = False) -> int:
+        """How many sessions ``search_sessions`` finds without a limit
+        (``Queries.search_count``; the words indexed so far)."""
+        return self._queries().search_count(query, all_projects)
+
     def find(self, ref: str) -> SessionRow:
         """The session a person means by ``ref``: a number, a handle or an id
         (``Queries.find``); raises NotFound naming the closest ones."""

@@ -25,11 +25,13 @@ waiting for every file's words, so a sync **glances** at them instead
 alone, its text left for later and the row listed in ``untexted``. The words
 are read afterwards by ``fill_text``, in a process of its own that the
 ``Index`` starts (``index_text``), or by the first search, which never answers
-from part of the text. ``reindex`` scans every file in full by a worker process
-(one per spare core) while this process inserts, into a side file written
-without a journal and copied into ``index.db`` in one transaction when
-complete (``IndexFile.side``). Rows are written in batches, each its own
-short transaction, so a neighbour waits for one batch, never for a scan.
+from part of the text. Files are read in full in the process that inserts
+their words: handing the words to it from worker processes cost as much CPU as
+reading them and saved no time (bench/RESULTS.md, issue 34). ``reindex``
+writes into a side file without a journal, copied into ``index.db`` in one
+transaction when complete (``IndexFile.side``). Rows are written in batches,
+each its own short transaction, so a neighbour waits for one batch, never for
+a scan; in a batch every row goes first, then the words (see ``_store_batch``).
 
 Functions over an ``IndexFile`` (the connection and its resilience) and the
 ``Store`` (the files); nothing here decides what a listing or a search shows.
@@ -37,6 +39,7 @@ Functions over an ``IndexFile`` (the connection and its resilience) and the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections.abc import Callable, Iterable
@@ -53,7 +56,6 @@ if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
 
 __all__ = ["Progress", "fill_text", "rebuild", "sync", "text_pending"]
 
-PARALLEL_FROM = 64  # stale files from which a sync scans in worker processes
 GLANCE_FROM = 64  # stale files from which a sync glances (their words are read later)
 STREAM_FROM = 4 << 20  # files this large are read here, their words inserted as they come
 DEAD_REBUILD = 32 << 20  # unlisted chunk bytes from which a sync may rebuild the index
@@ -151,9 +153,13 @@ def _fill(file: IndexFile, progress: Progress | None, waiting: Callable[[], None
             with file.write():
                 for path in gone:
                     _forget(db, path)
-        if len(todo) >= PARALLEL_FROM:
+        if len(todo) >= GLANCE_FROM:
             with file.write():  # the many small segments of the batches, merged once
                 db.execute("INSERT INTO texts(texts) VALUES ('optimize')")
+            # and the pages they held given back (a sixth of the file), when nobody
+            # writes (a script: Python steps a statement without columns only once)
+            with contextlib.suppress(sqlite3.OperationalError):
+                db.executescript("PRAGMA incremental_vacuum;")
         return len(todo)
 
 
@@ -202,21 +208,20 @@ def _read(
     files: dict[str, os.stat_result],
     progress: Progress | None,
 ) -> list[str]:
-    """Rows and words of ``paths`` (their looks in ``files``), each file read in full:
-    skimmed (by worker processes for many), a large one streamed; returns the paths
+    """Rows and words of ``paths`` (their looks in ``files``), each file read in full
+    here, once: skimmed, a large one streamed; returns the paths
     that could not be read (they get no row now). Rows are written in batches, each
     its own short transaction: a neighbour waiting to write waits for one batch,
     never for the whole scan. Every row replaces whatever a neighbour wrote for the
     same file meanwhile."""
-    from chatloop.store.index_scan import scan_files
+    from chatloop.store.index_scan import scan_file
 
     big = [p for p in paths if files[p].st_size >= STREAM_FROM]
     small = [p for p in paths if files[p].st_size < STREAM_FROM]
     failed: list[str] = []
     batch: list[tuple[str, Scanned]] = []
     batch_bytes = 0
-    scanned_files = scan_files(small, parallel=len(small) >= PARALLEL_FROM)
-    for done, (path, scanned) in enumerate(scanned_files, 1):
+    for done, (path, scanned) in enumerate(map(scan_file, small), 1):
         if scanned is None:
             failed.append(path)
         else:
@@ -407,9 +412,15 @@ def _store_batch(
     if not batch:
         return
     with file.write():
+        nums = []
         for path, scanned in batch:
             st = files[path]
-            _store_row(file.db, path, scanned, st.st_size, st.st_mtime_ns)
+            nums.append(_store_row(file.db, path, scanned, st.st_size, st.st_mtime_ns))
+        # The words after every row: a write to another table between two inserts
+        # into ``texts`` makes FTS5 flush what it holds as a segment of its own
+        # (one per file, merged again and again), at twice the cost of the inserts.
+        for num, (_, scanned) in zip(nums, batch, strict=True):
+            _insert_text(file.db, num, scanned.text)
 
 
 def _store_streaming(db: sqlite3.Connection, path: str, st: os.stat_result) -> None:
@@ -488,16 +499,15 @@ def _store_row(
     size: int,
     mtime_ns: int,
     num: int | None = None,
-) -> None:
-    """The session's row (numbered ``num`` when its words were already inserted by
-    ``_store_streaming``, which forgot the old row first), and its words as one
-    chunk unless they were. Any row for the same path goes first, even one a
-    neighbour wrote since this process looked."""
+) -> int:
+    """The session's row, numbered ``num`` when its words were already inserted by
+    ``_store_streaming`` (which forgot the old row first); returns its number (its
+    words go in by ``_insert_text``). Any row for the same path goes first, even one
+    a neighbour wrote since this process looked."""
     if num is None:
         _forget(db, path)
     cursor = db.execute(_INSERT_ROW, (num, *_row(path, scanned, size, mtime_ns)))
-    if num is None and cursor.lastrowid is not None:
-        _insert_text(db, cursor.lastrowid, scanned.text)
+    return num if num is not None else int(cursor.lastrowid or 0)
 
 
 _INSERT_ROW = "INSERT INTO sessions VALUES (" + ",".join("?" * 28) + ")"

@@ -318,6 +318,10 @@ def _prepare(db: sqlite3.Connection, bulk: bool = False) -> None:
     index of another version)."""
     db.row_factory = sqlite3.Row
     db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    if db.execute("SELECT 1 FROM sqlite_master").fetchone() is None:
+        # a new file: it can give back the pages its merged segments leave
+        # (``index_build``'s incremental_vacuum; on an older file that does nothing)
+        db.execute("PRAGMA auto_vacuum = INCREMENTAL")
     if bulk:
         db.execute("PRAGMA journal_mode = OFF")
         db.execute("PRAGMA synchronous = OFF")

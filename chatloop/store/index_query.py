@@ -170,11 +170,25 @@ class Queries:
             rows.append(_row(raw, number, holder, short.get(raw["id"], "")))
         return rows
 
+    def search_count(self, query: str, all_projects: bool = False) -> int:
+        """How many sessions ``search_sessions`` finds without a limit (no ranking)."""
+        words = _WORD_RE.findall(query)
+        if not words:
+            return 0
+        sql = (
+            "SELECT count(DISTINCT c.num) FROM texts JOIN chunks c ON c.id = texts.rowid "
+            "JOIN sessions s ON s.num = c.num WHERE texts MATCH ?"
+        )
+        if all_projects:
+            return int(self._db.execute(sql, (_terms(words),)).fetchone()[0])
+        found = self._db.execute(sql + " AND s.project = ?", (_terms(words), self.project))
+        return int(found.fetchone()[0])
+
     def _matching(
         self, words: list[str], all_projects: bool, limit: int, prefix: bool = False
     ) -> list[sqlite3.Row]:
         """The sessions rows whose text holds every word, best match first."""
-        terms = " ".join('"' + word.replace('"', "") + '"' for word in words)
+        terms = _terms(words)
         if prefix:
             terms += "*"
         sql = (
@@ -305,6 +319,11 @@ class Queries:
         while chain[0].parent_id in by_id and by_id[chain[0].parent_id] not in chain:
             chain.insert(0, by_id[chain[0].parent_id])
         return chain, children
+
+
+def _terms(words: list[str]) -> str:
+    """An FTS5 query holding every one of ``words`` (each a phrase: no operators)."""
+    return " ".join('"' + word.replace('"', "") + '"' for word in words)
 
 
 def hits(rows: list[SessionRow], query: str) -> Iterator[SearchHit]:

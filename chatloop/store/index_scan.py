@@ -2,13 +2,12 @@
 
 What is read out of a file is the format's business (``chatloop.format.skim``,
 built on the one frame scanner); this module opens the files (through
-``chatloop.store.fsio``), spreads many of them over a worker process, and finds
-where a search word occurs, frame by frame, in constant memory.
+``chatloop.store.fsio``) and finds where a search word occurs, frame by frame,
+in constant memory.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from chatloop.store.fsio import open_read
 
 _SNIPPET_CHARS = 60  # of context each side of a search hit
 
-__all__ = ["hit_in", "is_copy_label", "scan_file", "scan_files"]
+__all__ = ["hit_in", "is_copy_label", "scan_file"]
 
 
 def scan_file(path: str, words: Callable[[bytes], None] | None = None) -> tuple[str, Skim | None]:
@@ -31,21 +30,6 @@ def scan_file(path: str, words: Callable[[bytes], None] | None = None) -> tuple[
             return path, skim(handle, Path(path).stem, words)
     except (OSError, ChatloopError):
         return path, None
-
-
-def scan_files(paths: list[str], parallel: bool) -> Iterator[tuple[str, Skim | None]]:
-    """Skimmed files, in order: by worker processes when ``parallel`` (and there is
-    a core to spare), else here."""
-    workers = min((os.cpu_count() or 1) - 1, 4)  # this process inserts meanwhile
-    if not parallel or workers < 1:
-        yield from map(scan_file, paths)
-        return
-    import multiprocessing  # 10 ms: only when there are workers to start
-
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with context.Pool(workers) as pool:
-        yield from pool.imap(scan_file, paths, chunksize=16)
 
 
 COPY_LABELS = {"restore": "restored", "summary": "summary"}  # hits in a copy, so labelled
