@@ -79,7 +79,7 @@ def measure(sizes: list[int], rounds: int, report: Report, also: Path | None = N
             home, cwd = Path(tmp) / "home", Path(tmp) / "proj"
             cwd.mkdir()
             store = Store(home, cwd=cwd)
-            make_sessions(store, size, 2, "zebracornqq", every=97)
+            make_sessions(store, size, 2, "zebracornqq", every=97, continued=3)
             folder = store.project_dir
             cmds: dict[str, tuple[list[str], dict[str, str] | None]] = {
                 name: ([sys.executable, "-m", "chatloop", "sessions"], chatloop_env(tree, home))

@@ -146,16 +146,27 @@ def closed(session: Session) -> bytes:
     return reseal(render_markdown(session))[0]
 
 
-def make_sessions(store: Store, count: int, queries: int, word: str, every: int) -> int:
+def make_sessions(
+    store: Store, count: int, queries: int, word: str, every: int, continued: int = 0
+) -> int:
     """Write ``count`` sessions closed with a summary, as chatloop closes them; every
-    ``every``-th contains ``word``. Returns bytes."""
+    ``every``-th contains ``word``; with ``continued``, every ``continued``-th continues
+    the session before it (as a compaction or a resume links them). Returns bytes."""
     store.project_dir.mkdir(parents=True, exist_ok=True)
     total = 0
     template = closed(session(queries, 0))
     marked = closed(session(queries, 0, word))
     old_id = session(queries, 0).meta.id.encode()
+    stand_in = session(0, 1 << 20).meta.id  # a parent id of the same length, replaced
+    plain = session(queries, 0)
+    child = closed(
+        dataclasses.replace(plain, meta=dataclasses.replace(plain.meta, parent_id=stand_in))
+    )
     for i in range(count):
         data = marked if i % every == 0 else template
+        if continued and i % every and i % continued == 0:
+            parent = session(0, i - 1).meta.id.encode()
+            data = child.replace(stand_in.encode(), parent)
         new_id = session(0, i).meta.id.encode()
         data = data.replace(old_id, new_id)
         (store.project_dir / f"{new_id.decode()}.md").write_bytes(data)

@@ -249,3 +249,46 @@ def test_a_reply_that_only_calls_tools_has_no_empty_speaker_line() -> None:
     lines = transcript_text(Session(new_meta(agent="File Fiona"), (cut,))).splitlines()
     said = lines.index("File Fiona: (no reply: interrupted before any text arrived)")
     assert said < lines.index("  → read_file({})")
+
+
+def drawn(text: str) -> tuple[str, str]:
+    """A finished reply as the terminal shows it once the live text is replaced: the
+    text, and the same with its colours (ANSI sequences of rich's own)."""
+    out = io.StringIO()
+    console = Console(file=out, width=100, force_terminal=True, color_system="truecolor")
+    view = StreamView(console, "Agent")
+    view.on_event(TextDelta(text))
+    view.on_event(Finish("stop"))
+    view.close()
+    # the live text is erased line by line (erase-line sequences), then the rendering
+    coloured = out.getvalue().rsplit("\x1b[2K", 1)[-1]
+    import re
+
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", coloured), coloured
+
+
+def test_every_reply_is_rendered_as_markdown_and_its_angle_brackets_are_text() -> None:
+    reply = (
+        "# Comparing\n\n"
+        "When **a < b** holds, `List<String>` is <b>sorted</b>; "
+        "<script>alert(1)</script> and <<SYS>> stay text.\n\n"
+        "<div>a raw block</div>\n\n"
+        '```python\nif a < b:\n    print("<tag>")\n```\n'
+    )
+    shown, coloured = drawn(reply)
+    assert "# Comparing" not in shown and "**" not in shown  # markdown, rendered
+    assert "Comparing" in shown and "When a < b holds" in shown
+    for text in ("List<String>", "<b>sorted</b>", "<script>alert(1)</script>", "<<SYS>>"):
+        assert text in shown, text  # HTML as written: never interpreted, never dropped
+    assert "<div>a raw block</div>" in shown
+    assert "if a < b:" in shown and 'print("<tag>")' in shown
+    code = coloured[coloured.index("if") :]
+    assert "\x1b[38;2;" in code  # the code block is highlighted (truecolor foregrounds)
+    assert "\x1b]8;" not in coloured  # no hyperlink escapes
+
+
+def test_a_reply_of_hostile_text_rendered_as_markdown_keeps_no_terminal_control() -> None:
+    shown, coloured = drawn("**bold** \x1b]52;c;ZXZpbA==\x07 <b>\x1b[2J</b> \u202eevil")
+    assert "bold" in shown and "**" not in shown and "<b>" in shown
+    for control in ("\x1b]52", "\x1b[2J", "\x07", "\u202e"):
+        assert control not in coloured

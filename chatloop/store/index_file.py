@@ -29,7 +29,7 @@ from chatloop.store.fsio import FILE_MODE, ensure_dir, lock_path, pid_alive
 
 __all__ = ["INDEX_FILE", "IndexFile", "IndexFileError", "not_waiting", "trouble"]
 
-SCHEMA_VERSION = "10"
+SCHEMA_VERSION = "11"
 INDEX_FILE = "index.db"
 BUSY_TIMEOUT_MS = 5000
 WRITE_WAIT_S = 120.0  # how long a write waits for a neighbour's (each try waits BUSY_TIMEOUT_MS)
@@ -49,6 +49,8 @@ CREATE TABLE IF NOT EXISTS sessions(
 CREATE INDEX IF NOT EXISTS sessions_by_project ON sessions(project, updated_at, mtime_ns, id);
 CREATE INDEX IF NOT EXISTS sessions_by_id ON sessions(id);
 CREATE INDEX IF NOT EXISTS sessions_by_tail ON sessions(tail);
+CREATE INDEX IF NOT EXISTS sessions_continuing ON sessions(project)
+    WHERE parent_id IS NOT NULL AND forked_at IS NULL;
 CREATE TABLE IF NOT EXISTS chunks(
     id INTEGER PRIMARY KEY AUTOINCREMENT, num INTEGER NOT NULL, size INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS chunks_by_num ON chunks(num);

@@ -8,6 +8,7 @@ print themselves; these functions turn them into renderables.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -127,8 +128,7 @@ class StreamView:
         self._live.console.print(self._finished(head, plain))
 
     def end_text(self) -> None:
-        """Replace the live text with its markdown rendering; text with angle brackets
-        (HTML, ``<<SYS>>``) stays as written, since markdown would drop them."""
+        """Replace the live text with its markdown rendering (``_as_markdown``)."""
         if self._live is None:
             return
         self._live.update(self._finished("".join(self._text), False))
@@ -187,16 +187,32 @@ def finished_paragraphs(text: str) -> int:
 
 
 def _as_markdown(text: str) -> Any:
-    """Reply text as shown once it is final: markdown, or as written when it holds angle
-    brackets (HTML, ``<<SYS>>``), which markdown would drop; never terminal control.
+    """Reply text as shown once it is final: markdown, code highlighted, whatever it
+    holds; HTML in it (``<script>``, ``List<String>``, ``<<SYS>>``, ``a < b``) is shown
+    as the text it is, never interpreted and never dropped; never terminal control.
     A link shows its target after its text, never as a hyperlink (OSC 8) whose target
     the terminal hides behind words a model chose."""
+    shown = visible(text)
+    if not shown.strip():
+        return Text(shown)
+    return _markdown_class()(shown, hyperlinks=False)
+
+
+@functools.cache
+def _markdown_class() -> type[Any]:
+    """rich's Markdown reading HTML as text (imported when a reply is first shown)."""
+    from markdown_it import MarkdownIt  # (rich's own markdown parser)
     from rich.markdown import Markdown
 
-    shown = visible(text)
-    if shown.strip() and "<" not in shown:
-        return Markdown(shown, hyperlinks=False)
-    return Text(shown)
+    class TextHtmlMarkdown(Markdown):
+        """Markdown whose parser has HTML off: a tag is text, as typed."""
+
+        def __init__(self, markup: str, hyperlinks: bool) -> None:
+            super().__init__(markup, hyperlinks=hyperlinks)
+            parser = MarkdownIt("commonmark", {"html": False})
+            self.parsed = parser.enable("strikethrough").enable("table").parse(markup)
+
+    return TextHtmlMarkdown
 
 
 def _short(text: str, limit: int) -> str:
