@@ -144,22 +144,28 @@ def test_a_lone_word_close_to_a_command_is_a_typo_not_a_question(
         "tre",
     ):
         assert split_prompt([word]) == ([], word), word
-    # the usual typo: the command mistyped, then what it acts on
+    # the usual typo: the command mistyped, then what it acts on; two letters swapped
+    # (which makes no word), or search with a letter dropped, then any words
     for typed, meant in (
         ("shwo 1", "show 1"),
         ("exprot 8c1d", "export 8c1d"),
         ("--agent x tere 2", "tree 2"),
+        ("serach mint leaves", "search mint leaves"),
+        ("seach apples", "search apples"),
+        ("shwo me around", "show me around"),
     ):
         with pytest.raises(UsageError) as refused:
             split_prompt(typed.split())
         assert f"chatloop {meant}`" in refused.value.hint, refused.value.hint
     for question in (
-        "shwo me around",
-        "serach mint leaves",
+        "starch in potatoes",
         "snow 2",
         "three 4",
         "tell me 1",
-        "shwo 1 2 3 4",
+        "help me write a poem",
+        "list the planets",
+        "new ideas for dinner",
+        "resume writing tips",
         "imports 2023",
         "doctors 911",
         "session 3",
@@ -167,3 +173,51 @@ def test_a_lone_word_close_to_a_command_is_a_typo_not_a_question(
         "expert cafe",
     ):
         assert split_prompt(question.split()) == ([], question), question
+
+
+def test_words_from_other_tools_alone_are_the_commands_they_mean() -> None:
+    from chatloop.cli import split_prompt
+
+    for typed, argv in {
+        "help": ["--help"],
+        "help search": ["search", "--help"],
+        "version": ["--version"],
+        "chat": [],
+        "--agent file_fiona chat": ["--agent", "file_fiona"],
+        "new": ["--new"],
+        "continue": ["-c"],
+        "resume": ["-r"],
+        "resume 3": ["-r", "3"],
+        "list": ["sessions"],
+        "ls": ["sessions"],
+        "logs": ["sessions"],
+        "history": ["sessions"],
+    }.items():
+        assert split_prompt(typed.split()) == (argv, ""), typed
+    assert split_prompt(["--", "help"]) == ([], "help")  # `--` sends anything
+    assert split_prompt(["help", "me"]) == ([], "help me")
+
+
+def test_a_subcommands_argument_error_shows_its_own_usage_and_chat_options_are_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from chatloop.cli import main
+
+    for argv, usage in (
+        (["sessions", "3"], "usage: chatloop sessions"),
+        (["show", "1", "2"], "usage: chatloop show"),
+        (["sessions", "--limt", "3"], "usage: chatloop sessions"),
+    ):
+        with pytest.raises(SystemExit) as ended:
+            main(argv)
+        err = capsys.readouterr().err
+        assert ended.value.code == 2 and err.startswith(usage), (argv, err)
+        assert "unrecognized arguments" in err and "Traceback" not in err
+    for argv, said in (
+        (["-c", "sessions"], "-c/--continue is for the chat"),
+        (["-r", "2", "show", "1"], "-r/--resume is for the chat"),
+        (["--new", "search", "x"], "--new is for the chat"),
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {said}") and "hint: `chatloop" in err, err

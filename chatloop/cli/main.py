@@ -13,7 +13,7 @@ import io
 import sys
 from collections.abc import Callable, Sequence
 
-from chatloop.cli.parser import build_parser, split_prompt
+from chatloop.cli.parser import parse, split_prompt
 from chatloop.errors import ChatloopError, UsageError
 
 Run = Callable[[argparse.Namespace], int]
@@ -55,11 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(argv: list[str]) -> int:
     """Parse ``argv`` and run its command inside the one error boundary of the CLI."""
     try:
-        argv, question = split_prompt(argv)
+        args = parse(*split_prompt(argv))
     except ChatloopError as exc:
         print(f"error: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
         return exc.exit_code
-    args = build_parser().parse_args(argv, argparse.Namespace(question=question))
     try:
         if "ref" in args and args.ref is None:
             raise UsageError(

@@ -39,6 +39,8 @@ examples:
   chatloop import .chat-sessions   bring in the seed project's sessions (copies)
   chatloop reindex              rebuild the session index from the files
   chatloop doctor               check the server, the sessions directory and the index
+  chatloop help search          a command's help (also: version, chat, new, continue,
+                                resume N, list/ls/logs/history, as llm or git say them)
 
 In the chat, /help lists the commands (/compact, /resume, /pin, ...). Sessions
 are markdown files under $CHATLOOP_HOME; settings come from the config file
@@ -169,9 +171,44 @@ COMMANDS = tuple(c.name for c in COMMANDS_TABLE)
 ACT_ON_A_SESSION = frozenset({"show", "export", "reseal", "tree"})  # `chatloop show N`
 
 
-def build_parser() -> argparse.ArgumentParser:
+class Parser(argparse.ArgumentParser):
+    """The whole command line's parser; ``commands`` holds each subcommand's own."""
+
+    commands: dict[str, argparse.ArgumentParser]
+
+
+def parse(argv: list[str], question: str) -> argparse.Namespace:
+    """``argv`` (``split_prompt``'s) parsed, with the one-shot ``question``. Words or
+    options a subcommand does not take are refused with that subcommand's usage; an
+    option that starts or continues a chat (``-c``, ``-r``, ``--new``, ``--full``,
+    ``--fork``) beside a subcommand is a UsageError (argparse exits for the others)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv, argparse.Namespace(question=question))
+    owner = parser.commands.get(args.command or "", parser)
+    if extra:
+        owner.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command:
+        given = ["/".join(o.names) for o in OPTIONS if not o.shared and _given(args, o)]
+        if given:
+            raise UsageError(
+                f"{given[0]} is for the chat; `chatloop {args.command}` does not take it",
+                f"`chatloop {given[0].split('/')[0]}` alone runs the chat; "
+                f"`chatloop {args.command} --help` lists what `{args.command}` takes.",
+            )
+    return args
+
+
+def _given(args: argparse.Namespace, option: Option) -> bool:
+    """Whether the chat ``option`` was given on the command line (its value is not its
+    default: False, or None for ``-r``)."""
+    dest = option.kwargs.get("dest") or option.names[-1].lstrip("-").replace("-", "_")
+    value = getattr(args, dest, None)
+    return value is not None and value is not False
+
+
+def build_parser() -> Parser:
     """The whole command line: the chat's options, then each subcommand's."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="chatloop",
         description="A terminal chat loop for local LLM agents, with lossless markdown "
         "transcripts and summary chains.",
@@ -189,7 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     for option in OPTIONS:
         if option.shared:  # absent after the subcommand: the value given before it stands
             given.add_argument(*option.names, **{**option.kwargs, "default": argparse.SUPPRESS})
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=argparse.ArgumentParser
+    )
     made = {
         c.name: sub.add_parser(
             c.name, parents=[shared], help=c.help, description=c.description or None
@@ -248,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = made["import"]
     p.add_argument("paths", nargs="+", metavar="PATH", help="session files or folders")
     p.add_argument("--project", metavar="DIR", help="the project (directory) they belong to")
+    parser.commands = made
     return parser
 
 
@@ -311,19 +351,63 @@ def split_prompt(argv: list[str]) -> tuple[list[str], str]:
         else:
             words.append(token)
         i += 1
+    meant_words = _word_meant(words)
+    if meant_words is not None:
+        return kept + meant_words, ""
     # One word that is almost a command is a typo, not a question; so is a word almost
     # a command that acts on a session, then a session's number or id (`shwo 1`; one
-    # with a digit: `cafe` is a handle, and a word).
-    named = len(words) == 2 and _is_ref(words[1]) and any(c.isdigit() for c in words[1])
-    if len(words) == 1 or named:
+    # with a digit: `cafe` is a handle, and a word); and a command's two neighbouring
+    # letters swapped (`serach apples`, `shwo me`: such a swap makes no word), or
+    # `search` with a letter dropped or added (`seach`), then any words.
+    if words:
         meant = _mistyped(words[0])
-        if meant and (len(words) == 1 or meant in ACT_ON_A_SESSION):
+        named = len(words) == 2 and _is_ref(words[1]) and any(c.isdigit() for c in words[1])
+        typo = meant is not None and (
+            len(words) == 1
+            or (named and meant in ACT_ON_A_SESSION)
+            or _swapped(words[0], meant)
+            or (meant == "search" and len(words[0]) != len(meant))
+        )
+        if meant and typo:
             said, typed = " ".join([meant, *words[1:]]), " ".join(words)
             raise UsageError(
                 f"{words[0]!r} is not a command",
                 f"Did you mean `chatloop {said}`? To ask it as a question: chatloop -- {typed}",
             )
     return kept, " ".join(words)
+
+
+# Words people bring from other tools (llm, aichat, Claude Code, git) for what
+# chatloop does: each alone (``help`` and ``resume`` may name one thing more) is the
+# command it means; followed by other words, it begins a question.
+WORDS: dict[str, tuple[str, ...]] = {
+    "help": ("--help",),
+    "version": ("--version",),
+    "chat": (),
+    "new": ("--new",),
+    "continue": ("-c",),
+    "resume": ("-r",),
+    "list": ("sessions",),
+    "ls": ("sessions",),
+    "logs": ("sessions",),
+    "history": ("sessions",),
+}
+
+
+def _word_meant(words: list[str]) -> list[str] | None:
+    """The arguments a command line of ``words`` (no options among them) means when it
+    is one of ``WORDS`` alone: ``help COMMAND`` is that command's help, ``resume N``
+    resumes session N; None when the words are a question."""
+    if not words or words[0] not in WORDS:
+        return None
+    first, rest = words[0], words[1:]
+    if not rest:
+        return list(WORDS[first])
+    if first == "help" and len(rest) == 1 and rest[0] in COMMANDS:
+        return [rest[0], "--help"]
+    if first == "resume" and len(rest) == 1 and _is_ref(rest[0]):
+        return ["-r", rest[0]]
+    return None
 
 
 def _mistyped(word: str) -> str | None:
