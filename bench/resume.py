@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -30,9 +29,7 @@ import pexpect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from llama import llama_server
-from stream import leave
-
-CHATLOOP = shutil.which("chatloop") or "chatloop"
+from stream import CHATLOOP, leave
 
 
 def prompt_time(

@@ -33,6 +33,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+from stream import CHATLOOP as INSTALLED  # noqa: E402  (bench/stream.py)
+
 from chatloop.backends.base import estimate_tokens  # noqa: E402
 from chatloop.chat import chain, prompts  # noqa: E402
 from chatloop.format import (  # noqa: E402
@@ -62,7 +64,7 @@ TEXT = (
     "The tide tables for the harbour say high water at 06:30 and 18:45; the keeper "
     "logs the wind, the swell and the boats that leave before dawn. "
 ) * 3
-CHATLOOP = [shutil.which("chatloop", path=str(Path(sys.executable).parent)) or "chatloop"]
+CHATLOOP = [INSTALLED]  # the one beside this interpreter
 PYTHON = sys.executable  # the floor: the same interpreter doing nothing
 SAMPLES = HERE.parent / "sample_conversations"
 TIME = Path("/usr/bin/time")  # GNU time: the peak RSS of one child

@@ -233,14 +233,6 @@ def peak_rss(cmd: list[str], cwd: Path, env: dict[str, str]) -> str:
     return f"{int(done.stderr.strip().splitlines()[-1]) / 1024:.0f} MB"
 
 
-def installed_chatloop() -> list[str]:
-    """The ``chatloop`` command installed beside this interpreter (a venv's or a
-    pyenv version's own ``bin``, never a shim found first on PATH: a pyenv shim is
-    a shell script that costs more than a search), else ``python -m chatloop``."""
-    beside = shutil.which("chatloop", path=str(Path(sys.executable).parent))
-    return [beside] if beside else [sys.executable, "-m", "chatloop"]
-
-
 def floor_cpu(folder: Path) -> float:
     """CPU seconds of the floor under a build of ``folder``'s sessions
     (bench/fts_floor.py): reading their words with the format's skim, inserting them
@@ -275,7 +267,9 @@ def measure(sessions: int, rounds: int, text: str, report: Report) -> None:
     against their baselines; each figure goes to ``report(figure, ours, baseline,
     ratio, target, met)``, the ratio chatloop ÷ baseline (below 1: chatloop is
     faster), each taken pair by pair from interleaved runs."""
-    chatloop, rg = installed_chatloop(), shutil.which("rg")
+    from stream import CHATLOOP  # bench/stream.py: the one beside this interpreter
+
+    chatloop, rg = [CHATLOOP], shutil.which("rg")
     if rg is None:
         raise SystemExit("needs rg (ripgrep): `apt install ripgrep` (Debian)")
     python = [sys.executable, "-c", "pass"]  # the floor under any Python command

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import compileall
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pexpect
-from stream import Script, leave, serve  # bench/stream.py, beside this script
+from stream import CHATLOOP, Script, leave, serve  # bench/stream.py, beside this script
 
 BARE = """\
 from prompt_toolkit import PromptSession
@@ -98,10 +97,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=15)
     args = parser.parse_args()
-    chatloop = shutil.which("chatloop")
-    if chatloop is None:
-        print("needs chatloop on PATH (pip install -e .)", file=sys.stderr)
-        return 2
+    chatloop = CHATLOOP
     import chatloop as package
 
     compileall.compile_dir(str(Path(package.__file__).parent), quiet=1)

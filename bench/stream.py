@@ -31,7 +31,10 @@ from pathlib import Path
 
 import pexpect
 
-CHATLOOP = shutil.which("chatloop") or "chatloop"
+# The chatloop installed beside this interpreter (a venv's or a pyenv version's own
+# bin), never a shim found first on PATH: a pyenv shim is a shell script that costs
+# more than a listing. Every bench times this one.
+CHATLOOP = shutil.which("chatloop", path=str(Path(sys.executable).parent)) or "chatloop"
 FIRST = "Zanzibar"  # the first token of every reply: what the bench waits to see
 Marks = dict[int, Callable[[], None]]
 
