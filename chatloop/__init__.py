@@ -8,4 +8,7 @@ imported here, so ``chatloop --version`` stays fast.
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+# The name on the package index: `chatloop` there is another project. The import
+# package and the command stay `chatloop`.
+DISTRIBUTION = "chatloop-local"
+__all__ = ["DISTRIBUTION", "__version__"]

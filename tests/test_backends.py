@@ -379,7 +379,7 @@ def test_nothing_listening_gives_a_clear_message(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(BackendError) as info:
         make_backend(BackendChoice(), candidates=nowhere)
     assert "Nothing at http://127.0.0.1:9/v1" in info.value.message
-    assert "--base-url" in info.value.hint and "chatloop[embedded]" in info.value.hint
+    assert "--base-url" in info.value.hint and "chatloop-local[embedded]" in info.value.hint
 
 
 def test_unknown_backend_is_a_usage_error() -> None:

