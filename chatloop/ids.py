@@ -2,7 +2,8 @@
 
 A new id is ``YYYYMMDD-HHMMSS-xxxxxxxx`` (local time, then 8 random hex
 digits), so ids sort by creation time and a file name is ``{id}.md``. Ids of
-legacy files (``agent_YYYYMMDD_HHMMSS``) are accepted for reading only; a
+legacy files (``agent_YYYYMMDD_HHMMSS``) are accepted for reading only (their
+handles are made of a digest of the id: ``tail_of``); a
 lookup never turns user input into a path, it matches against files listed
 from the sessions directory.
 """
@@ -63,19 +64,19 @@ def project_name(cwd: Path) -> str:
 
 
 def handles(session_ids: Iterable[str], wanted: Iterable[str] | None = None) -> dict[str, str]:
-    """A short, stable handle for each generated id (of ``wanted`` only, when given,
-    each still unique among all of ``session_ids``), as git abbreviates commits (see
-    ``handle_between``). Legacy ids get none."""
-    generated = [i for i in session_ids if ID_RE.match(i)]
-    tails = sorted({i[-8:] for i in generated})
-    targets = generated if wanted is None else [i for i in wanted if ID_RE.match(i)]
+    """A short, stable handle for each id (of ``wanted`` only, when given, each still
+    unique among all of ``session_ids``), as git abbreviates commits (see
+    ``handle_between``), made of its ``tail_of``."""
+    tail = {i: t for i in session_ids if (t := tail_of(i)) is not None}
+    tails = sorted(set(tail.values()))
+    targets = list(tail) if wanted is None else [i for i in wanted if i in tail]
     out: dict[str, str] = {}
     for session in targets:
-        tail = session[-8:]
-        n = bisect.bisect_left(tails, tail)
-        after = n + 1 if n < len(tails) and tails[n] == tail else n  # its neighbours
+        tail_ = tail[session]
+        n = bisect.bisect_left(tails, tail_)
+        after = n + 1 if n < len(tails) and tails[n] == tail_ else n  # its neighbours
         before = tails[n - 1] if n else ""
-        out[session] = handle_between(tail, before, tails[after] if after < len(tails) else "")
+        out[session] = handle_between(tail_, before, tails[after] if after < len(tails) else "")
     return out
 
 
@@ -98,8 +99,24 @@ def handle_between(tail: str, before: str, after: str) -> str:
 
 
 def tail_of(session_id: str) -> str | None:
-    """The random part of a generated id (what handles are made of); None for a legacy id."""
-    return session_id[-8:] if ID_RE.match(session_id) else None
+    """What a session's handle is made of: the random part of a generated id; for an
+    id of another form (the seed project's ``Simple_Sally_20250614_101500``, which has
+    no random part), eight hex digits of its SHA-256, as stable as the id; None for
+    text that is no id."""
+    if ID_RE.match(session_id):
+        return session_id[-8:]
+    if is_file_stem(session_id):
+        digest: str = sha256(session_id.encode("utf-8", "surrogateescape")).hexdigest()
+        return digest[:8]
+    return None
+
+
+SEED_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*_\d{8}_\d{6}$")
+
+
+def is_seed_id(text: str) -> bool:
+    """True for an id of the seed project's form (``AGENT_YYYYMMDD_HHMMSS``)."""
+    return bool(SEED_ID_RE.match(text)) and ".." not in text
 
 
 def is_handle(text: str) -> bool:

@@ -3,13 +3,14 @@ letter in it), shown by every listing and taken by every command that takes N|ID
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import subprocess
 from pathlib import Path
 
 from chatloop.format import Message
-from chatloop.ids import MIN_HANDLE, handles
+from chatloop.ids import MIN_HANDLE, handles, tail_of
 from chatloop.store.store import Store
 from tests.conftest import T0, new_meta
 from tests.pty_driver import chatloop_bin, environment
@@ -25,8 +26,11 @@ def test_handles_are_short_unique_prefixes_that_cannot_be_read_as_numbers() -> N
         "agent_20250101_120000",
     ]
     found = handles(ids)
-    assert "agent_20250101_120000" not in found  # legacy ids have none
-    tails = {i: i[-8:] for i in found}
+    # a legacy id's handle is made of a digest of the id (it has no random part)
+    digest = hashlib.sha256(b"agent_20250101_120000").hexdigest()[:8]
+    assert tail_of("agent_20250101_120000") == digest
+    assert found["agent_20250101_120000"] == handles(ids)["agent_20250101_120000"]  # stable
+    tails = {i: tail_of(i) or "" for i in found}
     for session_id, handle in found.items():
         assert tails[session_id].startswith(handle) and len(handle) >= MIN_HANDLE
         others = [t for i, t in tails.items() if i != session_id]

@@ -121,6 +121,18 @@ class AgentChoice:
     note: str | None = None
 
 
+def _agent_named(names: tuple[str, ...], dirs: Iterable[Path]) -> Path:
+    """The agent file of the first of ``names`` found in the agent folders ``dirs``
+    (by name only); raises the first name's ChatloopError when none is."""
+    first: ChatloopError | None = None
+    for name in dict.fromkeys(n for n in names if n):
+        try:
+            return find_agent_file(name, dirs, names_only=True)
+        except ChatloopError as exc:
+            first = first or exc
+    raise first or ChatloopError("The session names no agent", "")
+
+
 def agent_for(
     located: Located, *, current: Path, current_name: str, named: bool, dirs: Iterable[Path]
 ) -> AgentChoice:
@@ -129,7 +141,8 @@ def agent_for(
     1. an agent the person named for this run (``--agent``, or ``/agent`` in the
        chat) goes on: it is ``current`` (called ``current_name``);
     2. else the agent the session was held with, found by its name in the agent
-       folders ``dirs`` (by name only: a session file never names a file to run);
+       folders ``dirs`` (by name only: a session file never names a file to run),
+       else by the name it was shown with (an imported session's "Simple Sally");
     3. else ``current`` (the configured agent).
 
     Whenever the agent that goes on is not the one the session was held with, or
@@ -144,7 +157,7 @@ def agent_for(
             current, f"session {meta.id} was with {held}; continuing it with {current_name}."
         )
     try:
-        own = find_agent_file(recorded, dirs, names_only=True)
+        own = _agent_named((recorded, meta.agent), dirs)
     except ChatloopError:
         return AgentChoice(
             current,

@@ -725,10 +725,18 @@ class ChatSession:
         writer = self.writer
         if writer is None:  # nothing written: a pending continuation leaves no file
             if isinstance(self.state, Waiting):
-                parent = self.state.continuation.parent.meta.id
+                parent = self.state.continuation.parent
+                try:
+                    kept = chain.read_parent(self.store, parent.path).summary is not None
+                except (ChatloopError, OSError):  # (gone meanwhile: said as not kept)
+                    kept = False
                 self.host.notice(
-                    f"Nothing new to save; session {parent} is closed with its "
-                    "summary, ready to resume.",
+                    f"Nothing new to save; session {parent.meta.id} is "
+                    + (
+                        "closed with its summary, ready to resume."
+                        if kept
+                        else "as it was (its summary is made again when it is resumed)."
+                    ),
                     "ok",
                 )
             self._release()
@@ -1512,13 +1520,19 @@ class ChatSession:
                 parent = again
         found = self.store.read(parent.path)
         writer = None
-        if not found.legacy:  # legacy files are read, never written
+        if not found.legacy:  # (a legacy copy gets its summary in the seed's markers)
             try:
                 writer = self.store.open(parent.path)
             except ChatloopError:  # open in another chatloop: summarize without writing
                 writer = None
         messages = writer.messages if writer else list(found.session.messages)
         outcome = self.summarize(messages, chain.began_from(self.store, parent))
+        if found.legacy and not outcome.fallback:  # made once, kept (not a stand-in)
+            try:
+                self.store.add_legacy_summary(parent.path, outcome.text)
+                self.host.notice(f"Wrote the missing summary into {parent.path.name}.")
+            except ChatloopError:  # locked, or changed meanwhile: this resume uses it
+                pass
         if writer is None:
             return replace(parent, summary=outcome.text)
         try:

@@ -499,6 +499,11 @@ def _option(token: str, takes: dict[str, str]) -> str | None:
 def _is_ref(text: str) -> bool:
     """A word that names a session (a number, a handle or an id) rather than starts a
     question."""
-    from chatloop.ids import is_file_stem, is_handle
+    from chatloop.ids import is_file_stem, is_handle, is_seed_id
 
-    return text.isdigit() or is_handle(text) or (is_file_stem(text) and text[:8].isdigit())
+    return (
+        text.isdigit()
+        or is_handle(text)
+        or (is_file_stem(text) and text[:8].isdigit())
+        or is_seed_id(text)
+    )

@@ -5,8 +5,10 @@ Those files have no front matter: bold key lines (``**Session ID:**``,
 ``**Resumed From:**``), then ``## Query N (HH:MM:SS)`` sections with
 ``**You:**`` and ``**{Agent}:**`` paragraphs, a ``*Time: ... | Tokens: ...*``
 line, ``---`` rules, and the same SESSION_SUMMARY markers. We read them into
-the same values so they can be listed, searched and resumed; we never write
-them.
+the same values so they can be listed, searched and resumed. We write one thing
+into them, and only into the copy ``chatloop import`` made: a summary chatloop
+made for a session that had none, in the seed's own markers (``with_summary``),
+so that it is made once.
 
 Only markers in the file's own structure count. A ``## Session Restored``
 section is the restore block only as the first section of a file that says
@@ -27,7 +29,7 @@ from datetime import datetime, time
 from chatloop.format.body import SUMMARY_END, SUMMARY_START
 from chatloop.format.values import Message, ParseResult, Problem, Session, SessionMeta, Usage
 
-__all__ = ["looks_legacy", "parse_legacy"]
+__all__ = ["looks_legacy", "parse_legacy", "with_summary"]
 
 _KEY_RE = re.compile(
     r"^\*\*(Session ID|Date|Agent|Agent Path|Total Queries|Resumed From):\*\* ?(.*)$", re.MULTILINE
@@ -70,11 +72,12 @@ def parse_legacy(data: bytes) -> ParseResult:
     if summary_text is not None:
         messages.append(Message.create("summary", created, text=summary_text))
     queries = sum(1 for m in messages if m.is_query)
+    first = next((m.text for m in messages if m.is_query), "")
     meta = SessionMeta(
         id=keys.get("Session ID", ""),
         created=created,
         updated=max([created, *(m.at for m in messages)]),
-        title="",
+        title=_title(first),
         agent=agent,
         agent_path=keys.get("Agent Path", ""),
         parent_id=keys.get("Resumed From") or None,
@@ -86,6 +89,22 @@ def parse_legacy(data: bytes) -> ParseResult:
         format=1,
     )
     return ParseResult(Session(meta, tuple(messages)), tuple(problems), len(data), legacy=True)
+
+
+def with_summary(data: bytes, text: str) -> bytes:
+    """``data`` (a legacy file without a summary) with ``text`` as its summary, in the
+    seed's own markers after a ``---`` rule at the end, as the seed wrote it; a line of
+    ``text`` that is a marker is indented (it stays text). Raises ValueError when the
+    file has a summary already or is not of the legacy format."""
+    if not looks_legacy(data):
+        raise ValueError("not a file of the legacy format")
+    if _structural_summary(data.decode("utf-8", errors="replace").replace("\r\n", "\n")):
+        raise ValueError("the file has a summary already")
+    lines = [
+        f" {ln}" if ln.strip() in (SUMMARY_START, SUMMARY_END) else ln for ln in text.split("\n")
+    ]
+    block = "\n".join([SUMMARY_START, *lines, SUMMARY_END]).encode("utf-8", "surrogateescape")
+    return data.rstrip() + b"\n\n---\n\n" + block + b"\n"
 
 
 def looks_legacy(data: bytes) -> bool:
@@ -122,27 +141,38 @@ def _section_messages(chunk: str, agent: str, at: datetime, restore: bool) -> li
                 int(footer.group(2).replace(",", "")), int(footer.group(3).replace(",", ""))
             )
         chunk = chunk[: footer.start()].rstrip()
-    label = f"**{agent}:** "
-    if chunk.startswith(label):
-        user_text, reply = "", chunk[len(label) :]
+    # the agent's label: followed by its reply, or by nothing when the reply was empty
+    label = re.compile(r"(?:\A|\n)\*\*" + re.escape(agent) + r":\*\*(?=[ \n]|\Z)")
+    found = label.search(chunk) if agent else None
+    if found is None:
+        user_text, reply = chunk, ""
     else:
-        found = chunk.find("\n" + label)
-        user_text, reply = (
-            (chunk, "") if found < 0 else (chunk[:found], chunk[found + 1 + len(label) :])
-        )
+        user_text, reply = chunk[: found.start()], chunk[found.end() :]
     reply = reply.strip()
     user_text = user_text.strip()
     out: list[Message] = []
     if user_text:
-        text = user_text.removeprefix("**You:** ")
+        text = user_text.removeprefix("**You:**").strip()
         out.append(Message.create("user", at, text=text, restore=restore))
-    if reply or usage:
+    if reply or usage or found is not None:
         out.append(
             Message.create(
                 "assistant", at, text=reply, usage=usage, duration=duration, restore=restore
             )
         )
     return out
+
+
+TITLE_CHARS = 80
+
+
+def _title(query: str) -> str:
+    """A legacy session's title (the seed wrote none): its first question's first
+    line, cut at a word to TITLE_CHARS with an ellipsis."""
+    line = " ".join(next((ln for ln in query.splitlines() if ln.strip()), "").split())
+    if len(line) <= TITLE_CHARS:
+        return line
+    return line[: TITLE_CHARS - 1].rsplit(" ", 1)[0] + "…"
 
 
 def _parse_date(value: str) -> datetime:

@@ -19,6 +19,7 @@ Role = Literal["user", "assistant", "tool", "summary"]
 ROLES: tuple[str, ...] = ("user", "assistant", "tool", "summary")
 STATUSES: tuple[str, ...] = ("open", "closed", "interrupted")
 FORMAT_VERSION = 2  # what chatloop writes; format 1 is read forever
+_SEED_AGENT_STEMS = ("agent", "__init__", "main")  # the seed project's NAME/agent.py
 FORMATS: tuple[int, ...] = (1, 2)
 
 __all__ = [
@@ -242,9 +243,16 @@ class SessionMeta:
 
     @property
     def agent_ref(self) -> str:
-        """The name to look the agent up by: ``agent_name``, else the stem of a format 1
-        ``agent_path``. Never a path: a session file names an agent, it never runs one."""
-        return self.agent_name or (PurePath(self.agent_path).stem if self.agent_path else "")
+        """The name to look the agent up by: ``agent_name``, else the name of a format 1
+        ``agent_path``: its stem, or its folder's name for the seed project's
+        ``NAME/agent.py`` layout. Never a path: a session file names an agent, it never
+        runs one."""
+        if self.agent_name or not self.agent_path:
+            return self.agent_name
+        path = PurePath(self.agent_path)
+        return (
+            path.parent.name if path.stem in _SEED_AGENT_STEMS and path.parent.name else path.stem
+        )
 
     def parent_path(self, own_path: PurePath) -> PurePath | None:
         """Where ``parent_file`` points, for a session stored at ``own_path``."""

@@ -237,7 +237,7 @@ class Queries:
         or an id (any project, or its start). Raises NotFound naming the closest ones."""
         rows = self.listing(all_projects=True)[0]
         ref = ref.strip()
-        by_handle = [r for r in rows if r.handle and r.id[-8:].startswith(ref)]
+        by_handle = [r for r in rows if r.handle and (tail_of(r.id) or "").startswith(ref)]
         if ref.isdigit() and not ref.startswith("0"):
             numbered = [r for r in rows if r.project == self.project and r.number]
             if 1 <= int(ref) <= len(numbered):

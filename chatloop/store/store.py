@@ -192,6 +192,24 @@ class Store:
         finally:
             os.close(lock_fd)
 
+    def add_legacy_summary(self, path: Path, text: str) -> None:
+        """Write ``text`` as the summary of the legacy-format copy at ``path`` (one this
+        home holds: ``chatloop import`` made it; the original is never touched), in the
+        seed's own markers (``chatloop.format.legacy.with_summary``), atomically and
+        under the session's lock. Raises StoreError when it cannot: locked, gone,
+        already summarized, not a legacy file."""
+        from chatloop.format.legacy import with_summary
+
+        lock_fd = take_lock(path)
+        try:
+            try:
+                new = with_summary(read_bytes(path), text)
+            except ValueError as exc:
+                raise StoreError(f"Cannot add a summary to {path.name}: {exc}", "") from exc
+            atomic_rewrite(path, new)
+        finally:
+            os.close(lock_fd)
+
     def summary_of(self, path: Path) -> SummaryLookup:
         """The summary of a session that may be trusted (see
         ``chatloop.format.find_summary``); reads the head and the summary frame of a

@@ -35,6 +35,7 @@ from prompt_toolkit.layout.dimension import Dimension
 from prompt_toolkit.output import Output
 
 from chatloop.chat.host import Lookup, Picked
+from chatloop.ids import tail_of
 from chatloop.store.rows import SessionRow
 from chatloop.ui.listing import describe, handle_width, relative_time
 from chatloop.ui.terminal_text import clip, visible
@@ -84,7 +85,7 @@ def matches(row: SessionRow, words: Sequence[str]) -> bool:
             row.git_branch or "",
         )
     ).casefold()
-    random_part = row.id[-8:].casefold()
+    random_part = (tail_of(row.id) or "").casefold()
     return all(
         word in hay or (len(word) >= 4 and random_part.startswith(word))
         for word in (w.casefold() for w in words)
@@ -170,11 +171,11 @@ def _by_ref(rows: Sequence[SessionRow], ref: str) -> SessionRow | None:
     if ref.isdigit():  # a number, or a handle of eight digits (as ``Index.find`` reads it)
         found = [r for r in rows if r.number == int(ref)]
         if not found and len(ref) == 8:
-            found = [r for r in rows if r.id[-8:] == ref]
+            found = [r for r in rows if tail_of(r.id) == ref]
     elif len(ref) < 4:
         return None
     else:
-        found = [r for r in rows if r.id == ref or r.id[-8:].startswith(ref)]
+        found = [r for r in rows if r.id == ref or (tail_of(r.id) or "").startswith(ref)]
     return found[0] if len(found) == 1 else None
 
 
