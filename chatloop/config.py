@@ -268,6 +268,32 @@ def _printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
+def _meant(key: str) -> str:
+    """What to say of an unknown config key: the one it is close to, else every key."""
+    import difflib
+
+    close = difflib.get_close_matches(key.lower(), KEYS, n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else f"known: {', '.join(KEYS)}"
+
+
+ENV_NAMES = (HOME_ENV, CONFIG_ENV)  # the variables that are not a setting's
+
+
+def _misspelled(env: Mapping[str, str]) -> list[str]:
+    """A warning for each ``CHATLOOP_*`` variable that names no setting but is close to
+    one that does (``CHATLOOP_AGNET``); others are left alone (they may be another
+    tool's, or a test's)."""
+    import difflib
+
+    known = [*ENV_NAMES, *(f"CHATLOOP_{key.upper()}" for key in KEYS)]
+    out = []
+    for name in sorted(n for n in env if n.startswith("CHATLOOP_") and n not in known):
+        close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.85)
+        if close:
+            out.append(f"{name} is not a setting and is ignored: did you mean {close[0]}?")
+    return out
+
+
 def load_settings(
     flags: Mapping[str, Any] | None = None,
     *,
@@ -298,7 +324,7 @@ def load_settings(
             if key in KEYS:
                 values[key] = _coerce(key, value, f"config file {path}")
             else:
-                warnings.append(f"{path}: unknown key {key!r} ignored (known: {', '.join(KEYS)})")
+                warnings.append(f"{path}: unknown key {key!r} ignored ({_meant(str(key))})")
         warnings.extend(_redirections(path, values, named=bool(config_file), environ=env))
     elif config_file or env.get(CONFIG_ENV):
         raise UsageError(f"No config file at {path}", "Check --config / CHATLOOP_CONFIG.")
@@ -306,6 +332,7 @@ def load_settings(
         name = f"CHATLOOP_{key.upper()}"
         if name in env and env[name] != "":
             values[key] = _coerce(key, env[name], name)
+    warnings.extend(_misspelled(env))
     for key, value in (flags or {}).items():
         if key in KEYS and value is not None:
             values[key] = _coerce(key, value, f"--{key.replace('_', '-')}")

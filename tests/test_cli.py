@@ -13,11 +13,11 @@ import pytest
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
 
 
-def run(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+def run(*args: str, cwd: Path, home: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "chatloop.cli", *args],
         cwd=cwd,
-        env={"CHATLOOP_HOME": str(home), "PATH": "/usr/bin:/bin", "HOME": str(home)},
+        env={"CHATLOOP_HOME": str(home), "PATH": "/usr/bin:/bin", "HOME": str(home), **env},
         capture_output=True,
         text=True,
         timeout=60,
@@ -349,3 +349,40 @@ def test_a_search_word_that_starts_with_a_dash_is_a_word(
     assert "Is rm -[rf] build safe here?" in out.stdout  # found, the word marked
     out = run("search", "--limit", "5", cwd=project, home=chatloop_home)
     assert out.returncode == 2 and "required: query" in out.stderr
+
+
+def test_settings_say_what_was_meant_and_the_line_of_a_yaml_error(
+    project: Path, chatloop_home: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("agnet: file_fiona\n")
+    out = run("--config", str(config), "sessions", cwd=project, home=chatloop_home)
+    assert out.returncode == 0
+    assert f"warning: {config}: unknown key 'agnet' ignored (did you mean 'agent'?)" in out.stderr
+    config.write_text("agent: simple_sally\nmodel: [unclosed\n")
+    out = run("--config", str(config), "sessions", cwd=project, home=chatloop_home)
+    assert out.returncode == 2 and "it is not valid YAML (line 2, column 8)" in out.stderr
+    out = run(
+        "sessions", cwd=project, home=chatloop_home, CHATLOOP_AGNET="x", CHATLOOP_SOMETHING="y"
+    )
+    assert out.returncode == 0
+    said = [line for line in out.stderr.splitlines() if "CHATLOOP_" in line]
+    assert said == [
+        "warning: CHATLOOP_AGNET is not a setting and is ignored: did you mean CHATLOOP_AGENT?"
+    ]  # a name close to none is another tool's: left alone
+
+
+def test_commands_that_read_never_make_a_home_and_doctor_tells_a_file(
+    project: Path, tmp_path: Path
+) -> None:
+    missing = tmp_path / "no-home-yet"
+    for args in (["sessions"], ["search", "kumquat"], ["show", "1"], ["sessions", "--json"]):
+        out = run(*args, cwd=project, home=missing)
+        assert out.returncode in (0, 1) and "Traceback" not in out.stderr, args
+        assert not missing.exists(), args
+    assert "No sessions yet" in run("sessions", cwd=project, home=missing).stdout
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    out = run("doctor", "--base-url", "http://127.0.0.1:9/v1", cwd=project, home=a_file)
+    assert f"FAIL  sessions directory {a_file} is not a directory" in out.stdout
+    assert "chmod" not in out.stdout and "Errno" not in out.stdout

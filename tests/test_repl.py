@@ -389,3 +389,53 @@ def test_the_answer_is_labelled_only_after_an_acknowledgment_that_showed(
     assert "Two." in shown
     labelled = "Its answer to your message:" in shown
     assert labelled == (ack != "failed"), shown
+
+
+def test_a_guessed_window_is_said_when_the_chat_starts_and_a_known_one_is_not(
+    store: Store,
+) -> None:
+    from tests.hosts import TEST_SETTINGS
+    from tests.repl_driver import drive, fake_server
+
+    guessed = "The server does not say its context window: chatloop plans with 4,096"
+    _, shown = drive(store, fake_server([]), "exit\r", settings=TEST_SETTINGS)
+    assert guessed in shown and "CHATLOOP_CONTEXT_WINDOW=2048" in shown
+    told = TEST_SETTINGS._replace(context_window=2048)
+    _, shown = drive(store, fake_server([]), "exit\r", settings=told)
+    assert guessed not in shown
+
+
+def test_a_model_the_server_does_not_list_is_said_when_the_chat_starts(
+    store: Store, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    from tests.scripted_server import scripted_server
+
+    with scripted_server(lambda body: "Fine.", model="qwen2.5-7b") as url:
+        env = {
+            "CHATLOOP_HOME": str(store.root),
+            "CHATLOOP_CONFIG": "",
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+        }
+        for model, said in (
+            ("qwen2.5-7", "does not list the model 'qwen2.5-7' (did you mean qwen2.5-7b?)"),
+            ("llama3", "does not list the model 'llama3' (it lists: qwen2.5-7b)"),
+            ("qwen2.5-7b", None),
+        ):
+            out = subprocess.run(
+                [sys.executable, "-m", "chatloop.cli", "--base-url", url, "--model", model, "hi"],
+                cwd=store.cwd,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert out.returncode == 0, out.stderr
+            notes = [line for line in out.stderr.splitlines() if "does not list" in line]
+            if said is None:
+                assert notes == [], out.stderr
+            else:
+                assert len(notes) == 1 and said in notes[0], out.stderr

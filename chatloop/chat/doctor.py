@@ -139,6 +139,13 @@ def _home(store: Store) -> Iterator[Check]:
             "ok", f"sessions directory {root} (not created yet: your first chat creates it)"
         )
         return
+    if not root.is_dir():
+        yield Check(
+            "FAIL",
+            f"sessions directory {root} is not a directory",
+            "point CHATLOOP_HOME (or --sessions-dir) at a directory, or move that file away",
+        )
+        return
     mode = stat.S_IMODE(root.stat().st_mode)
     private = mode & 0o077 == 0
     yield Check(
@@ -154,8 +161,11 @@ def _home(store: Store) -> Iterator[Check]:
             rows = index.list_sessions(all_projects=True)
         count = len(rows)
         yield Check("ok", f"index {index.path}: {count:,} session{'' if count == 1 else 's'}")
-    except (ChatloopError, OSError) as exc:
+    except ChatloopError as exc:
         yield Check("FAIL", f"index: {exc}")
+        return
+    except OSError as exc:  # (said as words, not as Python's [Errno N])
+        yield Check("FAIL", f"index: {exc.strerror or exc}: {exc.filename or store.root}")
         return
     yield from _unsummarized(rows)
 

@@ -115,10 +115,20 @@ def connect(settings: Settings, held: Held = Held()) -> Connected:
     else:
         backend = make(settings)
     try:
-        _choose_model(backend, held.model if on_held else "")
+        listed = _choose_model(backend, held.model if on_held else "")
     except BaseException:
         backend.close()
         raise
+    if listed and backend.model not in listed:
+        import difflib
+
+        close = difflib.get_close_matches(backend.model, listed, 1, 0.5)
+        names = ", ".join(listed[:5]) + (", ..." if len(listed) > 5 else "")
+        notes.append(
+            f"the server does not list the model {backend.model!r} "
+            + (f"(did you mean {close[0]}?)" if close else f"(it lists: {names})")
+            + "; its replies may come from another model or fail."
+        )
     return Connected(backend, tuple(notes))
 
 
@@ -131,17 +141,20 @@ def same_server(backend: Backend, settings: Settings, held: Held) -> bool:
     return held.url.rstrip("/") == backend.base_url.rstrip("/")
 
 
-def _choose_model(backend: Backend, held_model: str) -> None:
+def _choose_model(backend: Backend, held_model: str) -> list[str]:
     """Set ``backend.model`` when none was configured (``held_model`` when the server
     lists it, else its first); with one configured, still check that the server is
-    there, so nothing is saved for a server that is not."""
+    there, so nothing is saved for a server that is not. Returns the models the server
+    lists ([] for none, or for the embedded model)."""
     if not backend.model:
         listed = backend.models()
         backend.model = held_model if held_model and held_model in listed else (listed or [""])[0]
-    elif backend.kind != "embedded":
-        try:
-            backend.models()
-        except Unreachable:
-            raise
-        except BackendError:  # it answered (a server without a model list): go on
-            pass
+        return listed
+    if backend.kind == "embedded":
+        return []
+    try:
+        return backend.models()
+    except Unreachable:
+        raise
+    except BackendError:  # it answered (a server without a model list): go on
+        return []

@@ -65,7 +65,8 @@ def index(args: argparse.Namespace, words: bool = False) -> Index:
     ``words`` (a search) waits for them, saying how many are left."""
     from chatloop.store.index import Index
 
-    opened = Index(store(args))
+    home = store(args)
+    opened = Index(home, memory=_not_made(home.root))  # reading never makes a home
     try:
         opened.sync(all_projects=True, progress=progress_bar(at_least=200))
         if words:
@@ -80,6 +81,17 @@ def index(args: argparse.Namespace, words: bool = False) -> Index:
         opened.close()
         raise
     return opened
+
+
+def _not_made(root: Path) -> bool:
+    """True when ``root`` does not exist and could be made (the nearest folder above it
+    that exists is a folder: a home under a file is an error, said as one)."""
+    if root.exists() or root.is_symlink():
+        return False
+    above = root.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    return above.is_dir()
 
 
 def words_progress(index: Index) -> tuple[Callable[[int, int], None], Callable[[], None]]:

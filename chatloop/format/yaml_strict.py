@@ -124,7 +124,11 @@ def load(text: str, plain: bool = True) -> dict[str, Any]:
     except (made.yaml.YAMLError, ValueError, RecursionError) as exc:
         # (PyYAML raises ValueError for an escape past U+10FFFF, "\U10010000", and a
         # deep enough nesting of brackets exhausts its recursive composer)
-        raise FrontMatterError(f"front matter is not valid YAML: {_first_line(exc)}") from exc
+        mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        raise FrontMatterError(
+            f"front matter is not valid YAML{where}: {_first_line(exc)}"
+        ) from exc
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -47,9 +47,11 @@ class Index:
     process works from an in-memory index read from the files
     (``in_memory``): the same rows, just not kept."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, memory: bool = False) -> None:
+        """``memory``: an index in memory from the start, ``index.db`` never made (a
+        command that only reads, on a home that does not exist: it makes none)."""
         self.store = store
-        self.file = IndexFile(store.root / INDEX_FILE)
+        self.file = IndexFile(store.root / INDEX_FILE, memory=memory)
 
     @property
     def path(self) -> Path:

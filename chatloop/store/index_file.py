@@ -69,10 +69,10 @@ class IndexFile:
     same tables, just not kept). Whoever holds it may find ``db`` replaced after a
     ``guarded`` action: read it afresh each time, never keep it."""
 
-    def __init__(self, path: Path, bulk: bool = False) -> None:
+    def __init__(self, path: Path, bulk: bool = False, memory: bool = False) -> None:
         self.path = path
-        self.in_memory = False
-        self.db = _connect(path, bulk=True) if bulk else self._open()
+        self.in_memory = memory  # (``memory``: never opened or made, as for a home not made)
+        self.db = _memory_db() if memory else _connect(path, bulk=True) if bulk else self._open()
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):

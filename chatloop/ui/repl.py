@@ -35,7 +35,7 @@ from chatloop.chat.agent import Agent, agent_dirs, agent_names
 from chatloop.chat.continuation import Kind, Located
 from chatloop.chat.host import Lookup, Picked, Progress, ReplyView, Tone
 from chatloop.chat.session import ChatSession
-from chatloop.config import EMBEDDED_NOTE, Settings
+from chatloop.config import DEFAULT_WINDOW, EMBEDDED_NOTE, Settings
 from chatloop.errors import ChatloopError
 from chatloop.store.store import Store
 from chatloop.ui import commands, render
@@ -327,3 +327,11 @@ class Repl:
         )
         if backend.kind == "embedded":
             render.note(self.console, EMBEDDED_NOTE, "yellow")
+        elif self.session.window() is None:  # (the toolbar's window: asked once, kept)
+            render.note(
+                self.console,
+                f"The server does not say its context window: chatloop plans with "
+                f"{DEFAULT_WINDOW:,} tokens. Set context_window to the server's (e.g. "
+                "CHATLOOP_CONTEXT_WINDOW=2048); `chatloop doctor` says more.",
+                "yellow",
+            )
