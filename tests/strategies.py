@@ -141,6 +141,7 @@ def sessions(draw: st.DrawFn) -> Session:
         updated=draw(at_st),
         git_branch=draw(opt_text),
         parent_id=draw(opt_text),
+        system=draw(opt_text),
         queries=draw(st.integers(0, 10**6)),
         tokens_in=draw(st.integers(0, 10**9)),
         status=draw(st.sampled_from(["open", "closed", "interrupted"])),

@@ -95,7 +95,17 @@ def test_the_repl_shows_hostile_replies_and_titles_as_text(store: Store) -> None
         "unpin": "1",
         "search": HOSTILE,
     }
-    skipped = {"exit", "resume", "new", "fork", "retry", "edit", "clear", "copy"}  # elsewhere
+    skipped = {
+        "exit",
+        "resume",
+        "new",
+        "fork",
+        "retry",
+        "edit",
+        "clear",
+        "copy",
+        "file",
+    }  # elsewhere
     every = [
         f"/{spec.name} {arguments.get(spec.name, '')}".rstrip()
         for spec in commands.TABLE

@@ -86,6 +86,7 @@ class Agent:
     options: dict[str, Any] = field(default_factory=dict)
     tools: tuple[Tool, ...] = ()
     path: str = ""
+    system_given: bool = False  # system_prompt is the person's (``-s``), not the file's
 
     def tool_specs(self) -> list[dict[str, Any]]:
         return [tool.spec() for tool in self.tools]

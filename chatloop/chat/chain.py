@@ -452,6 +452,7 @@ def child_meta(template: SessionMeta, parent: Parent, now: datetime, folder: Pat
         parent_file=os.path.relpath(parent.path, folder),
         extra=dict(template.extra),
         pins=template.pins,
+        system=template.system,
     )
 
 

@@ -248,6 +248,7 @@ class ChatSession:
             backend_url=self.backend.base_url,
             git_branch=git_branch(self.store.cwd),
             pins=self.pins,
+            system=self.agent.system_prompt if self.agent.system_given else None,
         )
 
     def _summary_words(self) -> int:
@@ -486,6 +487,7 @@ class ChatSession:
                 git_branch=fresh.git_branch,
                 pins=fresh.pins,
                 title=fresh.title,
+                system=fresh.system,
             )
         except StoreError as exc:
             note = f"{exc.message}; the session file does not name its agent yet."

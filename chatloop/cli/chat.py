@@ -17,6 +17,8 @@ from chatloop.cli import wiring
 from chatloop.errors import Unapproved, UsageError
 
 if TYPE_CHECKING:
+    from chatloop.chat import continuation
+    from chatloop.chat.agent import Agent
     from chatloop.chat.continuation import Kind, Pick
     from chatloop.chat.host import Lookup, Picked
     from chatloop.store.rows import SessionRow
@@ -97,6 +99,7 @@ def chat(
 
     choice = None if located is None else choose(agent_file.stem)
     agent = trust.load(agent_file if choice is None else choice.path, chatloop_home(), ask)
+    agent = _with_system(agent, args, located)
     if choice is not None:
         if choice.path == agent_file and choice.note:
             choice = choose(agent.name)  # the note names it as it calls itself
@@ -128,6 +131,35 @@ def chat(
         backend.close()
 
 
+SYSTEM_MAX_CHARS = 16_000  # a -s prompt, kept in the front matter (64 KiB with the pins)
+
+
+def _with_system(
+    agent: Agent, args: argparse.Namespace, located: continuation.Located | None
+) -> Agent:
+    """``agent`` with the system prompt ``-s`` gave, if any (recorded in the session's
+    front matter as ``system``); a continued session that had one of its own and is
+    not given one now goes on with the agent's, and a line says so."""
+    import dataclasses
+
+    if args.system is not None:
+        if len(args.system) > SYSTEM_MAX_CHARS:
+            raise UsageError(
+                f"-s gives a system prompt of {len(args.system):,} characters; at most "
+                f"{SYSTEM_MAX_CHARS:,} fit in a session's front matter",
+                "For a longer one, write an agent file (agents/NAME.py, SYSTEM_PROMPT).",
+            )
+        return dataclasses.replace(agent, system_prompt=args.system, system_given=True)
+    if located is not None and located.parent.meta.system is not None:
+        wiring.say(
+            [
+                f"session {located.parent.meta.id} had a system prompt of its own (-s); "
+                f"continuing with {agent.name}'s (-s TEXT gives one again)."
+            ]
+        )
+    return agent
+
+
 def _question(args: argparse.Namespace) -> str | None:
     """The one-shot question: the words on the command line, then what is piped in
     (``git diff | chatloop "review this"``); None for the interactive chat."""
@@ -137,24 +169,33 @@ def _question(args: argparse.Namespace) -> str | None:
             "--resume without a session picks one from a list, which needs a terminal",
             'Name it: chatloop -r 3 "…", or continue the last: chatloop -c "…"',
         )
+    files = getattr(args, "files", None) or []
     if not sys.stdin.isatty():
         try:
             piped = _read_piped()
         except (OSError, ValueError):
             piped = ""
-        if not piped.strip() and not args.question:
+    if not args.question and not piped.strip():
+        if files:
+            raise UsageError(
+                "-f attaches a file to a question: give the question too",
+                'chatloop -f notes.md "summarize this"; in the chat, /file PATH [QUESTION].',
+            )
+        if not sys.stdin.isatty():
             raise UsageError(
                 "Nothing to send: the piped input is empty",
                 'Pipe some text in, or ask on the command line: chatloop "…"',
             )
-    if not args.question and not piped.strip():
         return None
     if args.resume == "":
         raise UsageError(
             "A one-shot question cannot pick a session from a list",
             'Name it: chatloop -r 3 "…", or continue the last: chatloop -c "…"',
         )
-    return "\n\n".join(part for part in (_words(args.question or ""), piped.strip()) if part)
+    from chatloop.chat.attachments import attachment, with_attachments
+
+    said = "\n\n".join(part for part in (_words(args.question or ""), piped.strip()) if part)
+    return with_attachments(said, [attachment(given) for given in files])
 
 
 def _read_piped() -> str:

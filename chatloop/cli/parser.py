@@ -27,6 +27,8 @@ examples:
   chatloop --resume 3 --full    continue session 3 with its whole history, if it fits
   chatloop --resume 3 --fork    branch session 3: it stays as it is, a new one goes on
   chatloop "why is the sky blue?"   ask once: the reply on stdout, the session saved
+  chatloop -f notes.md "summarize this"   attach a file to the question
+  chatloop -s "Answer in French." -m llama3.2   your own system prompt, another model
   git diff | chatloop "review this"  piped text is sent too (after the question)
   chatloop -c "and in winter?"  a follow-up to the most recent session, once
   chatloop sessions             list this project's sessions, 1 = most recent
@@ -81,7 +83,7 @@ OPTIONS = (
         {"metavar": "NAME|PATH", "help": "agent name in agents/ or a .py file"},
         shared=True,
     ),
-    Option(("--model",), {"metavar": "M", "help": "model name on the server"}, shared=True),
+    Option(("-m", "--model"), {"metavar": "M", "help": "model name on the server"}, shared=True),
     Option(
         ("--backend",),
         {
@@ -97,6 +99,23 @@ OPTIONS = (
         shared=True,
     ),
     Option(("--new",), {"action": "store_true", "help": "start a new session (the default)"}),
+    Option(
+        ("-s", "--system"),
+        {
+            "metavar": "TEXT",
+            "help": "a system prompt for this session instead of the agent's (recorded in "
+            "its file)",
+        },
+    ),
+    Option(
+        ("-f", "--file"),
+        {
+            "dest": "files",
+            "action": "append",
+            "metavar": "PATH",
+            "help": "attach a text file to the question (repeatable; in the chat: /file PATH)",
+        },
+    ),
     Option(
         ("-c", "--continue"),
         {

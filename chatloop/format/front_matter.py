@@ -81,6 +81,7 @@ KNOWN_KEYS = [
     "summary_at",
     "summary_leaves",
     "pins",
+    "system",
 ]
 MAX_PINS, MAX_PIN_CHARS = 50, 500  # pinned facts: how many, and how long each
 _ID_RE = re.compile(r"\d{8}-\d{6}-[0-9a-f]{8}")
@@ -283,6 +284,7 @@ def meta_from_dict(raw: dict[str, Any], name: str, problems: list[tuple[str, str
         summary_at=summary_at if summary_key is not None else None,
         summary_leaves=check_count(raw.get("summary_leaves"), "summary_leaves", problems),
         pins=tuple(p[:MAX_PIN_CHARS] for p in (pins or [])[:MAX_PINS]),
+        system=optional("system"),
     )
 
 
@@ -342,6 +344,8 @@ def _meta_to_dict(meta: SessionMeta) -> dict[str, Any]:
         data["summary_leaves"] = meta.summary_leaves
     if meta.pins:
         data["pins"] = list(meta.pins)
+    if meta.system is not None:
+        data["system"] = meta.system
     for key, value in meta.extra.items():
         if key not in data and key not in KNOWN_KEYS:
             data[key] = value

@@ -240,6 +240,7 @@ class SessionMeta:
     # carries them word for word (docs/chains.md); 0 when it covers every message
     summary_leaves: int = 0
     pins: tuple[str, ...] = ()  # facts the person pinned: carried into every later session
+    system: str | None = None  # a system prompt given for this session (-s), not the agent's
 
     @property
     def agent_ref(self) -> str:

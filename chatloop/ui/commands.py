@@ -320,6 +320,18 @@ def _retry(shell: Shell, arg: str) -> None:
     shell.session.again()
 
 
+def _file(shell: Shell, arg: str) -> None:
+    from chatloop.chat.attachments import attachment, with_attachments
+
+    given, _, question = arg.strip().partition(" ")
+    if not given:
+        raise ChatloopError(
+            "Give the file to attach, then your question if any",
+            "For example: /file notes/watering-plan.md what is missing here?",
+        )
+    shell.session.send(with_attachments(question.strip(), [attachment(given)]))
+
+
 def _edit(shell: Shell, arg: str) -> None:
     if not arg.strip():
         raise ChatloopError(
@@ -481,6 +493,12 @@ TABLE: tuple[Spec, ...] = (
         "/edit TEXT",
         "send TEXT instead of your last message, in a branch (/fork) after the message before it",
         _edit,
+    ),
+    Spec(
+        "file",
+        "/file PATH [TEXT]",
+        "send TEXT with the file's text attached (a path without spaces; as -f does)",
+        _file,
     ),
     Spec("model", "/model [NAME]", "list the server's models, or switch to NAME", _model),
     Spec(
