@@ -17,6 +17,7 @@ import pexpect
 import pytest
 
 from chatloop.format import Session, parse_markdown
+from chatloop.ids import tail_of
 from tests.pty_driver import (
     CPR_REQUEST,
     READY,
@@ -254,7 +255,8 @@ def test_quoted_markers_in_a_legacy_file_hide_no_query_in_show_and_search(
     assert shown.returncode == 0 and "Query 2" in shown.stdout
     assert "Here is the second answer." in shown.stdout and "── Summary ──" not in shown.stdout
     hits = run("search", "second", home=chatloop_home, cwd=project)
-    assert "Simple_Sally_20250614_101500" in hits.stdout
+    handle = tail_of("Simple_Sally_20250614_101500") or ""
+    assert f"  {handle[:4]}" in hits.stdout and "[second] question" in hits.stdout
 
 
 @pytest.mark.parametrize("kind", ["format2", "format1", "legacy"])
@@ -362,8 +364,9 @@ def test_an_empty_reply_is_said_and_an_acknowledgment_is_labelled(
 def test_a_wheel_in_a_fresh_venv_chats_with_the_real_server(
     llama_server: str, chatloop_home: Path, project: Path, tmp_path: Path
 ) -> None:
-    """Built as a wheel (not editable) and installed into a new virtual environment,
-    the program finds its bundled agent and holds a real chat."""
+    """Built as a wheel (not editable) and installed into a new virtual environment
+    under the distribution's name (chatloop-local), the program says its version,
+    its doctor finds the server, it finds its bundled agent and holds a real chat."""
     root = Path(__file__).resolve().parent.parent
     wheels = tmp_path / "wheels"
     subprocess.run(
@@ -383,13 +386,32 @@ def test_a_wheel_in_a_fresh_venv_chats_with_the_real_server(
     )
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    (wheel,) = wheels.glob("chatloop-*.whl")
+    (wheel,) = wheels.glob("chatloop_local-*.whl")  # the distribution's name: chatloop-local
     subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(wheel)],
         check=True,
         timeout=900,
     )
     program = str(venv / "bin" / "chatloop")
+    shown = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "show", "chatloop-local"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Name: chatloop-local" in shown.stdout  # the name of our own on the index
+    env = environment(chatloop_home, 12)
+    version = subprocess.run([program, "--version"], capture_output=True, text=True, env=env)
+    assert version.returncode == 0 and version.stdout.startswith("chatloop ")
+    doctor = subprocess.run(
+        [program, "doctor", "--base-url", llama_server],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=project,
+        timeout=120,
+    )
+    assert f"ok    server {llama_server}" in doctor.stdout, doctor.stdout + doctor.stderr
     child = pexpect.spawn(
         program,
         ["--base-url", llama_server],
