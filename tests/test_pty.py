@@ -842,6 +842,7 @@ def test_a_picked_session_is_the_one_resumed_not_another_its_id_could_name(
         screen.child.expect(pexpect.EOF)
         screen = picker(url, "search", "kumquats", "--all", "--resume", ready="you>")
         assert "kumquats" in screen.text() and "apples" not in screen.text()
+        assert "one session holds it:" in screen.text()  # which one it goes on with
         screen.child.sendline("exit")
         screen.child.expect(pexpect.EOF)
 

@@ -85,3 +85,75 @@ def test_a_summary_frame_after_damage_is_not_shown_as_the_sessions_summary(
     assert "── Summary ──" not in done.stdout
     assert "── Summary? (after damage" in done.stdout and "- X" in done.stdout
     assert "damaged" in done.stderr
+
+
+def test_marks_never_wrap_a_narrow_listing_and_a_fork_at_the_start_says_so(
+    store: Store,
+) -> None:
+    """Issue 35: at 60 columns the marks wrapped mid-word; "fork after query 0" read as
+    if something had been carried."""
+    from datetime import timedelta
+
+    from chatloop.store.rows import SessionRow
+    from chatloop.ui.listing import sessions_text
+
+    row = SessionRow(
+        number=1,
+        id="20261121-120000-abcd1234",
+        path="/x",
+        project="p",
+        title="A title",
+        agent="Simple Sally",
+        agent_name="simple_sally",
+        model="m",
+        created=T0.isoformat(),
+        updated=T0.isoformat(),
+        status="interrupted",
+        queries=3,
+        tokens_in=0,
+        tokens_out=0,
+        restoration_tokens=0,
+        parent_id="20261121-110000-0000aaaa",
+        parent_file=None,
+        git_branch=None,
+        preview="",
+        has_summary=False,
+        legacy=False,
+        problems=0,
+        handle="abcd",
+        forked_at=0,
+    )._replace(chain=4)
+    later = T0 + timedelta(hours=1)
+    wide = sessions_text([row], later, columns=200)
+    assert "[interrupted] [fork from the start] [chain of 4]" in wide
+    assert "after query 0" not in wide
+    for columns in (60, 72, 80):
+        (line,) = sessions_text([row], later, columns=columns).splitlines()
+        assert len(line) <= columns, (columns, line)
+        marks = line[line.index("[") :] if "[" in line else ""
+        for mark in ("[interrupted]", "[fork from the start]", "[chain of 4]"):
+            piece = mark.split()[0]
+            assert mark in marks or piece not in marks, (columns, line)  # whole or absent
+
+
+def test_a_summary_being_made_is_named_once_and_copy_says_where_it_went(
+    store: Store,
+) -> None:
+    """Issue 35: "Generating session summary..." appeared twice; /copy said it copied
+    where a terminal drops OSC 52."""
+    import io
+
+    from rich.console import Console
+
+    from chatloop.ui import render
+    from tests.repl_driver import drive, fake_server
+
+    out = io.StringIO()  # a terminal: the spinner is drawn (a pipe gets none)
+    console = Console(file=out, force_terminal=True, width=80)
+    with render.spinner(console, "Generating session summary...") as step:
+        step("part 1 of 2")
+    drawn = out.getvalue()
+    assert drawn.count("Generating session summary...") == 1 and "(part 1 of 2)" in drawn
+    _, shown = drive(store, fake_server([]), "hello\r/copy\rexit\r")
+    assert "Sent the last reply to your terminal's clipboard (OSC 52)" in shown
+    assert "Copied the last reply" not in shown

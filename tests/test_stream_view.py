@@ -219,8 +219,13 @@ def test_listings_fit_a_terminal_and_keep_their_marks() -> None:
         assert second.endswith("Short [interrupted]")
         hit = hit_line(SearchHit(row("t", 1), "assistant", long), columns=columns)
         assert cells(hit) < columns and hit.endswith("…")
-    narrow = sessions_text([row(long, 2, "interrupted")], now, columns=40)  # a few cells kept
-    assert "  Which h… [interrupted] [chain of 2]" in narrow
+    # narrower, the agent's column goes first, then marks, whole: no line wraps
+    narrow = sessions_text([row(long, 2, "interrupted")], now, columns=60)
+    assert cells(narrow) <= 60 and "Simple Sally" not in narrow
+    assert narrow.endswith("… [interrupted] …")  # the chain's mark gave way, not cut
+    assert "[interrupted] [chain of 2]" in sessions_text(
+        [row(long, 2, "interrupted")], now, columns=100
+    )
     assert long in sessions_text([row(long, 1)], now) or long[:70] in sessions_text(
         [row(long, 1)], now
     )  # a pipe gets the line whole (the title to 70 characters)

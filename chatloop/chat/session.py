@@ -1162,8 +1162,10 @@ class ChatSession:
         self.state = Open(writer, child.previous, child.prefix, base)
         parent = continuation.parent
         if isinstance(continuation, Branch):
-            said = f"Forked: {writer.meta.id} branches from {parent.meta.id} after query "
-            said += f"{continuation.forked_at}."
+            at = continuation.forked_at
+            said = f"Forked: {writer.meta.id} branches from {parent.meta.id} " + (
+                "at its start (none of its exchanges carried)." if at == 0 else f"after query {at}."
+            )
         else:
             carried = len(continuation.carried) if isinstance(continuation, FromSummary) else 0
             said = (
@@ -1653,8 +1655,9 @@ class ChatSession:
             self.state = Waiting(self._fork_summarized(branch))
             return
         self.host.notice(
-            f"Forking session {parent.meta.id} after query {at} ({len(history)} "
-            "messages carried): the branch begins with your next message; "
+            f"Forking session {parent.meta.id} "
+            + (f"after query {at} ({len(history)} messages carried)" if at else "at its start")
+            + ": the branch begins with your next message; "
             f"{parent.meta.id} stays as it is.",
             "restored",
         )

@@ -172,6 +172,9 @@ def _search_and_resume(args: argparse.Namespace) -> int:
             )
         if len(rows) == 1:
             row, fork = rows[0], bool(args.search_fork)
+            from chatloop.ui.listing import describe
+
+            wiring.say([f"one session holds it: {row.handle or row.id}  {describe(row)[:60]}"])
         else:
             lookup = IndexLookup(index, index.store, args.limit, all_projects=args.all)
             picked = pick(rows, datetime.now().astimezone(), lookup)

@@ -266,7 +266,11 @@ def _copy(shell: Shell, arg: str) -> None:
         raise ChatloopError("No reply to copy yet", "")
     payload = base64.b64encode(reply.encode()).decode()
     shell.console.file.write(f"\x1b]52;c;{payload}\x07")  # our own sequence; the text is base64
-    render.note(shell.console, "Copied the last reply (through your terminal's clipboard).")
+    render.note(
+        shell.console,
+        "Sent the last reply to your terminal's clipboard (OSC 52). Some terminals drop "
+        "it (tmux needs set-clipboard on): if it is not there, `chatloop show` prints it.",
+    )
 
 
 def _pin(shell: Shell, arg: str) -> None:

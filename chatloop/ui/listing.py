@@ -56,6 +56,12 @@ def one_line(text: str) -> str:
     return _BREAKS.sub(" ", text).strip()
 
 
+def fork_words(at: int) -> str:
+    """Where a fork branches, as a person reads it: after query N, or, at 0, from the
+    start (it carried none of its parent's exchanges)."""
+    return "fork from the start" if at == 0 else f"fork after query {at}"
+
+
 def handle_width(rows: Sequence[SessionRow]) -> int:
     """The handle column's width for ``rows``: 6, or the longest handle listed (8 when
     a handle is all digits, which ``ids.handles`` lengthens so it reads as no
@@ -73,21 +79,30 @@ def sessions_text(
         return "No sessions yet. Start one with `chatloop`."
     lines = []
     width = handle_width(rows)
+    # a narrow terminal gives up the agent's column first (from 80 columns down), then
+    # a row's marks, whole, from the last: a line never wraps, never cuts a mark
+    agent_width = 16 if columns is None else max(0, min(16, columns - 64))
     for row in rows:
         number = f"{row.number:>3}" if row.number is not None else _unnumbered(row)
-        status = "" if row.status == "closed" else f" [{row.status}]"
+        marks = [] if row.status == "closed" else [f"[{row.status}]"]
         if row.forked_at is not None:
-            status += f" [fork after query {row.forked_at}]"
+            marks.append(f"[{fork_words(row.forked_at)}]")
         if row.chain > 1:
-            status += f" [chain of {row.chain}]"
+            marks.append(f"[chain of {row.chain}]")
         where = f"  ({row.project})" if show_project else ""
+        agent = f"{visible(row.agent[:agent_width]):<{agent_width}}  " if agent_width else ""
         head = (
             f"{number}  {row.handle or '-':<{width}}  {relative_time(row.updated, now):>9}  "
-            f"{row.queries:>3}q  {visible(row.agent[:16]):<16}  "
+            f"{row.queries:>3}q  {agent}"
         )
         title = visible(describe(row)[:70])
-        if columns is not None:
-            title = clip(title, columns - cells(head) - cells(visible(status + where)) - 1)
+        status = "".join(f" {mark}" for mark in marks)
+        if columns is not None:  # the title gives way first, then whole marks: no wrap
+            room = columns - cells(head) - cells(visible(where)) - 1
+            while marks and cells(status) > room - 8:
+                marks.pop()
+                status = "".join(f" {mark}" for mark in marks) + " …"
+            title = clip(title, room - cells(status), least=1)
         lines.append(f"{head}{title}{status}{where}")
     return visible("\n".join(lines))
 
@@ -141,7 +156,8 @@ def transcript_lines(
         f"{heading or one_line(meta.title) or meta.agent or 'Session'}  ({meta.id}, {meta.status})"
     )
     if meta.parent_id and forked_at is not None:
-        yield v(f"branches from {meta.parent_id} after query {forked_at}")
+        at = "at its start" if forked_at == 0 else f"after query {forked_at}"
+        yield v(f"branches from {meta.parent_id} {at}")
     elif meta.parent_id:
         yield v(f"continues {meta.parent_id}")
     speaker = v(meta.agent or "Assistant")
@@ -211,7 +227,7 @@ def tree_text(root: SessionRow, children: dict[str, list[SessionRow]], mark: str
         branch = "" if depth == 0 else ("└─ " if last else "├─ ")
         # the session asked about, unless it stands alone (then there is nothing to tell)
         star = "  ← this one" if row.id == mark and (depth or children.get(row.id)) else ""
-        fork = f", fork after query {row.forked_at}" if row.forked_at is not None else ""
+        fork = f", {fork_words(row.forked_at)}" if row.forked_at is not None else ""
         lines.append(
             f"{prefix}{branch}{row.id}  {describe(row)[:50]}  "
             f"({row.queries}q, {row.status}{fork}){star}"

@@ -25,7 +25,7 @@ from rich.text import Text
 from chatloop.backends.base import Event, Finish, TextDelta, ThinkingDelta, ToolCallEvent
 from chatloop.errors import ChatloopError
 from chatloop.format import Message, empty_reply
-from chatloop.ui.listing import describe, relative_time
+from chatloop.ui.listing import describe, fork_words, relative_time
 from chatloop.ui.terminal_text import visible
 
 if TYPE_CHECKING:  # a type only
@@ -246,9 +246,11 @@ def spinner(console: Console, text: str, trace: bool = True) -> Iterator[Callabl
         TimeElapsedColumn(),
         console=console,
         transient=True,
-    ) as bar:
-        task = bar.add_task(text)
-        yield lambda what: bar.update(task, description=f"{text} ({what})")
+    ) as bar:  # (with the trace above it, the spinner does not say the work again)
+        task = bar.add_task("" if trace else text)
+        yield lambda what: bar.update(
+            task, description=f"({what})" if trace else f"{text} ({what})"
+        )
 
 
 def model_label(model: str) -> str:
@@ -323,7 +325,7 @@ def sessions_table(rows: Sequence[SessionRow], now: datetime) -> Table:
         # the marks first: a narrow terminal cuts the end of the title, never them
         status = "" if row.status == "closed" else f"[{row.status}] "
         if row.forked_at is not None:
-            status += f"[fork after query {row.forked_at}] "
+            status += f"[{fork_words(row.forked_at)}] "
         status += f"[chain of {row.chain}] " if row.chain > 1 else ""
         cells = (
             str(row.number or "*"),
