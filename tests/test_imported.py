@@ -124,3 +124,26 @@ def test_resuming_an_interrupted_import_twice_summarizes_it_once_in_the_copy_onl
     assert len(backend.calls) == 1  # the stored summary is used: the model is not asked
     assert not host.said("Wrote the missing summary")
     assert host.said("closed with its summary")
+
+
+def test_a_session_resumed_from_another_directory_is_continued_in_its_own_project(
+    store: Store, tmp_path: Path
+) -> None:
+    seed = tmp_path / "old" / ".chat-sessions"
+    seed.mkdir(parents=True)
+    shutil.copy(LEGACY, seed)
+    import_sessions(store, [seed])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    there = Store(store.root, cwd=elsewhere)
+    session, _ = chat(there, FakeBackend("Noted."))
+    continue_file(session, store.project_dir / LEGACY.name)
+    session.send("And basil?")
+    session.close()
+    (child,) = [p for p in store.project_dir.glob("*.md") if p.name != LEGACY.name]
+    assert parse_markdown(child.read_bytes(), child.stem).session.meta.parent_id == LEGACY.stem
+    assert not there.project_dir.exists()  # nothing of the chain where it was resumed from
+    with Index(store) as index:
+        index.sync()
+        (row,) = index.list_sessions(fold=True)  # the chain, folded, in its own project
+        assert row.chain == 2 and row.id == child.stem

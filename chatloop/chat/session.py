@@ -1156,7 +1156,8 @@ class ChatSession:
         the next try."""
         child = self._child(continuation)
         typed = list(self._queue)
-        writer = self.store.create(child.meta, carried=[*child.opening, *typed])
+        folder = self.store.project_of(continuation.parent.path)
+        writer = self.store.create(child.meta, carried=[*child.opening, *typed], folder=folder)
         del self._queue[: len(typed)]
         base = chain.tokens_through(self.store, continuation.parent)
         self.state = Open(writer, child.previous, child.prefix, base)
@@ -1196,7 +1197,7 @@ class ChatSession:
             model=self.backend.model,
             title=self.title or continuation.template.title,
         )
-        now, folder = self.clock(), self.store.project_dir
+        now, folder = self.clock(), self.store.project_of(parent.path)
         if isinstance(continuation, Branch):  # linked, ``forked_at`` in its front matter
             meta = chain.child_meta(template, parent, now, folder)
             return Child(meta, continuation.copies, continuation.previous)

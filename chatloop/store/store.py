@@ -268,10 +268,22 @@ class Store:
                 return None
         return None
 
-    def create(self, meta: SessionMeta, carried: Sequence[Message] = ()) -> SessionWriter:
-        """Create a new session file for ``meta`` (id, times and cwd filled in if empty),
-        with the messages ``carried`` (a fork's copies) written in the same single write
-        as its front matter: a kill leaves no branch that holds only some of them."""
+    def project_of(self, path: Path) -> Path:
+        """The project folder a continuation of the session at ``path`` is written in:
+        the session's own, when it is a project folder of this home (a chain stays in
+        one project, whichever directory it is resumed from), else this directory's."""
+        folder = path.parent
+        if folder.parent == self.root / PROJECTS and not folder.is_symlink():
+            return folder
+        return self.project_dir
+
+    def create(
+        self, meta: SessionMeta, carried: Sequence[Message] = (), folder: Path | None = None
+    ) -> SessionWriter:
+        """Create a new session file for ``meta`` (id, times and cwd filled in if empty)
+        in ``folder`` (a project folder of this home; by default this directory's), with
+        the messages ``carried`` (a fork's copies) written in the same single write as
+        its front matter: a kill leaves no branch that holds only some of them."""
         from dataclasses import replace  # (not at the top: a listing never loads it)
 
         from chatloop.format import (
@@ -295,15 +307,15 @@ class Store:
                 status="open",
             )
         )
-        path = self.path_for(meta.id)
+        target = folder or self.project_dir
+        path = target / f"{ids.validate_session_id(meta.id)}.md"
         refuse_unreadable(path, render_front_matter(meta))
-        if self.project_dir.is_symlink():
+        if target.is_symlink():
             raise StoreError(
-                f"{self.project_dir} is a symbolic link; chatloop does not write through links",
+                f"{target} is a symbolic link; chatloop does not write through links",
                 "Replace it with a real directory (move its files into one).",
             )
-        ensure_dir(self.project_dir)
-        path = self.path_for(meta.id)
+        ensure_dir(target)
         lock_fd = take_lock(path)
         records, totals = [render_header(meta)], Totals.of(())
         for message in carried:
