@@ -85,6 +85,7 @@ def test_options_after_a_subcommand_and_unquoted_search_words(
     chatloop_home: Path, project: Path, tmp_path: Path
 ) -> None:
     other = tmp_path / "elsewhere"
+    other.mkdir()  # (a home that does not exist is never made by a command that reads)
     env = environment(chatloop_home, 12)
     for args in (
         ["sessions", "--sessions-dir", str(other)],
