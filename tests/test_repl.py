@@ -168,7 +168,7 @@ def test_commands_and_agent_names_complete(store: Store) -> None:
         asked.append(1)
         return agent_names([AGENTS])
 
-    assert names() == ["file_fiona", "simple_sally"]
+    assert names() == ["file_fiona", "simple_sally", "terse_tom"]  # Python and markdown
     completer = ChatCompleter(names)
 
     def complete(text: str) -> list[str]:

@@ -1,4 +1,5 @@
-"""Agents: a name, a system prompt, model options and optional tools, from a Python file.
+"""Agents: a name, a system prompt, model options and optional tools, from a Python file
+(or, without code, a markdown file: ``chat.agent_markdown``).
 
 An agent file (see ``agents/simple_sally.py``) defines module-level values::
 
@@ -87,6 +88,8 @@ class Agent:
     tools: tuple[Tool, ...] = ()
     path: str = ""
     system_given: bool = False  # system_prompt is the person's (``-s``), not the file's
+    model: str = ""  # a markdown agent's model, used when none is configured
+    notes: tuple[str, ...] = ()  # what its file said that chatloop does not use
 
     def tool_specs(self) -> list[dict[str, Any]]:
         return [tool.spec() for tool in self.tools]
@@ -145,12 +148,27 @@ def agent_dirs(cwd: Path, home: Path) -> list[Path]:
     return [cwd / "agents", home / "agents", bundled_agents()]
 
 
+AGENT_SUFFIXES = (".py", ".md")  # in this order: a folder's NAME.py before its NAME.md
+
+
+def _agent_files(folder: Path) -> list[Path]:
+    """The agent files of ``folder``: ``*.py`` and ``*.md``, by name, a ``.py`` before
+    a ``.md`` of the same name (never ``_private`` ones, nor a README)."""
+    if not folder.is_dir():
+        return []
+    found = [
+        p
+        for suffix in AGENT_SUFFIXES
+        for p in folder.glob(f"*{suffix}")
+        if not p.name.startswith("_") and p.stem.lower() != "readme"
+    ]
+    return sorted(found, key=lambda p: (p.stem, AGENT_SUFFIXES.index(p.suffix)))
+
+
 def agent_names(dirs: Iterable[Path]) -> list[str]:
-    """The agent files' stems in ``dirs`` (what ``--agent NAME`` and ``/agent`` accept)."""
-    names = {
-        p.stem for d in dirs if d.is_dir() for p in d.glob("*.py") if not p.stem.startswith("_")
-    }
-    return sorted(names)
+    """The agent files' stems in ``dirs``, Python and markdown (what ``--agent NAME``
+    and ``/agent`` accept)."""
+    return sorted({p.stem for d in dirs for p in _agent_files(d)})
 
 
 def bundled_agents() -> Path:
@@ -168,16 +186,14 @@ def find_agent_file(ref: str, dirs: Iterable[Path], *, names_only: bool = False)
     matched against the agent files of ``dirs``: a session names an agent, it
     never points chatloop at code to run."""
     as_path = Path(ref).expanduser()
-    if not names_only and (ref.endswith(".py") or as_path.is_file()):
+    if not names_only and (ref.endswith(AGENT_SUFFIXES) or as_path.is_file()):
         if not as_path.is_file():
-            raise UsageError(f"No agent file at {ref}", "Give a path to a .py agent file.")
+            raise UsageError(f"No agent file at {ref}", "Give a path to a .py or .md agent file.")
         return as_path.resolve()
     wanted = normalise(ref)
     seen: list[str] = []
     for folder in dirs:
-        for path in sorted(folder.glob("*.py")) if folder.is_dir() else ():
-            if path.name.startswith("_"):
-                continue
+        for path in _agent_files(folder):
             seen.append(path.stem)
             if normalise(path.stem) == wanted:
                 return path.resolve()
@@ -190,7 +206,13 @@ def load_agent(path: Path, source: bytes | None = None) -> Agent:
 
     ``source``: the file's content as ``chat.trust`` checked it, run instead of a
     second read (which could find another file). Callers that load a file the person
-    chose go through ``chat.trust.load``, never here directly."""
+    chose go through ``chat.trust.load``, never here directly. A ``.md`` file is a
+    markdown agent (``chat.agent_markdown``): read, never run."""
+    if path.suffix == ".md":
+        from chatloop.chat.agent_markdown import read_markdown_agent
+
+        said = read_markdown_agent(path, source if source is not None else path.read_bytes())
+        return Agent(**said._asdict(), path=str(path))
     spec = importlib.util.spec_from_file_location(f"chatloop_agent_{normalise(path.stem)}", path)
     if spec is None or spec.loader is None:
         raise UsageError(f"Cannot load {path} as Python", "Agent files are .py modules.")

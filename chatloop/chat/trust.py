@@ -5,6 +5,7 @@ loaded, so chatloop runs one only when the person has said so:
 
 - the agents that ship with chatloop (``agent.bundled_agents``) and the person's own
   folder, ``$CHATLOOP_HOME/agents``, are theirs: they run without a question;
+- a markdown agent (``NAME.md``) runs no code: it loads without a question;
 - any other file (a project's ``./agents/``, a path named by a config file or on the
   command line) runs only after a yes, asked once and remembered per (absolute path,
   sha256 of the content) in ``trusted_agents.json`` under the home (0600, replaced
@@ -84,6 +85,8 @@ def load(path: Path, home: Path, ask: Ask | None) -> Agent:
     very bytes that were checked)."""
     from chatloop.chat.agent import load_agent
 
+    if path.suffix == ".md":  # a markdown agent runs no code: nothing to approve
+        return load_agent(path, _read(Path(os.path.abspath(path)).resolve()))
     return load_agent(path, approved_source(path, home, ask))
 
 

@@ -100,6 +100,9 @@ def chat(
     choice = None if located is None else choose(agent_file.stem)
     agent = trust.load(agent_file if choice is None else choice.path, chatloop_home(), ask)
     agent = _with_system(agent, args, located)
+    wiring.say(list(agent.notes))  # (a markdown agent's keys chatloop does not use)
+    if agent.model and not settings.model:  # a markdown agent's model, unless one is given
+        settings = settings._replace(model=agent.model)
     if choice is not None:
         if choice.path == agent_file and choice.note:
             choice = choose(agent.name)  # the note names it as it calls itself
