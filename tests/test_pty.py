@@ -429,6 +429,17 @@ def test_a_wheel_in_a_fresh_venv_chats_with_the_real_server(
     assert session.meta.agent == "Simple Sally" and session.meta.agent_name == "simple_sally"
     assert [m.role for m in session.messages][:2] == ["user", "assistant"]
     assert session.summary is not None and session.meta.status == "closed"
+    # the bundled markdown agent ships in the wheel and answers
+    asked = subprocess.run(
+        [program, "--base-url", llama_server, "--agent", "terse_tom", "Once upon a time"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=project,
+        timeout=300,
+    )
+    assert asked.returncode == 0, asked.stderr
+    assert "Saved session" in asked.stderr and "Traceback" not in asked.stderr
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
