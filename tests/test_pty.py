@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -1073,3 +1074,37 @@ def test_a_signal_while_the_first_line_waits_for_the_load_keeps_the_line_saved(
         assert [(m.role, m.text) for m in session.messages] == [("user", "hello there")]
     finally:
         silent.close()
+
+
+def test_text_typed_while_a_reply_streams_is_not_printed_into_it_and_waits_for_the_prompt(
+    chatloop_home: Path, project: Path
+) -> None:
+    """Issue 35: keys typed during a stream were echoed in the middle of the reply."""
+    from tests.scripted_server import scripted_server
+
+    words = " ".join(f"word{i}" for i in range(40))
+
+    def reply(body: dict[str, object]) -> str:
+        return f"Alpha {words} Omega"
+
+    log = io.StringIO()
+    with scripted_server(reply, pace=0.05) as url:
+        child = spawn(url, chatloop_home, project, 64, log=log, context_window="2048")
+        child.sendline("first question")
+        wait(child, "word3")
+        child.send("typed ahead")
+        wait(child, ready(1))
+        deadline = time.monotonic() + 30
+        while "you> typed ahead" not in log.getvalue()[log.getvalue().rindex("Omega") :]:
+            assert time.monotonic() < deadline, log.getvalue()[-2000:]
+            with contextlib.suppress(pexpect.TIMEOUT):
+                child.read_nonblocking(65536, timeout=0.5)  # the next prompt shows it
+        shown = log.getvalue()
+        reply_part = shown[shown.index("Alpha") : shown.rindex("Omega")]
+        assert "typed ahead" not in reply_part  # not printed into the reply
+        child.send("\r")
+        wait(child, ready(2))
+        leave(child)
+    session = only_session(chatloop_home)
+    asked = [m.text for m in session.messages if m.role == "user" and not m.restore]
+    assert asked == ["first question", "typed ahead"]

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import datetime
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -173,9 +174,11 @@ class Repl:
 
     def _guarded(self, act: Callable[[], object]) -> None:
         """Run ``act``. The one error boundary: whatever fails becomes one line and a
-        hint, and the chat goes on."""
+        hint, and the chat goes on. What the person types meanwhile is not echoed into
+        a reply (``typing_held``): it waits for the next prompt, which shows it."""
         try:
-            act()
+            with typing_held():
+                act()
         except ChatloopError as exc:
             render.error(self.console, exc)
         except KeyboardInterrupt:
@@ -335,3 +338,33 @@ class Repl:
                 "CHATLOOP_CONTEXT_WINDOW=2048); `chatloop doctor` says more.",
                 "yellow",
             )
+
+
+@contextmanager
+def typing_held() -> Iterator[None]:
+    """While it lasts, the terminal does not echo what is typed (a reply streaming
+    would have it printed in its middle); the keys wait in the terminal's buffer for
+    the next prompt. The terminal's settings are put back whatever happens (Ctrl-C
+    still interrupts: only echo is off). Nothing changes when stdin is no terminal."""
+    try:
+        import termios
+
+        fd = sys.stdin.fileno()
+        before = termios.tcgetattr(fd) if os.isatty(fd) else None
+    except (ImportError, OSError, ValueError, AttributeError):
+        before = None
+    if before is None:
+        yield
+        return
+    quiet = list(before)
+    quiet[3] &= ~termios.ECHO  # the local modes: echo off, the rest as it was
+    try:
+        termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    except termios.error:
+        yield
+        return
+    try:
+        yield
+    finally:
+        with suppress(termios.error):
+            termios.tcsetattr(fd, termios.TCSANOW, before)
