@@ -328,3 +328,32 @@ def test_continuing_asks_about_no_configured_agent_the_session_does_not_use(
     assert again.stdout.strip() == "Fine."
     child = max(chatloop_home.rglob("*.md"), key=lambda p: p.stat().st_mtime_ns)
     assert "agent_name: simple_sally" in child.read_text()
+
+
+def test_a_no_to_the_resumed_sessions_agent_leaves_the_chat_in_its_own_session(
+    store: Store, tmp_path: Path
+) -> None:
+    """Issue 35: after a no, the next message went to a new session."""
+    from chatloop.format import Message, Session, render_markdown
+    from tests.conftest import T0, new_meta
+
+    marker = tmp_path / "marker"
+    evil_project(store.cwd, marker)
+    meta = new_meta(id="20261121-143045-0e0e0e0e", agent="Evil", agent_name="evil", status="closed")
+    messages = (
+        Message.create("user", T0, text="hi"),
+        Message.create("summary", T0, text="**Pending:** none"),
+    )
+    store.project_dir.mkdir(parents=True, exist_ok=True)
+    (store.project_dir / f"{meta.id}.md").write_bytes(render_markdown(Session(meta, messages)))
+    script = f"first here\r/resume {meta.id}\rn\rsecond here\rexit\r"
+    _, shown = drive(store, server([]), script)
+    assert "Not run: the agent file" in shown and not marker.exists()
+    ours = [
+        s
+        for s in (store.read(Path(e.path)).session for e in store.session_files())
+        if s.meta.id != meta.id
+    ]
+    assert len(ours) == 1  # one session: the chat went on in it
+    said = [m.text for m in ours[0].messages if m.role == "user"]
+    assert said == ["first here", "second here"]
