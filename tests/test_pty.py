@@ -1108,3 +1108,51 @@ def test_text_typed_while_a_reply_streams_is_not_printed_into_it_and_waits_for_t
     session = only_session(chatloop_home)
     asked = [m.text for m in session.messages if m.role == "user" and not m.restore]
     assert asked == ["first question", "typed ahead"]
+
+
+def test_a_new_chat_takes_s_and_a_markdown_agents_notes_and_model(
+    chatloop_home: Path, project: Path
+) -> None:
+    """-s and a markdown agent hold in a new interactive chat too (its prompt is drawn
+    before the agent loads): the system prompt and model sent, the notes shown."""
+    from tests.scripted_server import scripted_server
+
+    (project / "agents").mkdir()
+    (project / "agents" / "gil.md").write_text(
+        "---\nname: Gardener Gil\nmodel: tiny\ncolor: green\n---\nYou are Gil.\n"
+    )
+    asked: list[dict[str, object]] = []
+
+    def reply(body: dict[str, object]) -> str:
+        asked.append(body)
+        return "Fine."
+
+    with scripted_server(reply, model="tiny") as url:
+        child = spawn(url, chatloop_home, project, 16, "-s", "Answer in French.")
+        child.sendline("hi")
+        wait(child, ready(1))
+        leave(child)
+        assert asked[0]["messages"][0] == {"role": "system", "content": "Answer in French."}
+        log = io.StringIO()
+        child = spawn(url, chatloop_home, project, 16, "--agent", "gil", log=log)
+        child.sendline("hi")
+        wait(child, ready(1))
+        leave(child)
+    assert asked[-2]["messages"][0] == {"role": "system", "content": "You are Gil."}
+    assert asked[-2]["model"] == "tiny"
+    assert "unknown key 'color' ignored" in log.getvalue()
+    # -f in a terminal without a question is refused, not dropped
+    notes = project / "notes.md"
+    notes.write_text("kumquats\n")
+    child = pexpect.spawn(
+        chatloop_bin(),
+        ["-f", str(notes)],
+        cwd=str(project),
+        env=environment(chatloop_home, 16),
+        encoding="utf-8",
+        timeout=60,
+    )
+    child.expect_exact("-f attaches a file to a question: give the question too")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 2

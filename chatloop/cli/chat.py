@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from chatloop.chat.agent import Agent
     from chatloop.chat.continuation import Kind, Pick
     from chatloop.chat.host import Lookup, Picked
+    from chatloop.config import Settings
     from chatloop.store.rows import SessionRow
     from chatloop.ui.repl import Repl
     from chatloop.ui.start import Prompt
@@ -33,6 +34,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         flag = "--full" if args.full else "--fork"
         raise UsageError(f"{flag} goes with --resume or --continue", f"e.g. chatloop -r 2 {flag}")
     terminal = sys.stdin.isatty() and sys.stdout.isatty()
+    if getattr(args, "files", None) and not args.question and terminal:
+        raise FILES_NEED_A_QUESTION  # (from a pipe, the piped text may be the question)
     if not (args.continue_ or args.resume is not None or args.question) and terminal:
         return _chat_new(args)  # (with a terminal, nothing is piped in)
     from chatloop.chat.continuation import Kind
@@ -101,8 +104,7 @@ def chat(
     agent = trust.load(agent_file if choice is None else choice.path, chatloop_home(), ask)
     agent = _with_system(agent, args, located)
     wiring.say(list(agent.notes))  # (a markdown agent's keys chatloop does not use)
-    if agent.model and not settings.model:  # a markdown agent's model, unless one is given
-        settings = settings._replace(model=agent.model)
+    settings = _agent_model(settings, agent)
     if choice is not None:
         if choice.path == agent_file and choice.note:
             choice = choose(agent.name)  # the note names it as it calls itself
@@ -135,6 +137,15 @@ def chat(
 
 
 SYSTEM_MAX_CHARS = 16_000  # a -s prompt, kept in the front matter (64 KiB with the pins)
+FILES_NEED_A_QUESTION = UsageError(
+    "-f attaches a file to a question: give the question too",
+    'chatloop -f notes.md "summarize this"; in the chat, /file PATH [QUESTION].',
+)
+
+
+def _agent_model(settings: Settings, agent: Agent) -> Settings:
+    """``settings`` with a markdown agent's model when none was given."""
+    return settings._replace(model=agent.model) if agent.model and not settings.model else settings
 
 
 def _with_system(
@@ -180,10 +191,7 @@ def _question(args: argparse.Namespace) -> str | None:
             piped = ""
     if not args.question and not piped.strip():
         if files:
-            raise UsageError(
-                "-f attaches a file to a question: give the question too",
-                'chatloop -f notes.md "summarize this"; in the chat, /file PATH [QUESTION].',
-            )
+            raise FILES_NEED_A_QUESTION
         if not sys.stdin.isatty():
             raise UsageError(
                 "Nothing to send: the piped input is empty",
@@ -247,15 +255,18 @@ def _chat_new(args: argparse.Namespace) -> int:
         # no question from the loading thread: an unapproved file ends the prompt, and
         # the question is asked below, before the file is imported
         path = find_agent_file(settings.agent, agent_dirs(store.cwd, store.root))
-        agent = trust.load(path, home, None)
-        backend = server.connect(settings).backend
+        agent = _with_system(trust.load(path, home, None), args, None)
+        chosen = _agent_model(settings, agent)
+        backend = server.connect(chosen).backend
         try:
-            return Repl(
-                agent, backend, store, settings, prompt=prompt, agent_named=args.agent is not None
+            repl = Repl(
+                agent, backend, store, chosen, prompt=prompt, agent_named=args.agent is not None
             )
         except BaseException:
             backend.close()
             raise
+        repl.notes.extend(agent.notes)  # said with the banner, above the prompt
+        return repl
 
     try:
         return start_new_chat(store, load)

@@ -93,6 +93,7 @@ class Repl:
         self.signalled = 0  # the signal that asked chatloop to leave, once one has
         self._leave = False
         self._typed_ahead: list[str] = []  # lines typed while a question waited
+        self.notes: list[str] = []  # said with the banner (the agent file's notes)
         self._acknowledgment: render.StreamView | None = None  # the last view, if one
         self._first: Callable[[], str] | None = None
         if prompt is None:  # the terminal's, unless the first prompt made it already
@@ -328,6 +329,8 @@ class Repl:
             f"chatloop · {self.session.agent.name} · {render.model_label(backend.model)} "
             f"({backend.kind}) · /help for commands, Ctrl-D to leave",
         )
+        for said in self.notes:
+            render.note(self.console, said, "yellow")
         if backend.kind == "embedded":
             render.note(self.console, EMBEDDED_NOTE, "yellow")
         elif self.session.window() is None:  # (the toolbar's window: asked once, kept)
