@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chatloop.chat.mcp_servers import McpServers, ServerSpec, specs_of
 from chatloop.errors import UsageError
 from chatloop.format import ToolCall, ToolResult
 
@@ -90,6 +91,7 @@ class Agent:
     system_given: bool = False  # system_prompt is the person's (``-s``), not the file's
     model: str = ""  # a markdown agent's model, used when none is configured
     notes: tuple[str, ...] = ()  # what its file said that chatloop does not use
+    mcp: tuple[ServerSpec, ...] = ()  # the MCP servers whose tools it offers (mcp_servers)
 
     def tool_specs(self) -> list[dict[str, Any]]:
         return [tool.spec() for tool in self.tools]
@@ -100,6 +102,15 @@ class Agent:
                 return tool.run(call)
         known = ", ".join(t.name for t in self.tools) or "none"
         return ToolResult(call.id, call.name, f"No tool named {call.name!r} (tools: {known})", True)
+
+
+def with_tools_of(agent: Agent, servers: McpServers) -> Agent:
+    """``agent`` with the tools ``servers`` offer once started (``McpServers.start``)
+    after its own."""
+    import dataclasses
+
+    offered = tuple(Tool(*tool) for tool in servers.start())
+    return dataclasses.replace(agent, tools=agent.tools + offered) if offered else agent
 
 
 def tool_from_function(function: Callable[..., Any]) -> Tool:
@@ -233,6 +244,7 @@ def load_agent(path: Path, source: bytes | None = None) -> Agent:
             f"{path.name} defines no SYSTEM_PROMPT string",
             "An agent file needs NAME and SYSTEM_PROMPT.",
         )
+    servers, notes = specs_of(getattr(module, "MCP", None), path.name)
     return Agent(
         name=str(getattr(module, "NAME", path.stem.replace("_", " ").title())),
         system_prompt=prompt,
@@ -240,4 +252,6 @@ def load_agent(path: Path, source: bytes | None = None) -> Agent:
         options=dict(getattr(module, "OPTIONS", {}) or {}),
         tools=tuple(tool_from_function(f) for f in getattr(module, "TOOLS", ()) or ()),
         path=str(path),
+        notes=tuple(notes),
+        mcp=tuple(servers),
     )

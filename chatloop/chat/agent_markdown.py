@@ -13,8 +13,8 @@
 A markdown agent runs no code of its own, so it needs no yes before it loads
 (``chat.trust``). Files written for Claude Code (``.claude/agents/*.md``) load as
 they are: what chatloop cannot use (Claude Code's model aliases, its tool names,
-``color`` and other keys) is named in a note, never fatal. ``tools`` and ``mcp``
-are read and noted: tools from MCP servers are not offered yet.
+``color`` and other keys) is named in a note, never fatal. ``mcp`` declares the
+MCP servers whose tools it offers (``chat.mcp_servers``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from chatloop.chat.mcp_servers import ServerSpec, specs_of
 from chatloop.errors import UsageError
 
 __all__ = ["KEYS", "MarkdownAgent", "read_markdown_agent"]
@@ -39,6 +40,7 @@ class MarkdownAgent(NamedTuple):
     options: dict[str, Any]
     model: str
     notes: tuple[str, ...]
+    mcp: tuple[ServerSpec, ...]
 
 
 def read_markdown_agent(path: Path, source: bytes) -> MarkdownAgent:
@@ -82,10 +84,10 @@ def read_markdown_agent(path: Path, source: bytes) -> MarkdownAgent:
         listed = ", ".join(str(name).strip() for name in names if str(name).strip())
         notes.append(
             f"{path.name}: tools ({listed}) are not offered: a markdown agent has no tools "
-            "of its own, and tools from MCP servers are not supported yet"
+            "of its own (its mcp servers' tools are offered)"
         )
-    if meta.get("mcp"):
-        notes.append(f"{path.name}: mcp servers are not supported yet; ignored")
+    servers, declared = specs_of(meta.get("mcp"), path.name)
+    notes.extend(declared)
     options = meta.get("options") or {}
     if not isinstance(options, dict):
         raise UsageError(
@@ -99,6 +101,7 @@ def read_markdown_agent(path: Path, source: bytes) -> MarkdownAgent:
         options={str(key): _number(value) for key, value in options.items()},
         model=model,
         notes=tuple(notes),
+        mcp=tuple(servers),
     )
 
 

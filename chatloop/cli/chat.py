@@ -79,7 +79,8 @@ def chat(
     there. The session is found before anything slow (a wrong ref fails first), then
     its agent and server are chosen by the rules every resume uses."""
     from chatloop.chat import continuation, server, trust
-    from chatloop.chat.agent import agent_dirs, find_agent_file
+    from chatloop.chat.agent import agent_dirs, find_agent_file, with_tools_of
+    from chatloop.chat.mcp_servers import McpServers
     from chatloop.config import chatloop_home
 
     settings = wiring.settings(args)
@@ -114,7 +115,9 @@ def chat(
     connected = server.connect(settings, held)
     wiring.say(connected.notes)
     backend = connected.backend
+    servers = McpServers(list(agent.mcp), say=lambda line: wiring.say([line]))
     try:
+        agent = with_tools_of(agent, servers)  # (a chat sets who approves; a one-shot has none)
         if question is not None:
             from chatloop.ui.oneshot import answer_once
 
@@ -131,8 +134,10 @@ def chat(
         from chatloop.ui.repl import Repl
 
         repl = Repl(agent, backend, store, settings, agent_named=args.agent is not None)
+        servers.approve = repl.approve
         return repl.run(resume=located, kind=kind)
     finally:
+        servers.close()
         backend.close()
 
 
@@ -249,7 +254,9 @@ def _chat_new(args: argparse.Namespace) -> int:
 
     def load(prompt: Prompt) -> Repl:
         from chatloop.chat import server, trust
-        from chatloop.chat.agent import agent_dirs, find_agent_file
+        from chatloop.chat.agent import agent_dirs, find_agent_file, with_tools_of
+        from chatloop.chat.mcp_servers import McpServers
+        from chatloop.ui import render
         from chatloop.ui.repl import Repl
 
         # no question from the loading thread: an unapproved file ends the prompt, and
@@ -258,14 +265,21 @@ def _chat_new(args: argparse.Namespace) -> int:
         agent = _with_system(trust.load(path, home, None), args, None)
         chosen = _agent_model(settings, agent)
         backend = server.connect(chosen).backend
+        said: list[str] = list(agent.notes)  # said with the banner, above the prompt
+        servers = McpServers(list(agent.mcp), say=said.append)
         try:
+            agent = with_tools_of(agent, servers)
             repl = Repl(
                 agent, backend, store, chosen, prompt=prompt, agent_named=args.agent is not None
             )
         except BaseException:
+            servers.close()
             backend.close()
             raise
-        repl.notes.extend(agent.notes)  # said with the banner, above the prompt
+        servers.say = lambda line: render.note(repl.console, line, "yellow")
+        servers.approve = repl.approve
+        repl.closers.append(servers.close)
+        repl.notes.extend(said)
         return repl
 
     try:

@@ -35,6 +35,7 @@ from chatloop.backends.base import Backend
 from chatloop.chat.agent import Agent, agent_dirs, agent_names
 from chatloop.chat.continuation import Kind, Located
 from chatloop.chat.host import Lookup, Picked, Progress, ReplyView, Tone
+from chatloop.chat.mcp_servers import Answer
 from chatloop.chat.session import ChatSession
 from chatloop.config import DEFAULT_WINDOW, EMBEDDED_NOTE, Settings
 from chatloop.errors import ChatloopError
@@ -94,6 +95,7 @@ class Repl:
         self._leave = False
         self._typed_ahead: list[str] = []  # lines typed while a question waited
         self.notes: list[str] = []  # said with the banner (the agent file's notes)
+        self.closers: list[Callable[[], None]] = []  # run when the chat has ended (MCP servers)
         self._acknowledgment: render.StreamView | None = None  # the last view, if one
         self._first: Callable[[], str] | None = None
         if prompt is None:  # the terminal's, unless the first prompt made it already
@@ -138,6 +140,8 @@ class Repl:
             if self.signalled:
                 render.note(self.console, "Signal received: saving and leaving.")
             self.finish()  # the handlers stay ours until the file is saved
+            for close in self.closers:
+                close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return 0
@@ -254,6 +258,30 @@ class Repl:
         answer = self._answer(question, "[Y/n] " if default else "[y/N] ")
         return default if answer == "" else bool(answer)
 
+    def approve(self, tool: str, arguments: str) -> Answer:
+        """Whether a tool may act (``chat.mcp_servers``): the call shown as text, then
+        once (y), always in this chat (a) or no (anything else; Enter, Ctrl-C)."""
+        if self.signalled:
+            return "no"
+        shown = arguments if len(arguments) <= 300 else arguments[:299] + "…"
+        try:
+            typed = self.prompt.prompt(
+                [
+                    ("bold", f"Run the tool {visible(tool)}({visible(shown)})? "),
+                    ("", "[y]es once / [a]lways in this chat / [N]o "),
+                ]
+            )
+        except (KeyboardInterrupt, EOFError):
+            return "no"
+        word = typed.strip().lower()
+        answer: Answer = "always" if word in ("a", "always") else "once" if word in YES else "no"
+        render.note(
+            self.console,
+            f"{tool}: "
+            + {"once": "allowed once", "always": "allowed in this chat", "no": "not run"}[answer],
+        )
+        return answer
+
     def _answer(self, question: str, choices: str) -> bool | str | None:
         """``question`` and its ``choices`` on one line, the answer typed after them:
         True (yes), False (no), "" (Enter) or None (Ctrl-C/Ctrl-D)."""
@@ -341,6 +369,9 @@ class Repl:
                 "CHATLOOP_CONTEXT_WINDOW=2048); `chatloop doctor` says more.",
                 "yellow",
             )
+
+
+_DECIDED = {"once": "allowed once", "always": "allowed in this chat", "no": "not run"}
 
 
 @contextmanager

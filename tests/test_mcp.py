@@ -1,0 +1,278 @@
+"""Tools from MCP servers (issue 36 items 2-3): a real server (mcp-server-time) and
+hostile ones (tests/hostile_mcp.py). The tiny demo model cannot call tools on cue,
+so a scripted backend makes the calls; the servers are real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chatloop.backends.base import ChatMessage, Event, Finish, ToolCallEvent, UsageEvent
+from chatloop.chat.agent import Agent, load_agent, with_tools_of
+from chatloop.chat.mcp_servers import McpServers, ServerSpec, specs_of
+from chatloop.chat.session import ChatSession
+from chatloop.format import ToolCall, parse_markdown, render_markdown
+from chatloop.store.store import Store
+from tests.fakes import FakeBackend
+from tests.hosts import TEST_SETTINGS, ScriptedHost
+
+HOSTILE = Path(__file__).resolve().parent / "hostile_mcp.py"
+TIME_SERVER = shutil.which(
+    "mcp-server-time", path=str(Path(sys.executable).parent)
+) or shutil.which("mcp-server-time")
+QUICK = (20.0, 3.0, 5.0)  # start, call, stop: a hung server costs a test 3 s
+
+
+class Caller(FakeBackend):
+    """A scripted model that calls ``calls`` (name, JSON arguments) in its first reply,
+    then answers in text."""
+
+    def __init__(self, *calls: tuple[str, str]) -> None:
+        super().__init__(default="Done.")
+        self.to_call = list(calls)
+
+    def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Any = None,
+        options: Any = None,
+        cancel: Any = None,
+    ) -> Iterator[Event]:
+        if not self.to_call:
+            yield from super().stream(messages, tools=tools, options=options, cancel=cancel)
+            return
+        self.calls.append({"messages": list(messages), "tools": tools, "options": options or {}})
+        for n, (name, arguments) in enumerate(self.to_call):
+            yield ToolCallEvent(f"call_{n}", name, arguments)
+        self.to_call = []
+        yield UsageEvent(10, 5)
+        yield Finish("tool_calls")
+
+
+def server_children() -> set[int]:
+    """The pids of this process's children that are MCP servers of the tests."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == os.getpid() and ("mcp-server-time" in cmdline or "hostile_mcp" in cmdline):
+            found.add(int(entry.name))
+    return found
+
+
+def agent_with(spec: ServerSpec, servers: McpServers) -> Agent:
+    return with_tools_of(
+        Agent(name="Timely", system_prompt="You tell the time.", mcp=(spec,)), servers
+    )
+
+
+@pytest.fixture
+def time_spec() -> ServerSpec:
+    if TIME_SERVER is None:
+        pytest.fail("mcp-server-time is not installed (pip install -e '.[dev]')")
+    return ServerSpec("time", TIME_SERVER, ("--local-timezone", "UTC"), approve="allow")
+
+
+def test_a_real_servers_tools_are_offered_called_recorded_and_the_server_stopped(
+    store: Store, time_spec: ServerSpec
+) -> None:
+    said: list[str] = []
+    servers = McpServers([time_spec], said.append, waits=QUICK)
+    agent = agent_with(time_spec, servers)
+    try:
+        names = [tool.name for tool in agent.tools]
+        assert {"time__get_current_time", "time__convert_time"} <= set(names)
+        assert server_children()  # running
+        backend = Caller(("time__get_current_time", '{"timezone": "Europe/Paris"}'))
+        session = ChatSession(agent, backend, store, TEST_SETTINGS, ScriptedHost())
+        session.send("What time is it in Paris?")
+        offered = [t["function"]["name"] for t in backend.calls[0]["tools"]]
+        assert "time__get_current_time" in offered
+        session.close()
+    finally:
+        servers.close()
+    assert server_children() == set()  # no orphan
+    (entry,) = list(store.session_files())
+    data = Path(entry.path).read_bytes()
+    parsed = parse_markdown(data, Path(entry.path).stem)
+    assert render_markdown(parsed.session) == data  # lossless, the call included
+    (tool,) = [m for m in parsed.session.messages if m.role == "tool"]
+    (result,) = tool.tool_results
+    assert result.name == "time__get_current_time" and not result.is_error
+    assert json.loads(result.content)["timezone"] == "Europe/Paris"
+    assert said == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [
+        ("hang", "did not answer within 3 s"),
+        ("die", "failed"),
+        ("huge", "cut at 20000 characters"),
+    ],
+)
+def test_a_hostile_server_costs_the_call_an_error_never_the_chat(
+    store: Store, mode: str, said: str
+) -> None:
+    spec = ServerSpec("bad", sys.executable, (str(HOSTILE), mode), approve="allow")
+    servers = McpServers([spec], lambda line: None, waits=QUICK)
+    agent = agent_with(spec, servers)
+    try:
+        assert [tool.name for tool in agent.tools] == ["bad__echo"]
+        backend = Caller(("bad__echo", '{"text": "hi"}'))
+        session = ChatSession(agent, backend, store, TEST_SETTINGS, ScriptedHost())
+        session.send("Echo hi")
+        session.close()
+    finally:
+        servers.close()
+    assert server_children() == set()
+    (entry,) = list(store.session_files())
+    messages = parse_markdown(Path(entry.path).read_bytes(), "x").session.messages
+    (result,) = [r for m in messages if m.role == "tool" for r in m.tool_results]
+    assert said in result.content and len(result.content) < 21000
+    assert result.is_error == (mode != "huge")
+    assert [m.text for m in messages if m.role == "assistant"][-1].strip() == "Done."
+
+
+def test_a_server_that_never_starts_or_whose_command_is_missing_costs_one_line(
+    store: Store,
+) -> None:
+    said: list[str] = []
+    specs = [
+        ServerSpec("mute", sys.executable, (str(HOSTILE), "mute")),
+        ServerSpec("gone", "/nonexistent/server"),
+    ]
+    servers = McpServers(specs, said.append, waits=(2.0, 2.0, 2.0))
+    try:
+        assert servers.start() == []
+    finally:
+        servers.close()
+    assert len(said) == 2 and "mute did not start within 2 s" in said[0]
+    assert said[1].startswith("MCP server gone did not start:")
+    assert server_children() == set()
+
+
+def test_tool_names_and_descriptions_full_of_markup_stay_text(store: Store) -> None:
+    spec = ServerSpec("bad", sys.executable, (str(HOSTILE), "markup"), approve="allow")
+    servers = McpServers([spec], lambda line: None, waits=QUICK)
+    try:
+        (tool,) = servers.start()
+    finally:
+        servers.close()
+    assert all(c.isalnum() or c in "_-" for c in tool.name) and len(tool.name) <= 64
+    assert "\x1b" in tool.description  # the model reads it as the server wrote it;
+    from chatloop.ui.terminal_text import visible  # the screen never gets it raw
+
+    assert "\x1b" not in visible(tool.description)
+
+
+def test_approval_asks_remembers_always_and_refuses_where_no_one_can_be_asked(
+    store: Store, time_spec: ServerSpec
+) -> None:
+    asking = time_spec._replace(approve="ask")
+    asked: list[str] = []
+    answers = ["no", "always"]
+
+    def approve(name: str, arguments: str) -> Any:
+        asked.append(f"{name}({arguments})")
+        return answers.pop(0)
+
+    servers = McpServers([asking], lambda line: None, approve, waits=QUICK)
+    agent = agent_with(asking, servers)
+    call = ("time__get_current_time", '{"timezone": "UTC"}')
+    try:
+        session = ChatSession(agent, Caller(call, call), store, TEST_SETTINGS, ScriptedHost())
+        session.send("time?")
+        again = Caller(call)
+        session.backend = again
+        session.send("and now?")
+        session.close()
+    finally:
+        servers.close()
+    said: list[str] = []
+    one_shot = McpServers([asking], said.append, waits=QUICK)  # no one to ask
+    try:
+        result = agent_with(asking, one_shot).run_tool(ToolCall("c", call[0], call[1]))
+    finally:
+        one_shot.close()
+    assert server_children() == set()
+    assert asked == ['time__get_current_time({"timezone": "UTC"})'] * 2  # "always": asked no more
+    (entry,) = list(store.session_files())
+    results = [
+        r
+        for m in parse_markdown(Path(entry.path).read_bytes(), "x").session.messages
+        for r in m.tool_results
+    ]
+    assert results[0].is_error and "the person said no" in results[0].content
+    assert not results[1].is_error and all(not r.is_error for r in results[1:])
+    assert result.is_error and "no one could be asked" in result.content
+    assert said and "not run (nobody to ask here" in said[0]
+
+
+def test_declarations_are_read_from_a_markdown_agent_and_bad_entries_noted(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "timely.md"
+    path.write_text(
+        "---\nname: Timely\nmcp:\n  time:\n    command: mcp-server-time\n"
+        "    args: [--local-timezone, UTC]\n    approve: allow\n"
+        "  broken: {args: [x]}\n  odd:\n    command: x\n    approve: sometimes\n"
+        "---\nTell the time.\n"
+    )
+    agent = load_agent(path)
+    assert agent.mcp[0] == ServerSpec(
+        "time", "mcp-server-time", ("--local-timezone", "UTC"), (), "allow"
+    )
+    assert agent.mcp[1].name == "odd" and agent.mcp[1].approve == "ask"
+    notes = "\n".join(agent.notes)
+    assert "mcp server 'broken' has no command" in notes and "'sometimes' is not one of" in notes
+    assert specs_of("not a mapping", "x")[1] == ["x: mcp is not a mapping of server names; ignored"]
+
+
+def test_the_chat_asks_once_always_or_no_showing_the_call_as_text(store: Store) -> None:
+    import io
+
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output.plain_text import PlainTextOutput
+    from rich.console import Console
+
+    from chatloop.ui.repl import Repl
+    from tests.conftest import Clock
+    from tests.repl_driver import fake_server
+
+    agent = Agent(name="Timely", system_prompt="Tell the time.")
+    for typed, answer in (("y\r", "once"), ("a\r", "always"), ("\r", "no"), ("nope\r", "no")):
+        out, prompts = io.StringIO(), io.StringIO()
+        with create_pipe_input() as pipe:
+            pipe.send_text(typed)
+            repl = Repl(
+                agent,
+                fake_server([]),
+                store,
+                TEST_SETTINGS,
+                Console(file=out, width=200),
+                input=pipe,
+                output=PlainTextOutput(prompts),
+                clock=Clock(),
+            )
+            got = repl.approve("bad__echo\x1b[2J", '{"text": "\\u001b]52;c;x\\u0007"}')
+        assert got == answer, typed
+        asked = prompts.getvalue()
+        assert "Run the tool bad__echo" in asked and "[y]es once" in asked
+        assert "\x1b[2J" not in asked + out.getvalue()  # the call is shown as text
+        decided = {"once": "allowed once", "always": "allowed in this chat", "no": "not run"}
+        assert decided[answer] in out.getvalue()
