@@ -439,3 +439,11 @@ def test_a_model_the_server_does_not_list_is_said_when_the_chat_starts(
                 assert notes == [], out.stderr
             else:
                 assert len(notes) == 1 and said in notes[0], out.stderr
+
+
+def test_info_lists_the_tools_offered(store: Store) -> None:
+    _, shown = drive(store, fake_server([]), "/info\rexit\r")
+    assert "  tools           none" in shown  # Simple Sally has none
+    _, shown = drive(store, fake_server([]), "/info\rexit\r", agent="file_fiona.py")
+    (line,) = [x for x in shown.splitlines() if x.startswith("  tools ")]
+    assert "list_dir" in line and "read_file" in line

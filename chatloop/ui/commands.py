@@ -170,6 +170,7 @@ def _info(shell: Shell, arg: str) -> None:
             else f"unknown: the server does not say; planned as {DEFAULT_WINDOW:,} "
             "(set context_window to the server's)",
         ),
+        ("tools", ", ".join(tool.name for tool in agent.tools) or "none"),
         ("queries", str(totals.queries)),
         # as the toolbar and the exit line count them: what the replies used
         ("tokens", f"{mark}{totals.tokens:,} (in {totals.tokens_in:,}, out {totals.tokens_out:,})"),
