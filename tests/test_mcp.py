@@ -276,3 +276,17 @@ def test_the_chat_asks_once_always_or_no_showing_the_call_as_text(store: Store) 
         assert "\x1b[2J" not in asked + out.getvalue()  # the call is shown as text
         decided = {"once": "allowed once", "always": "allowed in this chat", "no": "not run"}
         assert decided[answer] in out.getvalue()
+
+
+def test_switching_to_an_agent_with_servers_says_they_start_with_a_chat(store: Store) -> None:
+    from tests.repl_driver import drive, fake_server
+
+    folder = store.cwd / "agents"
+    folder.mkdir()
+    (folder / "timely.md").write_text(
+        "---\nname: Timely\nmcp:\n  time:\n    command: mcp-server-time\n---\nTell the time.\n"
+    )
+    _, shown = drive(store, fake_server([]), "/agent timely\rexit\r")
+    assert "Now talking with Timely." in shown
+    assert "Its MCP servers (time) are not started by /agent" in shown
+    assert server_children() == set()

@@ -430,6 +430,14 @@ def _agent(shell: Shell, arg: str) -> None:
         else ""
     )
     render.note(shell.console, f"Now talking with {visible(agent.name)}.{where}")
+    if agent.mcp:  # (servers are started with a chat, never in the middle of one)
+        names = ", ".join(spec.name for spec in agent.mcp)
+        render.note(
+            shell.console,
+            f"Its MCP servers ({visible(names)}) are not started by /agent: "
+            f"`chatloop --agent {path.stem}` starts them with the chat.",
+            "yellow",
+        )
 
 
 def _clear(shell: Shell, arg: str) -> None:
