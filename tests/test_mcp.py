@@ -274,7 +274,7 @@ def test_the_chat_asks_once_always_or_no_showing_the_call_as_text(store: Store) 
         asked = prompts.getvalue()
         assert "Run the tool bad__echo" in asked and "[y]es once" in asked
         assert "\x1b[2J" not in asked + out.getvalue()  # the call is shown as text
-        decided = {"once": "allowed once", "always": "allowed in this chat", "no": "not run"}
+        decided = {"once": "allowed once", "always": "allowed for this session", "no": "not run"}
         assert decided[answer] in out.getvalue()
 
 
@@ -290,3 +290,36 @@ def test_switching_to_an_agent_with_servers_says_they_start_with_a_chat(store: S
     assert "Now talking with Timely." in shown
     assert "Its MCP servers (time) are not started by /agent" in shown
     assert server_children() == set()
+
+
+def test_always_is_forgotten_when_the_chat_leaves_its_session_file(store: Store) -> None:
+    import io
+
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output.plain_text import PlainTextOutput
+    from rich.console import Console
+
+    from chatloop.ui.repl import Repl
+    from tests.conftest import Clock
+    from tests.repl_driver import fake_server
+
+    forgotten: list[int] = []
+    with create_pipe_input() as pipe:
+        pipe.send_text("hello\r/new\rhi again\r/info\rexit\r")
+        repl = Repl(
+            Agent(name="Timely", system_prompt="Tell the time."),
+            fake_server([]),
+            store,
+            TEST_SETTINGS,
+            Console(file=io.StringIO(), width=200),
+            input=pipe,
+            output=PlainTextOutput(io.StringIO()),
+            clock=Clock(),
+        )
+        repl.on_new_file.append(lambda: forgotten.append(1))
+        assert repl.run() == 0
+    assert forgotten == [1]  # /new left the first file; the first message made none
+    servers = McpServers([], lambda line: None)
+    servers._always.add("x")
+    servers.forget_always()
+    assert servers._always == set()

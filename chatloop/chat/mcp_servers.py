@@ -189,6 +189,11 @@ class McpServers:
                     tools.append(tool)
         return tools
 
+    def forget_always(self) -> None:
+        """Ask again about every tool (a new session file began: "always" was said for
+        the one before)."""
+        self._always.clear()
+
     def close(self) -> None:
         """Stop every server (asked, then cancelled after ``STOP_S``: its process is
         ended either way) and the loop."""

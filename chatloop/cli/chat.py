@@ -135,6 +135,7 @@ def chat(
 
         repl = Repl(agent, backend, store, settings, agent_named=args.agent is not None)
         servers.approve = repl.approve
+        repl.on_new_file.append(servers.forget_always)
         return repl.run(resume=located, kind=kind)
     finally:
         servers.close()
@@ -278,6 +279,7 @@ def _chat_new(args: argparse.Namespace) -> int:
             raise
         servers.say = lambda line: render.note(repl.console, line, "yellow")
         servers.approve = repl.approve
+        repl.on_new_file.append(servers.forget_always)
         repl.closers.append(servers.close)
         repl.notes.extend(said)
         return repl

@@ -96,6 +96,7 @@ class Repl:
         self._typed_ahead: list[str] = []  # lines typed while a question waited
         self.notes: list[str] = []  # said with the banner (the agent file's notes)
         self.closers: list[Callable[[], None]] = []  # run when the chat has ended (MCP servers)
+        self.on_new_file: list[Callable[[], None]] = []  # when a line left the session file
         self._acknowledgment: render.StreamView | None = None  # the last view, if one
         self._first: Callable[[], str] | None = None
         if prompt is None:  # the terminal's, unless the first prompt made it already
@@ -164,8 +165,16 @@ class Repl:
         return None
 
     def handle(self, line: str) -> None:
-        """Act on one submitted line, inside the error boundary (``_guarded``)."""
+        """Act on one submitted line, inside the error boundary (``_guarded``); when it
+        left the session file it was in (a compaction, /resume, /fork, /new), the
+        ``on_new_file`` hooks run (an "always" said to a tool is forgotten)."""
+        writer = self.session.writer
+        before = writer.path if writer is not None else None
         self._guarded(lambda: self._act(line))
+        writer = self.session.writer
+        if before is not None and (writer.path if writer is not None else None) != before:
+            for hook in self.on_new_file:
+                hook()
 
     def _act(self, line: str) -> None:
         parsed = commands.parse(line)
@@ -260,7 +269,8 @@ class Repl:
 
     def approve(self, tool: str, arguments: str) -> Answer:
         """Whether a tool may act (``chat.mcp_servers``): the call shown as text, then
-        once (y), always in this chat (a) or no (anything else; Enter, Ctrl-C)."""
+        once (y), always for this session file (a) or no (anything else; Enter,
+        Ctrl-C)."""
         if self.signalled:
             return "no"
         shown = arguments if len(arguments) <= 300 else arguments[:299] + "…"
@@ -268,18 +278,14 @@ class Repl:
             typed = self.prompt.prompt(
                 [
                     ("bold", f"Run the tool {visible(tool)}({visible(shown)})? "),
-                    ("", "[y]es once / [a]lways in this chat / [N]o "),
+                    ("", "[y]es once / [a]lways in this session / [N]o "),
                 ]
             )
         except (KeyboardInterrupt, EOFError):
             return "no"
         word = typed.strip().lower()
         answer: Answer = "always" if word in ("a", "always") else "once" if word in YES else "no"
-        render.note(
-            self.console,
-            f"{tool}: "
-            + {"once": "allowed once", "always": "allowed in this chat", "no": "not run"}[answer],
-        )
+        render.note(self.console, f"{tool}: {_DECIDED[answer]}")  # (note: shown as text)
         return answer
 
     def _answer(self, question: str, choices: str) -> bool | str | None:
@@ -371,7 +377,7 @@ class Repl:
             )
 
 
-_DECIDED = {"once": "allowed once", "always": "allowed in this chat", "no": "not run"}
+_DECIDED = {"once": "allowed once", "always": "allowed for this session", "no": "not run"}
 
 
 @contextmanager
