@@ -94,7 +94,14 @@ at_st = st.builds(
 usage_st = st.none() | st.builds(Usage, st.integers(0, 10**9), st.integers(0, 10**9), st.booleans())
 thinking_st = st.builds(Thinking, text_st, opt_text)
 call_st = st.builds(ToolCall, text_st, text_st, text_st)
-result_st = st.builds(ToolResult, text_st, text_st, text_st, st.booleans())
+result_st = st.builds(
+    ToolResult,
+    text_st,
+    text_st,
+    text_st,
+    st.booleans(),
+    st.one_of(st.none(), st.sampled_from(["allow", "once", "always", "no"]), text_st),
+)
 
 
 @st.composite

@@ -113,6 +113,7 @@ def test_a_real_servers_tools_are_offered_called_recorded_and_the_server_stopped
     (tool,) = [m for m in parsed.session.messages if m.role == "tool"]
     (result,) = tool.tool_results
     assert result.name == "time__get_current_time" and not result.is_error
+    assert result.approved == "allow"  # its policy let it act, and the file says so
     assert json.loads(result.content)["timezone"] == "Europe/Paris"
     assert said == []
 
@@ -219,7 +220,11 @@ def test_approval_asks_remembers_always_and_refuses_where_no_one_can_be_asked(
     ]
     assert results[0].is_error and "the person said no" in results[0].content
     assert not results[1].is_error and all(not r.is_error for r in results[1:])
+    # each decision is in the file with the call's result: no, then always (asked),
+    # then always (remembered)
+    assert [r.approved for r in results] == ["no", "always", "always"]
     assert result.is_error and "no one could be asked" in result.content
+    assert result.approved == "no"
     assert said and "not run (nobody to ask here" in said[0]
 
 

@@ -71,11 +71,12 @@ class Tool:
                 raise TypeError("arguments must be a JSON object")
             value = self.function(**arguments)
         except Exception as exc:  # a tool's failure is the model's to read, not ours to crash on
-            return ToolResult(call.id, call.name, f"{type(exc).__name__}: {exc}", is_error=True)
+            said = f"{type(exc).__name__}: {exc}"
+            return ToolResult(call.id, call.name, said, True, getattr(exc, "approved", None))
         text = value if isinstance(value, str) else json.dumps(value, default=str, indent=2)
         if len(text) > MAX_TOOL_RESULT_CHARS:
             text = text[:MAX_TOOL_RESULT_CHARS] + f"\n… (cut at {MAX_TOOL_RESULT_CHARS} characters)"
-        return ToolResult(call.id, call.name, text)
+        return ToolResult(call.id, call.name, text, approved=getattr(value, "approved", None))
 
 
 @dataclass(frozen=True)

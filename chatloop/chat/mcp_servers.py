@@ -25,9 +25,10 @@ reads. Every wait is bounded (``START_S``, ``CALL_S``, ``STOP_S``).
 
 Approval: before an MCP tool acts, its policy decides: ``allow`` runs it,
 ``deny`` refuses it, ``ask`` asks the person through ``Approve`` (once, always
-for this chat, or no); where no one can be asked (a one-shot, a pipe) an
-``ask`` tool is refused and a line says so. The refusal is the call's result,
-so the transcript holds it with the call. docs/security.md.
+for this session file, or no); where no one can be asked (a one-shot, a pipe)
+an ``ask`` tool is refused and a line says so. The decision is written with the
+call's result (``ToolResult.approved``: allow, once, always or no), and a
+refusal is the result itself. docs/security.md.
 """
 
 from __future__ import annotations
@@ -298,44 +299,72 @@ class McpServers:
         return Offered(name, f"[{spec.name}] {described}".strip(), schema, run)
 
     def _call(self, spec: ServerSpec, name: str, original: str, arguments: dict[str, Any]) -> str:
-        """One call of ``original`` on ``spec``'s server, once its policy allows it;
-        raises (an error result for the model) for a refusal, a timeout, a dead server
-        or an error the server reports."""
+        """One call of ``original`` on ``spec``'s server, once its policy allows it; its
+        text carries who allowed it (``Decided``). Raises (an error result for the
+        model, the decision on it) for a refusal, a timeout, a dead server or an error
+        the server reports."""
         import asyncio
         import concurrent.futures
 
-        self._allowed(spec, name, arguments)
+        decided = self._allowed(spec, name, arguments)
         session, loop = self._sessions.get(spec.name), self._loop
         if session is None or loop is None:
-            raise RuntimeError(f"the MCP server {spec.name} is not running")
+            raise _failed(RuntimeError(f"the MCP server {spec.name} is not running"), decided)
         future = asyncio.run_coroutine_threadsafe(session.call_tool(original, arguments), loop)
         try:
             result = future.result(timeout=self.call_s)
         except concurrent.futures.TimeoutError:
             future.cancel()
             said = f"the MCP server {spec.name} did not answer within {self.call_s:g} s"
-            raise TimeoutError(said) from None
+            raise _failed(TimeoutError(said), decided) from None
         except Exception as exc:
-            raise RuntimeError(f"the MCP server {spec.name} failed: {_first(exc)}") from None
+            failed = RuntimeError(f"the MCP server {spec.name} failed: {_first(exc)}")
+            raise _failed(failed, decided) from None
         text = _text_of(result)
         if getattr(result, "is_error", None) or getattr(result, "isError", None):
-            raise RuntimeError(text or "the tool reported an error")
-        return text
+            raise _failed(RuntimeError(text or "the tool reported an error"), decided)
+        return Decided(text, decided)
 
-    def _allowed(self, spec: ServerSpec, name: str, arguments: dict[str, Any]) -> None:
-        """Raise PermissionError unless ``name`` may act now (see the module doc)."""
-        if spec.approve == "allow" or name in self._always:
-            return
+    def _allowed(self, spec: ServerSpec, name: str, arguments: dict[str, Any]) -> str:
+        """Who lets ``name`` act now ("allow": its policy; "once" or "always": the
+        person); raises PermissionError (its decision "no") when nobody does (see the
+        module doc)."""
+        if spec.approve == "allow":
+            return "allow"
+        if name in self._always:
+            return "always"
         if spec.approve == "deny":
-            raise PermissionError(f"not run: {spec.name}'s tools are denied (approve: deny)")
+            refused = PermissionError(f"not run: {spec.name}'s tools are denied (approve: deny)")
+            raise _failed(refused, "no")
         if self.approve is None:
             self.say(f"{name}: not run (nobody to ask here; approve: allow lets it run)")
-            raise PermissionError("not run: it needs the person's yes, and no one could be asked")
+            unasked = PermissionError(
+                "not run: it needs the person's yes, and no one could be asked"
+            )
+            raise _failed(unasked, "no")
         answer = self.approve(name, json.dumps(arguments, ensure_ascii=False))
         if answer == "always":
             self._always.add(name)
         elif answer != "once":
-            raise PermissionError("not run: the person said no")
+            raise _failed(PermissionError("not run: the person said no"), "no")
+        return answer
+
+
+class Decided(str):
+    """A call's text with who let it act (``ToolResult.approved``, in the transcript)."""
+
+    approved: str
+
+    def __new__(cls, text: str, approved: str) -> Decided:
+        made = super().__new__(cls, text)
+        made.approved = approved
+        return made
+
+
+def _failed(exc: Exception, decided: str) -> Exception:
+    """``exc`` with who let the call act (or "no"), for ``ToolResult.approved``."""
+    exc.approved = decided  # type: ignore[attr-defined]
+    return exc
 
 
 def _text_of(result: Any) -> str:

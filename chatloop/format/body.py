@@ -160,6 +160,8 @@ def render_body(message: Message, agent: str, query: int, version: int) -> str:
         info: dict[str, Any] = {"id": r.call_id, "name": r.name}
         if r.is_error:
             info["error"] = True
+        if r.approved is not None:
+            info["approved"] = r.approved
         if version == 1:
             label = "Error from" if r.is_error else "Result of"
             head = f"<details><summary>{label} `{display_name(r.name)}`</summary>\n\n{fence}\n"
@@ -218,8 +220,15 @@ def read_body(
         elif kind == "result":
             tail = DETAILS_CLOSE if version == 1 else ""
             out = _strip_fenced(content, _RESULT_HEAD_RE[version], tail, notes, "tool result")
+            approved = info.get("approved")
             results.append(
-                ToolResult(str(info["id"]), str(info["name"]), out, bool(info.get("error")))
+                ToolResult(
+                    str(info["id"]),
+                    str(info["name"]),
+                    out,
+                    bool(info.get("error")),
+                    None if approved is None else str(approved),
+                )
             )
         else:
             raise ValueError(f"unknown part kind {kind!r}")

@@ -63,6 +63,9 @@ class ToolResult:
     name: str
     content: str
     is_error: bool = False
+    # who let the call act, for a tool that asks first (MCP): "allow" (its policy),
+    # "once" or "always" (the person's yes), "no" (refused); None for one that never asks
+    approved: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,7 +71,13 @@ def message_dict(m: Message) -> dict[str, object]:
             {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
         ],
         "tool_results": [
-            {"call_id": r.call_id, "name": r.name, "content": r.content, "is_error": r.is_error}
+            {
+                "call_id": r.call_id,
+                "name": r.name,
+                "content": r.content,
+                "is_error": r.is_error,
+                "approved": r.approved,
+            }
             for r in m.tool_results
         ],
         "model": m.model,
