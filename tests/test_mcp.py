@@ -291,7 +291,8 @@ def test_switching_to_an_agent_with_servers_says_they_start_with_a_chat(store: S
     (folder / "timely.md").write_text(
         "---\nname: Timely\nmcp:\n  time:\n    command: mcp-server-time\n---\nTell the time.\n"
     )
-    _, shown = drive(store, fake_server([]), "/agent timely\rexit\r")
+    _, shown = drive(store, fake_server([]), "/agent timely\ry\rexit\r")
+    assert "with your permissions; sha256" in shown  # asked first (its servers run): a yes
     assert "Now talking with Timely." in shown
     assert "Its MCP servers (time) are not started by /agent" in shown
     assert server_children() == set()

@@ -5,7 +5,9 @@ loaded, so chatloop runs one only when the person has said so:
 
 - the agents that ship with chatloop (``agent.bundled_agents``) and the person's own
   folder, ``$CHATLOOP_HOME/agents``, are theirs: they run without a question;
-- a markdown agent (``NAME.md``) runs no code: it loads without a question;
+- a markdown agent (``NAME.md``) runs no code: it loads without a question, unless
+  it declares MCP servers (commands chatloop would start): then it is asked about
+  as a Python file is;
 - any other file (a project's ``./agents/``, a path named by a config file or on the
   command line) runs only after a yes, asked once and remembered per (absolute path,
   sha256 of the content) in ``trusted_agents.json`` under the home (0600, replaced
@@ -45,13 +47,13 @@ def trusted_folders(home: Path) -> list[Path]:
     return [home / "agents", bundled_agents()]
 
 
-def approved_source(path: Path, home: Path, ask: Ask | None) -> bytes:
+def approved_source(path: Path, home: Path, ask: Ask | None, read: bytes | None = None) -> bytes:
     """The content of the agent file ``path`` once it may run: it lies in a trusted
     folder, or the person said yes to this path with this content (now, through
     ``ask``, which is then remembered; or before). Raises ``Unapproved`` when the
     answer is no or there is no one to ask."""
     real = Path(os.path.abspath(path)).resolve()
-    source = _read(real)
+    source = _read(real) if read is None else read
     if any(real.is_relative_to(folder.resolve()) for folder in trusted_folders(home)):
         return source
     digest = hashlib.sha256(source).hexdigest()
@@ -67,8 +69,9 @@ def approved_source(path: Path, home: Path, ask: Ask | None) -> bytes:
     )
     if ask is None:
         raise Unapproved(f"Not run: the agent file {said} has not been allowed to run", hint)
+    kind = "starts MCP servers" if real.suffix == ".md" else "Python"
     question = (
-        f"{why}: run the agent file {said} (Python, with your permissions; sha256 {digest[:12]})?"
+        f"{why}: run the agent file {said} ({kind}, with your permissions; sha256 {digest[:12]})?"
     )
     if not ask(question, False):
         raise Unapproved(
@@ -85,8 +88,13 @@ def load(path: Path, home: Path, ask: Ask | None) -> Agent:
     very bytes that were checked)."""
     from chatloop.chat.agent import load_agent
 
-    if path.suffix == ".md":  # a markdown agent runs no code: nothing to approve
-        return load_agent(path, _read(Path(os.path.abspath(path)).resolve()))
+    if path.suffix == ".md":  # a markdown agent runs no code of its own...
+        source = _read(Path(os.path.abspath(path)).resolve())
+        agent = load_agent(path, source)
+        if not agent.mcp:
+            return agent
+        # ...but the MCP servers it declares are commands chatloop would run
+        return load_agent(path, approved_source(path, home, ask, source))
     return load_agent(path, approved_source(path, home, ask))
 
 
