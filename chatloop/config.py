@@ -97,6 +97,9 @@ class Settings(NamedTuple):
     summaries: str = DEFAULT_SUMMARIES  # background | wait
     prepare_compaction: str = DEFAULT_PREPARE_COMPACTION  # on | off
     sessions_dir: str = ""
+    # MCP servers every agent is offered (chat.mcp_servers): the config file's mapping,
+    # kept as JSON text (a setting is a plain value); an agent's own of the same name win
+    mcp_servers: str = ""
 
 
 KEYS: dict[str, type] = {key: type(value) for key, value in Settings._field_defaults.items()}
@@ -176,6 +179,8 @@ def _said(number: float) -> str:
 
 def _coerce(key: str, value: Any, source: str) -> Any:
     kind = KEYS[key]
+    if key == "mcp_servers":
+        return _servers_json(value, source)
     try:
         if kind is int:
             if isinstance(value, float) and not value.is_integer():
@@ -208,6 +213,25 @@ def _coerce(key: str, value: Any, source: str) -> Any:
             "Fix the value and try again.",
         )
     return number
+
+
+def _servers_json(value: Any, source: str) -> str:
+    """MCP server declarations as JSON text: a mapping (the config file's) or JSON text
+    of one (``CHATLOOP_MCP_SERVERS``); what each entry holds is checked where the
+    servers start (``chat.mcp_servers.specs_of``)."""
+    import json
+
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError:
+            value = None
+    if not isinstance(value, dict):
+        raise UsageError(
+            f"{source}: mcp_servers must be a mapping of server names",
+            "For example: mcp_servers: {time: {command: mcp-server-time}}",
+        )
+    return json.dumps(value) if value else ""
 
 
 def _check_url(text: str, source: str) -> None:

@@ -329,3 +329,58 @@ def test_always_is_forgotten_when_the_chat_leaves_its_session_file(store: Store)
     servers._always.add("x")
     servers.forget_always()
     assert servers._always == set()
+
+
+def test_servers_in_the_config_file_are_offered_to_any_agent(
+    store: Store, time_spec: ServerSpec, tmp_path: Path
+) -> None:
+    import subprocess
+
+    from tests.scripted_server import scripted_server
+
+    config = tmp_path / "config.yaml"
+    mark = f"CHATLOOP_TEST_MARK={tmp_path}"
+    config.write_text(
+        "mcp_servers:\n  time:\n"
+        f"    command: {time_spec.command}\n    args: [--local-timezone, UTC]\n"
+        f"    env: {{CHATLOOP_TEST_MARK: '{tmp_path}'}}\n"
+        "  broken: {args: [x]}\n"
+    )
+    asked: list[dict[str, Any]] = []
+
+    def reply(body: dict[str, Any]) -> str:
+        asked.append(body)
+        return "It is noon."
+
+    with scripted_server(reply) as url:
+        done = subprocess.run(
+            [sys.executable, "-m", "chatloop.cli", "--base-url", url, "What time is it?"],
+            cwd=store.cwd,
+            env={
+                "CHATLOOP_HOME": str(store.root),
+                "CHATLOOP_CONFIG": str(config),
+                "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+                "HOME": str(store.root),
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    offered = {tool["function"]["name"] for tool in asked[0]["tools"]}
+    assert {"time__get_current_time", "time__convert_time"} <= offered
+    assert "config mcp_servers: mcp server 'broken' has no command; ignored" in done.stderr
+    assert marked(mark) == set()  # the server did not outlive chatloop
+
+
+def marked(mark: str) -> set[int]:
+    """The pids of processes whose environment holds ``mark`` (any parent)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if mark.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return found

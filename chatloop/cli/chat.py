@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from chatloop.chat.agent import Agent
     from chatloop.chat.continuation import Kind, Pick
     from chatloop.chat.host import Lookup, Picked
+    from chatloop.chat.mcp_servers import ServerSpec
     from chatloop.config import Settings
     from chatloop.store.rows import SessionRow
     from chatloop.ui.repl import Repl
@@ -115,7 +116,7 @@ def chat(
     connected = server.connect(settings, held)
     wiring.say(connected.notes)
     backend = connected.backend
-    servers = McpServers(list(agent.mcp), say=lambda line: wiring.say([line]))
+    servers = McpServers(_servers(settings, agent), say=lambda line: wiring.say([line]))
     try:
         agent = with_tools_of(agent, servers)  # (a chat sets who approves; a one-shot has none)
         if question is not None:
@@ -147,6 +148,24 @@ FILES_NEED_A_QUESTION = UsageError(
     "-f attaches a file to a question: give the question too",
     'chatloop -f notes.md "summarize this"; in the chat, /file PATH [QUESTION].',
 )
+
+
+def _servers(settings: Settings, agent: Agent, said: list[str] | None = None) -> list[ServerSpec]:
+    """The MCP servers of this chat: the agent's, then the config file's
+    (``mcp_servers``) it does not declare itself; notes about entries that cannot be
+    one go to ``said`` (else stderr)."""
+    import json
+
+    from chatloop.chat.mcp_servers import specs_of
+
+    declared = json.loads(settings.mcp_servers) if settings.mcp_servers else {}
+    configured, notes = specs_of(declared, "config mcp_servers")
+    if said is None:
+        wiring.say(notes)
+    else:
+        said.extend(notes)
+    own = {spec.name for spec in agent.mcp}
+    return [*agent.mcp, *(spec for spec in configured if spec.name not in own)]
 
 
 def _agent_model(settings: Settings, agent: Agent) -> Settings:
@@ -267,7 +286,7 @@ def _chat_new(args: argparse.Namespace) -> int:
         chosen = _agent_model(settings, agent)
         backend = server.connect(chosen).backend
         said: list[str] = list(agent.notes)  # said with the banner, above the prompt
-        servers = McpServers(list(agent.mcp), say=said.append)
+        servers = McpServers(_servers(chosen, agent, said), say=said.append)
         try:
             agent = with_tools_of(agent, servers)
             repl = Repl(
