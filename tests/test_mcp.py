@@ -384,3 +384,30 @@ def marked(mark: str) -> set[int]:
             except OSError:
                 continue
     return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("CHATLOOP_SLOW"), reason="set CHATLOOP_SLOW=1 to run (fetches from npm)"
+)
+def test_an_npm_server_lists_and_reads_and_is_stopped(tmp_path: Path) -> None:
+    """The reference filesystem server, from npm (Node is on the machine, or skip). Slow
+    and on demand: a first run fetches it from the npm registry, which CI must not
+    wait on."""
+    if shutil.which("npx") is None:
+        pytest.skip("Node (npx) is not on this machine")
+    (tmp_path / "notes.md").write_text("kumquats by the wall\n")
+    mark = ("CHATLOOP_TEST_MARK", str(tmp_path))
+    spec = ServerSpec(
+        "fs", "npx", ("-y", "@modelcontextprotocol/server-filesystem", str(tmp_path)), (mark,)
+    )
+    said: list[str] = []
+    servers = McpServers([spec._replace(approve="allow")], said.append, waits=(180.0, 30.0, 5.0))
+    try:
+        tools = {tool.name: tool for tool in servers.start()}
+        assert said == [] and {"fs__list_directory", "fs__write_file"} <= set(tools)
+        listed = tools["fs__list_directory"].function(path=str(tmp_path))
+        assert "notes.md" in listed and listed.approved == "allow"  # type: ignore[attr-defined]
+    finally:
+        servers.close()
+    assert marked(f"CHATLOOP_TEST_MARK={tmp_path}") == set()
