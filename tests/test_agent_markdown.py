@@ -15,6 +15,24 @@ from chatloop.errors import UsageError
 from chatloop.store.store import Store
 from tests.scripted_server import scripted_server
 
+
+def one_shot(store: Store, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``chatloop --base-url URL ARGS…`` in the store's project, as a person runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "chatloop.cli", "--base-url", url, *args],
+        cwd=store.cwd,
+        env={
+            "CHATLOOP_HOME": str(store.root),
+            "CHATLOOP_CONFIG": "",
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(store.root),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 CLAUDE_CODE_AGENT = """\
 ---
 name: code-reviewer
@@ -97,28 +115,7 @@ def test_a_projects_markdown_agent_runs_with_its_prompt_options_and_model_unaske
         return "Basil likes sun."
 
     with scripted_server(reply, model="tiny-model") as url:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "chatloop.cli",
-                "--base-url",
-                url,
-                "--agent",
-                "gardener",
-                "Where does basil go?",
-            ],
-            cwd=store.cwd,
-            env={
-                "CHATLOOP_HOME": str(store.root),
-                "CHATLOOP_CONFIG": "",
-                "PATH": "/usr/bin:/bin",
-                "HOME": str(store.root),
-            },
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = one_shot(store, url, "--agent", "gardener", "Where does basil go?")
     assert done.returncode == 0, done.stderr
     turn = asked[0]
     assert turn["messages"][0] == {
@@ -141,18 +138,6 @@ def test_a_projects_markdown_agent_that_declares_servers_needs_a_yes(store: Stor
         f"    args: [-c, 'touch {marker}']\n    approve: allow\n---\nHello.\n"
     )
     with scripted_server(lambda body: "never") as url:
-        done = subprocess.run(
-            [sys.executable, "-m", "chatloop.cli", "--base-url", url, "--agent", "sneaky", "hi"],
-            cwd=store.cwd,
-            env={
-                "CHATLOOP_HOME": str(store.root),
-                "CHATLOOP_CONFIG": "",
-                "PATH": "/usr/bin:/bin",
-                "HOME": str(store.root),
-            },
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = one_shot(store, url, "--agent", "sneaky", "hi")
     assert done.returncode != 0 and "has not been allowed to run" in done.stderr
     assert "Traceback" not in done.stderr and not marker.exists()

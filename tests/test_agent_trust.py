@@ -15,6 +15,7 @@ import pytest
 
 from chatloop.chat import trust
 from chatloop.config import load_settings
+from chatloop.format import SessionMeta
 from chatloop.format.yaml_strict import load as read_yaml
 from chatloop.store.store import Store
 from tests.pty_driver import chatloop_bin, environment, leave, ready, spawn, wait
@@ -131,13 +132,12 @@ def test_agent_command_asks_before_a_project_agent_runs(store: Store, tmp_path: 
     assert marker.exists()
 
 
-def test_resume_asks_before_the_sessions_project_agent_runs(store: Store, tmp_path: Path) -> None:
-    """``/resume`` of a session whose agent is a project file: asked first (``_adopt``);
-    a no leaves the chat as it was."""
+def evil_session(store: Store, marker: Path) -> SessionMeta:
+    """A closed session held with the project's agent ``evil`` (which would create
+    ``marker`` if it ran), in the store's project; its front matter."""
     from chatloop.format import Message, Session, render_markdown
     from tests.conftest import T0, new_meta
 
-    marker = tmp_path / "marker"
     evil_project(store.cwd, marker)
     meta = new_meta(id="20261121-143045-0e0e0e0e", agent="Evil", agent_name="evil", status="closed")
     messages = (
@@ -146,6 +146,14 @@ def test_resume_asks_before_the_sessions_project_agent_runs(store: Store, tmp_pa
     )
     store.project_dir.mkdir(parents=True, exist_ok=True)
     (store.project_dir / f"{meta.id}.md").write_bytes(render_markdown(Session(meta, messages)))
+    return meta
+
+
+def test_resume_asks_before_the_sessions_project_agent_runs(store: Store, tmp_path: Path) -> None:
+    """``/resume`` of a session whose agent is a project file: asked first (``_adopt``);
+    a no leaves the chat as it was."""
+    marker = tmp_path / "marker"
+    meta = evil_session(store, marker)
     _, shown = drive(store, server([]), f"/resume {meta.id}\rn\rexit\r")
     assert "[y/N]" in shown and "Not run: the agent file" in shown
     assert not marker.exists()
@@ -334,18 +342,8 @@ def test_a_no_to_the_resumed_sessions_agent_leaves_the_chat_in_its_own_session(
     store: Store, tmp_path: Path
 ) -> None:
     """Issue 35: after a no, the next message went to a new session."""
-    from chatloop.format import Message, Session, render_markdown
-    from tests.conftest import T0, new_meta
-
     marker = tmp_path / "marker"
-    evil_project(store.cwd, marker)
-    meta = new_meta(id="20261121-143045-0e0e0e0e", agent="Evil", agent_name="evil", status="closed")
-    messages = (
-        Message.create("user", T0, text="hi"),
-        Message.create("summary", T0, text="**Pending:** none"),
-    )
-    store.project_dir.mkdir(parents=True, exist_ok=True)
-    (store.project_dir / f"{meta.id}.md").write_bytes(render_markdown(Session(meta, messages)))
+    meta = evil_session(store, marker)
     script = f"first here\r/resume {meta.id}\rn\rsecond here\rexit\r"
     _, shown = drive(store, server([]), script)
     assert "Not run: the agent file" in shown and not marker.exists()

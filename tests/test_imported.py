@@ -38,6 +38,14 @@ def interrupted_seed(folder: Path, empty_reply: bool = False) -> Path:
     return path
 
 
+def import_sample(store: Store, tmp_path: Path) -> None:
+    """The sample seed session, imported from a seed project's folder."""
+    seed = tmp_path / "old" / ".chat-sessions"
+    seed.mkdir(parents=True)
+    shutil.copy(LEGACY, seed)
+    import_sessions(store, [seed])
+
+
 def test_an_empty_seed_reply_is_an_empty_reply_and_the_title_is_the_first_question(
     tmp_path: Path,
 ) -> None:
@@ -80,10 +88,7 @@ def test_a_summary_in_the_seeds_markers_is_read_back_and_a_marker_in_it_stays_te
 def test_an_imported_session_has_a_handle_and_its_id_is_taken_everywhere(
     store: Store, tmp_path: Path
 ) -> None:
-    seed = tmp_path / "old" / ".chat-sessions"
-    seed.mkdir(parents=True)
-    shutil.copy(LEGACY, seed)
-    import_sessions(store, [seed])
+    import_sample(store, tmp_path)
     with Index(store) as index:
         index.sync()
         (row,) = index.list_sessions()
@@ -129,10 +134,7 @@ def test_resuming_an_interrupted_import_twice_summarizes_it_once_in_the_copy_onl
 def test_a_session_resumed_from_another_directory_is_continued_in_its_own_project(
     store: Store, tmp_path: Path
 ) -> None:
-    seed = tmp_path / "old" / ".chat-sessions"
-    seed.mkdir(parents=True)
-    shutil.copy(LEGACY, seed)
-    import_sessions(store, [seed])
+    import_sample(store, tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     there = Store(store.root, cwd=elsewhere)

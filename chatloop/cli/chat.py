@@ -36,7 +36,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         raise UsageError(f"{flag} goes with --resume or --continue", f"e.g. chatloop -r 2 {flag}")
     terminal = sys.stdin.isatty() and sys.stdout.isatty()
     if getattr(args, "files", None) and not args.question and terminal:
-        raise FILES_NEED_A_QUESTION  # (from a pipe, the piped text may be the question)
+        raise _files_need_a_question()  # (from a pipe, the piped text may be the question)
     if not (args.continue_ or args.resume is not None or args.question) and terminal:
         return _chat_new(args)  # (with a terminal, nothing is piped in)
     from chatloop.chat.continuation import Kind
@@ -144,10 +144,14 @@ def chat(
 
 
 SYSTEM_MAX_CHARS = 16_000  # a -s prompt, kept in the front matter (64 KiB with the pins)
-FILES_NEED_A_QUESTION = UsageError(
-    "-f attaches a file to a question: give the question too",
-    'chatloop -f notes.md "summarize this"; in the chat, /file PATH [QUESTION].',
-)
+
+
+def _files_need_a_question() -> UsageError:
+    """The error of ``-f`` without a question (a chat's first message is typed)."""
+    return UsageError(
+        "-f attaches a file to a question: give the question too",
+        'chatloop -f notes.md "summarize this"; in the chat, /file PATH [QUESTION].',
+    )
 
 
 def _servers(settings: Settings, agent: Agent, said: list[str] | None = None) -> list[ServerSpec]:
@@ -216,7 +220,7 @@ def _question(args: argparse.Namespace) -> str | None:
             piped = ""
     if not args.question and not piped.strip():
         if files:
-            raise FILES_NEED_A_QUESTION
+            raise _files_need_a_question()
         if not sys.stdin.isatty():
             raise UsageError(
                 "Nothing to send: the piped input is empty",
