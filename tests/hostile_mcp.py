@@ -4,7 +4,7 @@ It speaks just enough JSON-RPC (initialize, tools/list, tools/call) to be a serv
 then misbehaves as MODE says: ``hang`` (never answers a call), ``die`` (exits in
 the middle of a call), ``huge`` (answers 10 MB), ``markup`` (tool names and
 descriptions full of rich markup and terminal control), ``mute`` (never answers
-initialize).
+initialize), ``clash`` (tool names that read alike as tool names).
 """
 
 from __future__ import annotations
@@ -24,8 +24,11 @@ def send(message: dict[str, object]) -> None:
 
 
 def tools() -> list[dict[str, object]]:
-    name = f"echo{HOSTILE}" if MODE == "markup" else "echo"
     schema = {"type": "object", "properties": {"text": {"type": "string"}}}
+    if MODE == "clash":  # names that read alike once reduced to a tool name's letters
+        names = ["a b", "a_b", "a.b", "a_b_2", "x" * 100, "x" * 100 + "y", "x" * 99 + "!"]
+        return [{"name": n, "description": "", "inputSchema": schema} for n in names]
+    name = f"echo{HOSTILE}" if MODE == "markup" else "echo"
     return [{"name": name, "description": f"Echoes. {HOSTILE}", "inputSchema": schema}]
 
 

@@ -411,3 +411,14 @@ def test_an_npm_server_lists_and_reads_and_is_stopped(tmp_path: Path) -> None:
     finally:
         servers.close()
     assert marked(f"CHATLOOP_TEST_MARK={tmp_path}") == set()
+
+
+def test_tool_names_that_read_alike_are_numbered_apart(store: Store) -> None:
+    spec = ServerSpec("bad", sys.executable, (str(HOSTILE), "clash"), approve="allow")
+    servers = McpServers([spec], lambda line: None, waits=QUICK)
+    try:
+        names = [tool.name for tool in servers.start()]
+    finally:
+        servers.close()
+    assert len(names) == 7 and len(set(names)) == 7  # each its own, none waited on
+    assert all(len(n) <= 64 and all(c.isalnum() or c in "_-" for c in n) for n in names)

@@ -284,9 +284,11 @@ class McpServers:
         original = str(getattr(found, "name", ""))
         if not original:
             return None
-        name = _NAME.sub("_", f"{spec.name}__{original}")[:64]
-        while name in taken:
-            name = name[:60] + f"_{len(taken) % 1000:03d}"
+        name = base = _NAME.sub("_", f"{spec.name}__{original}")[:64]
+        count = 1
+        while name in taken:  # (two names that read alike: numbered, never waited on)
+            count += 1
+            name = f"{base[:56]}_{count}"
         taken.add(name)
         schema = getattr(found, "input_schema", None) or getattr(found, "inputSchema", None)
         if not isinstance(schema, dict) or schema.get("type") != "object":
