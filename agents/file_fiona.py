@@ -57,3 +57,6 @@ def current_time() -> str:
 
 
 TOOLS = [list_dir, read_file, current_time]
+# Tools that only look act without asking; any other tool asks the person first
+# (APPROVE = {"name": "allow" | "ask" | "deny"} sets one's policy outright).
+READ_ONLY = ["list_dir", "read_file", "current_time"]

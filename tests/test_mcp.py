@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from chatloop.backends.base import ChatMessage, Event, Finish, ToolCallEvent, UsageEvent
-from chatloop.chat.agent import Agent, load_agent, with_tools_of
+from chatloop.chat.agent import Agent, armed, load_agent
+from chatloop.chat.approval import Approvals
 from chatloop.chat.mcp_servers import McpServers, ServerSpec, specs_of
 from chatloop.chat.session import ChatSession
 from chatloop.format import ToolCall, parse_markdown, render_markdown
@@ -74,10 +75,11 @@ def server_children() -> set[int]:
     return found
 
 
-def agent_with(spec: ServerSpec, servers: McpServers) -> Agent:
-    return with_tools_of(
-        Agent(name="Timely", system_prompt="You tell the time.", mcp=(spec,)), servers
-    )
+def agent_with(spec: ServerSpec, servers: McpServers, approvals: Approvals | None = None) -> Agent:
+    """An agent declaring ``spec``, armed with the tools ``servers`` offer, each acting
+    as ``approvals`` decide (by default: nobody to ask, as in a one-shot)."""
+    agent = Agent(name="Timely", system_prompt="You tell the time.", mcp=(spec,))
+    return armed(agent, servers, approvals or Approvals(lambda line: None))
 
 
 @pytest.fixture
@@ -192,8 +194,8 @@ def test_approval_asks_remembers_always_and_refuses_where_no_one_can_be_asked(
         asked.append(f"{name}({arguments})")
         return answers.pop(0)
 
-    servers = McpServers([asking], lambda line: None, approve, waits=QUICK)
-    agent = agent_with(asking, servers)
+    servers = McpServers([asking], lambda line: None, waits=QUICK)
+    agent = agent_with(asking, servers, Approvals(lambda line: None, approve))
     call = ("time__get_current_time", '{"timezone": "UTC"}')
     try:
         session = ChatSession(agent, Caller(call, call), store, TEST_SETTINGS, ScriptedHost())
@@ -205,9 +207,10 @@ def test_approval_asks_remembers_always_and_refuses_where_no_one_can_be_asked(
     finally:
         servers.close()
     said: list[str] = []
-    one_shot = McpServers([asking], said.append, waits=QUICK)  # no one to ask
-    try:
-        result = agent_with(asking, one_shot).run_tool(ToolCall("c", call[0], call[1]))
+    one_shot = McpServers([asking], said.append, waits=QUICK)
+    try:  # a one-shot: no one to ask
+        unasked = agent_with(asking, one_shot, Approvals(said.append))
+        result = unasked.run_tool(ToolCall("c", call[0], call[1]))
     finally:
         one_shot.close()
     assert server_children() == set()
@@ -309,7 +312,7 @@ def test_always_is_forgotten_when_the_chat_leaves_its_session_file(store: Store)
     from tests.conftest import Clock
     from tests.repl_driver import fake_server
 
-    forgotten: list[int] = []
+    asked: list[str] = []
     with create_pipe_input() as pipe:
         pipe.send_text("hello\r/new\rhi again\r/info\rexit\r")
         repl = Repl(
@@ -322,13 +325,17 @@ def test_always_is_forgotten_when_the_chat_leaves_its_session_file(store: Store)
             output=PlainTextOutput(io.StringIO()),
             clock=Clock(),
         )
-        repl.on_new_file.append(lambda: forgotten.append(1))
+
+        def approve(name: str, arguments: str) -> Any:
+            asked.append(name)
+            return "always"
+
+        repl.approvals.approve = approve
+        assert repl.approvals.decide("t", "ask", {}) == "always"  # said in the first file
+        assert repl.approvals.decide("t", "ask", {}) == "always" and asked == ["t"]
         assert repl.run() == 0
-    assert forgotten == [1]  # /new left the first file; the first message made none
-    servers = McpServers([], lambda line: None)
-    servers._always.add("x")
-    servers.forget_always()
-    assert servers._always == set()
+    # /new left the first file: "always" is forgotten, the tool asks again
+    assert repl.approvals.decide("t", "ask", {}) == "always" and asked == ["t", "t"]
 
 
 def test_servers_in_the_config_file_are_offered_to_any_agent(
@@ -407,7 +414,7 @@ def test_an_npm_server_lists_and_reads_and_is_stopped(tmp_path: Path) -> None:
         tools = {tool.name: tool for tool in servers.start()}
         assert said == [] and {"fs__list_directory", "fs__write_file"} <= set(tools)
         listed = tools["fs__list_directory"].function(path=str(tmp_path))
-        assert "notes.md" in listed and listed.approved == "allow"  # type: ignore[attr-defined]
+        assert "notes.md" in listed
     finally:
         servers.close()
     assert marked(f"CHATLOOP_TEST_MARK={tmp_path}") == set()
@@ -422,3 +429,48 @@ def test_tool_names_that_read_alike_are_numbered_apart(store: Store) -> None:
         servers.close()
     assert len(names) == 7 and len(set(names)) == 7  # each its own, none waited on
     assert all(len(n) <= 64 and all(c.isalnum() or c in "_-" for c in n) for n in names)
+
+
+def test_an_agents_own_tools_ask_unless_read_only_and_the_decision_is_kept(
+    tmp_path: Path,
+) -> None:
+    from chatloop.chat.agent import bundled_agents
+
+    path = tmp_path / "scribe.py"
+    path.write_text(
+        'NAME = "Scribe"\nSYSTEM_PROMPT = "You write."\n\n'
+        "def note(text: str) -> str:\n"
+        '    """Write a note."""\n'
+        '    return "noted " + text\n\n'
+        "def peek() -> dict:\n"
+        '    """Look around."""\n'
+        '    return {"seen": 1}\n\n'
+        "def burn() -> str:\n"
+        '    """Never."""\n'
+        '    return "burnt"\n\n'
+        "TOOLS = [note, peek, burn]\n"
+        'READ_ONLY = ["peek"]\n'
+        'APPROVE = {"burn": "deny", "note": "sometimes"}\n'
+    )
+    agent = load_agent(path)
+    assert {t.name: t.policy for t in agent.tools} == {
+        "note": "ask",
+        "peek": "allow",
+        "burn": "deny",
+    }
+    assert "APPROVE['note'] is not one of allow, ask, deny" in "\n".join(agent.notes)
+    said: list[str] = []
+    unasked = armed(agent, None, Approvals(said.append))  # a one-shot: no one to ask
+    peek = unasked.run_tool(ToolCall("1", "peek", "{}"))
+    assert not peek.is_error and json.loads(peek.content) == {"seen": 1}
+    assert peek.approved == "allow"
+    note = unasked.run_tool(ToolCall("2", "note", '{"text": "x"}'))
+    assert note.is_error and note.approved == "no" and "no one could be asked" in note.content
+    assert said == ["note: not run (nobody to ask here; approve: allow lets it run)"]
+    asked = armed(agent, None, Approvals(said.append, lambda name, arguments: "once"))
+    note = asked.run_tool(ToolCall("3", "note", '{"text": "x"}'))
+    assert (note.content, note.approved, note.is_error) == ("noted x", "once", False)
+    burn = asked.run_tool(ToolCall("4", "burn", "{}"))
+    assert burn.is_error and burn.approved == "no" and "denied" in burn.content
+    fiona = load_agent(bundled_agents() / "file_fiona.py")
+    assert {t.policy for t in fiona.tools} == {"allow"}  # read-only: they never ask

@@ -8,14 +8,20 @@ An agent file (see ``agents/simple_sally.py``) defines module-level values::
     SYSTEM_PROMPT = "You are Simple Sally, ..."
     OPTIONS = {"temperature": 0.7, "max_tokens": 512}     # optional
     TOOLS = [read_file, list_dir]                          # optional: plain functions
+    READ_ONLY = ["read_file", "list_dir"]                  # optional: act without asking
+    APPROVE = {"write_note": "ask"}                        # optional: allow | ask | deny
+    MCP = {"time": {"command": "mcp-server-time"}}          # optional: chat.mcp_servers
 
 Each tool is a plain function with type hints and a docstring; its JSON
 schema is derived from them (``Args:`` lines describe the parameters).
-A tool that raises returns an error result to the model instead of crashing.
+A tool that raises returns an error result to the model instead of crashing. A
+tool not named in ``READ_ONLY`` asks the person before it acts (``chat.approval``,
+applied when the agent is ``armed`` for a chat).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import inspect
 import json
@@ -27,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chatloop.chat.approval import POLICIES, Approvals
 from chatloop.chat.mcp_servers import McpServers, ServerSpec, specs_of
 from chatloop.errors import UsageError
 from chatloop.format import ToolCall, ToolResult
@@ -51,6 +58,7 @@ class Tool:
     description: str
     parameters: dict[str, Any]
     function: Callable[..., Any]
+    policy: str = "ask"  # allow | ask | deny (chat.approval): applied once ``armed``
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI-style tool definition sent to the server."""
@@ -105,13 +113,18 @@ class Agent:
         return ToolResult(call.id, call.name, f"No tool named {call.name!r} (tools: {known})", True)
 
 
-def with_tools_of(agent: Agent, servers: McpServers) -> Agent:
-    """``agent`` with the tools ``servers`` offer once started (``McpServers.start``)
-    after its own."""
+def armed(agent: Agent, servers: McpServers | None, approvals: Approvals) -> Agent:
+    """``agent`` ready to chat: the tools ``servers`` offer once started
+    (``McpServers.start``) after its own, each acting only as its policy and the
+    person decide (``Approvals.gate``)."""
     import dataclasses
 
-    offered = tuple(Tool(*tool) for tool in servers.start())
-    return dataclasses.replace(agent, tools=agent.tools + offered) if offered else agent
+    offered = tuple(Tool(*tool) for tool in servers.start()) if servers is not None else ()
+    tools = tuple(
+        dataclasses.replace(tool, function=approvals.gate(tool.name, tool.policy, tool.function))
+        for tool in agent.tools + offered
+    )
+    return dataclasses.replace(agent, tools=tools) if tools else agent
 
 
 def tool_from_function(function: Callable[..., Any]) -> Tool:
@@ -246,13 +259,32 @@ def load_agent(path: Path, source: bytes | None = None) -> Agent:
             "An agent file needs NAME and SYSTEM_PROMPT.",
         )
     servers, notes = specs_of(getattr(module, "MCP", None), path.name)
+    tools = tuple(tool_from_function(f) for f in getattr(module, "TOOLS", ()) or ())
+    policies = _policies(module, tools, path.name, notes)
     return Agent(
         name=str(getattr(module, "NAME", path.stem.replace("_", " ").title())),
         system_prompt=prompt,
         description=str(getattr(module, "DESCRIPTION", "")),
         options=dict(getattr(module, "OPTIONS", {}) or {}),
-        tools=tuple(tool_from_function(f) for f in getattr(module, "TOOLS", ()) or ()),
+        tools=tuple(dataclasses.replace(t, policy=policies[t.name]) for t in tools),
         path=str(path),
         notes=tuple(notes),
         mcp=tuple(servers),
     )
+
+
+def _policies(
+    module: types.ModuleType, tools: tuple[Tool, ...], where: str, notes: list[str]
+) -> dict[str, str]:
+    """Each tool's approval policy: ``APPROVE[name]``, else allow for a name in
+    ``READ_ONLY``, else ask; a policy that is not one is noted (it asks)."""
+    read_only = set(getattr(module, "READ_ONLY", ()) or ())
+    given = dict(getattr(module, "APPROVE", {}) or {})
+    out = {}
+    for tool in tools:
+        policy = str(given.get(tool.name) or ("allow" if tool.name in read_only else "ask"))
+        if policy not in POLICIES:
+            notes.append(f"{where}: APPROVE[{tool.name!r}] is not one of {', '.join(POLICIES)}")
+            policy = "ask"
+        out[tool.name] = policy
+    return out

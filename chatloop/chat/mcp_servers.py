@@ -23,58 +23,44 @@ A server that fails to start costs one line and no tools; one that hangs,
 dies in a call or answers garbage costs that call an error result the model
 reads. Every wait is bounded (``START_S``, ``CALL_S``, ``STOP_S``).
 
-Approval: before an MCP tool acts, its policy decides: ``allow`` runs it,
-``deny`` refuses it, ``ask`` asks the person through ``Approve`` (once, always
-for this session file, or no); where no one can be asked (a one-shot, a pipe)
-an ``ask`` tool is refused and a line says so. The decision is written with the
-call's result (``ToolResult.approved``: allow, once, always or no), and a
-refusal is the result itself. docs/security.md.
+Approval: each tool offered carries its server's policy (``approve``), which
+``chat.approval`` applies before the call. docs/security.md.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from chatloop.chat.approval import POLICIES
 
 if TYPE_CHECKING:  # (asyncio costs 28 ms to import: only once a server is declared)
     import asyncio
     import concurrent.futures
     import threading
 
-__all__ = [
-    "CALL_S",
-    "POLICIES",
-    "START_S",
-    "STOP_S",
-    "Approve",
-    "McpServers",
-    "Offered",
-    "ServerSpec",
-    "specs_of",
-]
+__all__ = ["CALL_S", "START_S", "STOP_S", "McpServers", "Offered", "ServerSpec", "specs_of"]
 
 START_S = 30.0  # a server's start and its tool list
 CALL_S = 60.0  # one tool call
 STOP_S = 5.0  # each server's stop, then its process is ended
-POLICIES = ("allow", "ask", "deny")
 MAX_DESCRIPTION = 1000
-Answer = Literal["once", "always", "no"]
-Approve = Callable[[str, str], Answer]  # (tool name, its arguments as JSON) -> the answer
 _NAME = re.compile(r"[^A-Za-z0-9_-]+")
 
 
 class Offered(NamedTuple):
     """A tool a server offers, as ``agent.Tool`` is made: its name, description, the
-    JSON schema of its parameters, and the function that calls it."""
+    JSON schema of its parameters, the function that calls it, and its server's
+    approval policy."""
 
     name: str
     description: str
     parameters: dict[str, Any]
     function: Callable[..., str]
+    policy: str
 
 
 class ServerSpec(NamedTuple):
@@ -133,14 +119,11 @@ class McpServers:
         self,
         specs: list[ServerSpec],
         say: Callable[[str], None],
-        approve: Approve | None = None,
         waits: tuple[float, float, float] = (START_S, CALL_S, STOP_S),
     ) -> None:
         self.specs = specs
         self.start_s, self.call_s, self.stop_s = waits  # (a test waits less)
         self.say = say
-        self.approve = approve  # None: no one to ask (a one-shot, a pipe)
-        self._always: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._sessions: dict[str, Any] = {}
@@ -189,11 +172,6 @@ class McpServers:
                 if tool is not None:
                     tools.append(tool)
         return tools
-
-    def forget_always(self) -> None:
-        """Ask again about every tool (a new session file began: "always" was said for
-        the one before)."""
-        self._always.clear()
 
     def close(self) -> None:
         """Stop every server (asked, then cancelled after ``STOP_S``: its process is
@@ -296,77 +274,33 @@ class McpServers:
         described = str(getattr(found, "description", "") or "")[:MAX_DESCRIPTION]
 
         def run(**arguments: Any) -> str:
-            return self._call(spec, name, original, arguments)
+            return self._call(spec, original, arguments)
 
-        return Offered(name, f"[{spec.name}] {described}".strip(), schema, run)
+        return Offered(name, f"[{spec.name}] {described}".strip(), schema, run, spec.approve)
 
-    def _call(self, spec: ServerSpec, name: str, original: str, arguments: dict[str, Any]) -> str:
-        """One call of ``original`` on ``spec``'s server, once its policy allows it; its
-        text carries who allowed it (``Decided``). Raises (an error result for the
-        model, the decision on it) for a refusal, a timeout, a dead server or an error
-        the server reports."""
+    def _call(self, spec: ServerSpec, original: str, arguments: dict[str, Any]) -> str:
+        """One call of ``original`` on ``spec``'s server (its policy was applied by the
+        caller); raises, an error result for the model, for a timeout, a dead server
+        or an error the server reports."""
         import asyncio
         import concurrent.futures
 
-        decided = self._allowed(spec, name, arguments)
         session, loop = self._sessions.get(spec.name), self._loop
         if session is None or loop is None:
-            raise _failed(RuntimeError(f"the MCP server {spec.name} is not running"), decided)
+            raise RuntimeError(f"the MCP server {spec.name} is not running")
         future = asyncio.run_coroutine_threadsafe(session.call_tool(original, arguments), loop)
         try:
             result = future.result(timeout=self.call_s)
         except concurrent.futures.TimeoutError:
             future.cancel()
             said = f"the MCP server {spec.name} did not answer within {self.call_s:g} s"
-            raise _failed(TimeoutError(said), decided) from None
+            raise TimeoutError(said) from None
         except Exception as exc:
-            failed = RuntimeError(f"the MCP server {spec.name} failed: {_first(exc)}")
-            raise _failed(failed, decided) from None
+            raise RuntimeError(f"the MCP server {spec.name} failed: {_first(exc)}") from None
         text = _text_of(result)
         if getattr(result, "is_error", None) or getattr(result, "isError", None):
-            raise _failed(RuntimeError(text or "the tool reported an error"), decided)
-        return Decided(text, decided)
-
-    def _allowed(self, spec: ServerSpec, name: str, arguments: dict[str, Any]) -> str:
-        """Who lets ``name`` act now ("allow": its policy; "once" or "always": the
-        person); raises PermissionError (its decision "no") when nobody does (see the
-        module doc)."""
-        if spec.approve == "allow":
-            return "allow"
-        if name in self._always:
-            return "always"
-        if spec.approve == "deny":
-            refused = PermissionError(f"not run: {spec.name}'s tools are denied (approve: deny)")
-            raise _failed(refused, "no")
-        if self.approve is None:
-            self.say(f"{name}: not run (nobody to ask here; approve: allow lets it run)")
-            unasked = PermissionError(
-                "not run: it needs the person's yes, and no one could be asked"
-            )
-            raise _failed(unasked, "no")
-        answer = self.approve(name, json.dumps(arguments, ensure_ascii=False))
-        if answer == "always":
-            self._always.add(name)
-        elif answer != "once":
-            raise _failed(PermissionError("not run: the person said no"), "no")
-        return answer
-
-
-class Decided(str):
-    """A call's text with who let it act (``ToolResult.approved``, in the transcript)."""
-
-    approved: str
-
-    def __new__(cls, text: str, approved: str) -> Decided:
-        made = super().__new__(cls, text)
-        made.approved = approved
-        return made
-
-
-def _failed(exc: Exception, decided: str) -> Exception:
-    """``exc`` with who let the call act (or "no"), for ``ToolResult.approved``."""
-    exc.approved = decided  # type: ignore[attr-defined]
-    return exc
+            raise RuntimeError(text or "the tool reported an error")
+        return text
 
 
 def _text_of(result: Any) -> str:

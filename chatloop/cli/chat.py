@@ -80,7 +80,8 @@ def chat(
     there. The session is found before anything slow (a wrong ref fails first), then
     its agent and server are chosen by the rules every resume uses."""
     from chatloop.chat import continuation, server, trust
-    from chatloop.chat.agent import agent_dirs, find_agent_file, with_tools_of
+    from chatloop.chat.agent import agent_dirs, armed, find_agent_file
+    from chatloop.chat.approval import Approvals
     from chatloop.chat.mcp_servers import McpServers
     from chatloop.config import chatloop_home
 
@@ -117,8 +118,9 @@ def chat(
     wiring.say(connected.notes)
     backend = connected.backend
     servers = McpServers(_servers(settings, agent), say=lambda line: wiring.say([line]))
+    approvals = Approvals(say=lambda line: wiring.say([line]))  # (a chat sets who is asked)
     try:
-        agent = with_tools_of(agent, servers)  # (a chat sets who approves; a one-shot has none)
+        agent = armed(agent, servers, approvals)
         if question is not None:
             from chatloop.ui.oneshot import answer_once
 
@@ -135,8 +137,8 @@ def chat(
         from chatloop.ui.repl import Repl
 
         repl = Repl(agent, backend, store, settings, agent_named=args.agent is not None)
-        servers.approve = repl.approve
-        repl.on_new_file.append(servers.forget_always)
+        approvals.approve = repl.approve
+        repl.approvals = approvals
         return repl.run(resume=located, kind=kind)
     finally:
         servers.close()
@@ -278,7 +280,8 @@ def _chat_new(args: argparse.Namespace) -> int:
 
     def load(prompt: Prompt) -> Repl:
         from chatloop.chat import server, trust
-        from chatloop.chat.agent import agent_dirs, find_agent_file, with_tools_of
+        from chatloop.chat.agent import agent_dirs, armed, find_agent_file
+        from chatloop.chat.approval import Approvals
         from chatloop.chat.mcp_servers import McpServers
         from chatloop.ui import render
         from chatloop.ui.repl import Repl
@@ -291,8 +294,9 @@ def _chat_new(args: argparse.Namespace) -> int:
         backend = server.connect(chosen).backend
         said: list[str] = list(agent.notes)  # said with the banner, above the prompt
         servers = McpServers(_servers(chosen, agent, said), say=said.append)
+        approvals = Approvals(say=said.append)
         try:
-            agent = with_tools_of(agent, servers)
+            agent = armed(agent, servers, approvals)
             repl = Repl(
                 agent, backend, store, chosen, prompt=prompt, agent_named=args.agent is not None
             )
@@ -300,9 +304,9 @@ def _chat_new(args: argparse.Namespace) -> int:
             servers.close()
             backend.close()
             raise
-        servers.say = lambda line: render.note(repl.console, line, "yellow")
-        servers.approve = repl.approve
-        repl.on_new_file.append(servers.forget_always)
+        servers.say = approvals.say = lambda line: render.note(repl.console, line, "yellow")
+        approvals.approve = repl.approve
+        repl.approvals = approvals
         repl.closers.append(servers.close)
         repl.notes.extend(said)
         return repl

@@ -24,6 +24,7 @@ from typing import Protocol
 
 from rich.console import Console
 
+from chatloop.chat.approval import Approvals
 from chatloop.chat.session import ChatSession
 from chatloop.config import DEFAULT_WINDOW
 from chatloop.errors import BackendError, ChatloopError, NotFound
@@ -37,6 +38,7 @@ class Shell(Protocol):
 
     session: ChatSession
     console: Console
+    approvals: Approvals  # who decides whether a tool acts (chat.approval)
 
     def now(self) -> datetime: ...
 
@@ -403,7 +405,7 @@ def _model(shell: Shell, arg: str) -> None:
 
 def _agent(shell: Shell, arg: str) -> None:
     from chatloop.chat import trust
-    from chatloop.chat.agent import agent_dirs, agent_names, find_agent_file
+    from chatloop.chat.agent import agent_dirs, agent_names, armed, find_agent_file
     from chatloop.config import chatloop_home
 
     session = shell.session
@@ -418,7 +420,7 @@ def _agent(shell: Shell, arg: str) -> None:
         )
         return
     path = find_agent_file(arg, dirs, names_only=True)
-    agent = trust.load(path, chatloop_home(), session.host.ask)
+    agent = armed(trust.load(path, chatloop_home(), session.host.ask), None, shell.approvals)
     if agent.path == session.agent.path:
         render.note(shell.console, f"{agent.name} is the agent already.")
         return

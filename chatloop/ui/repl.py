@@ -33,9 +33,9 @@ from rich.console import Console
 
 from chatloop.backends.base import Backend
 from chatloop.chat.agent import Agent, agent_dirs, agent_names
+from chatloop.chat.approval import Answer, Approvals
 from chatloop.chat.continuation import Kind, Located
 from chatloop.chat.host import Lookup, Picked, Progress, ReplyView, Tone
-from chatloop.chat.mcp_servers import Answer
 from chatloop.chat.session import ChatSession
 from chatloop.config import DEFAULT_WINDOW, EMBEDDED_NOTE, Settings
 from chatloop.errors import ChatloopError
@@ -96,7 +96,11 @@ class Repl:
         self._typed_ahead: list[str] = []  # lines typed while a question waited
         self.notes: list[str] = []  # said with the banner (the agent file's notes)
         self.closers: list[Callable[[], None]] = []  # run when the chat has ended (MCP servers)
-        self.on_new_file: list[Callable[[], None]] = []  # when a line left the session file
+        # who decides whether tools act (this REPL asks); the chat's command line puts in
+        # the one its agent's tools were armed with
+        self.approvals = Approvals(
+            say=lambda line: render.note(self.console, line, "yellow"), approve=self.approve
+        )
         self._acknowledgment: render.StreamView | None = None  # the last view, if one
         self._first: Callable[[], str] | None = None
         if prompt is None:  # the terminal's, unless the first prompt made it already
@@ -166,15 +170,14 @@ class Repl:
 
     def handle(self, line: str) -> None:
         """Act on one submitted line, inside the error boundary (``_guarded``); when it
-        left the session file it was in (a compaction, /resume, /fork, /new), the
-        ``on_new_file`` hooks run (an "always" said to a tool is forgotten)."""
+        left the session file it was in (a compaction, /resume, /fork, /new), an
+        "always" said to a tool is forgotten."""
         writer = self.session.writer
         before = writer.path if writer is not None else None
         self._guarded(lambda: self._act(line))
         writer = self.session.writer
         if before is not None and (writer.path if writer is not None else None) != before:
-            for hook in self.on_new_file:
-                hook()
+            self.approvals.forget_always()
 
     def _act(self, line: str) -> None:
         parsed = commands.parse(line)
