@@ -5,6 +5,7 @@ It speaks the two endpoints chatloop uses: ``GET /v1/models`` and
 ``POST /v1/chat/completions`` (server-sent events when ``stream`` is true,
 one JSON body otherwise). ``reply`` maps each request's JSON to the text sent back.
 With ``tokenize`` it also has llama.cpp's ``POST /tokenize`` (a token a word).
+A reply ``CALL name {arguments}`` is streamed as one tool call.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 Reply = Callable[[dict[str, Any]], str]
+CALL = "CALL "  # a reply that starts so is streamed as a tool call: "CALL name {json}"
 
 
 @contextmanager
@@ -78,11 +80,19 @@ def scripted_server(
                 }
                 self._send(200, json.dumps(body).encode(), "application/json")
                 return
-            chunks = [
-                {"choices": [{"index": 0, "delta": {"content": text[i : i + 16]}}]}
-                for i in range(0, len(text), 16)
-            ]
-            chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            if text.startswith(CALL):  # a tool call: CALL name {json arguments}
+                name, _, arguments = text[len(CALL) :].partition(" ")
+                call = {"index": 0, "id": f"call_{time.monotonic_ns()}", "type": "function"}
+                call["function"] = {"name": name, "arguments": arguments}
+                chunks = [{"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}]
+                finish = "tool_calls"
+            else:
+                chunks = [
+                    {"choices": [{"index": 0, "delta": {"content": text[i : i + 16]}}]}
+                    for i in range(0, len(text), 16)
+                ]
+                finish = "stop"
+            chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
             chunks.append({"choices": [], "usage": usage})
             events = [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
             if not pace:

@@ -280,7 +280,7 @@ def test_the_chat_asks_once_always_or_no_showing_the_call_as_text(store: Store) 
             got = repl.approve("bad__echo\x1b[2J", '{"text": "\\u001b]52;c;x\\u0007"}')
         assert got == answer, typed
         asked = prompts.getvalue()
-        assert "Run the tool bad__echo" in asked and "[y]es once" in asked
+        assert "Run the tool bad__echo" in asked and "[y/a/N]" in asked
         assert "\x1b[2J" not in asked + out.getvalue()  # the call is shown as text
         decided = {"once": "allowed once", "always": "allowed for this session", "no": "not run"}
         assert decided[answer] in out.getvalue()

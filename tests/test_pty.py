@@ -1156,3 +1156,52 @@ def test_a_new_chat_takes_s_and_a_markdown_agents_notes_and_model(
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 2
+
+
+def test_a_tool_that_asks_is_asked_about_in_the_chat_once_always_or_no(
+    chatloop_home: Path, project: Path, tmp_path: Path
+) -> None:
+    """Issue 36: the MCP tool's call is shown, "a" lets it act for this session file,
+    /new asks again, "n" refuses; every decision is in the files; the server is gone."""
+    import shutil as shell_tools
+
+    from tests.scripted_server import CALL, scripted_server
+    from tests.test_mcp import marked
+
+    server = shell_tools.which("mcp-server-time", path=str(Path(sys.executable).parent))
+    assert server, "mcp-server-time is not installed (pip install -e '.[dev]')"
+    (chatloop_home / "agents").mkdir(parents=True)
+    (chatloop_home / "agents" / "timely.md").write_text(
+        f"---\nname: Timely\nmcp:\n  time:\n    command: {server}\n"
+        f"    env: {{CHATLOOP_TEST_MARK: '{tmp_path}'}}\n---\nTell the time.\n"
+    )
+
+    def reply(body: dict[str, object]) -> str:
+        messages = body["messages"]
+        assert isinstance(messages, list)
+        if body.get("tools") and messages[-1]["role"] == "user":
+            return CALL + 'time__get_current_time {"timezone": "UTC"}'
+        return "It is noon."
+
+    with scripted_server(reply) as url:
+        child = spawn(url, chatloop_home, project, 32, "--agent", "timely")
+        child.sendline("what time is it?")
+        wait(child, "[y/a/N]")
+        child.sendline("a")
+        wait(child, ready(1))
+        child.sendline("and now?")
+        wait(child, ready(2))  # (not asked: "always")
+        child.sendline("/new")
+        wait(child, "your next message starts it")
+        child.sendline("time again?")
+        wait(child, "[y/a/N]")
+        child.sendline("n")
+        wait(child, ready(1))
+        leave(child)
+    decided = {}
+    for path in (chatloop_home / "projects").glob("*/*.md"):
+        session = parse_markdown(path.read_bytes(), path.stem).session
+        asked = [m.text for m in session.messages if m.role == "user" and not m.restore]
+        decided[asked[0]] = [r.approved for m in session.messages for r in m.tool_results]
+    assert decided == {"what time is it?": ["always", "always"], "time again?": ["no"]}
+    assert marked(f"CHATLOOP_TEST_MARK={tmp_path}") == set()

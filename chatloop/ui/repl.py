@@ -281,7 +281,7 @@ class Repl:
             typed = self.prompt.prompt(
                 [
                     ("bold", f"Run the tool {visible(tool)}({visible(shown)})? "),
-                    ("", "[y]es once / [a]lways in this session / [N]o "),
+                    ("", "[y/a/N] (y: once, a: always in this session) "),
                 ]
             )
         except (KeyboardInterrupt, EOFError):
