@@ -286,19 +286,23 @@ def test_the_chat_asks_once_always_or_no_showing_the_call_as_text(store: Store) 
         assert decided[answer] in out.getvalue()
 
 
-def test_switching_to_an_agent_with_servers_says_they_start_with_a_chat(store: Store) -> None:
+def test_switching_to_an_agent_with_servers_starts_them_until_the_chat_ends(
+    store: Store, time_spec: ServerSpec, tmp_path: Path
+) -> None:
     from tests.repl_driver import drive, fake_server
 
     folder = store.cwd / "agents"
     folder.mkdir()
     (folder / "timely.md").write_text(
-        "---\nname: Timely\nmcp:\n  time:\n    command: mcp-server-time\n---\nTell the time.\n"
+        f"---\nname: Timely\nmcp:\n  time:\n    command: {time_spec.command}\n"
+        f"    env: {{CHATLOOP_TEST_MARK: '{tmp_path}'}}\n---\nTell the time.\n"
     )
-    _, shown = drive(store, fake_server([]), "/agent timely\ry\rexit\r")
+    _, shown = drive(store, fake_server([]), "/agent timely\ry\r/info\rexit\r")
     assert "with your permissions; sha256" in shown  # asked first (its servers run): a yes
     assert "Now talking with Timely." in shown
-    assert "Its MCP servers (time) are not started by /agent" in shown
-    assert server_children() == set()
+    (line,) = [x for x in shown.splitlines() if x.startswith("  tools ")]
+    assert "time__get_current_time" in line  # started by /agent, offered at once
+    assert marked(f"CHATLOOP_TEST_MARK={tmp_path}") == set()  # stopped with the chat
 
 
 def test_always_is_forgotten_when_the_chat_leaves_its_session_file(store: Store) -> None:

@@ -39,6 +39,7 @@ class Shell(Protocol):
     session: ChatSession
     console: Console
     approvals: Approvals  # who decides whether a tool acts (chat.approval)
+    closers: list[Callable[[], None]]  # run when the chat has ended (MCP servers)
 
     def now(self) -> datetime: ...
 
@@ -420,10 +421,19 @@ def _agent(shell: Shell, arg: str) -> None:
         )
         return
     path = find_agent_file(arg, dirs, names_only=True)
-    agent = armed(trust.load(path, chatloop_home(), session.host.ask), None, shell.approvals)
-    if agent.path == session.agent.path:
-        render.note(shell.console, f"{agent.name} is the agent already.")
+    loaded = trust.load(path, chatloop_home(), session.host.ask)
+    if loaded.path == session.agent.path:
+        render.note(shell.console, f"{loaded.name} is the agent already.")
         return
+    if loaded.mcp:  # its servers start now, and stop when the chat ends
+        from chatloop.chat.mcp_servers import McpServers
+
+        servers = McpServers(list(loaded.mcp), say=lambda line: render.note(shell.console, line))
+        shell.closers.append(servers.close)
+        with render.spinner(shell.console, "Starting its MCP servers...", trace=False):
+            agent = armed(loaded, servers, shell.approvals)
+    else:
+        agent = armed(loaded, None, shell.approvals)
     branched = session.use_agent(agent)
     where = (
         " The conversation goes on in a branch of this session, so each file names the "
@@ -432,14 +442,6 @@ def _agent(shell: Shell, arg: str) -> None:
         else ""
     )
     render.note(shell.console, f"Now talking with {visible(agent.name)}.{where}")
-    if agent.mcp:  # (servers are started with a chat, never in the middle of one)
-        names = ", ".join(spec.name for spec in agent.mcp)
-        render.note(
-            shell.console,
-            f"Its MCP servers ({visible(names)}) are not started by /agent: "
-            f"`chatloop --agent {path.stem}` starts them with the chat.",
-            "yellow",
-        )
 
 
 def _clear(shell: Shell, arg: str) -> None:
