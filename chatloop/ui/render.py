@@ -204,13 +204,14 @@ def _markdown_class() -> type[Any]:
     from markdown_it import MarkdownIt  # (rich's own markdown parser)
     from rich.markdown import Markdown
 
+    parser = MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table")
+
     class TextHtmlMarkdown(Markdown):
         """Markdown whose parser has HTML off: a tag is text, as typed."""
 
         def __init__(self, markup: str, hyperlinks: bool) -> None:
-            super().__init__(markup, hyperlinks=hyperlinks)
-            parser = MarkdownIt("commonmark", {"html": False})
-            self.parsed = parser.enable("strikethrough").enable("table").parse(markup)
+            super().__init__("", hyperlinks=hyperlinks)  # (its own parse: of nothing)
+            self.markup, self.parsed = markup, parser.parse(markup)
 
     return TextHtmlMarkdown
 
