@@ -143,9 +143,10 @@ class Store:
                 continue
             yield from (entry for entry in entries if entry.name.endswith(".md"))
 
-    def path_for(self, session_id: str) -> Path:
-        """Where a new session with this id lives (the id is validated first)."""
-        return self.project_dir / f"{ids.validate_session_id(session_id)}.md"
+    def path_for(self, session_id: str, folder: Path | None = None) -> Path:
+        """Where a new session with this id lives, in ``folder`` (by default this
+        directory's project); the id is validated first."""
+        return (folder or self.project_dir) / f"{ids.validate_session_id(session_id)}.md"
 
     def find_file(self, session_id: str, all_projects: bool = True) -> Path:
         """The file of an existing session, matched against listed files only."""
@@ -308,7 +309,7 @@ class Store:
             )
         )
         target = folder or self.project_dir
-        path = target / f"{ids.validate_session_id(meta.id)}.md"
+        path = self.path_for(meta.id, target)
         refuse_unreadable(path, render_front_matter(meta))
         if target.is_symlink():
             raise StoreError(
