@@ -127,8 +127,37 @@ def config_path(explicit: str | None, environ: Mapping[str, str]) -> Path:
     in_home = chatloop_home(environ) / CONFIG_NAME
     if in_home.is_file():
         return in_home
+    return own_config(environ)
+
+
+def own_config(environ: Mapping[str, str]) -> Path:
+    """The person's own config file, ``$XDG_CONFIG_HOME/chatloop/config.yaml`` (default
+    ``~/.config/chatloop/config.yaml``): the one file whose commands (MCP servers) run
+    without a question. A home's ``config.yaml`` can come with a copied home, and a
+    file named by ``--config`` or ``CHATLOOP_CONFIG`` with a project."""
     base = environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base).expanduser() / "chatloop" / CONFIG_NAME
+
+
+SERVERS_ENV = "CHATLOOP_MCP_SERVERS"
+
+
+class Declared(NamedTuple):
+    """Where the setting ``mcp_servers`` was read: ``where`` (the config file's absolute
+    path, or the variable's name) and whether that is the person's own config file."""
+
+    where: str
+    own: bool
+
+
+def servers_declared(config_file: str | None, environ: Mapping[str, str] | None = None) -> Declared:
+    """Where ``mcp_servers`` comes from in this run (the variable outranks the file, as
+    every setting's does); ``docs/security.md``."""
+    env = os.environ if environ is None else environ
+    if env.get(SERVERS_ENV, "") != "":
+        return Declared(f"the environment variable {SERVERS_ENV}", False)
+    path = Path(os.path.abspath(config_path(config_file, env))).resolve()
+    return Declared(str(path), path == own_config(env).resolve())
 
 
 # What each number may be: (lowest, highest), both allowed. Anything else is a mistake
@@ -266,8 +295,7 @@ def _redirections(
     if real.is_relative_to(home):
         where = "inside the chatloop home"
     elif not named and (cwd := _cwd()) is not None and real.is_relative_to(cwd):
-        base = environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-        if real == (Path(base).expanduser() / "chatloop" / CONFIG_NAME).resolve():
+        if real == own_config(environ).resolve():
             return []  # the person's own config file, even when run from their home folder
         where = "inside this project"
     else:

@@ -16,8 +16,9 @@ with its fallback, the title a session never named gets, the totals). The job
 is JSON on its stdin (never its command line, which other users can read: it
 holds the API key): the session, the home and project folder, and the server
 as the chat used it (its kind, URL and model, timeouts, window, the summary's
-cap and timeout). It runs in the home (``-P``: nothing is imported from the
-working directory).
+cap and timeout). It runs isolated as every child does (``chatloop.children``:
+``-P``, in the home, absolute paths only): nothing is imported from the working
+directory or the home.
 
 Nothing is lost if the worker cannot start, is killed, or the machine stops:
 the session stays ``open`` with nobody holding its lock, which every reader
@@ -37,6 +38,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from chatloop import children
 from chatloop.backends.base import Backend
 from chatloop.config import Settings
 from chatloop.store.fsio import mark_summary
@@ -77,13 +79,13 @@ def hand_off(
     lock_fd = writer.lock_fd
     try:
         worker = subprocess.Popen(
-            # -P: nothing is imported from the working directory (a project's own
-            # `chatloop/` folder would run unasked); the job comes on stdin, never on the
-            # command line, which every local user can read (it holds the API key)
-            [sys.executable, "-P", "-m", "chatloop.chat.background", str(lock_fd)],
+            # isolated (chatloop.children): nothing imported from the working directory or
+            # the home; the job comes on stdin, never on the command line, which every
+            # local user can read (it holds the API key)
+            children.python_command("chatloop.chat.background", str(lock_fd)),
             pass_fds=(lock_fd,),
-            cwd=store.root,
-            env=_same_package_env(),
+            cwd=children.workdir(store.root),
+            env=children.environment(),
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -100,17 +102,6 @@ def hand_off(
     mark_summary(lock_fd, worker.pid)
     writer.close()  # our copy of the lock goes; the worker's holds it
     return worker.pid
-
-
-def _same_package_env() -> dict[str, str]:
-    """The environment for the worker: ours, with the folder this chatloop was imported
-    from first on its path, so it runs the same code (with ``-P`` and in the home, a
-    relative ``PYTHONPATH`` or the working directory would find another, or none)."""
-    import chatloop
-
-    root = str(Path(chatloop.__file__).resolve().parent.parent)
-    rest = os.environ.get("PYTHONPATH", "")
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, rest]) if rest else root}
 
 
 def finish(

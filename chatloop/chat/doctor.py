@@ -44,6 +44,7 @@ def checks(
     chatloop looked for one, said when there is none."""
     yield from _server(settings)
     yield _config(config, config_warnings, looked)
+    yield from _mcp(settings, store, config)
     yield from _seed(store)
     yield from _home(store)
 
@@ -108,6 +109,48 @@ def _config(config: Path, warnings: list[str], looked: str) -> Check:
     if config.is_file():
         return Check("ok", f"config file {config}")
     return Check("ok", f"config file: none (looked for {looked}); defaults apply")
+
+
+def _mcp(settings: Settings, store: Store, config: Path) -> Iterator[Check]:
+    """Every MCP server this run would offer and where it is declared: the config's (the
+    person's own file, or a declaration they allowed or not: ``chat.arming``) and the
+    configured agent's when it is a markdown file (a Python one is not run to be asked)."""
+    import json
+
+    from chatloop.chat import trust
+    from chatloop.chat.agent import agent_dirs, find_agent_file
+    from chatloop.chat.agent_markdown import read_markdown_agent
+    from chatloop.config import chatloop_home, servers_declared
+
+    home = chatloop_home()
+    if settings.mcp_servers:
+        declared = servers_declared(str(config))
+        names = ", ".join(json.loads(settings.mcp_servers))
+        if declared.own:
+            yield Check("ok", f"MCP servers {names}: your config file {declared.where}")
+        else:
+            try:
+                allowed = trust.approved_servers(declared.where, settings.mcp_servers, home, None)
+            except ChatloopError:
+                allowed = False
+            if allowed:
+                yield Check("ok", f"MCP servers {names}: {declared.where} (you allowed them)")
+            else:
+                yield Check(
+                    "warn",
+                    f"MCP servers {names}: {declared.where}, not yet allowed",
+                    "A chat in a terminal asks before starting them; a one-shot leaves them out.",
+                )
+    try:
+        path = find_agent_file(settings.agent, agent_dirs(store.cwd, home))
+        if path.suffix != ".md":
+            return
+        agent = read_markdown_agent(path, path.read_bytes())
+    except (ChatloopError, OSError):
+        return
+    if agent.mcp:
+        names = ", ".join(spec.name for spec in agent.mcp)
+        yield Check("ok", f"MCP servers {names}: the agent file {path}")
 
 
 def _seed(store: Store) -> Iterator[Check]:

@@ -57,6 +57,7 @@ from chatloop.backends.base import (
 )
 from chatloop.chat import background, chain, continuation, ledger, prompts, titles
 from chatloop.chat.agent import Agent
+from chatloop.chat.arming import Arming, with_model
 from chatloop.chat.context import (
     Plan,
     Sent,
@@ -138,11 +139,16 @@ class ChatSession:
     prepare_after: float = PREPARE_IDLE_S  # a preparation waits this long before asking
     _preparing: Preparation | None = None  # the next compaction's summary, being made
     _prepared: Prepared | None = None  # the last one made (until a newer one is)
+    # what arms another agent (/resume to a session of another): the command line's
+    arming: Arming = None  # type: ignore[assignment]  # None: the environment's (__post_init__)
 
     # ------------------------------------------------------------------ state
     def __post_init__(self) -> None:
         if self.clock is None:  # the store's: whole seconds, so a frame's time is HH:MM:SS
             self.clock = self.store.clock
+        if self.arming is None:
+            self.arming = Arming.of(self.settings, say=lambda line: self.host.notice(line, "warn"))
+            self.arming.ask = self.host.ask
 
     @property
     def unsaved(self) -> int:
@@ -1365,22 +1371,21 @@ class ChatSession:
     def _adopt(self, located: continuation.Located) -> None:
         """Take the agent and the server the rules choose for continuing ``located``
         (the same functions ``chatloop -r`` calls before it makes a session)."""
-        from chatloop.chat import server, trust
+        from chatloop.chat import server
         from chatloop.chat.agent import agent_dirs
-        from chatloop.config import chatloop_home
 
         choice = continuation.agent_for(
             located,
             current=Path(self.agent.path),
             current_name=self.agent.name,
             named=self.agent_named,
-            dirs=agent_dirs(self.store.cwd, self.store.root),
+            dirs=agent_dirs(self.store.cwd, self.arming.home),
         )
         if choice.note:
             self.host.notice(choice.note[0].upper() + choice.note[1:], "warn")
         switch = choice.path.resolve() != Path(self.agent.path).resolve()
-        # asked (chat.trust) before anything changes: a no leaves this chat as it was
-        agent = trust.load(choice.path, chatloop_home(), self.host.ask) if switch else None
+        # armed as every entry point arms (asked first: a no leaves this chat as it was)
+        agent = self.arming.arm(choice.path) if switch else None
         held = server.Held.of(located.parent.meta)
         if not server.same_server(self.backend, self.settings, held):
             connected = server.connect(self.settings, held)
@@ -1394,6 +1399,18 @@ class ChatSession:
         if agent is not None:
             self.agent = agent
             self._sent = None
+            self._take_model(agent)
+
+    def _take_model(self, agent: Agent) -> None:
+        """Switch to ``agent``'s model (a markdown agent's ``model:``) when none was
+        configured (``arming.with_model``'s rule, in a chat under way)."""
+        wanted = with_model(self.arming.settings, agent).model
+        if not agent.model or wanted != agent.model or wanted == self.backend.model:
+            return
+        try:
+            self.use_model(wanted)
+        except ChatloopError as exc:
+            self.host.notice(f"{agent.name} names the model {wanted}: {exc.message}", "warn")
 
     def continue_from(self, located: continuation.Located, kind: continuation.Kind) -> None:
         """Close this session and continue ``located`` as ``kind`` says: from its summary
@@ -1729,6 +1746,7 @@ class ChatSession:
         self.agent = agent
         self.agent_named = True  # chosen: a later /resume goes on with it
         self._sent = None
+        self._take_model(agent)
         if isinstance(self.state, Waiting):
             waiting = self.state.continuation
             template = replace(waiting.template, agent=agent.name, agent_name=Path(agent.path).stem)

@@ -35,8 +35,17 @@ if TYPE_CHECKING:
 TRUST_NAME = "trusted_agents.json"
 MAX_AGENT_BYTES = 10_000_000  # an agent file is a page of Python; more is not one
 MAX_TRUST_BYTES = 1_000_000  # the record of the person's yeses, read whole
+SECTIONS = ("agents", "mcp_servers")  # the record's parts: agent files, server declarations
 Ask = Callable[[str, bool], bool]  # a yes/no question and its default (Host.ask)
-__all__ = ["TRUST_NAME", "Ask", "Unapproved", "approved_source", "load", "trusted_folders"]
+__all__ = [
+    "TRUST_NAME",
+    "Ask",
+    "Unapproved",
+    "approved_servers",
+    "approved_source",
+    "load",
+    "trusted_folders",
+]
 
 
 def trusted_folders(home: Path) -> list[Path]:
@@ -98,6 +107,49 @@ def load(path: Path, home: Path, ask: Ask | None) -> Agent:
     return load_agent(path, approved_source(path, home, ask))
 
 
+def approved_servers(where: str, declared: str, home: Path, ask: Ask | None) -> bool:
+    """Whether the MCP servers ``declared`` (their declaration as JSON text) by ``where``
+    (a config file's absolute path, or the variable that held them) may start: the
+    person said yes to this declaration from this source (now, through ``ask``, then
+    remembered; or before). False when the answer is no; raises ``Unapproved`` when
+    there is no one to ask (the caller decides what a refusal costs). Like an agent
+    file, a changed declaration is a new question; what else the file says is not."""
+    digest = hashlib.sha256(declared.encode("utf-8")).hexdigest()
+    record = _load_record(home, "mcp_servers")
+    if record.get(where) == digest:
+        return True
+    said = _shown(Path(where)) if where.startswith(os.sep) else where
+    names = ", ".join(_server_names(declared))
+    if ask is None:
+        raise Unapproved(
+            f"Not started: the MCP servers {names} declared in {said} have not been allowed",
+            "Start chatloop once in a terminal to be asked, or declare them in your own "
+            "config file (chatloop doctor names it).",
+        )
+    why = (
+        "They changed since you allowed them"
+        if where in record
+        else "They are not in your own config"
+    )
+    question = (
+        f"{why}: start the MCP servers {names} declared in {said} (commands, with your "
+        f"permissions; sha256 {digest[:12]})?"
+    )
+    if not ask(question, False):
+        return False
+    record[where] = digest
+    _save_record(home, record, "mcp_servers")
+    return True
+
+
+def _server_names(declared: str) -> list[str]:
+    try:
+        data = json.loads(declared)
+    except ValueError:
+        return ["(unreadable)"]
+    return [_shown(Path(str(name))) for name in data] if isinstance(data, dict) else ["(none)"]
+
+
 def _shown(path: Path) -> str:
     """A path as a person reads it in one line: control characters escaped."""
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(path))
@@ -120,9 +172,14 @@ def _read(path: Path) -> bytes:
     return source
 
 
-def _load_record(home: Path) -> dict[str, str]:
-    """The remembered yeses: {absolute path: sha256}. A missing, unreadable or damaged
-    record is an empty one (every file outside the trusted folders is asked again)."""
+def _load_record(home: Path, section: str = "agents") -> dict[str, str]:
+    """The remembered yeses of ``section``: {absolute path or source: sha256}. A missing,
+    unreadable or damaged record is an empty one (everything outside the trusted
+    folders is asked again)."""
+    return _load_all(home).get(section, {})
+
+
+def _load_all(home: Path) -> dict[str, dict[str, str]]:
     from chatloop.store import fsio
 
     try:
@@ -130,16 +187,23 @@ def _load_record(home: Path) -> dict[str, str]:
             data = json.loads(handle.read(MAX_TRUST_BYTES + 1))
     except (ChatloopError, OSError, ValueError):
         return {}
-    agents = data.get("agents") if isinstance(data, dict) else None
-    if not isinstance(agents, dict):
+    if not isinstance(data, dict):
         return {}
-    return {k: v for k, v in agents.items() if isinstance(k, str) and isinstance(v, str)}
+    out: dict[str, dict[str, str]] = {}
+    for section in SECTIONS:
+        kept = data.get(section)
+        if isinstance(kept, dict):
+            out[section] = {
+                k: v for k, v in kept.items() if isinstance(k, str) and isinstance(v, str)
+            }
+    return out
 
 
-def _save_record(home: Path, record: dict[str, str]) -> None:
+def _save_record(home: Path, record: dict[str, str], section: str = "agents") -> None:
     from chatloop.store import fsio
 
-    data = json.dumps({"version": 1, "agents": record}, indent=1, sort_keys=True) + "\n"
+    whole: dict[str, object] = {"version": 1, **_load_all(home), section: record}
+    data = json.dumps(whole, indent=1, sort_keys=True) + "\n"
     try:
         fsio.ensure_dir(home)
     except OSError as exc:

@@ -17,13 +17,14 @@ from chatloop.cli import wiring
 from chatloop.errors import Unapproved, UsageError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from chatloop.chat import continuation
-    from chatloop.chat.agent import Agent
     from chatloop.chat.continuation import Kind, Pick
     from chatloop.chat.host import Lookup, Picked
-    from chatloop.chat.mcp_servers import ServerSpec
     from chatloop.config import Settings
     from chatloop.store.rows import SessionRow
+    from chatloop.store.store import Store
     from chatloop.ui.repl import Repl
     from chatloop.ui.start import Prompt
 
@@ -79,20 +80,20 @@ def chat(
     """Continue ``ref`` (None: a new session) in the REPL, or answer a one-shot question
     there. The session is found before anything slow (a wrong ref fails first), then
     its agent and server are chosen by the rules every resume uses."""
-    from chatloop.chat import continuation, server, trust
-    from chatloop.chat.agent import agent_dirs, armed, find_agent_file
-    from chatloop.chat.approval import Approvals
-    from chatloop.chat.mcp_servers import McpServers
-    from chatloop.config import chatloop_home
+    from chatloop.chat import continuation, server
+    from chatloop.chat.agent import agent_dirs, find_agent_file
+    from chatloop.chat.arming import with_model
 
     settings = wiring.settings(args)
     store = wiring.store(args, settings)
     located = None if ref is None else continuation.locate(store, ref, latest=latest)
-    dirs = agent_dirs(store.cwd, store.root)
+    system = _system(args, located)
+    home = wiring.home()
+    dirs = agent_dirs(store.cwd, home)
     agent_file = find_agent_file(settings.agent, dirs)
     # a question about an agent file only in a chat on a terminal; a one-shot refuses
     one_shot = bool(args.question) or not (sys.stdin.isatty() and sys.stdout.isatty())
-    ask = None if one_shot else _confirm
+    arming = wiring.arming(args, settings, ask=None if one_shot else _confirm)
     # the agent that goes on is chosen first, by path: only that file is loaded (and
     # asked about), never a configured one the continuation does not use
 
@@ -104,45 +105,44 @@ def chat(
         )
 
     choice = None if located is None else choose(agent_file.stem)
-    agent = trust.load(agent_file if choice is None else choice.path, chatloop_home(), ask)
-    agent = _with_system(agent, args, located)
-    wiring.say(list(agent.notes))  # (a markdown agent's keys chatloop does not use)
-    settings = _agent_model(settings, agent)
-    if choice is not None:
-        if choice.path == agent_file and choice.note:
-            choice = choose(agent.name)  # the note names it as it calls itself
-        wiring.say([choice.note] if choice.note else [])
-    question = _question(args)  # after the session and agent: a wrong ref fails first
-    held = server.Held.of(located.parent.meta if located else None)
-    connected = server.connect(settings, held)
-    wiring.say(connected.notes)
-    backend = connected.backend
-    servers = McpServers(_servers(settings, agent), say=lambda line: wiring.say([line]))
-    approvals = Approvals(say=lambda line: wiring.say([line]))  # (a chat sets who is asked)
     try:
-        agent = armed(agent, servers, approvals)
-        if question is not None:
-            from chatloop.ui.oneshot import answer_once
+        agent = arming.arm(agent_file if choice is None else choice.path, system)
+        wiring.say(list(agent.notes))  # (a markdown agent's keys chatloop does not use)
+        settings = with_model(settings, agent)
+        if choice is not None:
+            if choice.path == agent_file and choice.note:
+                choice = choose(agent.name)  # the note names it as it calls itself
+            wiring.say([choice.note] if choice.note else [])
+        question = _question(args)  # after the session and agent: a wrong ref fails first
+        held = server.Held.of(located.parent.meta if located else None)
+        connected = server.connect(settings, held)
+        wiring.say(connected.notes)
+        backend = connected.backend
+        try:
+            if question is not None:
+                from chatloop.ui.oneshot import answer_once
 
-            return answer_once(
-                agent,
-                backend,
-                store,
-                settings,
-                question,
-                located,
-                kind,
-                agent_named=args.agent is not None,
+                return answer_once(
+                    agent,
+                    backend,
+                    store,
+                    settings,
+                    question,
+                    located,
+                    kind,
+                    agent_named=args.agent is not None,
+                    arming=arming,
+                )
+            from chatloop.ui.repl import Repl
+
+            repl = Repl(
+                agent, backend, store, settings, agent_named=args.agent is not None, arming=arming
             )
-        from chatloop.ui.repl import Repl
-
-        repl = Repl(agent, backend, store, settings, agent_named=args.agent is not None)
-        approvals.approve = repl.approve
-        repl.approvals = approvals
-        return repl.run(resume=located, kind=kind)
+            return repl.run(resume=located, kind=kind)
+        finally:
+            backend.close()
     finally:
-        servers.close()
-        backend.close()
+        arming.close()
 
 
 SYSTEM_MAX_CHARS = 16_000  # a -s prompt, kept in the front matter (64 KiB with the pins)
@@ -156,37 +156,10 @@ def _files_need_a_question() -> UsageError:
     )
 
 
-def _servers(settings: Settings, agent: Agent, said: list[str] | None = None) -> list[ServerSpec]:
-    """The MCP servers of this chat: the agent's, then the config file's
-    (``mcp_servers``) it does not declare itself; notes about entries that cannot be
-    one go to ``said`` (else stderr)."""
-    import json
-
-    from chatloop.chat.mcp_servers import specs_of
-
-    declared = json.loads(settings.mcp_servers) if settings.mcp_servers else {}
-    configured, notes = specs_of(declared, "config mcp_servers")
-    if said is None:
-        wiring.say(notes)
-    else:
-        said.extend(notes)
-    own = {spec.name for spec in agent.mcp}
-    return [*agent.mcp, *(spec for spec in configured if spec.name not in own)]
-
-
-def _agent_model(settings: Settings, agent: Agent) -> Settings:
-    """``settings`` with a markdown agent's model when none was given."""
-    return settings._replace(model=agent.model) if agent.model and not settings.model else settings
-
-
-def _with_system(
-    agent: Agent, args: argparse.Namespace, located: continuation.Located | None
-) -> Agent:
-    """``agent`` with the system prompt ``-s`` gave, if any (recorded in the session's
-    front matter as ``system``); a continued session that had one of its own and is
-    not given one now goes on with the agent's, and a line says so."""
-    import dataclasses
-
+def _system(args: argparse.Namespace, located: continuation.Located | None) -> str | None:
+    """The system prompt ``-s`` gave, if any (recorded in the session's front matter as
+    ``system``); a continued session that had one of its own and is not given one now
+    goes on with the agent's, and a line says so."""
     if args.system is not None:
         if len(args.system) > SYSTEM_MAX_CHARS:
             raise UsageError(
@@ -194,15 +167,15 @@ def _with_system(
                 f"{SYSTEM_MAX_CHARS:,} fit in a session's front matter",
                 "For a longer one, write an agent file (agents/NAME.py, SYSTEM_PROMPT).",
             )
-        return dataclasses.replace(agent, system_prompt=args.system, system_given=True)
+        return str(args.system)
     if located is not None and located.parent.meta.system is not None:
         wiring.say(
             [
                 f"session {located.parent.meta.id} had a system prompt of its own (-s); "
-                f"continuing with {agent.name}'s (-s TEXT gives one again)."
+                "continuing with its agent's (-s TEXT gives one again)."
             ]
         )
-    return agent
+    return None
 
 
 def _question(args: argparse.Namespace) -> str | None:
@@ -271,43 +244,43 @@ def _escaped(data: bytes, encoding: str) -> str:
 def _chat_new(args: argparse.Namespace) -> int:
     """A new interactive chat, its prompt drawn first: the agent, the backend (and its
     check of the server) and the chat load behind it (``chatloop.ui.start``)."""
-    from chatloop.config import chatloop_home
     from chatloop.ui.start import start_new_chat
 
     settings = wiring.settings(args)
     store = wiring.store(args, settings)
-    home = chatloop_home()
+    system = _system(args, None)
+    # no question from the loading thread: an agent file or servers that need the
+    # person's yes end the prompt, and the question is asked below, before anything runs
+    arming = wiring.arming(args, settings, ask=None, later=True)
 
     def load(prompt: Prompt) -> Repl:
-        from chatloop.chat import server, trust
-        from chatloop.chat.agent import agent_dirs, armed, find_agent_file
-        from chatloop.chat.approval import Approvals
-        from chatloop.chat.mcp_servers import McpServers
-        from chatloop.ui import render
+        from chatloop.chat import server
+        from chatloop.chat.arming import with_model
         from chatloop.ui.repl import Repl
 
-        # no question from the loading thread: an unapproved file ends the prompt, and
-        # the question is asked below, before the file is imported
-        path = find_agent_file(settings.agent, agent_dirs(store.cwd, store.root))
-        agent = _with_system(trust.load(path, home, None), args, None)
-        chosen = _agent_model(settings, agent)
-        backend = server.connect(chosen).backend
-        said: list[str] = list(agent.notes)  # said with the banner, above the prompt
-        servers = McpServers(_servers(chosen, agent, said), say=said.append)
-        approvals = Approvals(say=said.append)
+        said: list[str] = []  # said with the banner, above the prompt
+        arming.say = arming.approvals.say = said.append
+        agent = arming.arm(_agent_file(settings, store), system)
+        said[:0] = agent.notes
+        chosen = with_model(settings, agent)
         try:
-            agent = armed(agent, servers, approvals)
-            repl = Repl(
-                agent, backend, store, chosen, prompt=prompt, agent_named=args.agent is not None
-            )
+            backend = server.connect(chosen).backend
+            try:
+                repl = Repl(
+                    agent,
+                    backend,
+                    store,
+                    chosen,
+                    prompt=prompt,
+                    agent_named=args.agent is not None,
+                    arming=arming,
+                )
+            except BaseException:
+                backend.close()
+                raise
         except BaseException:
-            servers.close()
-            backend.close()
+            arming.close()
             raise
-        servers.say = approvals.say = lambda line: render.note(repl.console, line, "yellow")
-        approvals.approve = repl.approve
-        repl.approvals = approvals
-        repl.closers.append(servers.close)
         repl.notes.extend(said)
         return repl
 
@@ -315,15 +288,19 @@ def _chat_new(args: argparse.Namespace) -> int:
         return start_new_chat(store, load)
     except Unapproved as refused:
         typed, sent = refused.typed, refused.sent
-    # the agent file needs the person's yes: asked on the terminal, then the chat starts
-    # anew (the prompt was on the screen for the moment the check took), with what was
-    # typed at it meanwhile
-    from chatloop.chat import trust
+    # the agent file or the config's MCP servers need the person's yes: asked on the
+    # terminal, then the chat starts anew (the prompt was on the screen for the moment
+    # the check took), with what was typed at it meanwhile
+    arming.ask_first(_agent_file(settings, store), _confirm)
+    return start_new_chat(store, load, carried=typed, sent=sent)
+
+
+def _agent_file(settings: Settings, store: Store) -> Path:
+    """The agent file a new chat starts with: the setting's name (or path) looked up in
+    the project's, the person's and the bundled agent folders."""
     from chatloop.chat.agent import agent_dirs, find_agent_file
 
-    path = find_agent_file(settings.agent, agent_dirs(store.cwd, store.root))
-    trust.approved_source(path, home, _confirm)
-    return start_new_chat(store, load, carried=typed, sent=sent)
+    return find_agent_file(settings.agent, agent_dirs(store.cwd, wiring.home()))
 
 
 def _confirm(question: str, default: bool) -> bool:

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from chatloop.chat.arming import Arming
+    from chatloop.chat.trust import Ask
     from chatloop.config import Settings
     from chatloop.store.index import Index
     from chatloop.store.store import Store
@@ -56,6 +58,30 @@ def store(args: argparse.Namespace, loaded: Settings | None = None) -> Store:
         else chatloop_home()
     )
     return Store(root)
+
+
+def home() -> Path:
+    """The person's chatloop home (``CHATLOOP_HOME``): their agent folder, their yeses to
+    agent files and servers. ``--sessions-dir`` moves the sessions only."""
+    from chatloop.config import chatloop_home
+
+    return chatloop_home()
+
+
+def arming(
+    args: argparse.Namespace, loaded: Settings, ask: Ask | None, later: bool = False
+) -> Arming:
+    """What arms this run's agents (``chat.arming``): the person's home, the config's MCP
+    servers and where they were declared; lines go to stderr until a chat takes over."""
+    from chatloop.chat.approval import Approvals
+    from chatloop.chat.arming import Arming
+    from chatloop.config import servers_declared
+
+    def line(text: str) -> None:
+        say([text])
+
+    declared = servers_declared(args.config)
+    return Arming(home(), loaded, declared, Approvals(say=line), line, ask=ask, later=later)
 
 
 def index(args: argparse.Namespace, words: bool = False) -> Index:

@@ -351,14 +351,21 @@ def _glance(file: IndexFile, paths: list[str], files: dict[str, os.stat_result])
     file's text, is what comes back)."""
     todo = [(p, files[p].st_size, files[p].st_mtime_ns) for p in paths]
     workers = min(os.cpu_count() or 1, 4)  # (this process mostly waits for them)
-    if len(todo) >= GLANCE_PARALLEL and workers >= 2:
+    if len(todo) >= GLANCE_PARALLEL and workers >= 2 and _forks():
         import multiprocessing
 
-        methods = multiprocessing.get_all_start_methods()
-        context = multiprocessing.get_context("fork" if "fork" in methods else None)
-        with context.Pool(workers) as pool:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
             return _store_glanced(file, pool.imap(_glanced, todo, chunksize=256))
     return _store_glanced(file, map(_glanced, todo))
+
+
+def _forks() -> bool:
+    """Whether worker processes can be forked. Only forked ones are used: a spawned one is
+    a new interpreter started with our path, which may hold the working directory
+    (``chatloop.children``); without fork, the glances are read in this process."""
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods()
 
 
 def _glanced(look: tuple[str, int, int]) -> tuple[str, Row | None]:

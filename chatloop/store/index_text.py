@@ -3,10 +3,11 @@
 A sync that finds many files to read writes their rows from their front matter
 alone (``index_build``, "glances"), so the command that ran it answers at once.
 ``start`` then leaves the rest, reading every such file in full for the
-full-text index, to a detached process (``python -m chatloop.store.index_text
-HOME``): one at a time per home (the build lock), quiet, and gone when done. A
-search before it is done waits for it, with progress, or does the work itself
-if it died (``Index.complete_text``).
+full-text index, to a detached process (``python -P -m
+chatloop.store.index_text HOME``, isolated as every child: ``chatloop.children``):
+one at a time per home (the build lock), quiet, and gone when done. A search
+before it is done waits for it, with progress, or does the work itself if it
+died (``Index.complete_text``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+
+from chatloop import children
 
 __all__ = ["main", "start"]
 
@@ -23,7 +26,11 @@ def start(root: Path) -> bool:
     it cannot be started (the first search then reads them)."""
     try:
         subprocess.Popen(
-            [sys.executable, "-m", "chatloop.store.index_text", str(root)],
+            # isolated (chatloop.children): a `sqlite3.py` where the person stands, or in
+            # the home, is never imported
+            children.python_command("chatloop.store.index_text", str(root.resolve())),
+            cwd=children.workdir(root),
+            env=children.environment(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

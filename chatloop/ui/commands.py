@@ -405,12 +405,10 @@ def _model(shell: Shell, arg: str) -> None:
 
 
 def _agent(shell: Shell, arg: str) -> None:
-    from chatloop.chat import trust
-    from chatloop.chat.agent import agent_dirs, agent_names, armed, find_agent_file
-    from chatloop.config import chatloop_home
+    from chatloop.chat.agent import agent_dirs, agent_names, find_agent_file
 
     session = shell.session
-    dirs = agent_dirs(session.store.cwd, session.store.root)
+    dirs = agent_dirs(session.store.cwd, session.arming.home)
     if not arg:
         mine = Path(session.agent.path).stem
         others = [name for name in agent_names(dirs) if name != mine]
@@ -421,19 +419,10 @@ def _agent(shell: Shell, arg: str) -> None:
         )
         return
     path = find_agent_file(arg, dirs, names_only=True)
-    loaded = trust.load(path, chatloop_home(), session.host.ask)
-    if loaded.path == session.agent.path:
-        render.note(shell.console, f"{loaded.name} is the agent already.")
+    if path.resolve() == Path(session.agent.path).resolve():
+        render.note(shell.console, f"{visible(session.agent.name)} is the agent already.")
         return
-    if loaded.mcp:  # its servers start now, and stop when the chat ends
-        from chatloop.chat.mcp_servers import McpServers
-
-        servers = McpServers(list(loaded.mcp), say=lambda line: render.note(shell.console, line))
-        shell.closers.append(servers.close)
-        with render.spinner(shell.console, "Starting its MCP servers...", trace=False):
-            agent = armed(loaded, servers, shell.approvals)
-    else:
-        agent = armed(loaded, None, shell.approvals)
+    agent = session.arming.arm(path)  # as every entry point arms (chat.arming)
     branched = session.use_agent(agent)
     where = (
         " The conversation goes on in a branch of this session, so each file names the "

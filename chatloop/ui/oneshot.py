@@ -41,6 +41,7 @@ from chatloop.ui.terminal_text import visible
 if TYPE_CHECKING:
     from chatloop.backends.base import Backend
     from chatloop.chat.agent import Agent
+    from chatloop.chat.arming import Arming
     from chatloop.chat.continuation import Kind, Located
     from chatloop.chat.session import ChatSession
     from chatloop.store.rows import SessionRow
@@ -169,6 +170,7 @@ def answer_once(
     located: Located | None,
     kind: Kind,
     agent_named: bool = False,
+    arming: Arming | None = None,
 ) -> int:
     """``chatloop "question"`` (after continuing ``located`` as ``kind`` says, when
     given): the answer on stdout, the session saved with its summary; the exit code."""
@@ -179,7 +181,13 @@ def answer_once(
 
         print(f"note: {EMBEDDED_NOTE}", file=sys.stderr)
     session = ChatSession(
-        agent, backend, store, settings_once(settings), PlainHost(), agent_named=agent_named
+        agent,
+        backend,
+        store,
+        settings_once(settings),
+        PlainHost(),
+        agent_named=agent_named,
+        arming=arming,  # type: ignore[arg-type]  # (None: the environment's)
     )
     if located is not None:
         session.continue_from(located, kind)

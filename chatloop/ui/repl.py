@@ -33,7 +33,8 @@ from rich.console import Console
 
 from chatloop.backends.base import Backend
 from chatloop.chat.agent import Agent, agent_dirs, agent_names
-from chatloop.chat.approval import Answer, Approvals
+from chatloop.chat.approval import Answer
+from chatloop.chat.arming import Arming
 from chatloop.chat.continuation import Kind, Located
 from chatloop.chat.host import Lookup, Picked, Progress, ReplyView, Tone
 from chatloop.chat.session import ChatSession
@@ -83,11 +84,17 @@ class Repl:
         clock: Callable[[], datetime] | None = None,
         agent_named: bool = False,
         prompt: PromptSession[str] | None = None,
+        arming: Arming | None = None,
     ) -> None:
         self.console = console or Console()  # the terminal, unless a test passes one
         self.input, self.output = input, output
+        # what arms agents in this chat (/agent, /resume): the one that armed ``agent``
+        # (the command line's), from now on asking here
+        self.arming = arming or Arming.of(settings, say=self._warn)
+        self.arming.attach(self.ask, self.approve, self._warn, self._starting)
+        self.approvals = self.arming.approvals
         self.session = ChatSession(
-            agent, backend, store, settings, host=self, agent_named=agent_named
+            agent, backend, store, settings, host=self, agent_named=agent_named, arming=self.arming
         )
         if clock is not None:
             self.session.clock = clock
@@ -95,17 +102,13 @@ class Repl:
         self._leave = False
         self._typed_ahead: list[str] = []  # lines typed while a question waited
         self.notes: list[str] = []  # said with the banner (the agent file's notes)
-        self.closers: list[Callable[[], None]] = []  # run when the chat has ended (MCP servers)
-        # who decides whether tools act (this REPL asks); the chat's command line puts in
-        # the one its agent's tools were armed with
-        self.approvals = Approvals(
-            say=lambda line: render.note(self.console, line, "yellow"), approve=self.approve
-        )
+        # run when the chat has ended: the MCP servers of every agent armed in it
+        self.closers: list[Callable[[], None]] = [self.arming.close]
         self._acknowledgment: render.StreamView | None = None  # the last view, if one
         self._first: Callable[[], str] | None = None
         if prompt is None:  # the terminal's, unless the first prompt made it already
             history = None if input is not None else file_history(store.project_dir)
-            names = agent_names(agent_dirs(store.cwd, store.root))
+            names = agent_names(agent_dirs(store.cwd, self.arming.home))
             prompt = chat_prompt(names, history, input, output)
         self.prompt = prompt
 
@@ -269,6 +272,14 @@ class Repl:
             return False
         answer = self._answer(question, "[Y/n] " if default else "[y/N] ")
         return default if answer == "" else bool(answer)
+
+    def _starting(self, label: str) -> AbstractContextManager[object]:
+        """Slow start-up work in the chat (an agent's MCP servers): a spinner, no trace."""
+        return render.spinner(self.console, label, trace=False)
+
+    def _warn(self, line: str) -> None:
+        """A line from the machinery (an MCP server, a tool's approval), as text."""
+        render.note(self.console, line, "yellow")
 
     def approve(self, tool: str, arguments: str) -> Answer:
         """Whether a tool may act (``chat.mcp_servers``): the call shown as text, then
