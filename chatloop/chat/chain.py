@@ -109,7 +109,7 @@ def summarize(
             return SummaryOutcome(previous, False, 0)
         return SummaryOutcome(prompts.fallback_summary(messages, None), True, 0)
     earlier, inherited = ledger.split(previous)
-    known = ledger_of(inherited, messages, earlier)
+    known = ledger_of(inherited, messages)
     goal = ledger.goal(known)
     previous = earlier or None  # (the model is given the summary only)
     size = window or DEFAULT_WINDOW
@@ -162,20 +162,19 @@ def fallback(messages: Sequence[Message], previous: str | None, words: int) -> S
     """The summary built from the transcript without the model (``prompts.fallback_summary``
     within ``words``), with the ledger of ``previous`` and of ``messages``."""
     earlier, inherited = ledger.split(previous)
-    known = ledger_of(inherited, messages, earlier)
+    known = ledger_of(inherited, messages)
     text = prompts.fallback_summary(messages, earlier or None, ledger.goal(known))
     return SummaryOutcome(ledger.join(prompts.fit(text, words), known), True, 0)
 
 
-def ledger_of(
-    inherited: Sequence[ledger.Entry], messages: Sequence[Message], previous: str
-) -> list[ledger.Entry]:
+def ledger_of(inherited: Sequence[ledger.Entry], messages: Sequence[Message]) -> list[ledger.Entry]:
     """The ledger a summary of ``messages`` ends with: the parent's (``inherited``)
     and what the person stated in them, with the chain's goal first (the parent's;
-    else as ``previous``, a summary written before ledgers, states it; else the
-    first request of ``messages``)."""
+    else the first request of ``messages``). The parent's summary text gives none: a
+    goal line in its Topics may be the model's words (a chain whose summaries were
+    written before ledgers takes the first request of ``messages`` as its goal)."""
     known = ledger.merge(inherited, ledger.of_messages(messages))
-    return ledger.with_goal(known, messages, prompts.stated_goal(previous))
+    return ledger.with_goal(known, messages, None)
 
 
 def summary_words(tokens: int) -> int:
@@ -281,7 +280,23 @@ def read_parent(store: Store, path: Path) -> Parent:
     note = found.note
     if found.edited:
         note = "its summary block was edited or damaged; using it as found"
+    if found.legacy:
+        text = _with_own_ledger(store, path, text)
     return Parent(path, meta, text, note)
+
+
+def _with_own_ledger(store: Store, path: Path, summary: str) -> str:
+    """The summary of the legacy file at ``path`` with the ledger of what the person
+    typed in it. A seed file's summary was written by another tool (or by chatloop,
+    into an imported copy: the text cannot tell which), so a block in it that looks
+    like a ledger is never read as one; chatloop's rules are run again over the
+    file's own queries (a seed file is small)."""
+    prose = ledger.split(summary)[0]
+    try:
+        messages = store.read(path).session.messages
+    except (OSError, ChatloopError):
+        messages = ()
+    return ledger.join(prose, ledger_of([], messages))
 
 
 def tokens_through(store: Store, parent: Parent) -> int:

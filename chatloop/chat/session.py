@@ -930,8 +930,8 @@ class ChatSession:
         against a restoration prompt whose summary takes all the room it may have."""
         parent = chain.Parent(writer.path, writer.meta, None)
         # the ledger its summary will end with is known now (it is not the model's)
-        earlier, inherited = ledger.split(self.previous)
-        known = chain.ledger_of(inherited, writer.messages, earlier)
+        inherited = ledger.split(self.previous)[1]
+        known = chain.ledger_of(inherited, writer.messages)
         text = self._restoration(parent, ledger.join("", known), None, carried=MAX_CARRIED)
         room = self._summary_room(known)  # the summary's text at the most it may take
         return self._carry(list(exchanges(writer.messages)), self._opening(text, room))
