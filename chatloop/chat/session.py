@@ -684,9 +684,8 @@ class ChatSession:
         """The summary of ``messages``; never raises for the model, never hangs forever.
         Cut short (Ctrl-C), or while leaving on a signal, the one built from the
         transcript is used. What a fork carried over counts as said
-        (``prompts.as_said``)."""
+        (``prompts.as_said``, in ``chain``: ``messages`` go as marked, for the ledger)."""
         self._overtake()  # one summary at a time: a preparation under way gives way
-        messages = prompts.as_said(messages)
         if self.leaving:
             return chain.fallback(messages, previous, self._summary_words())
         try:
@@ -1001,7 +1000,7 @@ class ChatSession:
         def make(cancel: Cancel) -> chain.SummaryOutcome:
             made = chain.summarize(
                 backend,
-                prompts.as_said(messages),
+                messages,  # (as marked: chain.summarize reads them, ledger_of too)
                 previous=previous,
                 window=window,
                 max_tokens=cap,
