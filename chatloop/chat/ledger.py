@@ -2,8 +2,9 @@
 
 A small model's summary drops or garbles facts, and every later session inherits
 the loss. The ledger cannot lose them: it is built from the person's own messages
-(never a reply, a tool's output or a copy a child carries) by these rules, and
-kept word for word:
+(``of_messages``: the queries typed in a file, never a reply, a tool's output, a
+restoration or a copy; ``chain.ledger_of`` hands it the copies the format marks
+``copy`` as said, a branch's own past) by these rules, and kept word for word:
 
 - a **decision** is a sentence that settles something: "we decided", "we agreed",
   "we chose", "settled on", "let's go with / use / keep", "we'll go with / use /
@@ -17,20 +18,24 @@ kept word for word:
   ("note 5", "40 minutes") alone does not make a fact;
 - a question (a sentence ending in "?") states nothing; nor does anything pasted
   as structure: HTML comments (the frame and summary markers among them), what
-  stands between summary markers, fenced code, summary headings and ledger lines;
+  stands between summary markers, fenced code, ledger lines, and a summary's, the
+  ledger's or a restoration prompt's headings in any markdown form with what stands
+  under them (``_pasted``);
 - a sentence is cut at ``ENTRY_CHARS`` at a word boundary, and the identifiers cut
   off are listed after it, so no value is ever lost with its line;
 - a sentence stated again is kept once, where it was stated last;
 - the **goal** is the chain's first request: the first message the person typed in
-  its first session (never a restoration prompt, an imported restore block or a
-  copy), without what stands as structure in it (as above), cut at ``GOAL_CHARS``;
+  its first session (never a restoration prompt or an imported restore block),
+  without what stands as structure in it (as above), cut at ``GOAL_CHARS``;
   one per ledger, its first line, carried from parent to child as it is
   (``with_goal``).
 
 Each summary chatloop writes ends with its file's ledger, the parent's first (read
 back from the parent's summary, ``split``) and then its own, under the ``LEDGER``
 heading: readable in any editor, never shown to the model as something to
-rewrite. A restoration prompt carries it within a budget, decisions first, then
+rewrite. Only that block is a ledger: ``join`` leaves out of the summary's text
+whatever imitates one (a model's), and ``split`` reads nothing but the block at its
+end. A restoration prompt carries it within a budget, decisions first, then
 facts, most recent first, then the goal (``carry``), and says how many it could not
 carry.
 """
@@ -83,14 +88,13 @@ def _pattern(name: str) -> str:
 # The headings a pasted summary, ledger or restoration prompt brings: the summary's
 # shape, the ledger's own, and the parts of a restoration prompt that carry the
 # person's statements and pins (``prompts``: their one source).
-_LEDGER_NAME = _name(LEDGER)
 _HEADING = re.compile(
     r"(?P<hashes>#{1,6})?\s*(?P<open>[*_]{1,3})?\s*(?P<name>"
     + "|".join(_pattern(_name(h)) for h in (*HEADINGS, LEDGER, prompts.LEDGER_LINES, prompts.PINS))
     + r")(?!\w)\s*(?P<close>[*_]{1,3})?\s*(?P<colon>:)?\s*(?:[*_]{1,3})?",
     re.IGNORECASE,
 )
-_LEDGER_HEADING = re.compile(r"[#*_>\s]*" + _pattern(_LEDGER_NAME) + r"(?!\w)", re.IGNORECASE)
+_LEDGER_HEADING = re.compile(r"[#*_>\s]*" + _pattern(_name(LEDGER)) + r"(?!\w)", re.IGNORECASE)
 # a line that goes on a section: a list item, an indented or a quoted line
 _LISTED = re.compile(r"\s+\S|\s*>|\s*(?:[-*+\u2022]|\d{1,3}[.)])\s")
 
@@ -205,8 +209,9 @@ def with_goal(
     entries: Sequence[Entry], messages: Sequence[Message], known: str | None
 ) -> list[Entry]:
     """``entries`` with the chain's goal first: the one they hold; else ``known`` (a
-    goal a summary written before ledgers had one recorded); else the first message
-    the person typed in ``messages`` (none: no goal)."""
+    goal known otherwise; ``chain.ledger_of`` gives none: a summary's goal line may
+    be the model's); else the first message the person typed in ``messages`` (none:
+    no goal)."""
     if goal(entries) is not None:
         return list(entries)
     said = (" ".join(_statements(m.text)) for m in messages if m.is_query and not m.copy)
