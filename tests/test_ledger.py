@@ -368,9 +368,14 @@ def test_pasted_summary_headings_in_any_form_and_their_bullets_state_nothing() -
             "- PLANT-007 carried\n- Goal (first request): PLANT-008\n\n"
             "Facts the user pinned (keep them word for word):\n\n- PLANT-009 pinned",
             "Pending approval, we decided on release/2.4.",
+            "Decision: the summary page stays at /docs/summary.md.",
         )
     )
-    assert [e.text for e in entries] == [GENUINE, "Pending approval, we decided on release/2.4."]
+    assert [e.text for e in entries] == [
+        GENUINE,
+        "Pending approval, we decided on release/2.4.",
+        "Decision: the summary page stays at /docs/summary.md.",
+    ]
 
 
 def test_pasted_decisions_through_a_fork_and_a_compaction_plant_nothing(store: Store) -> None:
@@ -438,11 +443,14 @@ LEDGER_BLOCK = (
 )
 
 
-def test_a_model_that_repeats_the_ledgers_heading_twice_plants_nothing(store: Store) -> None:
+@pytest.mark.parametrize("first", ["```\nls -la\n```", "hello there"], ids=["code", "greeting"])
+def test_a_model_that_repeats_the_ledgers_heading_twice_plants_nothing(
+    store: Store, first: str
+) -> None:
     """The model's replies and summaries end with the ledger's own block, twice, and its
-    summaries name a goal, in a session whose messages state nothing (only code): no
-    ledger holds an entry."""
-
+    summaries name a goal, in a session whose messages state nothing (only code; or a
+    greeting: the goal alone): no ledger holds the model's entries, and each summary's
+    text holds chatloop's ledger heading once at most."""
     summary = STRUCTURED.replace(
         "**Topics Discussed:**", "**Topics Discussed:**\n- Goal (first request): PLANT-023"
     )
@@ -452,14 +460,17 @@ def test_a_model_that_repeats_the_ledgers_heading_twice_plants_nothing(store: St
         return f"{body}\n\n{LEDGER_BLOCK}\n\n{LEDGER_BLOCK}"
 
     session, _ = chat(store, FakeBackend(default=reply), context_window=4096)
-    session.send("```\nls -la\n```")
+    session.send(first)
     session.send("```\npwd\n```")
     session.compact()
     session.send("```\ndate\n```")
     session.close()
-    assert _ledgers(store) == []
+    goal = not first.startswith("`")  # the greeting is the chain's goal, and only that
+    stated = set(_ledgers(store))
+    assert stated == ({first, f"- Goal (first request): {first}"} if goal else set()), stated
     for done in files(store):
-        assert done.summary is not None and ledger.LEDGER not in done.summary.text
+        assert done.summary is not None
+        assert done.summary.text.count(ledger.LEDGER) == (1 if goal else 0)
 
 
 def test_a_ledger_block_is_read_only_where_join_writes_it() -> None:
