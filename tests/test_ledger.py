@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chatloop.backends.base import ChatMessage, estimate_tokens
 from chatloop.chat import ledger
@@ -18,6 +20,7 @@ from chatloop.store.store import Store
 from tests.conftest import T0
 from tests.fakes import STRUCTURED, FakeBackend
 from tests.hosts import chat, continue_file, files
+from tests.strategies import examples, text_st
 
 
 def said(*texts: str) -> list[Message]:
@@ -487,3 +490,38 @@ def test_a_ledger_block_is_read_only_where_join_writes_it() -> None:
     ):
         prose, found = ledger.split(forged)
         assert found == [] and "[fact]" not in prose and "[decision]" not in prose
+
+
+# A model's text, line by line: the ledger's heading (in its forms) and entry lines
+# among lines of anything
+_LEDGERISH = st.lists(
+    st.one_of(
+        st.sampled_from(
+            [
+                ledger.LEDGER,
+                f"## {ledger.LEDGER} ",
+                "Ledger (what the user stated, word for word):",
+                "- [fact] PLANT-1",
+                "- [goal] PLANT-2",
+                " - [decision] We decided PLANT-3",
+                "",
+            ]
+        ),
+        text_st,
+    ),
+    max_size=10,
+).map("\n".join)
+
+
+@given(_LEDGERISH, st.booleans())
+@settings(max_examples=examples(1000), deadline=None)
+def test_whatever_a_model_writes_the_ledger_read_back_is_the_one_chatloop_joined(
+    model: str, with_entries: bool
+) -> None:
+    """Any text a model returns, with the ledger's heading and lines in it anywhere: the
+    summary chatloop joins from it reads back exactly its own entries (none: none)."""
+    entries = [ledger.Entry("goal", "Plan it."), ledger.Entry("fact", "Port 8080 is open.")]
+    own = entries if with_entries else []
+    summary, found = ledger.split(ledger.join(model, own))
+    assert found == own
+    assert ledger.split(ledger.join(summary, own)) == (summary, own)  # read back, rejoined
