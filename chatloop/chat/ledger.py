@@ -245,7 +245,7 @@ def split(text: str | None) -> tuple[str, list[Entry]]:
         return _prose(text), []
     rest, _, block = text[at + len(LEDGER) :].partition("\n")
     entries: list[Entry] = []
-    for line in block.splitlines():
+    for line in block.split("\n"):  # (as join writes it: an entry holds no other break)
         entry = _read_line(line)
         if entry is None and line.strip():
             return _prose(text), []
@@ -258,10 +258,11 @@ def split(text: str | None) -> tuple[str, list[Entry]]:
 
 def _prose(text: str) -> str:
     """``text`` without what imitates a ledger: a line that opens with the ledger's
-    heading (in any markdown form), and a line in a ledger entry's form."""
+    heading (in any markdown form), and a line in a ledger entry's form (lines as
+    ``split`` reads them; the rest of the text as it was)."""
     kept = [
         line
-        for line in text.strip().splitlines()
+        for line in text.strip().split("\n")
         if _read_line(line) is None and not _LEDGER_HEADING.match(line)
     ]
     return "\n".join(kept).strip()
