@@ -116,7 +116,7 @@ def finish(
     (its fallback when the model fails), the totals, and ``changes`` (a late title).
     Raises StoreError when the file cannot be finalized (it then stays open: a resume
     finishes it)."""
-    from chatloop.chat import chain, prompts
+    from chatloop.chat import chain
     from chatloop.chat.context import summary_cap
     from chatloop.chat.tokens import TokenCount
 
@@ -126,7 +126,7 @@ def finish(
     count = TokenCount(backend.count_tokens, backend.chat_overhead)
     outcome = chain.summarize(
         backend,
-        prompts.as_said(writer.messages),
+        writer.messages,  # (as marked: chain.summarize reads them, ledger_of too)
         previous=previous,
         window=window,
         max_tokens=summary_cap(window, settings.summary_max_tokens),

@@ -87,7 +87,9 @@ def summarize(
     cancel: Cancel | None = None,
     chat: Sequence[ChatMessage] | None = None,
 ) -> SummaryOutcome:
-    """The progressive summary of ``messages`` (``previous``: the parent's summary).
+    """The progressive summary of ``messages`` (``previous``: the parent's summary),
+    given as their file marks them: what a fork carried counts as said in the
+    transcript (``prompts.as_said``), and the ledger reads the marks (``ledger_of``).
 
     Each request is a completion without tools, outside the live history,
     with a timeout and one retry. A transcript too long for the window is
@@ -104,12 +106,14 @@ def summarize(
     summary is then asked as the conversation's next message, so that a server's
     prompt cache keeps the conversation (the next turn is not read again whole).
     """
+    stated = messages  # as marked: the ledger reads what they are (``ledger_of``)
+    messages = prompts.as_said(messages)  # the summary takes a fork's copies as said
     if not any(m.is_query for m in messages):  # nothing new: the parent's summary stands
         if previous:
             return SummaryOutcome(previous, False, 0)
         return SummaryOutcome(prompts.fallback_summary(messages, None), True, 0)
     earlier, inherited = ledger.split(previous)
-    known = ledger_of(inherited, messages, earlier)
+    known = ledger_of(inherited, stated)
     goal = ledger.goal(known)
     previous = earlier or None  # (the model is given the summary only)
     size = window or DEFAULT_WINDOW
@@ -160,22 +164,32 @@ def summarize(
 
 def fallback(messages: Sequence[Message], previous: str | None, words: int) -> SummaryOutcome:
     """The summary built from the transcript without the model (``prompts.fallback_summary``
-    within ``words``), with the ledger of ``previous`` and of ``messages``."""
+    within ``words``), with the ledger of ``previous`` and of ``messages`` (as
+    ``summarize`` takes them: as marked)."""
     earlier, inherited = ledger.split(previous)
-    known = ledger_of(inherited, messages, earlier)
-    text = prompts.fallback_summary(messages, earlier or None, ledger.goal(known))
+    known = ledger_of(inherited, messages)
+    said = prompts.as_said(messages)
+    text = prompts.fallback_summary(said, earlier or None, ledger.goal(known))
     return SummaryOutcome(ledger.join(prompts.fit(text, words), known), True, 0)
 
 
-def ledger_of(
-    inherited: Sequence[ledger.Entry], messages: Sequence[Message], previous: str
-) -> list[ledger.Entry]:
+def ledger_of(inherited: Sequence[ledger.Entry], messages: Sequence[Message]) -> list[ledger.Entry]:
     """The ledger a summary of ``messages`` ends with: the parent's (``inherited``)
     and what the person stated in them, with the chain's goal first (the parent's;
-    else as ``previous``, a summary written before ledgers, states it; else the
-    first request of ``messages``)."""
-    known = ledger.merge(inherited, ledger.of_messages(messages))
-    return ledger.with_goal(known, messages, prompts.stated_goal(previous))
+    else the first request of ``messages``). The parent's summary text gives none: a
+    goal line in its Topics may be the model's words (a chain whose summaries were
+    written before ledgers takes the first request of ``messages`` as its goal).
+
+    ``messages`` as their file marks them: the person's words are the queries typed
+    in it and the copies it marks ``copy`` (a fork's history, the exchanges a child
+    carries: copies of queries typed earlier, the branch's own past, read by the
+    same rules). A message brought in without that mark is never read: a restoration
+    prompt, its acknowledgment, a seed file's restore block, the copies of a fork
+    written before copies were marked (``prompts.as_said`` takes those as said for
+    a summary's transcript; the ledger never infers)."""
+    typed = [m._replace(restore=False, copy=False) if m.copy else m for m in messages]
+    known = ledger.merge(inherited, ledger.of_messages(typed))
+    return ledger.with_goal(known, typed, None)
 
 
 def summary_words(tokens: int) -> int:
@@ -281,7 +295,23 @@ def read_parent(store: Store, path: Path) -> Parent:
     note = found.note
     if found.edited:
         note = "its summary block was edited or damaged; using it as found"
+    if found.legacy:
+        text = _with_own_ledger(store, path, text)
     return Parent(path, meta, text, note)
+
+
+def _with_own_ledger(store: Store, path: Path, summary: str) -> str:
+    """The summary of the legacy file at ``path`` with the ledger of what the person
+    typed in it. A seed file's summary was written by another tool (or by chatloop,
+    into an imported copy: the text cannot tell which), so a block in it that looks
+    like a ledger is never read as one; chatloop's rules are run again over the
+    file's own queries (a seed file is small)."""
+    prose = ledger.split(summary)[0]
+    try:
+        messages = store.read(path).session.messages
+    except (OSError, ChatloopError):
+        messages = ()
+    return ledger.join(prose, ledger_of([], messages))
 
 
 def tokens_through(store: Store, parent: Parent) -> int:

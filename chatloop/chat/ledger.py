@@ -2,8 +2,9 @@
 
 A small model's summary drops or garbles facts, and every later session inherits
 the loss. The ledger cannot lose them: it is built from the person's own messages
-(never a reply, a tool's output or a copy a child carries) by these rules, and
-kept word for word:
+(``of_messages``: the queries typed in a file, never a reply, a tool's output, a
+restoration or a copy; ``chain.ledger_of`` hands it the copies the format marks
+``copy`` as said, a branch's own past) by these rules, and kept word for word:
 
 - a **decision** is a sentence that settles something: "we decided", "we agreed",
   "we chose", "settled on", "let's go with / use / keep", "we'll go with / use /
@@ -17,20 +18,24 @@ kept word for word:
   ("note 5", "40 minutes") alone does not make a fact;
 - a question (a sentence ending in "?") states nothing; nor does anything pasted
   as structure: HTML comments (the frame and summary markers among them), what
-  stands between summary markers, fenced code, summary headings and ledger lines;
+  stands between summary markers, fenced code, ledger lines, and a summary's, the
+  ledger's or a restoration prompt's headings in any markdown form with what stands
+  under them (``_pasted``);
 - a sentence is cut at ``ENTRY_CHARS`` at a word boundary, and the identifiers cut
   off are listed after it, so no value is ever lost with its line;
 - a sentence stated again is kept once, where it was stated last;
 - the **goal** is the chain's first request: the first message the person typed in
-  its first session (never a restoration prompt, an imported restore block or a
-  copy), without what stands as structure in it (as above), cut at ``GOAL_CHARS``;
+  its first session (never a restoration prompt or an imported restore block),
+  without what stands as structure in it (as above), cut at ``GOAL_CHARS``;
   one per ledger, its first line, carried from parent to child as it is
   (``with_goal``).
 
 Each summary chatloop writes ends with its file's ledger, the parent's first (read
 back from the parent's summary, ``split``) and then its own, under the ``LEDGER``
 heading: readable in any editor, never shown to the model as something to
-rewrite. A restoration prompt carries it within a budget, decisions first, then
+rewrite. Only that block is a ledger: ``join`` leaves out of the summary's text
+whatever imitates one (a model's), and ``split`` reads nothing but the block at its
+end. A restoration prompt carries it within a budget, decisions first, then
 facts, most recent first, then the goal (``carry``), and says how many it could not
 carry.
 """
@@ -42,6 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from chatloop.chat import prompts
 from chatloop.chat.prompts import GOAL, HEADINGS
 from chatloop.format import Message
 
@@ -68,6 +74,29 @@ _PASTED_SUMMARY = re.compile(
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _FENCE = re.compile(r"^\s*(```|~~~).*?(?:^\s*\1|\Z)", re.DOTALL | re.MULTILINE)
 _KINDS: dict[Kind, str] = {"goal": "[goal]", "decision": "[decision]", "fact": "[fact]"}
+
+
+def _name(heading: str) -> str:
+    """A heading's words without its markdown (``**Decisions Made:**``: Decisions Made)."""
+    return heading.strip().splitlines()[0].strip("*_# ").removesuffix(":").strip("*_ ")
+
+
+def _pattern(name: str) -> str:
+    return r"\s+".join(re.escape(word) for word in name.split())
+
+
+# The headings a pasted summary, ledger or restoration prompt brings: the summary's
+# shape, the ledger's own, and the parts of a restoration prompt that carry the
+# person's statements and pins (``prompts``: their one source).
+_HEADING = re.compile(
+    r"(?P<hashes>#{1,6})?\s*(?P<open>[*_]{1,3})?\s*(?P<name>"
+    + "|".join(_pattern(_name(h)) for h in (*HEADINGS, LEDGER, prompts.LEDGER_LINES, prompts.PINS))
+    + r")(?!\w)\s*(?P<close>[*_]{1,3})?\s*(?P<colon>:)?\s*(?:[*_]{1,3})?",
+    re.IGNORECASE,
+)
+_LEDGER_HEADING = re.compile(r"[#*_>\s]*" + _pattern(_name(LEDGER)) + r"(?!\w)", re.IGNORECASE)
+# a line that goes on a section: a list item, an indented or a quoted line
+_LISTED = re.compile(r"\s+\S|\s*>|\s*(?:[-*+\u2022]|\d{1,3}[.)])\s")
 
 __all__ = ["LEDGER", "Entry", "carry", "goal", "join", "merge", "of_messages", "split", "with_goal"]
 
@@ -107,20 +136,59 @@ def of_messages(messages: Sequence[Message]) -> list[Entry]:
 
 def _statements(text: str) -> list[str]:
     """The lines of ``text`` that may state something: without HTML comments, pasted
-    summaries (between the summary markers), fenced code, summary headings and
-    ledger lines."""
+    summaries (between the summary markers, or a summary's, the ledger's or a
+    restoration prompt's headings in any markdown form and what stands under them:
+    ``_pasted``), fenced code and ledger lines."""
     text = _PASTED_SUMMARY.sub("\n", text)
     text = _COMMENT.sub("\n", text)
     text = _FENCE.sub("\n", text)
     kept = []
-    for line in text.splitlines():
+    for line, pasted in zip(text.splitlines(), _pasted(text.splitlines()), strict=True):
         bare = line.strip()
-        if not bare or _read_line(bare) is not None or bare.startswith(LEDGER):
-            continue
-        if any(bare.startswith(h) for h in HEADINGS):
+        if pasted or not bare or _read_line(bare) is not None:
             continue
         kept.append(bare)
     return kept
+
+
+def _pasted(lines: Sequence[str]) -> list[bool]:
+    """For each of ``lines``, whether it quotes a summary's structure: a heading of a
+    summary, of the ledger or of a restoration prompt's parts (``_is_heading``), and
+    what stands under it. A section runs on through its bullets, indented or quoted
+    lines and the paragraph that follows the heading; it ends at the first line of
+    plain prose after a blank line once it holds something (what the person wrote
+    after the pasted part is theirs again)."""
+    marks: list[bool] = []
+    inside = False  # in a pasted section
+    held = False  # the section holds something below its heading (or on its line)
+    blank = False  # a blank line came since its last line
+    for line in lines:
+        bare = line.strip().lstrip(">").strip()
+        heading = _is_heading(bare)
+        if heading:
+            inside, blank = True, False
+            held = bool(_HEADING.sub("", bare, count=1).strip(" *_:"))
+        elif inside and not bare:
+            blank = True
+        elif inside and bare.strip("-*_= ") == "":
+            pass  # a rule between the sections of a paste
+        elif inside and blank and held and not _LISTED.match(line):
+            inside = False  # the person's own prose after the paste
+        elif inside:
+            held, blank = True, False
+        marks.append(inside)
+    return marks
+
+
+def _is_heading(line: str) -> bool:
+    """Whether ``line`` (without quote marks) is a heading of a summary, the ledger or
+    a restoration prompt's parts, in any markdown form: ``**Decisions Made:**``,
+    ``**Decisions Made**``, ``## Decisions Made``, ``Decisions made:`` (a name that is
+    neither a markdown heading, nor bold, nor followed by a colon is prose)."""
+    found = _HEADING.match(line)
+    if found is None:
+        return False
+    return bool(found["hashes"] or found["colon"] or (found["open"] and found["close"]))
 
 
 def merge(earlier: Sequence[Entry], later: Sequence[Entry]) -> list[Entry]:
@@ -141,8 +209,9 @@ def with_goal(
     entries: Sequence[Entry], messages: Sequence[Message], known: str | None
 ) -> list[Entry]:
     """``entries`` with the chain's goal first: the one they hold; else ``known`` (a
-    goal a summary written before ledgers had one recorded); else the first message
-    the person typed in ``messages`` (none: no goal)."""
+    goal known otherwise; ``chain.ledger_of`` gives none: a summary's goal line may
+    be the model's); else the first message the person typed in ``messages`` (none:
+    no goal)."""
     if goal(entries) is not None:
         return list(entries)
     said = (" ".join(_statements(m.text)) for m in messages if m.is_query and not m.copy)
@@ -153,31 +222,50 @@ def with_goal(
 
 
 def join(summary: str, entries: Sequence[Entry]) -> str:
-    """A summary frame's text: ``summary``, then the ledger when there is one."""
+    """A summary frame's text: ``summary``, then the ledger when there is one. What
+    ``summary`` holds of a ledger (its heading in any form, a line in a ledger's form:
+    what a model wrote, imitating one) is left out: the block at the end is the only
+    ledger, and only chatloop writes it."""
+    prose = _prose(summary)
     if not entries:
-        return summary.strip()
-    return summary.strip() + "\n\n" + LEDGER + "\n" + "\n".join(e.line() for e in entries)
+        return prose
+    return prose + "\n\n" + LEDGER + "\n" + "\n".join(e.line() for e in entries)
 
 
 def split(text: str | None) -> tuple[str, list[Entry]]:
-    """A summary frame's text as its summary and its ledger (``join`` undone). A model
-    that wrote the heading itself wrote no ledger: only lines in the ledger's own form
-    are read as entries, and the rest stays summary."""
+    """A summary frame's text as its summary and its ledger (``join`` undone). Only the
+    block ``join`` writes is a ledger: the heading on a line of its own, then lines in
+    the ledger's form to the end of the text. A heading anywhere else, or followed by
+    anything but entries, is prose (a model's, a person's), and no entry is read from
+    it; what the summary holds of a ledger's form is left out of it (``join``)."""
     if not text:
         return "", []
     at = text.rfind(LEDGER)
-    if at < 0:
-        return text.strip(), []
+    if at < 0 or (at > 0 and text[at - 1] != "\n"):
+        return _prose(text), []
+    rest, _, block = text[at + len(LEDGER) :].partition("\n")
     entries: list[Entry] = []
-    rest: list[str] = []
-    for line in text[at + len(LEDGER) :].splitlines():
+    for line in block.split("\n"):  # (as join writes it: an entry holds no other break)
         entry = _read_line(line)
+        if entry is None and line.strip():
+            return _prose(text), []
         if entry is not None:
             entries.append(entry)
-        elif line.strip():
-            rest.append(line)
-    summary = text[:at].strip()
-    return ("\n".join([summary, *rest]).strip() if rest else summary), entries
+    if rest.strip() or not entries:
+        return _prose(text), []
+    return _prose(text[:at]), entries
+
+
+def _prose(text: str) -> str:
+    """``text`` without what imitates a ledger: a line that opens with the ledger's
+    heading (in any markdown form), and a line in a ledger entry's form (lines as
+    ``split`` reads them; the rest of the text as it was)."""
+    kept = [
+        line
+        for line in text.strip().split("\n")
+        if _read_line(line) is None and not _LEDGER_HEADING.match(line)
+    ]
+    return "\n".join(kept).strip()
 
 
 def carry(

@@ -690,9 +690,8 @@ class ChatSession:
         """The summary of ``messages``; never raises for the model, never hangs forever.
         Cut short (Ctrl-C), or while leaving on a signal, the one built from the
         transcript is used. What a fork carried over counts as said
-        (``prompts.as_said``)."""
+        (``prompts.as_said``, in ``chain``: ``messages`` go as marked, for the ledger)."""
         self._overtake()  # one summary at a time: a preparation under way gives way
-        messages = prompts.as_said(messages)
         if self.leaving:
             return chain.fallback(messages, previous, self._summary_words())
         try:
@@ -936,8 +935,8 @@ class ChatSession:
         against a restoration prompt whose summary takes all the room it may have."""
         parent = chain.Parent(writer.path, writer.meta, None)
         # the ledger its summary will end with is known now (it is not the model's)
-        earlier, inherited = ledger.split(self.previous)
-        known = chain.ledger_of(inherited, writer.messages, earlier)
+        inherited = ledger.split(self.previous)[1]
+        known = chain.ledger_of(inherited, writer.messages)
         text = self._restoration(parent, ledger.join("", known), None, carried=MAX_CARRIED)
         room = self._summary_room(known)  # the summary's text at the most it may take
         return self._carry(list(exchanges(writer.messages)), self._opening(text, room))
@@ -1007,7 +1006,7 @@ class ChatSession:
         def make(cancel: Cancel) -> chain.SummaryOutcome:
             made = chain.summarize(
                 backend,
-                prompts.as_said(messages),
+                messages,  # (as marked: chain.summarize reads them, ledger_of too)
                 previous=previous,
                 window=window,
                 max_tokens=cap,

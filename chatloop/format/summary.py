@@ -25,12 +25,15 @@ class SummaryLookup:
     ``message`` is the summary that may be trusted (None: none may); ``note``
     says, for the person, why there is none or how it was found; ``edited``
     is True when the trusted frame's checksum does not match (a hand edit:
-    used as found)."""
+    used as found); ``legacy`` when the file is of the legacy format (its summary
+    was written by the seed tool, or by chatloop into an imported copy: its text
+    cannot tell which)."""
 
     meta: SessionMeta
     message: Message | None
     note: str | None
     edited: bool = False
+    legacy: bool = False
 
 
 def summary_offset(meta: SessionMeta) -> int | None:
@@ -61,7 +64,7 @@ def find_summary(source: BinaryIO, name: str = "") -> SummaryLookup:
     if doc.legacy:
         summary = next((m for m in doc.messages() if m.role == "summary"), None)
         note = None if summary else "it has no summary (it was interrupted or is old)"
-        return SummaryLookup(meta, summary, note)
+        return SummaryLookup(meta, summary, note, legacy=True)
     offset = summary_offset(meta)
     note_prefix = ""
     if offset is not None and doc.exact:
