@@ -11,20 +11,32 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import httpx
 import pytest
 
-from chatloop.backends.base import NOTHING_CAME, PARTIAL_KEPT, Cancel, StreamCut, TextDelta
+from chatloop.backends.base import (
+    NOTHING_CAME,
+    PARTIAL_KEPT,
+    Cancel,
+    ChatMessage,
+    Event,
+    StreamCut,
+    TextDelta,
+)
 from chatloop.backends.ollama import OllamaBackend
 from chatloop.backends.openai_compat import OpenAICompatBackend
 from chatloop.chat import chain, prompts, titles
+from chatloop.chat.agent import load_agent
 from chatloop.chat.preparation import Preparation
+from chatloop.chat.turn import run_turn
 from chatloop.format import Message
 from chatloop.store.store import Store
-from tests.conftest import exchange
+from tests.conftest import E2E_WINDOW, T0, Clock, exchange, new_meta
 from tests.fakes import STRUCTURED
-from tests.hosts import chat, files
+from tests.hosts import AGENTS, chat, files
 
 CUT_SUMMARY = "**Background Context:** Initial session.\n\n**Current Session Summary:**\nWe ta"
 WAIT = 30.0  # seconds a test waits for a background thread's end (an event, not a sleep)
@@ -220,3 +232,92 @@ def test_a_cut_prepared_summary_leaves_nothing() -> None:
     preparation = Preparation(tuple(talk(2)), make, 0.0, ended.set)
     assert ended.wait(WAIT)
     assert preparation.phase == "none" and preparation.prepared is None
+
+
+# ---------------------------------------------------------------- the real server
+
+
+NO_END = {"1": -100.0, "106": -100.0}  # Gemma 3's <eos> and <end_of_turn>: it never stops early
+
+
+class Watched(OpenAICompatBackend):
+    """The real backend, telling when the first text of a reply has come; the model is
+    never let end a reply before its cap (``NO_END``), so a reply is long enough to be
+    cut whatever the tiny model would have said."""
+
+    def __init__(self, base_url: str) -> None:
+        super().__init__(base_url)
+        self.first_text = threading.Event()
+        self.streams = 0  # replies asked for
+
+    def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        options: dict[str, Any] | None = None,
+        **given: Any,
+    ) -> Iterator[Event]:
+        options = {**(options or {}), "logit_bias": NO_END}
+        self.streams += 1
+        for event in super().stream(messages, options=options, **given):
+            if isinstance(event, TextDelta):
+                self.first_text.set()
+            yield event
+
+    def interrupted(self) -> tuple[threading.Thread, list[int]]:
+        """A thread (started) that sends another request once a reply has begun, and
+        the status it was answered with (once it has been)."""
+        answered: list[int] = []
+
+        def arrive() -> None:
+            if self.first_text.wait(WAIT):
+                ask = {"max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
+                url = f"{self.base_url}/chat/completions"
+                answered.append(httpx.post(url, json=ask, timeout=WAIT).status_code)
+
+        helper = threading.Thread(target=arrive)
+        helper.start()
+        return helper, answered
+
+
+@pytest.mark.e2e
+def test_a_reply_the_real_server_cuts_for_another_request_is_saved_interrupted(
+    llama_server: str, store: Store
+) -> None:
+    """llama_cpp.server (interrupt_requests, its default) ends the stream it is sending
+    with ``[DONE]`` and no finish reason once another request arrives."""
+    backend = Watched(llama_server)
+    writer = store.create(new_meta())
+    asked = Message.create("user", T0, text="Once upon a time, in a small village,")
+    writer.append(asked)
+    helper, other = backend.interrupted()
+    result = run_turn(
+        load_agent(AGENTS / "simple_sally.py"),
+        backend,
+        [asked],
+        build_context=lambda said: [{"role": m.role, "content": m.text} for m in said],
+        record=writer.append,
+        clock=Clock(),
+        options={"max_tokens": 200, "temperature": 0.8, "seed": 1},
+    )
+    helper.join(WAIT)
+    assert other == [200]  # the other request was answered
+    assert isinstance(result.error, StreamCut), result.error
+    path = writer.path
+    writer.close()
+    *_, reply = store.read(path).session.messages
+    assert reply.role == "assistant" and reply.interrupted and reply.text
+    assert reply.stop_reason == "error" and reply.usage is not None and reply.usage.estimated
+
+
+@pytest.mark.e2e
+def test_a_summary_the_real_server_cuts_for_another_request_falls_back(
+    llama_server: str,
+) -> None:
+    backend = Watched(llama_server)
+    helper, other = backend.interrupted()
+    outcome = chain.summarize(backend, talk(3), previous=None, window=E2E_WINDOW)
+    helper.join(WAIT)
+    assert other == [200]
+    assert outcome.fallback and "cut the reply" in (outcome.error or "")
+    assert backend.streams == 1  # not asked again at once
