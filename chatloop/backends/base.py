@@ -12,7 +12,10 @@ list-of-parts content for system and assistant messages)::
 (from the server, or estimated and marked so); then one ``Finish``. It raises
 ``BackendError`` (or a subclass) for anything that goes wrong, after the
 events it already yielded, and ``Cancelled`` (not a ``BackendError``: nothing
-went wrong) when its ``Cancel`` is set.
+went wrong) when its ``Cancel`` is set. A stream the server ends without saying
+why the model stopped (no finish reason) is never complete: it raises
+``StreamCut`` instead of a ``Finish``, as a dropped connection raises
+``StreamInterrupted``.
 """
 
 from __future__ import annotations
@@ -70,6 +73,17 @@ class ContextOverflow(BackendError):
 
 class StreamInterrupted(BackendError):
     """The stream ended or broke before the model finished."""
+
+
+class StreamCut(StreamInterrupted):
+    """The server ended the stream in good order but without its finish reason: it cut
+    the reply (llama-cpp-python ends a stream with ``[DONE]`` alone when another request
+    arrives; an Ollama stream whose last object lacks ``done``). What came is a part,
+    never the whole, and a stream that brought nothing is an empty reply, not a
+    complete one.
+
+    A caller should not ask again at once for what was cut: on a one-slot server the
+    request that took its place is being answered, and a new one would cut it in turn."""
 
 
 # The hint of a broken stream; the turn says NOTHING_CAME instead when no part of the

@@ -20,10 +20,12 @@ from typing import Any
 import httpx
 
 from chatloop.backends.base import (
+    NOTHING_CAME,
     PARTIAL_KEPT,
     Cancel,
     Cancelled,
     ContextOverflow,
+    StreamCut,
     StreamInterrupted,
     Timeouts,
 )
@@ -174,6 +176,23 @@ def translate(exc: httpx.HTTPError, base_url: str, timeouts: Timeouts) -> Backen
             PARTIAL_KEPT,
         )
     return BackendError(f"Request to {base_url} failed: {exc}", "Check the server and try again.")
+
+
+def cut(base_url: str, started: bool) -> StreamCut:
+    """The error of a stream the server ended without its finish reason (``started``:
+    some of the reply had come): the reply was cut, or, when nothing came, it is empty;
+    either way never a complete reply."""
+    if started:
+        return StreamCut(
+            f"The server at {base_url} cut the reply: its stream ended before the model "
+            "finished (no finish reason)",
+            PARTIAL_KEPT,
+        )
+    return StreamCut(
+        f"The server at {base_url} sent an empty reply: its stream ended with no text "
+        "and no finish reason",
+        NOTHING_CAME,
+    )
 
 
 @contextlib.contextmanager

@@ -3,7 +3,8 @@
 Each line of the stream is a JSON object with a ``message`` delta
 (``content``, ``thinking``, ``tool_calls`` with arguments as objects); the
 last has ``done: true``, ``done_reason`` and the token counts
-``prompt_eval_count`` / ``eval_count``.
+``prompt_eval_count`` / ``eval_count``. A stream that ends without that object
+was cut by the server, never finished: it raises ``StreamCut``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 import httpx
 
 from chatloop.backends.base import (
-    PARTIAL_KEPT,
     Cancel,
     Cancelled,
     ChatMessage,
@@ -31,6 +31,7 @@ from chatloop.backends.base import (
     estimate_tokens,
 )
 from chatloop.backends.http import (
+    cut,
     finish_body,
     is_overflow,
     new_client,
@@ -125,6 +126,7 @@ class OllamaBackend:
         text: list[str] = []
         calls: list[ToolCallEvent] = []
         final: dict[str, Any] | None = None
+        started = False  # some of the reply came (text, thinking or a tool call)
         with open_stream(
             self.client,
             f"{self.base_url}/api/chat",
@@ -148,6 +150,9 @@ class OllamaBackend:
                             raise overflow(message)
                         raise StreamInterrupted(f"Ollama reported an error: {message}", "")
                     delta = chunk.get("message") or {}
+                    started = started or any(
+                        delta.get(k) for k in ("thinking", "content", "tool_calls")
+                    )
                     if delta.get("thinking"):
                         yield ThinkingDelta(str(delta["thinking"]))
                     if delta.get("content"):
@@ -170,10 +175,7 @@ class OllamaBackend:
             except httpx.HTTPError as exc:
                 raise translate(exc, self.base_url, self.timeouts) from exc
         if final is None:
-            raise StreamInterrupted(
-                f"The reply from {self.base_url} ended before the model finished",
-                PARTIAL_KEPT,
-            )
+            raise cut(self.base_url, started)
         yield from calls
         if "prompt_eval_count" in final or "eval_count" in final:
             yield UsageEvent(

@@ -4,7 +4,10 @@
 ``stream_options.include_usage``; the reply is server-sent events of
 ``chat.completion.chunk`` objects ending in ``data: [DONE]``. Tool-call
 deltas are assembled by index; usage comes from the final chunk when the
-server sends one, otherwise it is estimated and marked so.
+server sends one, otherwise it is estimated and marked so. A stream that ends
+(``[DONE]`` or not) without any chunk's ``finish_reason`` was cut by the
+server, never finished: llama-cpp-python ends one so when another request
+arrives, and ``[DONE]`` alone is an empty reply. Both raise ``StreamCut``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from typing import Any
 import httpx
 
 from chatloop.backends.base import (
-    PARTIAL_KEPT,
     Cancel,
     Cancelled,
     ChatMessage,
@@ -33,6 +35,7 @@ from chatloop.backends.base import (
 )
 from chatloop.backends.http import (
     answer_within,
+    cut,
     error_for_status,
     finish_body,
     is_overflow,
@@ -60,6 +63,7 @@ class ChunkDecoder:
         self._text: list[str] = []
         self.usage: UsageEvent | None = None
         self.finish_reason: str | None = None
+        self.began = False  # some of the reply came: text, thinking or a tool call
 
     def feed(self, chunk: dict[str, Any]) -> Iterator[Event]:
         usage = chunk.get("usage")
@@ -71,13 +75,16 @@ class ChunkDecoder:
             delta = choice.get("delta") or choice.get("message") or {}
             thinking = delta.get("reasoning_content") or delta.get("reasoning")
             if thinking:
+                self.began = True
                 yield ThinkingDelta(str(thinking))
             content = delta.get("content")
             if content:
                 self._text.append(str(content))
+                self.began = True
                 yield TextDelta(str(content))
             for position, call in enumerate(delta.get("tool_calls") or ()):
                 self._add_call(call, position)
+                self.began = True
             if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
 
@@ -171,7 +178,6 @@ class OpenAICompatBackend:
             body["tools"] = list(tools)
         decoder = ChunkDecoder()
         done = False
-        started = False
         with open_stream(
             self.client,
             f"{self.base_url}/chat/completions",
@@ -193,18 +199,13 @@ class OpenAICompatBackend:
                     chunk = load_chunk(payload, self.base_url)
                     if "error" in chunk:
                         raise _chunk_error(chunk, self.base_url)
-                    for event in decoder.feed(chunk):
-                        started = True
-                        yield event
+                    yield from decoder.feed(chunk)
             except httpx.HTTPError as exc:
                 raise translate(exc, self.base_url, self.timeouts) from exc
-        if not done and decoder.finish_reason is None:
-            if not started:
+        if decoder.finish_reason is None:  # cut (or empty), whether or not [DONE] came
+            if not done and not decoder.began:  # (after [DONE] it may answer another)
                 self._diagnose_empty_stream(body)
-            raise StreamInterrupted(
-                f"The reply from {self.base_url} ended before the model finished",
-                PARTIAL_KEPT,
-            )
+            raise cut(self.base_url, decoder.began)
         counted = None if decoder.usage else self._counted_usage(messages, decoder.text)
         yield from decoder.finish(messages, counted)
 

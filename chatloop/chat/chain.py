@@ -9,7 +9,10 @@ file it was said in. docs/chains.md explains the design and quotes the prompts
 (``chatloop.chat.prompts``).
 
 ``summarize`` never raises for a model failure: after one retry it returns
-the deterministic fallback, so every session stays resumable.
+the deterministic fallback, so every session stays resumable. A summary the
+server cut (its stream ended without a finish reason) is never the model's:
+it is not asked again at once (the server cut it for another request, which
+a new one would cut in turn) and the fallback is returned.
 ``read_parent`` asks the store for the summary that may be trusted: in a
 format 2 file finalize's pointer leads straight to it, so preparing a resume
 costs the same for a 1 KB and a 100 MB transcript (docs/format.md, "The
@@ -25,7 +28,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from chatloop.backends.base import Backend, Cancel, Cancelled, ChatMessage, estimate_tokens
+from chatloop.backends.base import (
+    Backend,
+    Cancel,
+    Cancelled,
+    ChatMessage,
+    StreamCut,
+    estimate_tokens,
+)
 from chatloop.chat import ledger, prompts
 from chatloop.config import (
     DEFAULT_SUMMARY_MAX_TOKENS,
@@ -45,7 +55,8 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class SummaryOutcome:
-    """A summary and how it was made. ``fallback`` when the model failed twice."""
+    """A summary and how it was made. ``fallback`` when the model failed twice, or
+    once when the server cut its reply."""
 
     text: str
     fallback: bool
@@ -216,7 +227,9 @@ def _ask(
 ) -> tuple[str, int, bool]:
     """One summary request (after ``history``, when given), retried once: its text, the
     requests made, and whether its cap cut it. Empty output, or output that echoes the
-    prompt's template, counts as a failure. ``cancel`` set: Cancelled, no retry."""
+    prompt's template, counts as a failure. ``cancel`` set: Cancelled, no retry. A
+    stream the server cut (``StreamCut``) raises at once, no retry: what came is not
+    the summary, and the request that took the server's place goes first."""
     from chatloop.chat.turn import complete
 
     last: BackendError | None = None
@@ -239,6 +252,8 @@ def _ask(
             if cancel is not None and cancel.is_set:
                 raise
             last = BackendError(f"The summary request took longer than {timeout:.0f} s", "")
+        except StreamCut:
+            raise
         except BackendError as exc:
             last = exc
     assert last is not None

@@ -5,8 +5,9 @@ store's append) the moment it exists, so a crash mid-turn loses nothing that
 happened; a reply still streaming is handed to ``draft`` (the store's
 unfinished last frame) at its first text and then at most once per
 ``DRAFT_SECONDS``, so a crash loses no more than the last second of it. A
-reply cut short by Ctrl-C, a cancel, or a server failure is recorded too,
-marked ``interrupted``, with whatever text had arrived; when nothing arrived,
+reply cut short by Ctrl-C, a cancel, or a server failure (a dropped connection,
+or a stream the server ended without a finish reason: ``StreamCut``) is recorded
+too, marked ``interrupted``, with whatever text had arrived; when nothing arrived,
 its ``stop_reason`` says why (``cancelled`` or ``error``), so a failed
 exchange is visible in the file and in ``show``.
 """
