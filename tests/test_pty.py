@@ -1273,11 +1273,13 @@ def test_a_line_typed_while_a_tool_call_streams_never_answers_its_question(
         child = spawn(url, chatloop_home, project, 32, "--agent", "noter", log=log)
         child.sendline("note the tide")
         typed_while_it_streams("note the tide", "yes")
-        wait(child, "[y/a/N]")  # asked, though "yes" was typed: it is no answer
-        assert not marker.exists()  # nor did the tool act on it
+        wait(child, "waits for your next prompt")  # "yes" is no answer: it is kept
+        wait(child, "[y/a/N]")  # then the question is drawn
+        assert not marker.exists()  # and the tool has not acted
         child.sendline("n")  # a key pressed once the question is shown answers it
         # the typed "yes" comes back at the next prompt and is sent: its reply asks again
         typed_while_it_streams("yes", "and tell me more")
+        wait(child, "waits for your next prompt")
         wait(child, "[y/a/N]")
         child.sendline("y")
         wait(child, ready(3))  # "and tell me more" was sent too, after the question
@@ -1287,5 +1289,4 @@ def test_a_line_typed_while_a_tool_call_streams_never_answers_its_question(
     assert asked == ["note the tide", "yes", "and tell me more"]
     assert [r.approved for m in session.messages for r in m.tool_results] == ["no", "once"]
     assert marker.read_text() == "yes\n"  # the one call said yes to, after its question
-    shown = log.getvalue()
-    assert shown.count("waits for your next prompt") == 2 and "Traceback" not in shown
+    assert "Traceback" not in log.getvalue()
