@@ -1205,3 +1205,88 @@ def test_a_tool_that_asks_is_asked_about_in_the_chat_once_always_or_no(
         decided[asked[0]] = [r.approved for m in session.messages for r in m.tool_results]
     assert decided == {"what time is it?": ["always", "always"], "time again?": ["no"]}
     assert marked(f"CHATLOOP_TEST_MARK={tmp_path}") == set()
+
+
+def _until_the_terminal_holds(child: pexpect.spawn, count: int) -> None:
+    """Wait (bounded) until the child's terminal holds a whole line typed and unread,
+    of ``count`` bytes at least: the keys sent are in its input, not on their way."""
+    import fcntl
+    import select
+    import struct
+    import termios
+
+    fd = os.open(os.readlink(f"/proc/{child.pid}/fd/0"), os.O_RDONLY | os.O_NOCTTY)
+    try:
+        readable, _, _ = select.select([fd], [], [], 30)  # (a line ended: readable)
+        held = fcntl.ioctl(fd, termios.FIONREAD, struct.pack("i", 0))
+        assert readable and struct.unpack("i", held)[0] >= count, "the keys never arrived"
+    finally:
+        os.close(fd)
+
+
+def test_a_line_typed_while_a_tool_call_streams_never_answers_its_question(
+    chatloop_home: Path, project: Path, tmp_path: Path
+) -> None:
+    """Issue 44 (RELIABILITY 26): a "yes" typed while the reply streams, before the
+    tool's question is drawn, does not let the tool act; it is the next message. Only
+    a key pressed once the question is shown answers it, and a line typed ahead is
+    never taken as its "no" and lost."""
+    import threading
+
+    from tests.scripted_server import CALL, scripted_server
+
+    marker = tmp_path / "noted.txt"
+    (chatloop_home / "agents").mkdir(parents=True)
+    (chatloop_home / "agents" / "noter.py").write_text(
+        f'NAME = "Noter"\nSYSTEM_PROMPT = "Take notes."\nMARKER = {str(marker)!r}\n\n\n'
+        "def note(text: str) -> str:\n"
+        '    """Write a note down.\n\n    Args:\n        text: the note\n    """\n'
+        '    with open(MARKER, "a") as handle:\n'
+        '        handle.write(text + "\\n")\n'
+        '    return "noted"\n\n\nTOOLS = [note]\n'
+    )
+    # the two messages whose replies (a tool call each) wait while the test types
+    held = {text: (threading.Event(), threading.Event()) for text in ("note the tide", "yes")}
+
+    def reply(body: dict[str, object]) -> str:
+        messages = body["messages"]
+        assert isinstance(messages, list)
+        last = messages[-1]
+        if last["role"] == "tool":
+            return "Noted. Shall I note it again?"
+        if last["content"] in held:
+            arrived, go_on = held[last["content"]]
+            arrived.set()
+            assert go_on.wait(60)
+            return CALL + "note " + json.dumps({"text": last["content"]})
+        return "Fine."
+
+    def typed_while_it_streams(message: str, typed: str) -> None:
+        arrived, go_on = held[message]
+        assert arrived.wait(60), f"{message!r} was never sent"
+        child.send(typed + "\r")  # the reply is under way: the line waits in the terminal
+        _until_the_terminal_holds(child, len(typed) + 1)
+        go_on.set()
+
+    log = io.StringIO()
+    with scripted_server(reply) as url:
+        child = spawn(url, chatloop_home, project, 32, "--agent", "noter", log=log)
+        child.sendline("note the tide")
+        typed_while_it_streams("note the tide", "yes")
+        wait(child, "waits for your next prompt")  # "yes" is no answer: it is kept
+        wait(child, "[y/a/N]")  # then the question is drawn
+        assert not marker.exists()  # and the tool has not acted
+        child.sendline("n")  # a key pressed once the question is shown answers it
+        # the typed "yes" comes back at the next prompt and is sent: its reply asks again
+        typed_while_it_streams("yes", "and tell me more")
+        wait(child, "waits for your next prompt")
+        wait(child, "[y/a/N]")
+        child.sendline("y")
+        wait(child, ready(3))  # "and tell me more" was sent too, after the question
+        leave(child)
+    session = only_session(chatloop_home)
+    asked = [m.text for m in session.messages if m.role == "user" and not m.restore]
+    assert asked == ["note the tide", "yes", "and tell me more"]
+    assert [r.approved for m in session.messages for r in m.tool_results] == ["no", "once"]
+    assert marker.read_text() == "yes\n"  # the one call said yes to, after its question
+    assert "Traceback" not in log.getvalue()

@@ -447,3 +447,34 @@ def test_info_lists_the_tools_offered(store: Store) -> None:
     _, shown = drive(store, fake_server([]), "/info\rexit\r", agent="file_fiona.py")
     (line,) = [x for x in shown.splitlines() if x.startswith("  tools ")]
     assert "list_dir" in line and "read_file" in line
+
+
+def test_keys_typed_before_a_question_are_taken_for_the_next_prompt() -> None:
+    """What a terminal holds unread when a question is about to be drawn is taken out
+    of its way (``typed_unread``) and given to the next prompt (``retype``), which
+    reads it as typed; a pipe holds no "before": its keys are read in order."""
+    import os
+    import select
+
+    from prompt_toolkit.input.vt100 import Vt100Input
+
+    from chatloop.ui.prompt import chat_prompt, retype, typed_unread
+
+    master, slave = os.openpty()
+    try:
+        with open(slave, closefd=False) as stdin:
+            terminal = Vt100Input(stdin)
+            os.write(master, b"yes\r")  # typed while a reply streamed
+            assert select.select([slave], [], [], 30)[0]  # the line is in the terminal
+            unread = typed_unread(terminal)
+            assert "".join(key.data for key in unread).strip() == "yes"
+            assert not select.select([slave], [], [], 0)[0]  # nothing left for a question
+            retype(terminal, unread)
+            assert chat_prompt([], input=terminal, output=DummyOutput()).prompt("you> ") == "yes"
+    finally:
+        os.close(master)
+        os.close(slave)
+    with create_pipe_input() as pipe:
+        pipe.send_text("y\r")
+        assert typed_unread(pipe) == []  # a script's answer stays for its question
+        assert chat_prompt([], input=pipe, output=DummyOutput()).prompt("? ") == "y"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from datetime import datetime
@@ -20,7 +21,9 @@ from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.input import Input
-from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from prompt_toolkit.input.typeahead import get_typeahead, store_typeahead
+from prompt_toolkit.key_binding import KeyBindings, KeyPress, KeyPressEvent
+from prompt_toolkit.keys import Keys
 from prompt_toolkit.layout.processors import Processor, Transformation, TransformationInput
 from prompt_toolkit.output import Output
 
@@ -138,6 +141,34 @@ def key_bindings() -> KeyBindings:
             event.app.exit(exception=KeyboardInterrupt())
 
     return keys
+
+
+def typed_unread(input: Input) -> list[KeyPress]:
+    """The keys typed at a terminal that no prompt has read yet, taken out of its way:
+    what a prompt read too early and kept for the next one (prompt_toolkit's
+    typeahead), then what the terminal holds, a line not yet ended included (read in
+    raw mode, without waiting). ``retype`` gives them to the next prompt, which then
+    edits them as if typed at it. Input that is no terminal (a pipe, a script) gives
+    nothing: there every key is written ahead and is read in its order."""
+    try:
+        terminal = os.isatty(input.fileno())
+    except (NotImplementedError, OSError, ValueError):
+        terminal = False
+    if not terminal:
+        return []
+    keys = get_typeahead(input)
+    fd = input.fileno()
+    with input.raw_mode():
+        while select.select([fd], [], [], 0)[0] and not input.closed:
+            keys.extend(input.read_keys())
+        keys.extend(input.flush_keys())  # an Escape with nothing after it yet
+    # a terminal's late answer to an earlier prompt's cursor-position request is no key
+    return [key for key in keys if key.key != Keys.CPRResponse]
+
+
+def retype(input: Input, keys: list[KeyPress]) -> None:
+    """``keys`` (from ``typed_unread``) are the next prompt's first keys."""
+    store_typeahead(input, keys)
 
 
 # Bidirectional overrides and isolates, drawn as a replacement character where they were

@@ -10,8 +10,12 @@ Devices are parameters: prompt_toolkit input/output and a rich Console are
 passed in, so tests drive whole conversations with ``create_pipe_input()``,
 ``DummyOutput()`` and ``Console(file=StringIO())``.
 
-Questions never eat messages: a line typed while a question waits that is
-not an answer (``y``, ``n``, empty) counts as *no* and is sent next.
+Questions never eat messages, and only the person's answer answers them (one
+rule, ``_answer``, for every question): what was typed before a question was
+drawn (a line typed while a reply streamed, say) is not read by it but kept for
+the next prompt, which shows it; a line typed at a question that is not an
+answer (``y``, ``n``, empty; ``a`` too when a tool asks) counts as *no* and is
+sent next.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import TYPE_CHECKING
 from prompt_toolkit import PromptSession
 from prompt_toolkit.formatted_text import StyleAndTextTuples
 from prompt_toolkit.input import Input
+from prompt_toolkit.key_binding import KeyPress
 from prompt_toolkit.output import Output
 from rich.console import Console
 
@@ -42,7 +47,7 @@ from chatloop.config import DEFAULT_WINDOW, EMBEDDED_NOTE, Settings
 from chatloop.errors import ChatloopError
 from chatloop.store.store import Store
 from chatloop.ui import commands, render
-from chatloop.ui.prompt import PROMPT, chat_prompt, file_history
+from chatloop.ui.prompt import PROMPT, chat_prompt, file_history, retype, typed_unread
 from chatloop.ui.terminal_text import visible
 
 if TYPE_CHECKING:
@@ -50,7 +55,7 @@ if TYPE_CHECKING:
     from chatloop.store.writer import SessionWriter
 
 TONES: dict[Tone, str] = {"info": "dim", "warn": "yellow", "ok": "green", "restored": "cyan"}
-YES, NO = ("y", "yes"), ("n", "no")
+YES, NO, ALWAYS = ("y", "yes"), ("n", "no"), ("a", "always")
 _LEAVE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -100,7 +105,9 @@ class Repl:
             self.session.clock = clock
         self.signalled = 0  # the signal that asked chatloop to leave, once one has
         self._leave = False
-        self._typed_ahead: list[str] = []  # lines typed while a question waited
+        # what questions did not take, in the order typed: lines typed at a question
+        # that were no answer, and keys typed before one was drawn (for the next prompt)
+        self._typed_ahead: list[str | list[KeyPress]] = []
         self.notes: list[str] = []  # said with the banner (the agent file's notes)
         # run when the chat has ended: the MCP servers of every agent armed in it
         self.closers: list[Callable[[], None]] = [self.arming.close]
@@ -155,10 +162,14 @@ class Repl:
         return 0
 
     def _next_line(self) -> str | None:
-        """A line typed ahead while a question waited, else the next from the prompt
-        (None after Ctrl-C at an empty prompt, or when the person leaves)."""
+        """A line typed at a question that was no answer, else the next from the prompt,
+        given first the keys a question did not read (None after Ctrl-C at an empty
+        prompt, or when the person leaves)."""
         if self._typed_ahead:
-            return self._typed_ahead.pop(0)
+            kept = self._typed_ahead.pop(0)
+            if isinstance(kept, str):
+                return kept
+            retype(self.prompt.input, kept)
         first, self._first = self._first, None
         try:
             if first is not None:
@@ -270,8 +281,8 @@ class Repl:
         a line that is no answer means no and is kept, to be handled next."""
         if self.signalled:
             return False
-        answer = self._answer(question, "[Y/n] " if default else "[y/N] ")
-        return default if answer == "" else bool(answer)
+        answer = self._answer(question, "[Y/n] " if default else "[y/N] ", YES + NO)
+        return default if answer == "" else answer in YES
 
     def _starting(self, label: str) -> AbstractContextManager[object]:
         """Slow start-up work in the chat (an agent's MCP servers): a spinner, no trace."""
@@ -282,43 +293,54 @@ class Repl:
         render.note(self.console, line, "yellow")
 
     def approve(self, tool: str, arguments: str) -> Answer:
-        """Whether a tool may act (``chat.mcp_servers``): the call shown as text, then
-        once (y), always for this session file (a) or no (anything else; Enter,
-        Ctrl-C)."""
+        """Whether a tool may act (``chat.approval``): the call shown as text, then
+        once (y), always for this session file (a) or no (n, Enter, Ctrl-C; another
+        line is no too, and is sent next). As every question (``_answer``), it takes
+        only a key pressed once it is shown: a "yes" typed while the reply streamed
+        is the person's next message, never this answer."""
         if self.signalled:
             return "no"
         shown = arguments if len(arguments) <= 300 else arguments[:299] + "…"
-        try:
-            typed = self.prompt.prompt(
-                [
-                    ("bold", f"Run the tool {visible(tool)}({visible(shown)})? "),
-                    ("", "[y/a/N] (y: once, a: always in this session) "),
-                ]
-            )
-        except (KeyboardInterrupt, EOFError):
-            return "no"
-        word = typed.strip().lower()
-        answer: Answer = "always" if word in ("a", "always") else "once" if word in YES else "no"
+        word = self._answer(
+            f"Run the tool {tool}({shown})?",
+            "[y/a/N] (y: once, a: always in this session) ",
+            YES + ALWAYS + NO,
+        )
+        answer: Answer = "always" if word in ALWAYS else "once" if word in YES else "no"
         render.note(self.console, f"{tool}: {_DECIDED[answer]}")  # (note: shown as text)
         return answer
 
-    def _answer(self, question: str, choices: str) -> bool | str | None:
-        """``question`` and its ``choices`` on one line, the answer typed after them:
-        True (yes), False (no), "" (Enter) or None (Ctrl-C/Ctrl-D)."""
+    def _answer(self, question: str, choices: str, answers: tuple[str, ...]) -> str | None:
+        """``question`` (shown as text) and its ``choices`` on one line, and the answer
+        typed after them: one of ``answers`` (lower case), "" (Enter) or None (Ctrl-C,
+        Ctrl-D). THE rule of every question: only what is typed once it is drawn
+        answers it. Keys typed before (unread: while a reply streamed, or after the
+        line the last prompt took) are kept, in order, for the next prompt, as
+        typed; a line typed at it that is none of ``answers`` is kept, to be sent
+        next, and counts as "no"."""
+        unread = typed_unread(self.prompt.input)
+        if unread:
+            self._typed_ahead.append(unread)
+            render.note(
+                self.console,
+                "What you typed before this question waits for your next prompt; "
+                "only a key pressed now answers it.",
+                "yellow",
+            )
         try:
             typed = self.prompt.prompt([("bold", f"{visible(question)} "), ("", choices)])
         except (KeyboardInterrupt, EOFError):
             return None
         word = typed.strip().lower()
-        if word in YES or word in NO or not word:
-            return word in YES if word else ""
+        if word in answers or not word:
+            return word
         self._typed_ahead.append(typed)
         render.note(
             self.console,
             "That is not a yes or no: taken as no; your line is handled next.",
             "yellow",
         )
-        return False
+        return "no"
 
     def reply_view(self, acknowledgment: bool = False) -> ReplyView:
         # the reply that follows an acknowledgment is labelled too: the two differ only
@@ -344,8 +366,8 @@ class Repl:
     # ------------------------------------------------------------------ screen
     def _confirm_leave(self) -> bool:
         """After Ctrl-C at an empty prompt: leave? Ctrl-C or Ctrl-D again mean yes."""
-        answer = self._answer("Leave chatloop?", "[y/N] ")
-        return answer is None or answer is True
+        answer = self._answer("Leave chatloop?", "[y/N] ", YES + NO)
+        return answer is None or answer in YES
 
     def toolbar(self) -> StyleAndTextTuples:
         """The bottom toolbar: agent, model, session, tokens and the window's meter."""
