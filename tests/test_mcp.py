@@ -592,3 +592,23 @@ def test_a_server_runs_in_the_home_and_imports_nothing_from_where_the_person_is(
     assert specs_of({"y": {"command": "y", "cwd": "rel"}}, "here")[1] == [
         "here: mcp server 'y': cwd 'rel' is not an absolute path; it runs in the chatloop home"
     ]
+
+
+def test_a_server_whose_tools_fill_the_window_is_named_as_the_cause(store: Store) -> None:
+    from chatloop.errors import ChatloopError
+
+    spec = ServerSpec("many", sys.executable, (str(HOSTILE), "many"), approve="allow")
+    servers = McpServers([spec], lambda line: None, waits=QUICK)
+    agent = agent_with(spec, servers)
+    try:
+        assert len(agent.tools) == 3000
+        session = ChatSession(agent, FakeBackend(window=8192), store, TEST_SETTINGS, ScriptedHost())
+        with pytest.raises(ChatloopError) as refused:
+            session.send("hi")
+        session.close()
+    finally:
+        servers.close()
+    said = refused.value.message
+    assert said.startswith("The tool definitions take about ") and "8,192-token" in said
+    assert "MCP server many: 3,000 tools, about " in said
+    assert "Remove the MCP server many" in refused.value.hint

@@ -59,6 +59,7 @@ class Tool:
     parameters: dict[str, Any]
     function: Callable[..., Any]
     policy: str = "ask"  # allow | ask | deny (chat.approval): applied once ``armed``
+    server: str = ""  # the MCP server that offers it ("" for the agent's own)
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI-style tool definition sent to the server."""

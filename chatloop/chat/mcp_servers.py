@@ -76,14 +76,15 @@ _NAME = re.compile(r"[^A-Za-z0-9_-]+")
 
 class Offered(NamedTuple):
     """A tool a server offers, as ``agent.Tool`` is made: its name, description, the
-    JSON schema of its parameters, the function that calls it, and its server's
-    approval policy."""
+    JSON schema of its parameters, the function that calls it, its server's
+    approval policy and its server's name."""
 
     name: str
     description: str
     parameters: dict[str, Any]
     function: Callable[..., str]
     policy: str
+    server: str
 
 
 class ServerSpec(NamedTuple):
@@ -327,7 +328,8 @@ class McpServers:
         def run(**arguments: Any) -> str:
             return self._call(spec, original, arguments)
 
-        return Offered(name, f"[{spec.name}] {described}".strip(), schema, run, spec.approve)
+        described = f"[{spec.name}] {described}".strip()
+        return Offered(name, described, schema, run, spec.approve, spec.name)
 
     def _call(self, spec: ServerSpec, original: str, arguments: dict[str, Any]) -> str:
         """One call of ``original`` on ``spec``'s server (its policy was applied by the
