@@ -175,3 +175,19 @@ def test_options_are_sampling_settings_only_each_bad_one_a_line(store: Store) ->
     assert "temperature" not in turn and turn["max_tokens"] > 0
     assert (turn["top_p"], turn["seed"], turn["stop"]) == (0.5, 7, ["END"])
     assert "Brief." in done.stdout
+
+
+def test_switching_to_an_agent_says_its_options_that_are_left_out(store: Store) -> None:
+    from tests.repl_driver import drive, fake_server
+
+    folder = store.cwd / "agents"
+    folder.mkdir()
+    (folder / "pushy.md").write_text(
+        "---\nname: Pushy\noptions: {stream: false, temperature: .inf, top_p: 0.5}\n"
+        "---\nBe brief.\n"
+    )
+    repl, shown = drive(store, fake_server([]), "/agent pushy\rexit\r")
+    assert "Now talking with Pushy." in shown
+    assert "pushy.md: option 'stream' is not a sampling option" in shown
+    assert "pushy.md: option 'temperature' is '.inf', not a number from 0 to 2; ignored" in shown
+    assert repl.session.agent.options == {"top_p": 0.5}

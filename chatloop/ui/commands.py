@@ -425,6 +425,8 @@ def _agent(shell: Shell, arg: str) -> None:
     if loaded.path == session.agent.path:
         render.note(shell.console, f"{loaded.name} is the agent already.")
         return
+    for said in loaded.notes:  # (what its file gives that is not used: as at a start)
+        render.note(shell.console, said, "yellow")
     if loaded.mcp:  # its servers start now, and stop when the chat ends
         from chatloop.chat.mcp_servers import McpServers
 
