@@ -371,6 +371,7 @@ def test_servers_in_the_config_file_are_offered_to_any_agent(
                 "CHATLOOP_HOME": str(store.root),
                 "CHATLOOP_CONFIG": str(config),
                 "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+                "PYTHONPATH": os.environ.get("PYTHONPATH", ""),  # (this chatloop's code)
                 "HOME": str(store.root),
             },
             capture_output=True,
