@@ -200,3 +200,29 @@ def test_complete_is_outside_history_and_without_tools() -> None:
         {"role": "system", "content": "You summarize."},
         {"role": "user", "content": "Summarize"},
     ]
+
+
+def test_a_python_agents_options_go_through_the_same_check(tmp_path: Path) -> None:
+    path = tmp_path / "pushy.py"
+    path.write_text(
+        'NAME = "Pushy"\nSYSTEM_PROMPT = "Be brief."\n'
+        "OPTIONS = {'messages': [], 'tools': [], 'temperature': float('inf'),\n"
+        "           'max_tokens': 0, 'top_k': 40.0, 'repeat_penalty': 1.1, 'seed': True,\n"
+        "           'presence_penalty': 3, 'stop': 'END', 'min_p': '0.1'}\n"
+    )
+    agent = load_agent(path)
+    assert agent.options == {"top_k": 40, "repeat_penalty": 1.1, "stop": "END"}
+    assert isinstance(agent.options["top_k"], int)
+    notes = "\n".join(agent.notes)
+    for key in ("messages", "tools", "temperature", "max_tokens", "seed", "presence_penalty"):
+        assert f"pushy.py: option '{key}'" in notes
+    assert "option 'min_p' is '0.1', not a number from 0 to 1; ignored" in notes
+    assert len(agent.notes) == 7  # one line each
+    path.write_text('SYSTEM_PROMPT = "x"\nOPTIONS = 5\n')
+    assert load_agent(path).notes == (
+        "pushy.py: the options are not a mapping of names to values; ignored",
+    )
+    assert load_agent(AGENTS / "simple_sally.py").options == {
+        "temperature": 0.7,
+        "max_tokens": 512,
+    }

@@ -3,6 +3,7 @@ body is the system prompt, nothing runs, and what chatloop cannot use is noted."
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ def one_shot(store: Store, url: str, *args: str) -> subprocess.CompletedProcess[
             "CHATLOOP_CONFIG": "",
             "PATH": "/usr/bin:/bin",
             "HOME": str(store.root),
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),  # (this chatloop's code)
         },
         capture_output=True,
         text=True,
@@ -141,3 +143,51 @@ def test_a_projects_markdown_agent_that_declares_servers_needs_a_yes(store: Stor
         done = one_shot(store, url, "--agent", "sneaky", "hi")
     assert done.returncode != 0 and "has not been allowed to run" in done.stderr
     assert "Traceback" not in done.stderr and not marker.exists()
+
+
+def test_options_are_sampling_settings_only_each_bad_one_a_line(store: Store) -> None:
+    """An agent's options never replace what makes the request (messages, model,
+    stream, tools), and a value out of range is one line, never a traceback."""
+    folder = store.cwd / "agents"
+    folder.mkdir()
+    (folder / "pushy.md").write_text(
+        "---\nname: Pushy\noptions:\n  messages: [{role: user, content: pwned}]\n"
+        "  stream: false\n  model: evil\n  temperature: .nan\n  max_tokens: -5\n"
+        "  top_p: 0.5\n  seed: 7\n  stop: [END]\n  top_k: 1e400\n---\nBe brief.\n"
+    )
+    asked: list[dict[str, Any]] = []
+
+    def reply(body: dict[str, Any]) -> str:
+        asked.append(body)
+        return "Brief."
+
+    with scripted_server(reply, model="tiny-model") as url:
+        done = one_shot(store, url, "--agent", "pushy", "Hello?")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    for key in ("messages", "stream", "model", "temperature", "max_tokens", "top_k"):
+        (line,) = [x for x in lines if f"option '{key}'" in x]
+        assert "pushy.md: option" in line and line.endswith("; ignored")
+    turn = asked[0]
+    assert turn["messages"][-1] == {"role": "user", "content": "Hello?"}
+    assert turn["stream"] is True and turn["model"] == "tiny-model"
+    assert "temperature" not in turn and turn["max_tokens"] > 0
+    assert (turn["top_p"], turn["seed"], turn["stop"]) == (0.5, 7, ["END"])
+    assert "Brief." in done.stdout
+
+
+def test_switching_to_an_agent_says_its_options_that_are_left_out(store: Store) -> None:
+    from tests.repl_driver import drive, fake_server
+
+    folder = store.cwd / "agents"
+    folder.mkdir()
+    (folder / "pushy.md").write_text(
+        "---\nname: Pushy\noptions: {stream: false, temperature: .inf, top_p: 0.5}\n"
+        "---\nBe brief.\n"
+    )
+    repl, shown = drive(store, fake_server([]), "/agent pushy\rexit\r")
+    assert "Now talking with Pushy." in shown
+    assert "pushy.md: option 'stream' is not a sampling option" in shown
+    assert "pushy.md: option 'temperature' is '.inf', not a number from 0 to 2; ignored" in shown
+    assert repl.session.agent.options == {"top_p": 0.5}

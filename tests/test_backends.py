@@ -111,6 +111,20 @@ def test_request_body_sends_string_content_and_stream_options() -> None:
     assert body["max_tokens"] == 5 and body["messages"] == MESSAGES and body["tools"]
 
 
+def test_options_never_replace_what_makes_the_request() -> None:
+    seen: list[dict[str, object]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, content=sse(chunk("x"), finish(), "[DONE]"))
+
+    options = {"messages": [], "model": "evil", "stream": False, "top_p": 0.5}
+    list(openai(handler).stream(MESSAGES, options=options))
+    body = seen[0]
+    assert (body["messages"], body["model"], body["stream"]) == (MESSAGES, "m", True)
+    assert body["top_p"] == 0.5
+
+
 def test_tool_call_deltas_spread_over_chunks_are_assembled() -> None:
     def call(index: int, **fields: object) -> dict[str, object]:
         return chunk(tool_calls=[{"index": index, **fields}])

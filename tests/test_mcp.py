@@ -371,6 +371,7 @@ def test_servers_in_the_config_file_are_offered_to_any_agent(
                 "CHATLOOP_HOME": str(store.root),
                 "CHATLOOP_CONFIG": str(config),
                 "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+                "PYTHONPATH": os.environ.get("PYTHONPATH", ""),  # (this chatloop's code)
                 "HOME": str(store.root),
             },
             capture_output=True,
@@ -478,3 +479,137 @@ def test_an_agents_own_tools_ask_unless_read_only_and_the_decision_is_kept(
     assert burn.is_error and burn.approved == "no" and "denied" in burn.content
     fiona = load_agent(bundled_agents() / "file_fiona.py")
     assert {t.policy for t in fiona.tools} == {"allow"}  # read-only: they never ask
+
+
+def test_a_server_that_floods_stdout_with_garbage_costs_no_line_and_logs_to_a_file(
+    store: Store, tmp_path: Path
+) -> None:
+    """The SDK logs each line it cannot parse with a traceback; they go to a private
+    file in the home, bounded, and the chat's terminal gets none of them."""
+    import subprocess
+
+    from chatloop.chat.mcp_log import LOG_BYTES
+    from tests.scripted_server import scripted_server
+
+    config = tmp_path / "xdg" / "chatloop" / "config.yaml"  # the person's own: not asked
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        f"mcp_servers:\n  noisy:\n    command: {sys.executable}\n"
+        f"    args: ['{HOSTILE}', garbage]\n    approve: allow\n"
+    )
+    asked: list[dict[str, Any]] = []
+
+    def reply(body: dict[str, Any]) -> str:
+        asked.append(body)
+        return "It is noon."
+
+    with scripted_server(reply) as url:
+        done = subprocess.run(
+            [sys.executable, "-m", "chatloop.cli", "--base-url", url, "What time is it?"],
+            cwd=store.cwd,
+            env={
+                "CHATLOOP_HOME": str(store.root),
+                "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+                "PYTHONPATH": os.environ.get("PYTHONPATH", ""),  # (this chatloop's code)
+                "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+                "HOME": str(store.root),
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = [x for x in done.stderr.splitlines() if not x.startswith("Saved session ")]
+    assert len(said) <= 1, done.stderr[-2000:]
+    assert done.stdout.strip() == "It is noon."
+    assert "noisy__echo" in {tool["function"]["name"] for tool in asked[0]["tools"]}
+    log = store.root / "logs" / "mcp.log"
+    logged = log.read_text()
+    assert "Failed to parse JSONRPC message from server" in logged
+    assert "Traceback" not in logged and (log.stat().st_mode & 0o777) == 0o600
+    assert all(p.stat().st_size <= LOG_BYTES + 4096 for p in log.parent.iterdir())
+
+
+def test_a_grandchild_that_left_the_servers_session_is_ended_with_the_chat(
+    tmp_path: Path,
+) -> None:
+    told = tmp_path / "orphan.pid"
+    spec = ServerSpec(
+        "bad", sys.executable, (str(HOSTILE), "orphan"), (("HOSTILE_ORPHAN_PID", str(told)),)
+    )
+    servers = McpServers([spec], lambda line: None, waits=QUICK)
+    try:
+        assert [tool.name for tool in servers.start()] == ["bad__echo"]
+        orphan = int(told.read_text())
+        assert alive(orphan)
+    finally:
+        servers.close()
+    try:
+        assert not alive(orphan)
+    finally:
+        if alive(orphan):
+            os.kill(orphan, 9)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie is not)."""
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def test_a_server_runs_in_the_home_and_imports_nothing_from_where_the_person_is(
+    chatloop_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    marker = tmp_path / "ran"
+    (project / "sqlite3.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([".", os.environ.get("PYTHONPATH", "")]))
+    run = f"import runpy; runpy.run_path({str(HOSTILE)!r}, run_name='__main__')"
+    spec = ServerSpec("where", sys.executable, ("-c", run, "where"), approve="allow")
+    servers = McpServers([spec], lambda line: None, waits=QUICK)
+    try:
+        (tool,) = servers.start()
+        said = json.loads(tool.function(text="where?"))
+    finally:
+        servers.close()
+    assert not marker.exists()  # the person's sqlite3.py never ran
+    assert said["cwd"] == str(chatloop_home)
+    assert str(project) not in said["path"] and "" not in said["path"] and "." not in said["path"]
+    given = spec._replace(cwd=str(tmp_path))  # a declaration's own cwd is kept
+    servers = McpServers([given], lambda line: None, waits=QUICK)
+    try:
+        (tool,) = servers.start()
+        assert json.loads(tool.function(text="where?"))["cwd"] == str(tmp_path)
+    finally:
+        servers.close()
+    assert not marker.exists()
+    (_, relative), _ = specs_of({"x": {"command": "x"}, "y": {"command": "y", "cwd": "rel"}}, "")
+    assert relative.cwd == ""
+    assert specs_of({"y": {"command": "y", "cwd": "rel"}}, "here")[1] == [
+        "here: mcp server 'y': cwd 'rel' is not an absolute path; it runs in the chatloop home"
+    ]
+
+
+def test_a_server_whose_tools_fill_the_window_is_named_as_the_cause(store: Store) -> None:
+    from chatloop.errors import ChatloopError
+
+    spec = ServerSpec("many", sys.executable, (str(HOSTILE), "many"), approve="allow")
+    servers = McpServers([spec], lambda line: None, waits=QUICK)
+    agent = agent_with(spec, servers)
+    try:
+        assert len(agent.tools) == 3000
+        session = ChatSession(agent, FakeBackend(window=8192), store, TEST_SETTINGS, ScriptedHost())
+        with pytest.raises(ChatloopError) as refused:
+            session.send("hi")
+        session.close()
+    finally:
+        servers.close()
+    said = refused.value.message
+    assert said.startswith("The tool definitions take about ") and "8,192-token" in said
+    assert "MCP server many: 3,000 tools, about " in said
+    assert "Remove the MCP server many" in refused.value.hint

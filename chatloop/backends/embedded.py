@@ -24,7 +24,18 @@ from chatloop.config import DEFAULT_EMBEDDED_WINDOW
 from chatloop.errors import BackendError
 
 INSTALL_HINT = f"Install it with: pip install '{DISTRIBUTION}[embedded]' (builds llama-cpp-python)."
-_PASSED_OPTIONS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
+_PASSED_OPTIONS = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repeat_penalty",
+)
 
 
 def embedded_available() -> bool:

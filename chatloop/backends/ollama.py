@@ -52,6 +52,10 @@ _OPTION_NAMES = {
     "seed": "seed",
     "stop": "stop",
     "num_ctx": "num_ctx",
+    "min_p": "min_p",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "repeat_penalty": "repeat_penalty",
 }
 
 

@@ -167,12 +167,12 @@ class OpenAICompatBackend:
         options: dict[str, Any] | None = None,
         cancel: Cancel | None = None,
     ) -> Iterator[Event]:
-        body: dict[str, Any] = {
+        body: dict[str, Any] = {  # (options first: none replaces what makes the request)
+            **(options or {}),
             "model": self.model or self._first_model(),
             "messages": list(messages),
             "stream": True,
             "stream_options": {"include_usage": True},
-            **(options or {}),
         }
         if tools:
             body["tools"] = list(tools)

@@ -12,6 +12,11 @@ An agent file (see ``agents/simple_sally.py``) defines module-level values::
     APPROVE = {"write_note": "ask"}                        # optional: allow | ask | deny
     MCP = {"time": {"command": "mcp-server-time"}}          # optional: chat.mcp_servers
 
+``OPTIONS`` (and a markdown agent's ``options``) are sampling settings only, each
+checked by ``sampling_options``: a key that is not one, or a value out of its
+range, is noted and left out, never sent (an agent cannot set the request's
+``messages``, ``model``, ``stream`` or ``tools``).
+
 Each tool is a plain function with type hints and a docstring; its JSON
 schema is derived from them (``Args:`` lines describe the parameters).
 A tool that raises returns an error result to the model instead of crashing. A
@@ -25,10 +30,11 @@ import dataclasses
 import importlib.util
 import inspect
 import json
+import math
 import re
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +45,20 @@ from chatloop.errors import UsageError
 from chatloop.format import ToolCall, ToolResult
 
 MAX_TOOL_RESULT_CHARS = 20_000
+# the sampling options an agent may set, as the backends send them, and their ranges:
+# (low, high, whole) where whole means an integer is wanted
+SAMPLING: dict[str, tuple[float, float, bool]] = {
+    "temperature": (0.0, 2.0, False),
+    "top_p": (0.0, 1.0, False),
+    "top_k": (0, 1_000_000, True),
+    "min_p": (0.0, 1.0, False),
+    "max_tokens": (1, 1 << 24, True),
+    "presence_penalty": (-2.0, 2.0, False),
+    "frequency_penalty": (-2.0, 2.0, False),
+    "repeat_penalty": (0.0, 10.0, False),
+    "seed": (-1, (1 << 63) - 1, True),
+}
+MAX_STOPS = 16  # ``stop``: a text, or a list of at most this many
 _JSON_TYPES: dict[Any, str] = {
     str: "string",
     int: "integer",
@@ -59,6 +79,7 @@ class Tool:
     parameters: dict[str, Any]
     function: Callable[..., Any]
     policy: str = "ask"  # allow | ask | deny (chat.approval): applied once ``armed``
+    server: str = ""  # the MCP server that offers it ("" for the agent's own)
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI-style tool definition sent to the server."""
@@ -125,6 +146,66 @@ def armed(agent: Agent, servers: McpServers | None, approvals: Approvals) -> Age
         for tool in agent.tools + offered
     )
     return dataclasses.replace(agent, tools=tools) if tools else agent
+
+
+def sampling_options(given: object, where: str) -> tuple[dict[str, Any], list[str]]:
+    """The options an agent file gives (``OPTIONS``, a markdown agent's ``options``)
+    that may be sent: the keys of ``SAMPLING`` with a finite number in range (an
+    integer where one is wanted) and ``stop`` (a text or a list of texts); and a
+    note, naming ``where``, for each key left out (not a sampling option, or a bad
+    value). Never raises: a bad option costs its line, never the agent."""
+    if not given:
+        return {}, []
+    if not isinstance(given, Mapping):
+        return {}, [f"{where}: the options are not a mapping of names to values; ignored"]
+    kept: dict[str, Any] = {}
+    notes: list[str] = []
+    for key, value in given.items():
+        name = str(key)
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "…"
+        if name == "stop":
+            stops = [value] if isinstance(value, str) else value
+            if (
+                isinstance(stops, list)
+                and 0 < len(stops) <= MAX_STOPS
+                and all(isinstance(s, str) and s for s in stops)
+            ):
+                kept[name] = value
+            else:
+                notes.append(
+                    f"{where}: option 'stop' is {shown}, not a text or a list of at most "
+                    f"{MAX_STOPS} texts; ignored"
+                )
+            continue
+        if name not in SAMPLING:
+            known = ", ".join([*SAMPLING, "stop"])
+            notes.append(
+                f"{where}: option {name[:40]!r} is not a sampling option ({known}); ignored"
+            )
+            continue
+        low, high, whole = SAMPLING[name]
+        number = _in_range(value, low, high, whole)
+        if number is None:
+            kind = "a whole number" if whole else "a number"
+            notes.append(
+                f"{where}: option {name!r} is {shown}, not {kind} from {low:,g} to {high:,g}; "
+                "ignored"
+            )
+            continue
+        kept[name] = number
+    return kept, notes
+
+
+def _in_range(value: object, low: float, high: float, whole: bool) -> int | float | None:
+    """``value`` as a finite number from ``low`` to ``high`` (an int when ``whole``),
+    or None (booleans and texts are no numbers)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or not low <= value <= high:
+        return None
+    if whole:
+        return int(value) if float(value).is_integer() else None
+    return value
 
 
 def tool_from_function(function: Callable[..., Any]) -> Tool:
@@ -237,6 +318,8 @@ def load_agent(path: Path, source: bytes | None = None) -> Agent:
         from chatloop.chat.agent_markdown import read_markdown_agent
 
         said = read_markdown_agent(path, source if source is not None else path.read_bytes())
+        options, noted = sampling_options(said.options, path.name)
+        said = said._replace(options=options, notes=(*said.notes, *noted))
         return Agent(**said._asdict(), path=str(path))
     spec = importlib.util.spec_from_file_location(f"chatloop_agent_{normalise(path.stem)}", path)
     if spec is None or spec.loader is None:
@@ -258,14 +341,16 @@ def load_agent(path: Path, source: bytes | None = None) -> Agent:
             f"{path.name} defines no SYSTEM_PROMPT string",
             "An agent file needs NAME and SYSTEM_PROMPT.",
         )
-    servers, notes = specs_of(getattr(module, "MCP", None), path.name)
+    options, notes = sampling_options(getattr(module, "OPTIONS", None), path.name)
+    servers, declared = specs_of(getattr(module, "MCP", None), path.name)
+    notes.extend(declared)
     tools = tuple(tool_from_function(f) for f in getattr(module, "TOOLS", ()) or ())
     policies = _policies(module, tools, path.name, notes)
     return Agent(
         name=str(getattr(module, "NAME", path.stem.replace("_", " ").title())),
         system_prompt=prompt,
         description=str(getattr(module, "DESCRIPTION", "")),
-        options=dict(getattr(module, "OPTIONS", {}) or {}),
+        options=options,
         tools=tuple(dataclasses.replace(t, policy=policies[t.name]) for t in tools),
         path=str(path),
         notes=tuple(notes),

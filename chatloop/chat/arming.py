@@ -99,7 +99,7 @@ class Arming:
         if system is not None:
             agent = dataclasses.replace(agent, system_prompt=system, system_given=True)
         specs = self._specs(agent)
-        servers = McpServers(specs, say=self.say)
+        servers = McpServers(specs, say=self.say, home=self.home)
         try:
             with self.working("Starting MCP servers...") if specs else nullcontext():
                 ready = armed(agent, servers, self.approvals)

@@ -17,6 +17,7 @@ reported usage (planned with a 10% margin).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ __all__ = [
     "restoration_budget",
     "summary_cap",
     "to_wire",
+    "tool_costs",
 ]
 
 
@@ -147,6 +149,15 @@ class Plan:
     @property
     def fits(self) -> bool:
         return self.messages_tokens * self.margin <= self.budget.available
+
+    @property
+    def crowded_by_tools(self) -> bool:
+        """The messages do not fit, and would without the tool definitions: the tools
+        are what leaves them no room."""
+        room = dataclasses.replace(self.budget, tools=0).available
+        return (
+            not self.fits and self.budget.tools > 0 and self.messages_tokens * self.margin <= room
+        )
 
     @property
     def share(self) -> float:
@@ -253,6 +264,20 @@ def plan(
         exact=count.exact,
         content=own,
     )
+
+
+def tool_costs(
+    tools: Iterable[tuple[str, dict[str, Any]]], count: TokenCount | None = None
+) -> list[tuple[str, int, int]]:
+    """What the tool definitions of each source take: ``tools`` are (source, the
+    definition as sent) pairs; the answer is (source, its tools, their tokens), the
+    largest first, counted as ``plan`` counts them all (``count``; default estimates)."""
+    count = count or TokenCount()
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for source, definition in tools:
+        grouped.setdefault(source, []).append(definition)
+    costs = [(source, len(d), count.text(json.dumps(d))) for source, d in grouped.items()]
+    return sorted(costs, key=lambda cost: -cost[2])
 
 
 def to_wire(system_prompt: str, messages: Iterable[Message]) -> list[ChatMessage]:

@@ -9,6 +9,7 @@ agent's ``MCP`` dict)::
         args: [--local-timezone, UTC]
         env: {TZ: UTC}
         approve: ask                    # allow, ask (the default) or deny
+        cwd: /srv/clock                 # optional: its working directory (absolute)
 
 Each server runs as a child process speaking the Model Context Protocol over
 stdio, through the official ``mcp`` SDK (the optional extra
@@ -17,7 +18,16 @@ are offered to the model beside the agent's own, named ``SERVER__TOOL``; a call
 goes through the same path as any tool call, so it is recorded in the transcript
 as one. What a server says is data: its tool names are reduced to the letters a
 tool name may hold, its descriptions cut, its results cut
-(``agent.MAX_TOOL_RESULT_CHARS``), its stderr never reaches the terminal.
+(``agent.MAX_TOOL_RESULT_CHARS``), its stderr never reaches the terminal, nor
+does the SDK's own log (``mcp_log``: a file in the home).
+
+Each server is isolated from where the person stands: it runs in the chatloop
+home (or the ``cwd`` its declaration gives), with ``PYTHONSAFEPATH=1`` (Python's
+``-P``) and only the absolute entries of ``PYTHONPATH``, so a ``sqlite3.py`` in
+the working directory is never imported by a Python server. Its process and
+every process it starts carry a mark in their environment (``MARK_ENV``); at
+``close`` whatever still carries it is ended, a ``setsid`` grandchild too (the
+SDK ends the server's process group only when the server outstays its grace).
 
 A server that fails to start costs one line and no tools; one that hangs,
 dies in a call or answers garbage costs that call an error result the model
@@ -32,9 +42,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from chatloop import children
 from chatloop.chat.approval import POLICIES
 
 if TYPE_CHECKING:  # (asyncio costs 28 ms to import: only once a server is declared)
@@ -42,39 +55,53 @@ if TYPE_CHECKING:  # (asyncio costs 28 ms to import: only once a server is decla
     import concurrent.futures
     import threading
 
-__all__ = ["CALL_S", "START_S", "STOP_S", "McpServers", "Offered", "ServerSpec", "specs_of"]
+__all__ = [
+    "CALL_S",
+    "MARK_ENV",
+    "START_S",
+    "STOP_S",
+    "McpServers",
+    "Offered",
+    "ServerSpec",
+    "specs_of",
+]
 
 START_S = 30.0  # a server's start and its tool list
 CALL_S = 60.0  # one tool call
 STOP_S = 5.0  # each server's stop, then its process is ended
 MAX_DESCRIPTION = 1000
+MARK_ENV = "CHATLOOP_MCP_RUN"  # in every server's environment: what close ends
+END_S = 2.0  # for what carries the mark to leave after SIGTERM, then SIGKILL
 _NAME = re.compile(r"[^A-Za-z0-9_-]+")
 
 
 class Offered(NamedTuple):
     """A tool a server offers, as ``agent.Tool`` is made: its name, description, the
-    JSON schema of its parameters, the function that calls it, and its server's
-    approval policy."""
+    JSON schema of its parameters, the function that calls it, its server's
+    approval policy and its server's name."""
 
     name: str
     description: str
     parameters: dict[str, Any]
     function: Callable[..., str]
     policy: str
+    server: str
 
 
 class ServerSpec(NamedTuple):
-    """One declared server: how it is started and its tools' approval policy."""
+    """One declared server: how it is started and its tools' approval policy
+    (``cwd``: its working directory, absolute; "" for the chatloop home)."""
 
     name: str
     command: str
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     approve: str = "ask"
+    cwd: str = ""
 
 
 def specs_of(declared: object, where: str) -> tuple[list[ServerSpec], list[str]]:
-    """The servers a declaration (``{name: {command, args, env, approve}}``) names,
+    """The servers a declaration (``{name: {command, args, env, approve, cwd}}``) names,
     and a note for each entry that cannot be one (never fatal: the chat goes on
     without it). ``where`` names the declaration in the notes."""
     if not declared:
@@ -99,6 +126,13 @@ def specs_of(declared: object, where: str) -> tuple[list[ServerSpec], list[str]]
                 f"{', '.join(POLICIES)}; it asks"
             )
             approve = "ask"
+        cwd = entry.get("cwd") or ""
+        if cwd and not (isinstance(cwd, str) and os.path.isabs(os.path.expanduser(cwd))):
+            notes.append(
+                f"{where}: mcp server {str(name)!r}: cwd {str(cwd)!r} is not an absolute "
+                "path; it runs in the chatloop home"
+            )
+            cwd = ""
         specs.append(
             ServerSpec(
                 str(name),
@@ -106,6 +140,7 @@ def specs_of(declared: object, where: str) -> tuple[list[ServerSpec], list[str]]
                 tuple(str(a) for a in args),
                 tuple((str(k), str(v)) for k, v in env.items()),
                 approve,
+                os.path.expanduser(cwd) if cwd else "",
             )
         )
     return specs, notes
@@ -120,10 +155,15 @@ class McpServers:
         specs: list[ServerSpec],
         say: Callable[[str], None],
         waits: tuple[float, float, float] = (START_S, CALL_S, STOP_S),
+        home: Path | None = None,
     ) -> None:
+        """``home``: where servers run and the SDK's log is kept (default: the
+        chatloop home, ``config.chatloop_home``)."""
         self.specs = specs
         self.start_s, self.call_s, self.stop_s = waits  # (a test waits less)
         self.say = say
+        self.home = home
+        self._mark = f"{os.getpid()}-{os.urandom(8).hex()}"  # (this chat's servers only)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._sessions: dict[str, Any] = {}
@@ -149,6 +189,13 @@ class McpServers:
                 "pip install 'chatloop-local[mcp]'; going on without their tools"
             )
             return []
+        from chatloop.chat import mcp_log
+
+        if self.home is None:
+            from chatloop.config import chatloop_home
+
+            self.home = chatloop_home()
+        mcp_log.to_file(self.home)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
@@ -175,7 +222,8 @@ class McpServers:
 
     def close(self) -> None:
         """Stop every server (asked, then cancelled after ``STOP_S``: its process is
-        ended either way) and the loop."""
+        ended either way) and the loop; then end every process still carrying this
+        chat's mark (``MARK_ENV``): what the servers started, wherever it went."""
         import asyncio
 
         loop = self._loop
@@ -190,6 +238,7 @@ class McpServers:
         if not loop.is_running():
             loop.close()
         self._loop = None
+        _end_marked(f"{MARK_ENV}={self._mark}".encode())
 
     # ------------------------------------------------------------ on the loop
 
@@ -223,8 +272,13 @@ class McpServers:
         task = asyncio.current_task()
         if task is not None:
             self._tasks[spec.name] = task
+        assert self.home is not None  # (set by start)
         params = StdioServerParameters(
-            command=spec.command, args=list(spec.args), env={**os.environ, **dict(spec.env)}
+            command=spec.command,
+            args=list(spec.args),
+            # isolated as every child (chatloop.children), marked as this chat's
+            env=children.environment(ours=False, extra={**dict(spec.env), MARK_ENV: self._mark}),
+            cwd=spec.cwd or _existing(self.home),
         )
         try:
             # cancelled through its scope (``_cancel``), never the task: the SDK ends
@@ -276,7 +330,8 @@ class McpServers:
         def run(**arguments: Any) -> str:
             return self._call(spec, original, arguments)
 
-        return Offered(name, f"[{spec.name}] {described}".strip(), schema, run, spec.approve)
+        described = f"[{spec.name}] {described}".strip()
+        return Offered(name, described, schema, run, spec.approve, spec.name)
 
     def _call(self, spec: ServerSpec, original: str, arguments: dict[str, Any]) -> str:
         """One call of ``original`` on ``spec``'s server (its policy was applied by the
@@ -318,3 +373,57 @@ def _first(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     said = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {said[0]}" if said else type(exc).__name__
+
+
+def _existing(home: Path) -> str:
+    """``home`` made if missing (0700), as a server's working directory; the root
+    when it cannot be made (a read-only place): never where the person stands."""
+    from chatloop.store.fsio import ensure_dir
+
+    try:
+        return str(ensure_dir(home))
+    except OSError:
+        return os.path.abspath(os.sep)
+
+
+def _end_marked(mark: bytes) -> None:
+    """End every process whose environment holds ``mark`` (``NAME=VALUE``): SIGTERM,
+    SIGKILL to any left after END_S, and wait as long again for them to be gone.
+    Found through /proc (Linux); elsewhere nothing is found and the SDK's end of
+    each server's process group is all."""
+    import time
+
+    began = time.monotonic()
+    sent: dict[int, int] = {}
+    while left := _marked(mark):
+        waited = time.monotonic() - began
+        if waited >= 2 * END_S:
+            return  # (one that survives SIGKILL is the system's to end)
+        sig = signal.SIGKILL if waited >= END_S else signal.SIGTERM
+        for pid in left:
+            if sent.get(pid) != sig:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+                sent[pid] = sig
+        time.sleep(0.02)  # (polled: these processes are no children of ours to wait on)
+
+
+def _marked(mark: bytes) -> list[int]:
+    """The live processes (zombies are not) whose environment holds ``mark``,
+    never this one."""
+    root = Path("/proc")
+    if not root.is_dir():
+        return []
+    found = []
+    for entry in root.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if mark not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or another user's
+        if state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found

@@ -68,6 +68,7 @@ from chatloop.chat.context import (
     reply_cap,
     restoration_budget,
     summary_cap,
+    tool_costs,
 )
 from chatloop.chat.host import Host
 from chatloop.chat.preparation import Preparation, Prepared
@@ -548,6 +549,8 @@ class ChatSession:
     def _check_room(self, alone: Plan) -> None:
         """Raise when the message cannot be sent: it does not fit even alone, or the
         history does not fit and compaction is off. Nothing is saved then."""
+        if alone.crowded_by_tools:
+            raise self._crowded(alone)
         if not alone.fits:
             raise ChatloopError(
                 f"This message alone (about {alone.messages_tokens:,} tokens) does not fit the "
@@ -561,6 +564,30 @@ class ChatSession:
                 "/compact continues in a new session from a summary; then send it again "
                 "(Up recalls it).",
             )
+
+    def _crowded(self, alone: Plan) -> ChatloopError:
+        """The refusal of a message that only the tool definitions leave no room for,
+        naming whose tools take the window (``context.tool_costs``: largest first)."""
+        costs = tool_costs(((t.server, t.spec()) for t in self.agent.tools), self.tokens)
+        named = "; ".join(
+            f"{'MCP server ' + source if source else 'the agent itself'}: "
+            f"{tools:,} tools, about {tokens:,} tokens"
+            for source, tools, tokens in costs[:3]
+        )
+        servers = [source for source, _, _ in costs if source]
+        hint = (
+            f"Remove the MCP server {servers[0]} (the agent's mcp, or mcp_servers in the "
+            "config), or use a model with a larger window."
+            if servers
+            else "Give the agent fewer tools, or use a model with a larger window."
+        )
+        budget = alone.budget
+        return ChatloopError(
+            f"The tool definitions take about {budget.tools:,} tokens of the "
+            f"{budget.window:,}-token context window and leave no room for messages "
+            f"({named}); nothing was sent",
+            hint,
+        )
 
     def _answer(self, text: str) -> TurnResult:
         view = self.host.reply_view()

@@ -423,6 +423,8 @@ def _agent(shell: Shell, arg: str) -> None:
         render.note(shell.console, f"{visible(session.agent.name)} is the agent already.")
         return
     agent = session.arming.arm(path)  # as every entry point arms (chat.arming)
+    for said in agent.notes:  # (what its file gives that is not used: as at a start)
+        render.note(shell.console, said, "yellow")
     branched = session.use_agent(agent)
     where = (
         " The conversation goes on in a branch of this session, so each file names the "
