@@ -55,6 +55,12 @@ CARRY_SHARE = 5  # 2,048 → 409 tokens
 CHILD_PERCENT = 35  # 2,048 → 716 tokens for all that a child begins with
 MAX_CARRIED = 8
 DEFAULT_SUMMARY_TIMEOUT = 120.0  # seconds per summary request (then one retry)
+# The most bytes a one-shot reads from a pipe (more is refused, nothing saved). A message
+# is one frame of its session file, and the reader takes a frame over 32 MiB
+# (format.frames.MAX_FRAME_BYTES) for damage; bytes the locale cannot decode are kept as
+# 4-character \xNN escapes, so 4 MiB can grow to 16. It is still far more than a local
+# model reads (128K tokens is about 0.5 MB); a session file is `chatloop import`ed.
+MAX_PIPED_BYTES = 4 << 20
 DEFAULT_WINDOW = 4096  # the context window assumed when neither settings nor server say
 DEFAULT_REPLY_RESERVE = 512  # tokens kept free for the reply when no max_tokens is set
 DEFAULT_EMBEDDED_WINDOW = 2048  # the context the embedded model is loaded with
