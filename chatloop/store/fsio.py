@@ -10,6 +10,7 @@ import errno
 import fcntl
 import os
 import stat
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
@@ -222,16 +223,35 @@ def mark_summary(lock_fd: int, pid: int) -> None:
         os.pwrite(lock_fd, f"{pid} {SUMMARY_HOLDER}\n".encode(), 0)
 
 
-def wait_for_lock(path: Path) -> None:
-    """Return once nobody holds the session's writer lock (a blocking shared lock,
-    let go at once: an event, not a poll). Ctrl-C ends the wait (KeyboardInterrupt)."""
+LOCK_POLL_S = 0.05  # how often a bounded wait for a lock looks again
+
+
+def wait_for_lock(path: Path, timeout: float | None = None) -> bool:
+    """Return once nobody holds the session's writer lock: True. Without ``timeout``
+    it is a blocking shared lock, let go at once (an event, not a poll); with one, the
+    lock is tried every LOCK_POLL_S until ``timeout`` seconds have passed, and False
+    says it is still held (a worker's summary that takes long: the caller goes on
+    without it). Ctrl-C ends the wait (KeyboardInterrupt)."""
     try:
         fd = os.open(lock_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
-        return
+        return True
     try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return True  # a FIFO or device planted as a lock is no lock
+        if timeout is None:
             fcntl.flock(fd, fcntl.LOCK_SH)
+            return True
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                time.sleep(min(LOCK_POLL_S, left))
     finally:
         os.close(fd)
 
