@@ -1415,6 +1415,8 @@ class ChatSession:
             self._fork_file(located)
             return
         parent = located.parent
+        if parent.meta.status != "closed" and self.store.settle(parent.path):
+            parent = chain.read_parent(self.store, parent.path)  # a close a kill cut, done
         if parent.note:
             self.host.notice(f"Session {parent.meta.id}: {parent.note}.", "warn")
         history = self._full_history(parent) if kind is continuation.Kind.FULL else None

@@ -9,6 +9,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import stat
 import time
 from datetime import datetime
@@ -95,6 +96,37 @@ def pid_alive(pid: int) -> bool:
     except OSError:  # EPERM: alive, someone else's
         return True
     return True
+
+
+# the name _temp_name gives: the file it stands in for, then our pid and six hex digits
+_TEMP_NAME = re.compile(r"\.(?P<target>.+)\.tmp-(?P<pid>[0-9]+)-[0-9a-f]{6}")
+
+
+def left_temps(folder: Path) -> list[tuple[Path, Path]]:
+    """The temp files of rewrites (``atomic_rewrite``, ``create_atomically``) that a
+    killed process left in ``folder``, each with the file it was to replace: only
+    regular files named exactly as ``_temp_name`` names them whose pid is not a live
+    process (ours counts as dead: this process is not in a rewrite while it looks),
+    so a neighbour's rewrite under way is never taken for one. Nothing is changed."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        named = _TEMP_NAME.fullmatch(entry.name)
+        if named is None or not entry.is_file(follow_symlinks=False):
+            continue
+        pid = int(named["pid"])
+        if pid != os.getpid() and pid_alive(pid):
+            continue
+        found.append((folder / named["target"], Path(entry.path)))
+    return found
+
+
+def temp_files(path: Path) -> list[Path]:
+    """The temp files a killed rewrite of ``path`` left beside it (``left_temps``)."""
+    return [temp for target, temp in left_temps(path.parent) if target.name == path.name]
 
 
 def remove_dead_temps(folder: Path) -> None:
