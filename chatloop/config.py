@@ -55,6 +55,19 @@ CARRY_SHARE = 5  # 2,048 → 409 tokens
 CHILD_PERCENT = 35  # 2,048 → 716 tokens for all that a child begins with
 MAX_CARRIED = 8
 DEFAULT_SUMMARY_TIMEOUT = 120.0  # seconds per summary request (then one retry)
+# A summary worker (chat.background) gives the model this long in all, its retry and the
+# window probe included, then writes the summary built from the transcript: a server that
+# hangs kept a worker (and its ~30 MB) for two read timeouts, 4 minutes, per chat left.
+DEFAULT_SUMMARY_WORKER_TIMEOUT = 90.0
+# A continuation (`-c`, `/resume`) waits this long for a summary a worker is writing, then
+# says so and goes on from one built from the transcript (the worker still writes its own).
+DEFAULT_SUMMARY_WAIT = 5.0
+# The most bytes a one-shot reads from a pipe (more is refused, nothing saved). A message
+# is one frame of its session file, and the reader takes a frame over 32 MiB
+# (format.frames.MAX_FRAME_BYTES) for damage; bytes the locale cannot decode are kept as
+# 4-character \xNN escapes, so 4 MiB can grow to 16. It is still far more than a local
+# model reads (128K tokens is about 0.5 MB); a session file is `chatloop import`ed.
+MAX_PIPED_BYTES = 4 << 20
 DEFAULT_WINDOW = 4096  # the context window assumed when neither settings nor server say
 DEFAULT_REPLY_RESERVE = 512  # tokens kept free for the reply when no max_tokens is set
 DEFAULT_EMBEDDED_WINDOW = 2048  # the context the embedded model is loaded with
@@ -92,6 +105,8 @@ class Settings(NamedTuple):
     compact_threshold: float = DEFAULT_COMPACT_THRESHOLD
     summary_max_tokens: int = 0  # 0: a share of the window, at most DEFAULT_SUMMARY_MAX_TOKENS
     summary_timeout: float = DEFAULT_SUMMARY_TIMEOUT
+    summary_worker_timeout: float = DEFAULT_SUMMARY_WORKER_TIMEOUT
+    summary_wait: float = DEFAULT_SUMMARY_WAIT
     titles: str = DEFAULT_TITLES  # model | first | off
     title_timeout: float = DEFAULT_TITLE_TIMEOUT
     summaries: str = DEFAULT_SUMMARIES  # background | wait
@@ -172,6 +187,8 @@ LIMITS: dict[str, tuple[float, float]] = {
     "compact_threshold": (0.1, 1.0),
     "summary_max_tokens": (0, 100_000),
     "summary_timeout": (1, 86_400),
+    "summary_worker_timeout": (1, 86_400),
+    "summary_wait": (0, 3600),
     "title_timeout": (0.1, 3600),
 }
 # where 0 is no size at all but "the default": the server's window, the agent's or a

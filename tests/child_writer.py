@@ -17,6 +17,11 @@ python -m tests.child_writer draftfull PATH K
                                              size + K draft it longer; print the
                                              outcome, then append the whole reply
                                              with no limit
+python -m tests.child_writer halfclose PATH  finalize with a summary, and be killed
+                                             (SIGKILL) as the closed front matter's
+                                             temp file is about to be renamed over
+                                             PATH: a summary worker killed in the
+                                             middle of its close
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ def _say(text: str) -> None:
 
 def main(argv: list[str]) -> None:
     mode, path = argv[0], Path(argv[1])
+    if mode == "halfclose":
+        _half_close(path)
+        return
     writer = _store(path).open(path)
     now = datetime.now().astimezone()
     if mode == "append":
@@ -99,6 +107,24 @@ def main(argv: list[str]) -> None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
             writer.append(Message.create("assistant", now, text="Basil wants sun. " * 40))
             _say("appended")
+
+
+def _half_close(path: Path) -> None:
+    """Finalize ``path`` as a summary worker does (its writer adopted: the session stays
+    ``open``), and die by SIGKILL as the closed front matter's temp file is about to
+    be renamed over it."""
+    import os
+
+    from chatloop.store.fsio import take_lock
+
+    writer = _store(path).adopt(path, take_lock(path))
+
+    def killed(*_: object) -> None:  # the rename that never happens
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    os.replace = killed
+    now = datetime.now().astimezone()
+    writer.finalize(Message.create("summary", now, text="**Background Context:** basil"))
 
 
 if __name__ == "__main__":

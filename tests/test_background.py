@@ -118,7 +118,7 @@ def test_continue_right_after_an_exit_waits_for_the_summary_being_written(
         again = subprocess.Popen(
             [chatloop_bin(), "--base-url", url, "-c", "And in winter?"],
             cwd=project,
-            env=_env(chatloop_home),
+            env={**_env(chatloop_home), "CHATLOOP_SUMMARY_WAIT": "600"},  # (the test lets go)
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -312,3 +312,75 @@ def test_a_retry_of_a_session_never_named_takes_the_title_it_gets_at_close(
     assert len(paths) == 2
     titles = {_read(p).meta.title for p in paths}
     assert titles == {"How often should I water basil?"}, titles
+
+
+def _ended_within(path: Path, seconds: float) -> bool:
+    """True once nobody holds ``path``'s lock, waited for at most ``seconds`` (the
+    blocking wait in a thread of its own, joined with a deadline: an event, not a poll)."""
+    waiter = threading.Thread(target=wait_for_lock, args=(path,), daemon=True)
+    waiter.start()
+    waiter.join(seconds)
+    return not waiter.is_alive()
+
+
+def test_a_summary_that_hangs_gives_way_to_the_fallback_within_the_workers_bound(
+    chatloop_home: Path, project: Path
+) -> None:
+    """Issue 44: the server never answers the summary request; the worker gives the
+    model ``summary_worker_timeout`` seconds (2 here, CHATLOOP_SUMMARY_WORKER_TIMEOUT;
+    90 by default), then finalizes the session with the summary built from the
+    transcript and ends (it stayed two read timeouts, 4 minutes, before)."""
+    with held_server() as (url, held):
+        done = subprocess.run(
+            [chatloop_bin(), "--base-url", url, "How often should I water basil?"],
+            cwd=project,
+            env={**_env(chatloop_home), "CHATLOOP_SUMMARY_WORKER_TIMEOUT": "2"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert held.asked.wait(60)
+        path = _only_session(chatloop_home)
+        assert _ended_within(path, 60), "the worker still waits for the model"
+        assert not held.release.is_set()  # the model never answered
+        session = _read(path)
+    assert session.meta.status == "closed" and session.meta.summary == "fallback"
+    assert session.summary is not None and session.summary.fallback
+    assert "water basil" in session.summary.text  # built from what was said
+    assert [m.text for m in session.messages if m.is_query] == ["How often should I water basil?"]
+
+
+def test_continue_goes_on_from_the_transcript_when_the_summary_being_written_hangs(
+    chatloop_home: Path, project: Path
+) -> None:
+    """Issue 44: `-c` right after an exit whose summary the server holds waits
+    ``summary_wait`` seconds (1 here, CHATLOOP_SUMMARY_WAIT; 5 by default), says so in
+    one line, and answers from the summary built from the transcript while the
+    worker is still at it (it waited as long as the worker did: 242 s, measured)."""
+    with held_server() as (url, held):
+        first = _chatloop(url, chatloop_home, project, "How often should I water basil?")
+        assert first.returncode == 0, first.stderr
+        assert held.asked.wait(60)
+        parent = _only_session(chatloop_home)
+        again = subprocess.run(
+            [chatloop_bin(), "--base-url", url, "-c", "And in winter?"],
+            cwd=project,
+            env={**_env(chatloop_home), "CHATLOOP_SUMMARY_WAIT": "1"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip() == "Water it when the top of the soil is dry."
+        said = [line for line in again.stderr.splitlines() if "still being written" in line]
+        assert len(said) == 1 and "built from its transcript" in said[0], again.stderr
+        assert lock_holder(parent) == SUMMARY_HOLDER  # the worker is still at it
+        held.release.set()
+        for path in chatloop_home.rglob("*.md"):
+            assert _ended_within(path, 60)
+    (child,) = [s for s in map(_read, chatloop_home.rglob("*.md")) if s.meta.parent_id]
+    restoration = child.messages[0]
+    assert restoration.restore and "water basil" in restoration.text
+    assert [m.text for m in child.messages if m.is_query] == ["And in winter?"]
+    assert _read(parent).meta.status == "closed"  # and the worker wrote the file's own

@@ -4,6 +4,7 @@ project through the installed program, twice; originals untouched; chains kept."
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -347,3 +348,46 @@ def test_an_import_killed_at_random_moments_is_whole_after_the_next(
             assert (here.project_dir / source.name).read_bytes() == source.read_bytes()
         assert sorted(p.name for p in here.project_dir.iterdir()) == sorted(s.name for s in sources)
     assert killed_mid  # some kill landed while copies were being written
+
+
+def test_two_imports_at_once_of_the_same_files_both_succeed(store: Store, tmp_path: Path) -> None:
+    """Issue 44: two `chatloop import` of one folder, started together: the copy one
+    of them linked into place after the other had decided to write it is "already
+    here" for the other (it failed with "File exists"); both exit 0, every session
+    is listed once."""
+    sources = _sources(store, 200, 300)
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    for source in sources:
+        shutil.copy(source, folder)
+    project = tmp_path / "p"
+    project.mkdir()
+    env = environment(store.root, 12)
+    started = [
+        subprocess.Popen(
+            [chatloop_bin(), "import", str(folder)],
+            cwd=project,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    ended = [child.communicate(timeout=300) for child in started]
+    for child, (_, err) in zip(started, ended, strict=True):
+        assert child.returncode == 0, err
+        assert "Traceback" not in err and "error" not in err
+    imported = sum(out.count("\nimported ") + out.startswith("imported ") for out, _ in ended)
+    assert imported == len(sources)  # each copy written once, by one of them
+    listed = subprocess.run(
+        [chatloop_bin(), "sessions", "--limit", "1000", "--json"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    ids = sorted(row["id"] for row in json.loads(listed.stdout))
+    assert ids == sorted(source.stem for source in sources)

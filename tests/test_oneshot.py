@@ -428,3 +428,72 @@ def test_a_token_count_that_never_ends_holds_no_message_back(
     assert done.stdout.strip() == "Warm sun."
     (session,) = sessions(chatloop_home)
     assert [m.text for m in session.messages if m.is_query] == ["Tell me about basil"]
+
+
+_PRODUCER = """
+import sys
+total, piece, wrote = int(sys.argv[1]), b"basil and mint\\n" * 4096, 0
+try:
+    while wrote < total:
+        wrote += sys.stdout.buffer.write(piece)
+        sys.stdout.buffer.flush()
+except BrokenPipeError:
+    pass
+sys.stderr.write(f"wrote {wrote}")
+"""
+
+
+def test_piped_input_over_the_bound_is_refused_without_reading_the_rest(
+    chatloop_home: Path, project: Path
+) -> None:
+    """Issue 44: four times MAX_PIPED_BYTES piped in is refused once it passes the
+    bound, in one line that names it, exit 2, nothing saved and no server asked
+    (nothing listens at the URL); the rest is never read, so the writer of the pipe
+    is cut off (chatloop read it all before: 400 MB took 2.8 GB)."""
+    import sys
+
+    from chatloop.config import MAX_PIPED_BYTES
+
+    total = 4 * MAX_PIPED_BYTES
+    producer = subprocess.Popen(
+        [sys.executable, "-c", _PRODUCER, str(total)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert producer.stdout is not None
+    asking = subprocess.Popen(
+        [chatloop_bin(), "--base-url", "http://127.0.0.1:9/v1", "Which needs a pot?"],
+        cwd=project,
+        stdin=producer.stdout,
+        env=environment(chatloop_home, 12),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    producer.stdout.close()  # the pipe's one reader is chatloop
+    _, err = asking.communicate(timeout=120)
+    _, wrote = producer.communicate(timeout=120)
+    assert asking.returncode == 2, err
+    error, hint = err.strip().splitlines()
+    assert error.startswith("error: Not sent: the piped input is larger than 4 MiB")
+    assert f"{MAX_PIPED_BYTES:,} bytes" in error
+    assert "chatloop import" in hint and "Traceback" not in err
+    assert sessions(chatloop_home) == []
+    assert int(wrote.split()[1]) < total  # the rest was never read
+
+
+def test_piped_input_of_exactly_the_bound_is_not_refused_for_its_size(
+    chatloop_home: Path, project: Path
+) -> None:
+    from chatloop.config import MAX_PIPED_BYTES
+
+    done = subprocess.run(
+        [chatloop_bin(), "--base-url", "http://127.0.0.1:9/v1"],
+        cwd=project,
+        input=b"x" * MAX_PIPED_BYTES,
+        env=environment(chatloop_home, 12),
+        capture_output=True,
+        timeout=120,
+    )
+    assert b"piped input is larger" not in done.stderr
+    assert b"Cannot reach the model server" in done.stderr  # it went on, to the server

@@ -136,3 +136,93 @@ def test_sigkill_during_rewrites_leaves_old_or_new_file(store: Store) -> None:
     store.recover(path)
     strays = [p.name for p in path.parent.iterdir() if ".tmp-" in p.name]
     assert strays == []
+
+
+def _half_closed(store: Store) -> tuple[Path, bytes]:
+    """A session whose close was killed between its two steps (issue 44): the summary
+    appended, the closed front matter in a temp file beside it, never renamed. The
+    file's bytes as the kill left them."""
+    writer = store.create(new_meta())
+    for message in exchange(1) + exchange(2):
+        writer.append(message)
+    path = writer.path
+    writer.close()
+    killed = subprocess.run(
+        [sys.executable, "-m", "tests.child_writer", "halfclose", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    return path, path.read_bytes()
+
+
+def _temps(path: Path) -> list[Path]:
+    return [p for p in path.parent.iterdir() if p.name.startswith(f".{path.name}.tmp-")]
+
+
+def test_a_close_killed_before_its_rename_is_listed_by_doctor_then_completed_by_the_next_open(
+    store: Store,
+) -> None:
+    from tests.pty_driver import chatloop_bin, environment
+
+    path, left = _half_closed(store)
+    (temp,) = _temps(path)
+    assert parse_markdown(left).session.meta.status == "open"
+    assert parse_markdown(left).session.messages[-1].role == "summary"
+    doctor = subprocess.run(
+        [chatloop_bin(), "doctor", "--base-url", "http://127.0.0.1:9/v1"],
+        cwd=store.cwd,
+        env=environment(store.root, 12),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    said = [line for line in doctor.stdout.splitlines() if "half-done" in line]
+    assert len(said) == 1 and path.stem in said[0] and temp.name in said[0], doctor.stdout
+    assert temp.exists() and path.read_bytes() == left  # doctor changes nothing
+    with store.open(path) as writer:
+        assert writer.meta.status == "closed" and writer.meta.summary == "model"
+    assert _temps(path) == []
+    result = parse_markdown(path.read_bytes())
+    assert result.problems == () and result.session.meta.summary_key
+    assert result.session.messages == parse_markdown(left).session.messages  # body kept
+    summary = store.summary_of(path)
+    assert summary.message is not None and "basil" in summary.message.text
+    assert store.left_rewrites() == []
+
+
+def test_a_temp_file_cut_short_or_older_than_a_hand_edit_is_removed_not_used(
+    store: Store,
+) -> None:
+    """Only a whole temp file of this very body completes a close; any other is removed
+    (the file stays the version it is, and an open session is marked interrupted)."""
+    path, _ = _half_closed(store)
+    (temp,) = _temps(path)
+    whole = temp.read_bytes()
+    temp.write_bytes(whole[: len(whole) - 40])  # a kill while the temp was written
+    store.recover(path)
+    assert _temps(path) == []
+    assert parse_markdown(path.read_bytes()).session.meta.status == "interrupted"
+
+    other, _ = _half_closed(store)
+    (temp,) = _temps(other)
+    edited = other.read_bytes().replace(b"Question number 1", b"Question number one")
+    other.write_bytes(edited)  # a person's edit after the kill: newer than the temp
+    store.recover(other)
+    assert _temps(other) == []
+    assert b"Question number one" in other.read_bytes()
+    assert parse_markdown(other.read_bytes()).session.meta.status == "interrupted"
+
+
+def test_continuing_a_half_closed_session_completes_its_close(store: Store) -> None:
+    """`-c` reads a parent's summary without opening it for writing: a parent left
+    half-closed is settled first (its close completed) and continued from it."""
+    from tests.fakes import FakeBackend
+    from tests.hosts import chat
+
+    path, _ = _half_closed(store)
+    session, _ = chat(store, FakeBackend("Acknowledged.", "Every two days."))
+    assert session.resume(path.stem)
+    assert _temps(path) == []
+    assert parse_markdown(path.read_bytes()).session.meta.status == "closed"

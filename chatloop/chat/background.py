@@ -8,11 +8,16 @@ on its stdin) and returns at once. The worker inherits the session's lock: the l
 description is passed to it, so the session is never unlocked between the two
 processes, and the lock file then names the worker (``fsio.mark_summary``), so
 listings say ``summarizing`` and number it (``-c`` right after an exit
-continues it: ``ChatSession._summarize_parent`` waits for the worker).
+continues it: ``ChatSession._summarize_parent`` waits for the worker,
+``summary_wait`` seconds at most, then goes on from the summary built from the
+transcript while the worker writes the file's own).
 
 The worker summarizes and finalizes the session exactly as the chat would
 have (``finish``: the summary the session began from, the model's summary
-with its fallback, the title a session never named gets, the totals). The job
+with its fallback, the title a session never named gets, the totals). The model
+has ``summary_worker_timeout`` seconds in all (``config``: 90); past them the
+worker writes the fallback and ends, so a server that hangs keeps no worker (a
+process of some 30 MB) for minutes, one per chat that ended. The job
 is JSON on its stdin (never its command line, which other users can read: it
 holds the API key): the session, the home and project folder, and the server
 as the chat used it (its kind, URL and model, timeouts, window, the summary's
@@ -34,9 +39,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from chatloop import children
 from chatloop.backends.base import Backend
@@ -45,6 +52,10 @@ from chatloop.store.fsio import mark_summary
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
+if TYPE_CHECKING:
+    from chatloop.backends.base import Cancel
+
+_T = TypeVar("_T")
 KINDS = ("openai", "ollama", "embedded")  # the backends a worker can build again
 
 __all__ = ["KINDS", "finish", "hand_off", "main"]
@@ -114,26 +125,67 @@ def finish(
     """Summarize ``writer``'s session and finalize it, as a chat closing it would: the
     summary it began from (``chain.began_from``), the model's summary of what was said
     (its fallback when the model fails), the totals, and ``changes`` (a late title).
+    The model is given ``summary_worker_timeout`` seconds in all (the window asked of
+    the server, the summary and its retry): past them the summary built from the
+    transcript is written instead, so a server that hangs keeps no worker for long.
     Raises StoreError when the file cannot be finalized (it then stays open: a resume
     finishes it)."""
+    from chatloop.backends.base import Cancel
     from chatloop.chat import chain
     from chatloop.chat.context import summary_cap
     from chatloop.chat.tokens import TokenCount
 
     parent = chain.Parent(writer.path, writer.meta, None)
     previous = chain.began_from(store, parent)
-    window = settings.context_window or backend.context_window() or None
-    count = TokenCount(backend.count_tokens, backend.chat_overhead)
-    outcome = chain.summarize(
-        backend,
-        writer.messages,  # (as marked: chain.summarize reads them, ledger_of too)
-        previous=previous,
-        window=window,
-        max_tokens=summary_cap(window, settings.summary_max_tokens),
-        timeout=settings.summary_timeout,
-        count=count.text,
-    )
+    said = writer.messages  # (as marked: chain.summarize reads them, ledger_of too)
+    cancel = Cancel()
+
+    def ask() -> chain.SummaryOutcome:
+        window = settings.context_window or backend.context_window() or None
+        count = TokenCount(backend.count_tokens, backend.chat_overhead)
+        return chain.summarize(
+            backend,
+            said,
+            previous=previous,
+            window=window,
+            max_tokens=summary_cap(window, settings.summary_max_tokens),
+            timeout=settings.summary_timeout,
+            count=count.text,
+            cancel=cancel,
+        )
+
+    outcome = _within(settings.summary_worker_timeout, ask, cancel)
+    if outcome is None:
+        cap = summary_cap(settings.context_window or None, settings.summary_max_tokens)
+        outcome = chain.fallback(said, previous, chain.summary_words(cap))
     writer.finalize(outcome.message(datetime.now().astimezone()), **changes)
+
+
+def _within(seconds: float, work: Callable[[], _T], cancel: Cancel) -> _T | None:
+    """What ``work`` returns, run in a thread of its own, when it returns within
+    ``seconds``; else None, with ``cancel`` set (a reply still streaming stops at its
+    next piece; a request the server never answers is left behind, and ends with
+    this process, which finalizes the session and exits). What ``work`` raises is
+    raised here."""
+    done = threading.Event()
+    results: list[_T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(work())
+        except BaseException as exc:  # (raised again in the waiting thread)
+            errors.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="summary", daemon=True).start()
+    if not done.wait(seconds):
+        cancel.set()
+        return None
+    if errors:
+        raise errors[0]
+    return results[0]
 
 
 def main(argv: list[str]) -> int:

@@ -211,6 +211,7 @@ def _home(store: Store) -> Iterator[Check]:
         yield Check("FAIL", f"index: {exc.strerror or exc}: {exc.filename or store.root}")
         return
     yield from _unsummarized(rows)
+    yield from _half_closed(store)
 
 
 def _unsummarized(rows: list[SessionRow]) -> Iterator[Check]:
@@ -228,6 +229,23 @@ def _unsummarized(rows: list[SessionRow]) -> Iterator[Check]:
             f"{len(left)} session(s) ended without a summary: {named}{more}",
             "Resuming one (`chatloop -r HANDLE`) writes its summary first.",
         )
+
+
+def _half_closed(store: Store) -> Iterator[Check]:
+    """Sessions beside which a killed process left the temp file of a rewrite (a
+    summary worker killed in the middle of its close leaves the session ``open``
+    with a whole copy beside it): listed, not touched (doctor changes nothing); the
+    next command that opens one completes its close or removes the copy."""
+    left = store.left_rewrites()
+    if not left:
+        return
+    named = ", ".join(f"{path.stem} ({temp.name})" for path, temp in left[:5])
+    more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+    yield Check(
+        "note",
+        f"{len(left)} session(s) with a rewrite left half-done by a killed process: {named}{more}",
+        f"Resuming one (`chatloop -r {left[0][0].stem}`) finishes it and removes the copy.",
+    )
 
 
 def config_looked(named: str | None) -> tuple[Path, str]:

@@ -1458,6 +1458,8 @@ class ChatSession:
             self._fork_file(located)
             return
         parent = located.parent
+        if parent.meta.status != "closed" and self.store.settle(parent.path):
+            parent = chain.read_parent(self.store, parent.path)  # a close a kill cut, done
         if parent.note:
             self.host.notice(f"Session {parent.meta.id}: {parent.note}.", "warn")
         history = self._full_history(parent) if kind is continuation.Kind.FULL else None
@@ -1550,15 +1552,18 @@ class ChatSession:
     def _summarize_parent(self, parent: chain.Parent) -> chain.Parent:
         """A parent without a usable summary gets one now, written into its file when it
         can. One whose summary a background worker is writing (a chat that just ended)
-        is waited for: that worker writes the very summary wanted (Ctrl-C: one is made
-        here instead, as for a parent another chatloop holds)."""
+        is waited for, ``summary_wait`` seconds at most: that worker writes the very
+        summary wanted. Past that wait (a model that is slow, or stuck) this
+        continuation goes on from the summary built from the transcript, said in one
+        line, and the worker goes on writing the file's own; Ctrl-C in the wait makes
+        one here instead, as for a parent another chatloop holds."""
         if lock_holder(parent.path) == SUMMARY_HOLDER:
             try:
                 with self.host.working(
                     f"Waiting for the summary of {parent.meta.id}, being written in the "
                     "background (Ctrl-C: make one now)..."
                 ):
-                    wait_for_lock(parent.path)
+                    free = wait_for_lock(parent.path, self.settings.summary_wait)
             except KeyboardInterrupt:
                 pass
             else:
@@ -1566,6 +1571,8 @@ class ChatSession:
                 if again.summary is not None:
                     return again
                 parent = again
+                if not free:
+                    return self._unwaited(parent)
         found = self.store.read(parent.path)
         writer = None
         if not found.legacy:  # (a legacy copy gets its summary in the seed's markers)
@@ -1589,6 +1596,22 @@ class ChatSession:
             return chain.closed_parent(writer)
         finally:
             writer.close()
+
+    def _unwaited(self, parent: chain.Parent) -> chain.Parent:
+        """``parent``, whose summary a worker is still writing past ``summary_wait``,
+        with the summary built from its transcript (``chain.fallback``; nothing asked of
+        the model, which may be the one still busy with it; nothing written: the
+        worker holds the file)."""
+        self.host.notice(
+            f"The summary of {parent.meta.id} is still being written in the background "
+            f"after {self.settings.summary_wait:g} s: continuing from one built from its "
+            "transcript.",
+            "warn",
+        )
+        messages = list(self.store.read(parent.path).session.messages)  # (as marked)
+        previous = chain.began_from(self.store, parent)
+        outcome = chain.fallback(messages, previous, self._summary_words())
+        return replace(parent, summary=outcome.text)
 
     def _full_history(self, parent: chain.Parent) -> list[Message] | None:
         session = self.store.read(parent.path).session

@@ -216,12 +216,33 @@ def _question(args: argparse.Namespace) -> str | None:
 def _read_piped() -> str:
     """What is piped in, decoded as the locale's encoding allows: the bytes it cannot
     decode are kept as ``\\xNN`` escapes (stored and shown so, never lost), where
-    Python's stream would hold them as surrogates no file can be written with."""
+    Python's stream would hold them as surrogates no file can be written with. At
+    most ``config.MAX_PIPED_BYTES`` are taken: one more is read to know there is
+    more, never the rest, and more is a UsageError that names the bound (nothing is
+    saved, no server is asked)."""
+    from chatloop.config import MAX_PIPED_BYTES as limit
+
     stdin = sys.stdin
     raw = getattr(stdin, "buffer", None)
     if raw is None:  # a text-only stream (no bytes under it): its surrogates as escapes
-        return stdin.read().encode("utf-8", "backslashreplace").decode("utf-8")
-    return _escaped(raw.read(), stdin.encoding or "utf-8")
+        text = stdin.read(limit + 1)
+        data = text.encode("utf-8", "backslashreplace")
+        if len(text) > limit or len(data) > limit:
+            raise _too_much_piped(limit)
+        return data.decode("utf-8")
+    data = raw.read(limit + 1)
+    if len(data) > limit:
+        raise _too_much_piped(limit)
+    return _escaped(data, stdin.encoding or "utf-8")
+
+
+def _too_much_piped(limit: int) -> UsageError:
+    return UsageError(
+        f"Not sent: the piped input is larger than {limit >> 20} MiB ({limit:,} bytes), "
+        "the most a question takes",
+        "Pipe a part of it (split -b, head -c), or bring a session file in with "
+        "`chatloop import PATH`.",
+    )
 
 
 def _words(question: str) -> str:

@@ -9,7 +9,9 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import stat
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
@@ -94,6 +96,37 @@ def pid_alive(pid: int) -> bool:
     except OSError:  # EPERM: alive, someone else's
         return True
     return True
+
+
+# the name _temp_name gives: the file it stands in for, then our pid and six hex digits
+_TEMP_NAME = re.compile(r"\.(?P<target>.+)\.tmp-(?P<pid>[0-9]+)-[0-9a-f]{6}")
+
+
+def left_temps(folder: Path) -> list[tuple[Path, Path]]:
+    """The temp files of rewrites (``atomic_rewrite``, ``create_atomically``) that a
+    killed process left in ``folder``, each with the file it was to replace: only
+    regular files named exactly as ``_temp_name`` names them whose pid is not a live
+    process (ours counts as dead: this process is not in a rewrite while it looks),
+    so a neighbour's rewrite under way is never taken for one. Nothing is changed."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        named = _TEMP_NAME.fullmatch(entry.name)
+        if named is None or not entry.is_file(follow_symlinks=False):
+            continue
+        pid = int(named["pid"])
+        if pid != os.getpid() and pid_alive(pid):
+            continue
+        found.append((folder / named["target"], Path(entry.path)))
+    return found
+
+
+def temp_files(path: Path) -> list[Path]:
+    """The temp files a killed rewrite of ``path`` left beside it (``left_temps``)."""
+    return [temp for target, temp in left_temps(path.parent) if target.name == path.name]
 
 
 def remove_dead_temps(folder: Path) -> None:
@@ -222,16 +255,35 @@ def mark_summary(lock_fd: int, pid: int) -> None:
         os.pwrite(lock_fd, f"{pid} {SUMMARY_HOLDER}\n".encode(), 0)
 
 
-def wait_for_lock(path: Path) -> None:
-    """Return once nobody holds the session's writer lock (a blocking shared lock,
-    let go at once: an event, not a poll). Ctrl-C ends the wait (KeyboardInterrupt)."""
+LOCK_POLL_S = 0.05  # how often a bounded wait for a lock looks again
+
+
+def wait_for_lock(path: Path, timeout: float | None = None) -> bool:
+    """Return once nobody holds the session's writer lock: True. Without ``timeout``
+    it is a blocking shared lock, let go at once (an event, not a poll); with one, the
+    lock is tried every LOCK_POLL_S until ``timeout`` seconds have passed, and False
+    says it is still held (a worker's summary that takes long: the caller goes on
+    without it). Ctrl-C ends the wait (KeyboardInterrupt)."""
     try:
         fd = os.open(lock_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
-        return
+        return True
     try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return True  # a FIFO or device planted as a lock is no lock
+        if timeout is None:
             fcntl.flock(fd, fcntl.LOCK_SH)
+            return True
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                time.sleep(min(LOCK_POLL_S, left))
     finally:
         os.close(fd)
 

@@ -104,7 +104,7 @@ def import_sessions(
             if not target_dir.exists():
                 ensure_dir(target_dir)
             if outcome.status == "imported":
-                create_atomically(target, data)
+                outcome = _create(target_dir, found, data, taken, outcome)
             else:
                 atomic_rewrite(target, data)
         if outcome.session_id and outcome.status != "skipped":
@@ -178,6 +178,30 @@ def _decide(
             session_id,
         )
     return Outcome(path, "imported", "", session_id)
+
+
+def _create(
+    target_dir: Path,
+    path: Path,
+    data: bytes,
+    taken: dict[tuple[Path, str], Path],
+    outcome: Outcome,
+) -> Outcome:
+    """Write the copy ``outcome`` decided on (``imported``) and say what became of it.
+    An import running beside this one may have put the session there since it was
+    decided (both were started on the same files): the file then decides again,
+    so the same copy is ``present``, another session a duplicate, never an error."""
+    target = target_dir / f"{outcome.session_id}.md"
+    try:
+        create_atomically(target, data)
+    except StoreError as exc:
+        if not isinstance(exc.__cause__, FileExistsError):
+            raise
+        again = _decide(target_dir, path, data, taken)
+        if again.status == "imported":  # (gone again meanwhile: say what failed)
+            raise
+        return replace(again, project=outcome.project)
+    return outcome
 
 
 def _truncated_copy(there: bytes, data: bytes) -> bool:

@@ -18,16 +18,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from chatloop import ids
-from chatloop.errors import ChatloopError, NotFound, StoreError
+from chatloop.errors import ChatloopError, NotFound, SessionLocked, StoreError
 from chatloop.store.fsio import (
     atomic_rewrite,
     create_atomically,
     ensure_dir,
+    is_locked,
+    left_temps,
     local_now,
     lock_path,
     open_read,
     read_bytes,
     take_lock,
+    temp_files,
     write_new_file,
 )
 
@@ -357,7 +360,8 @@ class Store:
         return SessionWriter(path, result.session, lock_fd, self.clock)
 
     def recover(self, path: Path) -> ParseResult:
-        """Repair a session nobody is writing: torn tail out, ``open`` becomes ``interrupted``."""
+        """Repair a session nobody is writing: torn tail out, ``open`` becomes
+        ``interrupted``, and what a killed rewrite left settled (a close completed)."""
         from chatloop.store.writer import recover_locked
 
         lock_fd = take_lock(path)
@@ -365,3 +369,29 @@ class Store:
             return recover_locked(path, self.clock)
         finally:
             os.close(lock_fd)
+
+    def settle(self, path: Path) -> bool:
+        """Recover the session at ``path`` when a killed rewrite left its temp file
+        beside it (a worker killed in the middle of its close: ``writer.remove_strays``
+        completes that close), unless someone holds it. True when it was recovered."""
+        if not temp_files(path):
+            return False
+        try:
+            self.recover(path)
+        except SessionLocked:
+            return False
+        return True
+
+    def left_rewrites(self, all_projects: bool = True) -> list[tuple[Path, Path]]:
+        """The sessions beside which a killed rewrite left its temp file
+        (``fsio.left_temps``), each with that file, when nobody holds the session: the
+        next command that opens it settles it (``settle``). Nothing is changed here."""
+        found = []
+        for directory in self.project_dirs(all_projects):
+            for target, temp in left_temps(directory):
+                stem = target.name.removesuffix(".md")
+                if stem == target.name or not ids.is_file_stem(stem) or target.is_symlink():
+                    continue
+                if target.is_file() and not is_locked(target):
+                    found.append((target, temp))
+        return sorted(found)

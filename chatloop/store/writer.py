@@ -32,6 +32,7 @@ from chatloop.format import (
     Totals,
     close_unfinished,
     front_matter_end,
+    open_document,
     parse_markdown,
     render_frame,
     render_front_matter,
@@ -41,7 +42,15 @@ from chatloop.format import (
 from chatloop.format.front_matter import BOM, bounded, rewrite_front_matter
 from chatloop.format.values import content_of as _content
 from chatloop.format.yaml_strict import MAX_FRONT_MATTER_BYTES
-from chatloop.store.fsio import atomic_rewrite, io_error, read_bytes, write_new_file
+from chatloop.store.fsio import (
+    atomic_rewrite,
+    fsync_dir,
+    io_error,
+    open_read,
+    read_bytes,
+    temp_files,
+    write_new_file,
+)
 
 Clock = Callable[[], datetime]
 _Stamp = tuple[int, int, int]
@@ -461,13 +470,62 @@ def _write_all(fd: int, data: bytes) -> int:
     return written
 
 
-def remove_strays(path: Path) -> None:
-    """With the lock held: remove the temp files of ``path`` (``.{name}.tmp-*``) that a
-    killed rewrite (finalize, reseal) left; none can be in use, since every rewrite
-    of the file holds its lock."""
-    for stray in path.parent.glob(f".{path.name}.tmp-*"):
-        if stray.is_symlink() or stray.is_file():  # ours; a directory planted there is not
-            stray.unlink()
+def remove_strays(path: Path) -> bool:
+    """With the lock held: settle what a rewrite of ``path`` killed before its rename
+    left beside it (its temp files, ``fsio.temp_files``; none can be in use, since
+    every rewrite of the file holds its lock). A close (``finalize``) killed after it
+    appended the summary and wrote the closed front matter to its temp file is
+    completed: that temp file takes the file's place (``_completes_close``). Every
+    other temp file is removed, which undoes its rewrite (the file is the old
+    version, whole). True when a close was completed."""
+    completed = False
+    temps = []
+    for temp in temp_files(path):
+        with contextlib.suppress(FileNotFoundError):
+            temps.append((os.stat(temp, follow_symlinks=False).st_mtime_ns, temp))
+    for _, temp in sorted(temps, reverse=True):  # the newest first: the last try
+        if not completed and _completes_close(path, temp):
+            try:
+                os.replace(temp, path)
+                fsync_dir(path.parent)
+            except OSError as exc:
+                raise io_error("finish closing", path, exc) from exc
+            completed = True
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+    return completed
+
+
+def _completes_close(path: Path, temp: Path) -> bool:
+    """True when ``temp`` is what a close of the session ``path`` (not closed: ``open``,
+    or ``interrupted`` when a resume was writing its summary) was about to put in its
+    place: it is not older than the file (no hand edit came after it), its front
+    matter reads whole and closes this very session, and its body is the file's,
+    byte for byte (a rewrite of the front matter changes nothing else; a temp file
+    cut short by the kill differs). Reads both a piece at a time."""
+    try:
+        with open_read(path) as mine, open_read(temp) as theirs:
+            if os.fstat(theirs.fileno()).st_mtime_ns < os.fstat(mine.fileno()).st_mtime_ns:
+                return False
+            now, then = open_document(mine, path.stem), open_document(theirs, path.stem)
+            if not (now.exact and then.exact) or now.legacy or then.legacy or then.problems:
+                return False
+            if now.meta.status == "closed" or then.meta.status != "closed":
+                return False
+            if then.meta.id != now.meta.id or now.body_start < 0 or then.body_start < 0:
+                return False
+            size = os.fstat(mine.fileno()).st_size - now.body_start
+            if os.fstat(theirs.fileno()).st_size - then.body_start != size:
+                return False
+            mine.seek(now.body_start)
+            theirs.seek(then.body_start)
+            while piece := mine.read(1 << 20):
+                if theirs.read(len(piece)) != piece:
+                    return False
+            return True
+    except (OSError, StoreError):
+        return False
 
 
 def recover_locked(path: Path, clock: Clock) -> ParseResult:
