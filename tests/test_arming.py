@@ -243,3 +243,43 @@ def test_agent_switch_in_a_chat_arms_the_new_agent(store: Store, tmp_path: Path)
     repl.approvals.approve = lambda name, arguments: "no"
     result = repl.session.agent.run_tool(call)
     assert result.approved == "no" and not target.exists()
+
+
+def _touching(marker: Path) -> object:
+    """A scripted model that calls ``touch(marker)`` whenever it is offered tools and
+    has not had a result yet, and summarizes when asked to."""
+    from tests.fakes import STRUCTURED
+
+    def reply(request: dict[str, object]) -> str:
+        messages = request["messages"]
+        assert isinstance(messages, list)
+        if "progressive summary" in str(messages[-1]["content"]):
+            return STRUCTURED
+        if request.get("tools") and messages[-1]["role"] != "tool":
+            return "CALL touch " + json.dumps({"path": str(marker)})
+        return "I could not."
+
+    return reply
+
+
+def test_every_one_shot_entry_refuses_a_tool_that_asks(
+    chatloop_home: Path, tmp_path: Path, project: Path
+) -> None:
+    """A new one-shot, ``-c`` and ``-r`` arm the agent the same way: the tool that is
+    not read-only is refused (no one to ask), said on stderr, and never runs."""
+    _tool_agent(chatloop_home)
+    marker = tmp_path / "touched"
+    env = environment(chatloop_home, 16)
+    with scripted_server(_touching(marker)) as url:  # type: ignore[arg-type]
+        for args in (["--agent", "toucher_tom"], ["-c"], ["-r", "1"]):
+            done = subprocess.run(
+                [chatloop_bin(), "--base-url", url, *args, "touch it"],
+                cwd=project,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+            assert "touch: not run (nobody to ask here" in done.stderr, (args, done.stderr)
+            assert not marker.exists(), args

@@ -342,14 +342,17 @@ def test_always_is_forgotten_when_the_chat_leaves_its_session_file(store: Store)
     assert repl.approvals.decide("t", "ask", {}) == "always" and asked == ["t", "t"]
 
 
-def test_servers_in_the_config_file_are_offered_to_any_agent(
+def test_servers_in_the_persons_own_config_file_are_offered_to_any_agent(
     store: Store, time_spec: ServerSpec, tmp_path: Path
 ) -> None:
+    """The person's own config file (``$XDG_CONFIG_HOME/chatloop/config.yaml``) runs its
+    servers with no question; any other source asks first (tests/test_arming.py)."""
     import subprocess
 
     from tests.scripted_server import scripted_server
 
-    config = tmp_path / "config.yaml"
+    config = tmp_path / "xdg" / "chatloop" / "config.yaml"
+    config.parent.mkdir(parents=True)
     mark = f"CHATLOOP_TEST_MARK={tmp_path}"
     config.write_text(
         "mcp_servers:\n  time:\n"
@@ -369,7 +372,7 @@ def test_servers_in_the_config_file_are_offered_to_any_agent(
             cwd=store.cwd,
             env={
                 "CHATLOOP_HOME": str(store.root),
-                "CHATLOOP_CONFIG": str(config),
+                "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
                 "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
                 "PYTHONPATH": os.environ.get("PYTHONPATH", ""),  # (this chatloop's code)
                 "HOME": str(store.root),
@@ -379,9 +382,10 @@ def test_servers_in_the_config_file_are_offered_to_any_agent(
             timeout=120,
         )
     assert done.returncode == 0, done.stderr
+    assert "MCP servers from" not in done.stderr  # the person's own: not named, not asked
     offered = {tool["function"]["name"] for tool in asked[0]["tools"]}
     assert {"time__get_current_time", "time__convert_time"} <= offered
-    assert "config mcp_servers: mcp server 'broken' has no command; ignored" in done.stderr
+    assert f"mcp_servers of {config}: mcp server 'broken' has no command; ignored" in done.stderr
     assert marked(mark) == set()  # the server did not outlive chatloop
 
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from chatloop.chat import continuation
+    from chatloop.chat.arming import Arming
     from chatloop.chat.continuation import Kind, Pick
     from chatloop.chat.host import Lookup, Picked
     from chatloop.config import Settings
@@ -270,15 +271,20 @@ def _chat_new(args: argparse.Namespace) -> int:
     settings = wiring.settings(args)
     store = wiring.store(args, settings)
     system = _system(args, None)
-    # no question from the loading thread: an agent file or servers that need the
-    # person's yes end the prompt, and the question is asked below, before anything runs
-    arming = wiring.arming(args, settings, ask=None, later=True)
+    # made by the first load, behind the prompt (its modules are the chat's), and kept
+    # for the second: the person's answers to its questions hold for the whole run
+    armings: list[Arming] = []
 
     def load(prompt: Prompt) -> Repl:
         from chatloop.chat import server
         from chatloop.chat.arming import with_model
         from chatloop.ui.repl import Repl
 
+        if not armings:
+            # no question from the loading thread: an agent file or servers that need
+            # the person's yes end the prompt, and the question is asked below
+            armings.append(wiring.arming(args, settings, ask=None, later=True))
+        arming = armings[0]
         said: list[str] = []  # said with the banner, above the prompt
         arming.say = arming.approvals.say = said.append
         agent = arming.arm(_agent_file(settings, store), system)
@@ -312,7 +318,7 @@ def _chat_new(args: argparse.Namespace) -> int:
     # the agent file or the config's MCP servers need the person's yes: asked on the
     # terminal, then the chat starts anew (the prompt was on the screen for the moment
     # the check took), with what was typed at it meanwhile
-    arming.ask_first(_agent_file(settings, store), _confirm)
+    armings[0].ask_first(_agent_file(settings, store), _confirm)
     return start_new_chat(store, load, carried=typed, sent=sent)
 
 
