@@ -229,7 +229,7 @@ def tree_text(root: SessionRow, children: dict[str, list[SessionRow]], mark: str
         star = "  ← this one" if row.id == mark and (depth or children.get(row.id)) else ""
         fork = f", {fork_words(row.forked_at)}" if row.forked_at is not None else ""
         lines.append(
-            f"{prefix}{branch}{row.id}  {describe(row)[:50]}  "
+            f"{prefix}{branch}{row.id}  {clip(visible(describe(row)), 50)}  "
             f"({row.queries}q, {row.status}{fork}){star}"
         )
         kids = [kid for kid in children.get(row.id, []) if kid.id not in seen]

@@ -1,0 +1,54 @@
+"""Issue 46's paper cuts, each through the installed program: an unknown option names
+the one meant, usage errors exit 2 with a hint, a wrong path is said once, ``--help``
+names markdown agents and ``tree`` marks a title it cuts."""
+
+from __future__ import annotations
+
+from chatloop.format import Message
+from chatloop.store.store import Store
+from tests.conftest import T0, new_meta
+from tests.pty_driver import run
+
+
+def test_an_unknown_option_close_to_a_known_one_names_it(store: Store) -> None:
+    for args, meant in ((("--agnet", "x"), "--agent"), (("sessions", "--alll"), "--all")):
+        done = run(*args, home=store.root, cwd=store.cwd)
+        assert done.returncode == 2, done.stderr
+        assert f"(did you mean {meant}?)" in done.stderr.splitlines()[-1], done.stderr
+    done = run("--zzzzqq", home=store.root, cwd=store.cwd)
+    assert done.returncode == 2 and "did you mean" not in done.stderr
+
+
+def test_fork_and_full_together_is_a_usage_error_with_a_hint(store: Store) -> None:
+    done = run("--resume", "3", "--fork", "--full", home=store.root, cwd=store.cwd)
+    assert done.returncode == 2, done.stderr
+    error, hint = done.stderr.strip().splitlines()
+    assert error.startswith("error: --fork and --full") and hint.startswith("hint: ")
+
+
+def test_a_path_that_does_not_exist_is_said_once(store: Store) -> None:
+    done = run("import", "/nonexistent/path", home=store.root, cwd=store.cwd)
+    assert done.returncode == 1
+    said = done.stdout + done.stderr
+    assert said.count("/nonexistent/path") == 1, said
+    assert "Nothing new to import" not in said
+
+
+def test_help_names_markdown_agents(store: Store) -> None:
+    done = run("--help", home=store.root, cwd=store.cwd)
+    words = " ".join(done.stdout.split())  # (argparse wraps the help to the width)
+    assert (
+        done.returncode == 0
+        and "--agent NAME|PATH agent name in agents/, or an agent file (.py, or .md" in words
+    )
+
+
+def test_tree_marks_a_title_it_cuts(store: Store) -> None:
+    title = "a title that is far longer than the fifty characters tree gives it"
+    with store.create(new_meta(title=title)) as writer:
+        writer.append(Message.create("user", T0, text="hello"))
+        writer.finalize()
+    done = run("tree", "1", home=store.root, cwd=store.cwd)
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stdout.splitlines() if "a title that" in line)
+    assert title not in line and f"{title[:49]}…" in line, line
