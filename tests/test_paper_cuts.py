@@ -4,10 +4,18 @@ names markdown agents and ``tree`` marks a title it cuts."""
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
+import pexpect
+import pytest
+
 from chatloop.format import Message
 from chatloop.store.store import Store
+from chatloop.ui.terminal_text import visible
 from tests.conftest import T0, new_meta
-from tests.pty_driver import run
+from tests.pty_driver import run, spawn
+from tests.scripted_server import scripted_server
 
 
 def test_an_unknown_option_close_to_a_known_one_names_it(store: Store) -> None:
@@ -52,3 +60,15 @@ def test_tree_marks_a_title_it_cuts(store: Store) -> None:
     assert done.returncode == 0, done.stderr
     line = next(line for line in done.stdout.splitlines() if "a title that" in line)
     assert title not in line and f"{title[:49]}…" in line, line
+
+
+@pytest.mark.e2e
+def test_a_chat_notes_a_model_the_server_does_not_list(chatloop_home: Path, project: Path) -> None:
+    """As the one-shot does: the banner's notes name the model the server lacks."""
+    with scripted_server(lambda request: "Hi.", model="scripted") as url:
+        shown = io.StringIO()
+        child = spawn(url, chatloop_home, project, 12, "-m", "scripte", log=shown)
+        child.sendline("exit")  # (nothing was said: nothing to save)
+        child.expect(pexpect.EOF)
+    words = " ".join(visible(shown.getvalue()).split())
+    assert "does not list the model 'scripte' (did you mean scripted?)" in words, words

@@ -291,7 +291,9 @@ def _chat_new(args: argparse.Namespace) -> int:
         said[:0] = agent.notes
         chosen = with_model(settings, agent)
         try:
-            backend = server.connect(chosen).backend
+            connected = server.connect(chosen)
+            said.extend(connected.notes)  # (a model the server does not list)
+            backend = connected.backend
             try:
                 repl = Repl(
                     agent,
