@@ -1460,7 +1460,10 @@ class ChatSession:
         parent = located.parent
         if parent.meta.status != "closed" and self.store.settle(parent.path):
             parent = chain.read_parent(self.store, parent.path)  # a close a kill cut, done
-        if parent.note:
+        # a summary a worker is writing is said once, by the wait for it (it is neither
+        # missing nor interrupted)
+        being_written = parent.summary is None and lock_holder(parent.path) == SUMMARY_HOLDER
+        if parent.note and not being_written:
             self.host.notice(f"Session {parent.meta.id}: {parent.note}.", "warn")
         history = self._full_history(parent) if kind is continuation.Kind.FULL else None
         if parent.summary is None:  # with --full too: a later compaction condenses it
