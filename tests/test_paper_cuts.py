@@ -72,3 +72,28 @@ def test_a_chat_notes_a_model_the_server_does_not_list(chatloop_home: Path, proj
         child.expect(pexpect.EOF)
     words = " ".join(visible(shown.getvalue()).split())
     assert "does not list the model 'scripte' (did you mean scripted?)" in words, words
+
+
+def test_show_labels_a_carried_copy_as_carried_from_its_parent(store: Store) -> None:
+    """A compaction's child carries exchanges word for word: ``show`` says they are
+    copies, and where from; an empty carried reply is an empty reply, not an
+    acknowledgment. The restoration itself stays "Session restored"."""
+    meta = new_meta(title="child", parent_id="20250101-000000-aaaaaaaa")
+    with store.create(meta) as writer:
+        writer.append(Message.create("user", T0, text="the summary", restore=True))
+        writer.append(Message.create("assistant", T0, text="Understood.", restore=True))
+        carried = {"restore": True, "copy": True}
+        writer.append(Message.create("user", T0, text="an earlier question", **carried))
+        writer.append(Message.create("assistant", T0, text="", stop_reason="stop", **carried))
+        writer.append(Message.create("user", T0, text="a new question"))
+        writer.finalize()
+    done = run("show", "1", home=store.root, cwd=store.cwd)
+    assert done.returncode == 0, done.stderr
+    labels = [line for line in done.stdout.splitlines() if line.startswith("── ")]
+    assert [label.split(" (")[0] for label in labels] == [
+        "── Session restored",
+        "── Carried over from 20250101-000000-aaaaaaaa",
+        "── Query 1",
+    ], done.stdout
+    assert "(the model sent an empty reply)" in done.stdout
+    assert "empty acknowledgment" not in done.stdout
