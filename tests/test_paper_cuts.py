@@ -97,3 +97,16 @@ def test_show_labels_a_carried_copy_as_carried_from_its_parent(store: Store) -> 
     ], done.stdout
     assert "(the model sent an empty reply)" in done.stdout
     assert "empty acknowledgment" not in done.stdout
+
+
+def test_the_fallback_summary_files_no_reply_under_decisions() -> None:
+    from chatloop.chat.prompts import HEADINGS, _section, fallback_summary
+
+    said = [
+        Message.create("user", T0, text="Which pot should I buy for the basil?"),
+        Message.create("assistant", T0, text="I've always wanted a terracotta one."),
+    ]
+    older = f"{HEADINGS[3]}\n- Use clay pots\n- Last answer: something said once\n"
+    summary = fallback_summary(said, older)
+    assert _section(summary, HEADINGS[3]) == ["Use clay pots"]
+    assert "Last answer: I've always wanted a terracotta one" in _section(summary, HEADINGS[2])
