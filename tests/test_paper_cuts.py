@@ -110,3 +110,13 @@ def test_the_fallback_summary_files_no_reply_under_decisions() -> None:
     summary = fallback_summary(said, older)
     assert _section(summary, HEADINGS[3]) == ["Use clay pots"]
     assert "Last answer: I've always wanted a terracotta one" in _section(summary, HEADINGS[2])
+
+
+def test_a_message_never_sent_is_pending_in_the_summary_built_from_the_transcript() -> None:
+    """A chat that could not start keeps the message marked as not sent: the session's
+    summary (the one ``-c`` continues from) keeps it pending."""
+    from chatloop.chat.prompts import HEADINGS, _section, fallback_summary
+
+    kept = Message.create("user", T0, text="How often should I water basil?", unsent=True)
+    summary = fallback_summary([kept], None)
+    assert _section(summary, HEADINGS[4]) == ["Not sent: How often should I water basil?"]

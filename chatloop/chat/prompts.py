@@ -720,6 +720,10 @@ def _fallback_parts(
         pending.append(f"Unanswered: {_clip(_line(messages[last_user].text), 160)}")
     elif queries:
         pending.append("Continue from the last exchange.")
+    # what the person typed after the last query that could not be sent (a chat that
+    # never started, a message too long): still to be asked, so still pending
+    unsent = [m for m in messages[last_user + 1 :] if m.role == "user" and m.unsent]
+    pending += [f"Not sent: {_clip(_line(m.text), 160)}" for m in unsent[-3:] if m.text.strip()]
     return {"topics": topics, "decisions": decisions, "pending": pending}
 
 
