@@ -47,7 +47,14 @@ from chatloop.config import DEFAULT_WINDOW, EMBEDDED_NOTE, Settings
 from chatloop.errors import ChatloopError
 from chatloop.store.store import Store
 from chatloop.ui import commands, render
-from chatloop.ui.prompt import PROMPT, chat_prompt, file_history, retype, typed_unread
+from chatloop.ui.prompt import (
+    PROMPT,
+    chat_prompt,
+    completed_unread,
+    file_history,
+    retype,
+    typed_unread,
+)
 from chatloop.ui.terminal_text import visible
 
 if TYPE_CHECKING:
@@ -165,6 +172,7 @@ class Repl:
         """A line typed at a question that was no answer, else the next from the prompt,
         given first the keys a question did not read (None after Ctrl-C at an empty
         prompt, or when the person leaves)."""
+        kept_keys = bool(self._typed_ahead)
         if self._typed_ahead:
             kept = self._typed_ahead.pop(0)
             if isinstance(kept, str):
@@ -172,6 +180,8 @@ class Repl:
             retype(self.prompt.input, kept)
         first, self._first = self._first, None
         try:
+            if not kept_keys and completed_unread(self.prompt.input):  # typed meanwhile
+                retype(self.prompt.input, typed_unread(self.prompt.input))  # (Ctrl-D: leave)
             if first is not None:
                 return first()
             return self.prompt.prompt(PROMPT, bottom_toolbar=self.toolbar)
