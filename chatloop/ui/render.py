@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -27,6 +28,7 @@ from chatloop.errors import ChatloopError
 from chatloop.format import Message, empty_reply
 from chatloop.ui.listing import describe, fork_words, relative_time
 from chatloop.ui.terminal_text import visible
+from chatloop.ui.waiting import waiting_line
 
 if TYPE_CHECKING:  # a type only
     from chatloop.store.rows import SessionRow
@@ -37,6 +39,17 @@ METER_LEVELS = ((0.9, "ansired"), (0.8, "ansiyellow"), (0.7, "ansibrightyellow")
 
 LIVE_LINES = 24  # lines a streaming reply keeps live before finished paragraphs are printed
 LIVE_CHARS = 4000  # or characters: a paragraph this long is printed up to its last words
+
+
+class _Waiting:
+    """A renderable that says how long the model has been waited for (drawn afresh at
+    each refresh of its ``Live``)."""
+
+    def __init__(self) -> None:
+        self.since = time.monotonic()
+
+    def __rich__(self) -> Text:
+        return Text(waiting_line(time.monotonic() - self.since), style="dim")
 
 
 class StreamView:
@@ -68,8 +81,27 @@ class StreamView:
         self._shown = Text("")
         self._thinking = 0
         self._live: Live | None = None
+        self._waiting: Live | None = None
+        self.wait()
+
+    def wait(self) -> None:
+        """Show that the model is being waited for (a spinner with the time since), on a
+        terminal, until its first piece comes, ``hold`` or ``close``."""
+        if self._waiting is None and self.console.is_terminal:
+            self._waiting = Live(
+                _Waiting(), console=self.console, refresh_per_second=10, transient=True
+            )
+            self._waiting.start(refresh=True)
+
+    def hold(self) -> None:
+        """Stop showing the wait (the first piece came; other work shows itself now: a
+        compaction's spinner, a question). Leaves nothing on the screen."""
+        if self._waiting is not None:
+            waiting, self._waiting = self._waiting, None
+            waiting.stop()
 
     def on_event(self, event: Event) -> None:
+        self.hold()
         if isinstance(event, TextDelta):
             self._text.append(event.text)
             piece = visible(event.text)
@@ -154,10 +186,12 @@ class StreamView:
             style = "red" if result.is_error else "dim"
             first = result.content.strip().splitlines()[0] if result.content.strip() else "(empty)"
             self.console.print(Text(visible(f"← {result.name}: {_short(first, 100)}"), style=style))
+        self.wait()  # the model is asked again, with the results
 
     def close(self, interrupted: bool = False, saved: bool = True) -> None:
         """End the view; ``saved`` says whether any text of an interrupted reply was kept
         (the interruption itself is always recorded)."""
+        self.hold()
         self.end_text()
         if self._ended is not None and not self._said and not interrupted:
             said = empty_reply(self.acknowledgment, self._ended, self._thinking > 0)

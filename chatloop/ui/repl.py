@@ -119,6 +119,7 @@ class Repl:
         # run when the chat has ended: the MCP servers of every agent armed in it
         self.closers: list[Callable[[], None]] = [self.arming.close]
         self._acknowledgment: render.StreamView | None = None  # the last view, if one
+        self._view: render.StreamView | None = None  # the last reply view (its wait shown?)
         self._first: Callable[[], str] | None = None
         if prompt is None:  # the terminal's, unless the first prompt made it already
             history = None if input is not None else file_history(store.project_dir)
@@ -179,6 +180,7 @@ class Repl:
                 return kept
             retype(self.prompt.input, kept)
         first, self._first = self._first, None
+        self._hold()
         try:
             if not kept_keys and completed_unread(self.prompt.input):  # typed meanwhile
                 retype(self.prompt.input, typed_unread(self.prompt.input))  # (Ctrl-D: leave)
@@ -328,6 +330,7 @@ class Repl:
         line the last prompt took) are kept, in order, for the next prompt, as
         typed; a line typed at it that is none of ``answers`` is kept, to be sent
         next, and counts as "no"."""
+        self._hold()
         unread = typed_unread(self.prompt.input)
         if unread:
             self._typed_ahead.append(unread)
@@ -363,14 +366,22 @@ class Repl:
             "Its answer to your message:" if acked else "",
         )
         self._acknowledgment = view if acknowledgment else None
+        self._view = view
         return view
 
     def working(self, label: str, trace: bool = True) -> AbstractContextManager[Progress]:
+        self._hold()  # (one live display at a time: the work's spinner replaces the wait)
         return render.spinner(self.console, label, trace)
+
+    def _hold(self) -> None:
+        """No wait for the model is shown (a view not closed by an error included)."""
+        if self._view is not None:
+            self._view.hold()
 
     def pick(self, rows: list[SessionRow], lookup: Lookup | None = None) -> Picked | None:
         from chatloop.ui.picker import pick
 
+        self._hold()
         return pick(rows, self.now(), lookup, input=self.input, output=self.output)
 
     # ------------------------------------------------------------------ screen
