@@ -19,6 +19,7 @@ import pytest
 
 from chatloop.format import Session, parse_markdown
 from chatloop.ids import tail_of
+from chatloop.ui.waiting import WAITING
 from tests.pty_driver import (
     CPR_REQUEST,
     READY,
@@ -70,7 +71,7 @@ def test_ctrl_c_keeps_the_partial_reply(
 
     def replying(typed: str) -> Callable[[str], bool]:
         def seen(shown: str) -> bool:  # a line with text under the typed one: the reply's
-            lines = shown.splitlines()
+            lines = [line for line in shown.splitlines() if WAITING not in line]  # (not yet)
             at = [i for i, line in enumerate(lines) if typed in line]
             return bool(at) and any(line.strip() for line in lines[at[-1] + 1 :])
 

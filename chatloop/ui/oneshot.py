@@ -60,18 +60,16 @@ class PrintedReply:
         self.printed = False  # anything of the reply written yet
         self.said = self.thought = False  # as in the REPL's view: to say a reply was empty
         self.ended: str | None = None
-        # the wait for the model, shown on stderr when it is a terminal (``ui.waiting``)
-        self.ticker = Ticker(sys.stderr) if sys.stderr.isatty() else None
-        self.wait()
+        self.ticker: Ticker | None = None  # the wait for the model, when shown (PlainHost)
 
     def wait(self) -> None:
         if self.ticker is not None:
-            self.ticker.start()
+            self.ticker.show()
 
     def hold(self) -> None:
         """Erase the wait's line (the first piece came, or something else is said)."""
         if self.ticker is not None:
-            self.ticker.stop()
+            self.ticker.hide()
 
     def on_event(self, event: Event) -> None:
         self.hold()
@@ -125,6 +123,8 @@ class PlainHost:
         self.out = out or sys.stdout
         self.terminal = self.out.isatty()
         self._view: PrintedReply | None = None  # the last reply's (its wait shown?)
+        # the wait for the model, on stderr when it is a terminal (``ui.waiting``)
+        self._ticker = Ticker(sys.stderr) if sys.stderr.isatty() else None
 
     def hold(self) -> None:
         """No wait for the model is shown (a reply view an error left included)."""
@@ -156,6 +156,8 @@ class PlainHost:
             self._view = PrintedReply(sys.stderr, sys.stderr.isatty(), acknowledgment=True)
         else:
             self._view = PrintedReply(self.out, self.terminal)
+        self._view.ticker = self._ticker
+        self._view.wait()
         return self._view
 
     @contextlib.contextmanager

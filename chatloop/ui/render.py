@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import re
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -28,7 +27,7 @@ from chatloop.errors import ChatloopError
 from chatloop.format import Message, empty_reply
 from chatloop.ui.listing import describe, fork_words, relative_time
 from chatloop.ui.terminal_text import visible
-from chatloop.ui.waiting import waiting_line
+from chatloop.ui.waiting import Ticker
 
 if TYPE_CHECKING:  # a type only
     from chatloop.store.rows import SessionRow
@@ -39,17 +38,6 @@ METER_LEVELS = ((0.9, "ansired"), (0.8, "ansiyellow"), (0.7, "ansibrightyellow")
 
 LIVE_LINES = 24  # lines a streaming reply keeps live before finished paragraphs are printed
 LIVE_CHARS = 4000  # or characters: a paragraph this long is printed up to its last words
-
-
-class _Waiting:
-    """A renderable that says how long the model has been waited for (drawn afresh at
-    each refresh of its ``Live``)."""
-
-    def __init__(self) -> None:
-        self.since = time.monotonic()
-
-    def __rich__(self) -> Text:
-        return Text(waiting_line(time.monotonic() - self.since), style="dim")
 
 
 class StreamView:
@@ -64,9 +52,15 @@ class StreamView:
     redrawn at each refresh, stays about a screenful."""
 
     def __init__(
-        self, console: Console, agent: str, acknowledgment: bool = False, label: str = ""
+        self,
+        console: Console,
+        agent: str,
+        acknowledgment: bool = False,
+        label: str = "",
+        ticker: Ticker | None = None,
     ) -> None:
         self.console = console
+        self.ticker = ticker  # shows the wait for the model (``ui.waiting``), on a terminal
         self.agent = agent
         # the model's acknowledgment of a restoration prompt is labelled and dim, so it
         # does not read as the answer to the message that follows it (which may be
@@ -81,24 +75,19 @@ class StreamView:
         self._shown = Text("")
         self._thinking = 0
         self._live: Live | None = None
-        self._waiting: Live | None = None
         self.wait()
 
     def wait(self) -> None:
-        """Show that the model is being waited for (a spinner with the time since), on a
-        terminal, until its first piece comes, ``hold`` or ``close``."""
-        if self._waiting is None and self.console.is_terminal:
-            self._waiting = Live(
-                _Waiting(), console=self.console, refresh_per_second=10, transient=True
-            )
-            self._waiting.start(refresh=True)
+        """Show that the model is being waited for, until its first piece comes, ``hold``
+        or ``close``."""
+        if self.ticker is not None:
+            self.ticker.show()
 
     def hold(self) -> None:
         """Stop showing the wait (the first piece came; other work shows itself now: a
         compaction's spinner, a question). Leaves nothing on the screen."""
-        if self._waiting is not None:
-            waiting, self._waiting = self._waiting, None
-            waiting.stop()
+        if self.ticker is not None:
+            self.ticker.hide()
 
     def on_event(self, event: Event) -> None:
         self.hold()

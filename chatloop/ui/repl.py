@@ -56,6 +56,7 @@ from chatloop.ui.prompt import (
     typed_unread,
 )
 from chatloop.ui.terminal_text import visible
+from chatloop.ui.waiting import Ticker
 
 if TYPE_CHECKING:
     from chatloop.store.rows import SessionRow
@@ -120,6 +121,8 @@ class Repl:
         self.closers: list[Callable[[], None]] = [self.arming.close]
         self._acknowledgment: render.StreamView | None = None  # the last view, if one
         self._view: render.StreamView | None = None  # the last reply view (its wait shown?)
+        # the wait for the model, drawn on a terminal (its thread starts here, not in a turn)
+        self._ticker = Ticker(self.console.file) if self.console.is_terminal else None
         self._first: Callable[[], str] | None = None
         if prompt is None:  # the terminal's, unless the first prompt made it already
             history = None if input is not None else file_history(store.project_dir)
@@ -364,6 +367,7 @@ class Repl:
             self.session.agent.name,
             acknowledgment,
             "Its answer to your message:" if acked else "",
+            self._ticker,
         )
         self._acknowledgment = view if acknowledgment else None
         self._view = view
