@@ -147,14 +147,30 @@ def words_progress(index: Index) -> tuple[Callable[[int, int], None], Callable[[
     return progress, waiting
 
 
+QUIET_BELOW = 200  # files a rebuild reads with no line on a stderr that is no terminal
+
+
 def progress_bar(at_least: int) -> Callable[[int, int], None]:
-    """A one-line bar on stderr (a terminal only) for work of ``at_least`` files;
-    redrawn 40 times at most, not once per file."""
+    """A one-line bar on stderr for work of ``at_least`` files, redrawn 40 times at
+    most, not once per file; on a stderr that is no terminal (a log, a pipe), for
+    ``QUIET_BELOW`` files or more, a line with the count a second at most, and one at
+    the end: a command that waits for the index says so wherever its stderr goes."""
+    import time
+
     shown = [-1]
+    said = [0.0]
 
     def progress(done: int, total: int) -> None:
+        if total < at_least:
+            return
+        if not sys.stderr.isatty():  # (a few files take no time: no lines for them)
+            now = time.monotonic()
+            if total >= QUIET_BELOW and done != shown[0] and (done == total or now - said[0] >= 1):
+                said[0], shown[0] = now, done
+                print(f"indexing sessions: {done:,} of {total:,} files", file=sys.stderr)
+            return
         step = done * 40 // total
-        if total < at_least or not sys.stderr.isatty() or (step == shown[0] and done < total):
+        if step == shown[0] and done < total:
             return
         shown[0] = step
         bar = "#" * step + "." * (40 - step)
