@@ -119,3 +119,33 @@ def test_a_childs_environment_holds_absolute_paths_only_and_says_safe_path() -> 
         "chatloop.x",
     ]
     assert children.workdir(Path("relative")) == os.path.abspath(os.sep)
+
+
+def test_an_mcp_server_run_as_a_module_imports_nothing_from_there_either(
+    chatloop_home: Path, project: Path, planted: Path, tmp_path: Path
+) -> None:
+    """``python -m server`` puts its working directory first on its path unless told
+    not to: a server from the person's own config, run by a one-shot in the planted
+    project, starts (its tools are offered) and imports nothing planted."""
+    config = tmp_path / "xdg" / "chatloop" / "config.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        "mcp_servers:\n  time:\n"
+        f"    command: {sys.executable}\n"
+        "    args: [-m, mcp_server_time, --local-timezone, UTC]\n",
+        encoding="utf-8",
+    )
+    asked: list[dict[str, object]] = []
+
+    def reply(request: dict[str, object]) -> str:
+        asked.append(request)
+        return _reply(request)
+
+    env = {**environment(chatloop_home, 16), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    with scripted_server(reply) as url:
+        _run(project, env, "--base-url", url, "What time is it?")
+        for path in chatloop_home.rglob("*.md"):
+            wait_for_lock(path)
+    assert not planted.exists(), planted.read_text()  # (before 9df2931's fix: json.py ran)
+    tools = asked[0].get("tools")
+    assert isinstance(tools, list) and any("time__" in str(tool) for tool in tools)
