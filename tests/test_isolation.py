@@ -146,6 +146,6 @@ def test_an_mcp_server_run_as_a_module_imports_nothing_from_there_either(
         _run(project, env, "--base-url", url, "What time is it?")
         for path in chatloop_home.rglob("*.md"):
             wait_for_lock(path)
-    assert not planted.exists(), planted.read_text()  # (before 9df2931's fix: json.py ran)
+    assert not planted.exists(), planted.read_text()  # (at 9df2931 the project's json.py ran)
     tools = asked[0].get("tools")
     assert isinstance(tools, list) and any("time__" in str(tool) for tool in tools)
