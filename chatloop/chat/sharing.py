@@ -189,7 +189,7 @@ class Shared:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            time.sleep(min(wait, left))
+            time.sleep(min(wait, left, POLL_SECONDS))  # (a step back counts at once)
 
     @contextlib.contextmanager
     def watch(self, since: int, cancel: Cancel) -> Iterator[Watch]:
