@@ -315,15 +315,20 @@ def test_a_message_typed_in_a_chat_stops_the_summary_being_written(
 def test_ten_one_shots_leave_one_worker_asking_at_a_time_and_every_session_summarized(
     chatloop_home: Path, project: Path
 ) -> None:
-    """Ten one-shots in a row, every summary held while they run: the server never
-    has more than one summary request in hand (arrived and not yet answered or
-    closed), and at the end every session carries the model's summary."""
+    """Ten one-shots in a row, every summary held while they run: no one-shot's request
+    waits for a summary to be answered, the server never has more than one summary
+    request in hand (arrived and not yet answered or closed), and at the end every
+    session carries the model's summary."""
     with one_slot_server() as (url, state):
         state.hold.set()
         for n in range(10):
-            done = _one_shot(url, chatloop_home, project, f"Question {n}: how tall is basil?")
+            question = f"Question {n}: how tall is basil?"
+            done = _one_shot(url, chatloop_home, project, question)
             assert done.returncode == 0, done.stderr
-            assert done.stdout.strip() == f"Reply to: Question {n}: how tall is basil?"
+            assert done.stdout.strip() == f"Reply to: {question}"
+            log = list(state.log)
+            waited = log[log.index(("queued", question)) : log.index(("served", question))]
+            assert not [e for e in waited if e[0] == "served"], log  # nothing went first
         state.hold.clear()
         paths = _sessions(chatloop_home)
         for path in paths:
