@@ -14,10 +14,17 @@ transcript while the worker writes the file's own).
 
 The worker summarizes and finalizes the session exactly as the chat would
 have (``finish``: the summary the session began from, the model's summary
-with its fallback, the title a session never named gets, the totals). The model
-has ``summary_worker_timeout`` seconds in all (``config``: 90); past them the
-worker writes the fallback and ends, so a server that hangs keeps no worker (a
-process of some 30 MB) for minutes, one per chat that ended. The job
+with its fallback, the title a session never named gets, the totals). It
+shares the server by the rule of ``chat.sharing``: the person goes first. It
+takes the server's turn among this home's workers, asks once the person has
+been idle ``background_idle`` seconds, and when the person uses the server
+again its request's connection is closed at once and the summary asked again,
+whole, later (a yielded try is thrown away, never saved cut). A try has
+``summary_worker_timeout`` seconds (``config``: 90) and the worker's whole
+life ``summary_worker_patience`` (600); past either the worker writes the
+fallback and ends, so a server that hangs, or a person who never leaves it
+alone, keeps no worker (a process of some 30 MB) for long, one per chat that
+ended. The job
 is JSON on its stdin (never its command line, which other users can read: it
 holds the API key): the session, the home and project folder, and the server
 as the chat used it (its kind, URL and model, timeouts, window, the summary's
@@ -127,9 +134,11 @@ def finish(
     """Summarize ``writer``'s session and finalize it, as a chat closing it would: the
     summary it began from (``chain.began_from``), the model's summary of what was said
     (its fallback when the model fails), the totals, and ``changes`` (a late title).
-    The model is given ``summary_worker_timeout`` seconds in all (the window asked of
-    the server, the summary and its retry): past them the summary built from the
-    transcript is written instead, so a server that hangs keeps no worker for long.
+    The model is asked by the rule of ``chat.sharing`` (``_when_free``): a try is given
+    ``summary_worker_timeout`` seconds (the window asked of the server, the summary and
+    its retry), the worker ``summary_worker_patience`` in all; past either the summary
+    built from the transcript is written instead, so a server that hangs keeps no
+    worker for long.
     Raises StoreError when the file cannot be finalized (it then stays open: a resume
     finishes it)."""
     from chatloop.chat import chain
