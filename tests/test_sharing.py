@@ -408,3 +408,53 @@ def test_continue_after_a_one_shot_steps_back_and_gets_the_summary_being_written
     parent = _read(_the_one_asking(chatloop_home, "How often should I water basil?"))
     assert parent.meta.summary == "model"
     assert child.messages[0].restore and "pots/basil.md" in child.messages[0].text  # (model's)
+
+
+@pytest.mark.parametrize("pooled_first", [False, True])
+def test_a_cancel_closes_a_request_the_server_has_not_begun_to_answer(pooled_first: bool) -> None:
+    """The backend part of yielding: a streaming request held by the server before its
+    first byte (a prompt being read) is ended by ``Cancel.set`` from another thread:
+    its connection is closed (the server sees it go), and the stream raises
+    ``Cancelled``, not a server failure. With a client that keeps no connection (the
+    worker's), a bookkeeping request made first changes nothing."""
+    from chatloop.backends.base import Cancel, Cancelled, Timeouts
+    from chatloop.backends.http import new_client
+    from chatloop.backends.openai_compat import OpenAICompatBackend
+
+    with one_slot_server() as (url, state):
+        backend = OpenAICompatBackend(
+            url, "scripted", client=new_client(Timeouts(), url, keep_alive=False)
+        )
+        if pooled_first:
+            assert backend.models() == ["scripted"]
+        state.hold.set()
+        cancel = Cancel()
+        raised: list[BaseException] = []
+        prompt = [{"role": "user", "content": "Write the progressive summary: And in winter?"}]
+
+        def ask() -> None:
+            try:
+                list(backend.stream(prompt, cancel=cancel))
+            except BaseException as exc:
+                raised.append(exc)
+
+        asking = threading.Thread(target=ask, daemon=True)
+        asking.start()
+        state.wait_for(lambda log: ("started", "summary of And in winter?") in log)
+        cancel.set()
+        state.wait_for(lambda log: ("closed", "summary of And in winter?") in log)
+        asking.join(60)
+        assert not asking.is_alive()
+        backend.close()
+    assert len(raised) == 1 and isinstance(raised[0], Cancelled), raised
+
+
+def test_a_server_is_known_by_its_origin_and_the_embedded_model_by_one_name() -> None:
+    """Ollama's own API and its ``/v1`` are one server with one slot: one key."""
+    assert sharing.key("ollama", "http://127.0.0.1:11434") == sharing.key(
+        "openai", "http://127.0.0.1:11434/v1/"
+    )
+    assert sharing.key("openai", "http://127.0.0.1:8080/v1") != sharing.key(
+        "openai", "http://127.0.0.1:1234/v1"
+    )
+    assert sharing.key("embedded", "embedded:/models/a.gguf") == "embedded"
