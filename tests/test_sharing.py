@@ -50,6 +50,8 @@ class OneSlot:
         self.changed = threading.Condition()
         self.slot = threading.Lock()
         self.hold = threading.Event()  # set: a summary request keeps the slot until cleared
+        self.person_seconds = 0.0  # how long the model takes over a person's reply
+        self.hold_once = False  # a held summary whose client goes clears ``hold``
         self.in_flight = 0  # summary requests arrived and not yet served or closed
         self.most_in_flight = 0
 
@@ -147,11 +149,15 @@ def one_slot_server() -> Iterator[tuple[str, OneSlot]]:
                         threading.Event().wait(0.02)
                         waited += 0.02
                         if _gone(self.connection):
+                            if state.hold_once:
+                                state.hold.clear()
                             state.note("closed", what)
                             self.close_connection = True
                             return
                         if waited >= HOLD_AT_MOST:
                             break
+                if not summary and state.person_seconds:  # a slow model (the server's pace)
+                    threading.Event().wait(state.person_seconds)
                 text = STRUCTURED if summary else f"Reply to: {what}"
                 chunks = [{"choices": [{"index": 0, "delta": {"content": text}}]}]
                 chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
@@ -275,6 +281,31 @@ def test_a_yielded_summary_is_written_later_whole(chatloop_home: Path, project: 
         assert session.summary is not None
         assert "Water every 2 days, 250 ml each" in session.summary.text  # the whole reply
         assert "Check drainage" in session.summary.text
+
+
+def test_no_summary_is_asked_in_the_middle_of_a_reply_longer_than_the_idle_time(
+    chatloop_home: Path, project: Path
+) -> None:
+    """The person's reply takes 2 s (a slow model), ten times ``background_idle``: the
+    worker of the previous one-shot, which yielded to it, does not ask again while it
+    runs (a mark alone is one moment; the turn holds the mark until it ends), and asks
+    after."""
+    with one_slot_server() as (url, state):
+        state.hold.set()
+        state.hold_once = True  # (held until the worker yields; answered at once after)
+        first = _one_shot(url, chatloop_home, project, "How often should I water basil?")
+        assert first.returncode == 0, first.stderr
+        state.wait_for(lambda log: ("started", "summary of How often should I water basil?") in log)
+        state.person_seconds = 2.0
+        second = _one_shot(url, chatloop_home, project, "And in winter?")
+        assert second.returncode == 0, second.stderr
+        for path in _sessions(chatloop_home):
+            wait_for_lock(path)
+        log = list(state.log)
+    during = log[log.index(("queued", "And in winter?")) : log.index(("served", "And in winter?"))]
+    assert not [e for e in during if e[1].startswith("summary of ")], log
+    for path in _sessions(chatloop_home):
+        assert _read(path).meta.summary == "model", path
 
 
 def test_a_message_typed_in_a_chat_stops_the_summary_being_written(

@@ -610,19 +610,19 @@ class ChatSession:
             with contextlib.suppress(StoreError):  # appended whole at its end, told then
                 writer.draft(reply)
 
-        result = run_turn(
-            self.agent,
-            self.backend,
-            self.messages,
-            build_context=self.wire,
-            record=record,
-            clock=self.clock,
-            on_event=view.on_event,
-            max_rounds=self.settings.max_tool_rounds,
-            options=self.reply_options(),
-            draft=draft,
-            before_request=lambda: sharing.use(self.store.root, self.backend),
-        )
+        with sharing.using(self.store.root, self.backend):  # (background work yields)
+            result = run_turn(
+                self.agent,
+                self.backend,
+                self.messages,
+                build_context=self.wire,
+                record=record,
+                clock=self.clock,
+                on_event=view.on_event,
+                max_rounds=self.settings.max_tool_rounds,
+                options=self.reply_options(),
+                draft=draft,
+            )
         kept = any(m.interrupted and (m.text or m.thinking) for m in result.messages)
         view.close(result.interrupted, saved=kept)
         if failures:

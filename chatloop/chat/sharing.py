@@ -7,19 +7,22 @@ or about to use, the person goes first; background work of this home yields.**
 Background work is, today, the summary worker of a chat that ended
 (``chat.background``). How the rule is kept:
 
-1. **The person marks.** Before each of its requests to the model (each request
-   of a turn: ``turn.run_turn``'s ``before_request``) and at the start-up check
-   of a chat, a one-shot or ``-c`` (``server.connect``), the person's process
-   calls ``use``: one ``utime`` of ``<home>/.sharing/<key>.use`` (made the first
-   time). It never waits and never fails the person's request (a home it cannot
-   write marks nothing).
+1. **The person marks.** At the start-up check of a chat, a one-shot or ``-c``
+   (``server.connect``) the person's process calls ``use``: one ``utime`` of
+   ``<home>/.sharing/<key>.use`` (made the first time). A turn (its requests to
+   the model and the tools between them) runs in ``using``: marked at its start
+   and at its end, and held meanwhile (a shared ``flock`` on that file), so that
+   a worker never starts in the middle of a reply, however long it streams (a
+   mark alone is one moment: a reply longer than ``background_idle`` looked idle,
+   and llama-cpp-python cuts a running stream for a new request). None of it
+   waits or fails the person's request (a home it cannot write marks nothing).
 2. **One worker at a time per server.** A worker takes the server's turn first
    (``Shared.turn``: an ``flock`` on ``<key>.turn``); the other workers of this
    home wait for it, so at most one of them asks the model at a time, and a
    worker killed lets go of it with its process.
 3. **The worker waits for idle.** Holding the turn, it asks the model only once
-   the person has left the server alone for ``background_idle`` seconds since
-   their last mark (``Shared.wait_idle``).
+   no turn of the person's is under way and they have left the server alone for
+   ``background_idle`` seconds since their last mark (``Shared.wait_idle``).
 4. **It yields at once.** While its request runs it watches the mark
    (``Shared.watch``: a thread that looks every ``POLL_SECONDS``). A newer mark
    sets the request's ``Cancel``, which closes the request's connection there and
@@ -67,7 +70,9 @@ FOLDER = ".sharing"
 POLL_SECONDS = 0.1  # how often a worker's request looks at the person's mark
 EMBEDDED = "embedded"
 
-__all__ = ["POLL_SECONDS", "Shared", "Watch", "key", "step_back", "use"]
+HOLD_TRIES = 5  # a worker's look at the hold (an instant) can refuse the person's: again
+
+__all__ = ["POLL_SECONDS", "Shared", "Watch", "key", "step_back", "use", "using"]
 
 
 def key(kind: str, base_url: str) -> str:
@@ -106,6 +111,32 @@ def use(home: Path, backend: Backend) -> None:
     be written: its workers then do not yield, as before this rule)."""
     with contextlib.suppress(OSError):
         _touch(_mark_path(home, backend), time.time_ns())
+
+
+@contextlib.contextmanager
+def using(home: Path, backend: Backend) -> Iterator[None]:
+    """The block is the person's turn on ``backend``'s server (rule 1): marked as it
+    begins (a worker's request under way yields) and as it ends (idle is counted from
+    the end), and held while it runs (a shared ``flock`` on the mark), so no worker of
+    this home begins in the middle of it. Never waits (a hold refused more than
+    HOLD_TRIES times in a row is gone without: the mark still tells) and never raises
+    what the home does."""
+    use(home, backend)
+    fd = None
+    with contextlib.suppress(OSError):
+        fd = os.open(_mark_path(home, backend), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        for _ in range(HOLD_TRIES):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:  # a worker looking, for an instant
+                time.sleep(0.001)
+    try:
+        yield
+    finally:
+        use(home, backend)  # (before the hold goes: a worker then sees this mark)
+        if fd is not None:
+            os.close(fd)
 
 
 def step_back(home: Path, backend: Backend) -> None:
@@ -184,12 +215,29 @@ class Shared:
         while True:
             mark = self.last_use()
             wait = mark / 1e9 + self.idle - time.time()
-            if wait <= 0:
+            if wait <= 0 and not self._held():
                 return mark
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            time.sleep(min(wait, left, POLL_SECONDS))  # (a step back counts at once)
+            time.sleep(min(left, POLL_SECONDS))  # (a step back counts at once)
+
+    def _held(self) -> bool:
+        """True while a turn of the person's holds the mark (``using``): looked at by
+        taking it exclusively, for an instant, and letting it go."""
+        try:
+            fd = os.open(self._mark, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)  # (and with it the lock, when it was taken)
+        return False
 
     @contextlib.contextmanager
     def watch(self, since: int, cancel: Cancel) -> Iterator[Watch]:

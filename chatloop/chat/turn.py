@@ -125,7 +125,6 @@ def run_turn(
     max_rounds: int = DEFAULT_MAX_TOOL_ROUNDS,
     options: dict[str, Any] | None = None,
     draft: Record | None = None,
-    before_request: Callable[[], None] | None = None,
 ) -> TurnResult:
     """Answer the last message of ``history`` (already recorded), running tools as asked.
 
@@ -133,8 +132,6 @@ def run_turn(
     without tools, so the turn always ends in text. ``draft``: given the reply so far
     (``_Reply.unfinished``) at its first text and then when an event comes at least
     ``DRAFT_SECONDS`` after the last draft; its failures are its own to report.
-    ``before_request``: called before each request to the model (the person's mark on
-    the server, ``chat.sharing.use``: background work yields to it); it must not raise.
     """
     result = TurnResult()
     rounds = 0
@@ -144,8 +141,6 @@ def run_turn(
         started = time.monotonic()
         began, drafted = clock(), 0.0
         context: list[ChatMessage] = []
-        if before_request is not None:
-            before_request()
         try:  # planning may ask the server to count tokens: Ctrl-C there is a cancel too
             context = build_context([*history, *result.messages])
             events = backend.stream(
