@@ -55,9 +55,10 @@ CARRY_SHARE = 5  # 2,048 → 409 tokens
 CHILD_PERCENT = 35  # 2,048 → 716 tokens for all that a child begins with
 MAX_CARRIED = 8
 DEFAULT_SUMMARY_TIMEOUT = 120.0  # seconds per summary request (then one retry)
-# A summary worker (chat.background) gives the model this long in all, its retry and the
-# window probe included, then writes the summary built from the transcript: a server that
-# hangs kept a worker (and its ~30 MB) for two read timeouts, 4 minutes, per chat left.
+# A summary worker (chat.background) gives the model this long a try, its retry and the
+# window probe included (a try that yielded to the person does not count: chat.sharing),
+# then writes the summary built from the transcript: a server that hangs kept a worker
+# (and its ~30 MB) for two read timeouts, 4 minutes, per chat left.
 DEFAULT_SUMMARY_WORKER_TIMEOUT = 90.0
 # The summary worker asks the model only once the person has left the server alone this
 # long (chat.sharing: the person goes first), and a worker gives up waiting (for that

@@ -118,9 +118,9 @@ def using(home: Path, backend: Backend) -> Iterator[None]:
     """The block is the person's turn on ``backend``'s server (rule 1): marked as it
     begins (a worker's request under way yields) and as it ends (idle is counted from
     the end), and held while it runs (a shared ``flock`` on the mark), so no worker of
-    this home begins in the middle of it. Never waits (a hold refused more than
-    HOLD_TRIES times in a row is gone without: the mark still tells) and never raises
-    what the home does."""
+    this home begins in the middle of it. Never waits for a worker (a worker looks at
+    the hold for an instant: a hold refused HOLD_TRIES times, a millisecond apart, is
+    gone without, and the mark still tells) and never raises what the home does."""
     use(home, backend)
     fd = None
     with contextlib.suppress(OSError):
