@@ -55,10 +55,17 @@ CARRY_SHARE = 5  # 2,048 → 409 tokens
 CHILD_PERCENT = 35  # 2,048 → 716 tokens for all that a child begins with
 MAX_CARRIED = 8
 DEFAULT_SUMMARY_TIMEOUT = 120.0  # seconds per summary request (then one retry)
-# A summary worker (chat.background) gives the model this long in all, its retry and the
-# window probe included, then writes the summary built from the transcript: a server that
-# hangs kept a worker (and its ~30 MB) for two read timeouts, 4 minutes, per chat left.
+# A summary worker (chat.background) gives the model this long a try, its retry and the
+# window probe included (a try that yielded to the person does not count: chat.sharing),
+# then writes the summary built from the transcript: a server that hangs kept a worker
+# (and its ~30 MB) for two read timeouts, 4 minutes, per chat left.
 DEFAULT_SUMMARY_WORKER_TIMEOUT = 90.0
+# The summary worker asks the model only once the person has left the server alone this
+# long (chat.sharing: the person goes first), and a worker gives up waiting (for that
+# idle, for another worker's turn, for its own requests yielded and asked again) after
+# this long in all, then writes the summary built from the transcript.
+DEFAULT_BACKGROUND_IDLE = 15.0
+DEFAULT_SUMMARY_WORKER_PATIENCE = 600.0
 # A continuation (`-c`, `/resume`) waits this long for a summary a worker is writing, then
 # says so and goes on from one built from the transcript (the worker still writes its own).
 DEFAULT_SUMMARY_WAIT = 5.0
@@ -107,6 +114,8 @@ class Settings(NamedTuple):
     summary_timeout: float = DEFAULT_SUMMARY_TIMEOUT
     summary_worker_timeout: float = DEFAULT_SUMMARY_WORKER_TIMEOUT
     summary_wait: float = DEFAULT_SUMMARY_WAIT
+    summary_worker_patience: float = DEFAULT_SUMMARY_WORKER_PATIENCE
+    background_idle: float = DEFAULT_BACKGROUND_IDLE
     titles: str = DEFAULT_TITLES  # model | first | off
     title_timeout: float = DEFAULT_TITLE_TIMEOUT
     summaries: str = DEFAULT_SUMMARIES  # background | wait
@@ -189,6 +198,8 @@ LIMITS: dict[str, tuple[float, float]] = {
     "summary_timeout": (1, 86_400),
     "summary_worker_timeout": (1, 86_400),
     "summary_wait": (0, 3600),
+    "summary_worker_patience": (1, 86_400),
+    "background_idle": (0, 3600),
     "title_timeout": (0.1, 3600),
 }
 # where 0 is no size at all but "the default": the server's window, the agent's or a

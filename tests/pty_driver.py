@@ -48,6 +48,9 @@ def environment(home: Path, max_tokens: int, summary_tokens: int = 48) -> dict[s
         COLUMNS="100",
         CHATLOOP_TITLES="first",
         CHATLOOP_SUMMARIES="wait",  # written before the program ends: the tests read it
+        # a summary worker (where a test asks for one) asks the model once the person has
+        # left the server alone this long (chat.sharing), not 15 s
+        CHATLOOP_BACKGROUND_IDLE="0.2",
         CHATLOOP_PREPARE_COMPACTION="off",  # nothing asked of the server at a moment untold
         CHATLOOP_SUMMARY_MAX_TOKENS=str(summary_tokens),
     )

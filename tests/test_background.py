@@ -188,7 +188,10 @@ def test_two_exits_in_a_row_each_hand_their_own_session_to_a_worker(
         for path in paths:
             wait_for_lock(path)
     assert all(_read(p).meta.status == "closed" for p in paths)
-    assert held.summaries == 2
+    assert all(_read(p).meta.summary == "model" for p in paths)
+    # (the first worker's request yields to the second one-shot and is asked again:
+    # chat.sharing, tests/test_sharing.py; each session's summary is the model's)
+    assert held.summaries >= 2
 
 
 def test_ctrl_d_in_the_chat_is_back_at_the_shell_before_the_summary(
@@ -244,7 +247,8 @@ def test_retry_answers_before_the_summary_of_what_it_leaves(
     fork = next(s for s in sessions if s.meta.parent_id)
     parent = next(s for s in sessions if not s.meta.parent_id)
     assert fork.meta.parent_id == parent.meta.id and parent.summary is not None
-    assert held.summaries == 2
+    assert all(s.meta.summary == "model" for s in sessions)
+    assert held.summaries >= 2  # (more when a request yielded to the branch's turn)
 
 
 def test_the_worker_runs_no_code_of_the_project_and_shows_no_key(

@@ -21,7 +21,7 @@ why the model stopped (no finish reason) is never complete: it raises
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -100,16 +100,43 @@ class Cancelled(ChatloopError):
 
 @dataclass
 class Cancel:
-    """A flag a stream checks between chunks; ``set`` stops it promptly."""
+    """A flag a stream checks between chunks; ``set`` stops it promptly.
+
+    Checking between chunks is not enough for a request the server has not begun to
+    answer (a prompt still being read sends nothing for as long as that takes): a
+    backend also registers, with ``on_set``, how to close the request's connection,
+    and ``set`` runs that at once, from whatever thread sets it. The reading thread
+    then sees its connection end and raises ``Cancelled``."""
 
     _event: threading.Event = field(default_factory=threading.Event)
+    _stops: list[Callable[[], None]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def set(self) -> None:
-        self._event.set()
+        with self._lock:
+            self._event.set()
+            stops, self._stops = self._stops, []
+        for stop in stops:
+            stop()
 
     @property
     def is_set(self) -> bool:
         return self._event.is_set()
+
+    def on_set(self, stop: Callable[[], None]) -> Callable[[], None]:
+        """Run ``stop`` when this is set (now, when it is already). Returns what
+        withdraws it (a request that ended needs no closing). ``stop`` must not raise."""
+        with self._lock:
+            if not self._event.is_set():
+                self._stops.append(stop)
+                return lambda: self._withdraw(stop)
+        stop()
+        return lambda: None
+
+    def _withdraw(self, stop: Callable[[], None]) -> None:
+        with self._lock:
+            if stop in self._stops:
+                self._stops.remove(stop)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import httpx
 
 from chatloop import DISTRIBUTION
 from chatloop.backends.base import Backend, Timeouts
+from chatloop.backends.http import new_client
 from chatloop.config import DEFAULT_RETRIES
 from chatloop.errors import BackendError, UsageError
 
@@ -49,6 +50,7 @@ class BackendChoice:
     window: int | None = None
     timeouts: Timeouts = field(default_factory=Timeouts)
     retries: int = DEFAULT_RETRIES
+    keep_alive: bool = True  # False: a connection per request (``http.new_client``)
 
 
 def probe(client: httpx.Client, candidate: Candidate) -> bool:
@@ -144,18 +146,22 @@ def make_backend(choice: BackendChoice, candidates: tuple[Candidate, ...] = CAND
     if kind == "ollama":
         from chatloop.backends.ollama import OllamaBackend
 
+        url = url or CANDIDATES[0].base_url
         return OllamaBackend(
-            url or CANDIDATES[0].base_url,
+            url,
             choice.model,
+            client=new_client(choice.timeouts, url, choice.keep_alive),
             timeouts=choice.timeouts,
             retries=choice.retries,
             window=choice.window,
         )
     from chatloop.backends.openai_compat import OpenAICompatBackend
 
+    url = url or CANDIDATES[2].base_url
     return OpenAICompatBackend(
-        url or CANDIDATES[2].base_url,
+        url,
         choice.model,
+        client=new_client(choice.timeouts, url, choice.keep_alive),
         timeouts=choice.timeouts,
         retries=choice.retries,
         api_key=choice.api_key,

@@ -9,12 +9,13 @@ exponential backoff.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -29,7 +30,7 @@ from chatloop.backends.base import (
     StreamInterrupted,
     Timeouts,
 )
-from chatloop.errors import BackendError, Unreachable
+from chatloop.errors import BackendError, ChatloopError, Unreachable
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 BACKOFF_SECONDS = 0.5
@@ -44,18 +45,34 @@ _WINDOW_RE = re.compile(
 )
 
 
-def new_client(timeouts: Timeouts, base_url: str = "") -> httpx.Client:
+def new_client(timeouts: Timeouts, base_url: str = "", keep_alive: bool = True) -> httpx.Client:
     """A client with chatloop's timeouts: short to connect, patient between chunks.
 
     For a plain ``http://`` server no TLS is ever spoken, so the client does not
     load a certificate bundle (about 30 ms at start-up); ``https://`` verifies as
-    usual."""
+    usual. ``keep_alive`` False: every request has a connection of its own, so that
+    a ``Cancel`` can close a request the server has not begun to answer
+    (``open_stream``; a connection taken from the pool is known to the request only
+    once its answer begins). The summary worker asks so: it must be able to stop a
+    request still in prompt processing the moment the person needs the server."""
     plain = base_url.startswith("http://")
     return httpx.Client(
         timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
         headers={"user-agent": "chatloop"},
         verify=not plain,
+        limits=httpx.Limits(max_connections=100, max_keepalive_connections=20 if keep_alive else 0),
     )
+
+
+def shut(stream: object) -> None:
+    """Shut the socket under an httpcore network stream down, from any thread: a read
+    blocked on it (in another thread) ends at once, which closing the socket alone does
+    not do. Nothing happens for a stream without a socket (a test's transport)."""
+    get = getattr(stream, "get_extra_info", None)
+    raw = get("socket") if callable(get) else None
+    if isinstance(raw, socket.socket):
+        with contextlib.suppress(OSError):
+            raw.shutdown(socket.SHUT_RDWR)
 
 
 DRAIN_LIMIT = 1 << 16  # characters read after the end of a reply so the connection is reused
@@ -89,11 +106,7 @@ def finish_body(rest: Iterator[str], response: httpx.Response) -> None:
     threading.Thread(target=drain, name="chatloop-drain", daemon=True).start()
     if ended.wait(DRAIN_SECONDS):
         return
-    stream = response.extensions.get("network_stream")
-    raw = stream.get_extra_info("socket") if stream is not None else None
-    if isinstance(raw, socket.socket):
-        with contextlib.suppress(OSError):
-            raw.shutdown(socket.SHUT_RDWR)
+    shut(response.extensions.get("network_stream"))
     ended.wait(DRAIN_SECONDS)
 
 
@@ -178,6 +191,17 @@ def translate(exc: httpx.HTTPError, base_url: str, timeouts: Timeouts) -> Backen
     return BackendError(f"Request to {base_url} failed: {exc}", "Check the server and try again.")
 
 
+def failure(
+    exc: httpx.HTTPError, base_url: str, timeouts: Timeouts, cancel: Cancel | None
+) -> ChatloopError:
+    """What an httpx failure of a streaming request means: ``Cancelled`` when its
+    ``cancel`` is set (the connection was closed on purpose: ``open_stream``), else
+    the server's failure (``translate``)."""
+    if cancel is not None and cancel.is_set:
+        return Cancelled("Cancelled", "")
+    return translate(exc, base_url, timeouts)
+
+
 def cut(base_url: str, started: bool) -> StreamCut:
     """The error of a stream the server ended without its finish reason (``started``:
     some of the reply had come): the reply was cut, or, when nothing came, it is empty;
@@ -195,6 +219,29 @@ def cut(base_url: str, started: bool) -> StreamCut:
     )
 
 
+class _Closing:
+    """The connections of one request, each shut down (``shut``) when its ``cancel`` is
+    set, until ``withdraw`` (the request is over)."""
+
+    def __init__(self, cancel: Cancel | None) -> None:
+        self.cancel = cancel
+        self._undo: list[Callable[[], None]] = []
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        """httpx's ``trace`` extension: a new connection's stream, as it is made."""
+        if event == "connection.connect_tcp.complete":
+            self.add(info.get("return_value"))
+
+    def add(self, stream: object) -> None:
+        if self.cancel is not None and stream is not None:
+            self._undo.append(self.cancel.on_set(functools.partial(shut, stream)))
+
+    def withdraw(self) -> None:
+        for undo in self._undo:
+            undo()
+        self._undo.clear()
+
+
 @contextlib.contextmanager
 def open_stream(
     client: httpx.Client,
@@ -206,22 +253,38 @@ def open_stream(
     retries: int,
     cancel: Cancel | None,
 ) -> Iterator[httpx.Response]:
-    """POST ``body`` and yield a successful streaming response, retrying what is retryable."""
+    """POST ``body`` and yield a successful streaming response, retrying what is retryable.
+
+    With ``cancel``, setting it closes the request's connection at once, from any
+    thread, whether the server has begun to answer or not: a request that is still
+    waiting for its first byte (a prompt being read, a request queued behind
+    another) learns of a new connection through httpx's ``trace`` extension, and of
+    one taken from the pool when its answer begins (a client that keeps no
+    connection, ``new_client(keep_alive=False)``, has only new ones). The reading
+    thread then raises ``Cancelled``, and the server, seeing the connection gone,
+    drops the request."""
     attempt = 0
     while True:
         if cancel is not None and cancel.is_set:
             raise Cancelled("Cancelled", "")
+        closing = _Closing(cancel)
+        extensions = {"trace": closing.trace} if cancel is not None else None
         try:
-            with client.stream("POST", url, json=body) as response:
+            with client.stream("POST", url, json=body, extensions=extensions) as response:
+                closing.add(response.extensions.get("network_stream"))
                 if response.status_code < 400:
                     yield response
                     return
                 error = error_for_status(response, base_url)
                 retry = response.status_code in RETRYABLE_STATUS
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            if cancel is not None and cancel.is_set:
+                raise Cancelled("Cancelled", "") from exc
             error, retry = translate(exc, base_url, timeouts), True
         except httpx.HTTPError as exc:
-            raise translate(exc, base_url, timeouts) from exc
+            raise failure(exc, base_url, timeouts, cancel) from exc
+        finally:
+            closing.withdraw()
         if not retry or attempt >= retries or isinstance(error, ContextOverflow):
             raise error
         attempt += 1

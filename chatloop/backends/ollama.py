@@ -32,13 +32,13 @@ from chatloop.backends.base import (
 )
 from chatloop.backends.http import (
     cut,
+    failure,
     finish_body,
     is_overflow,
     new_client,
     open_stream,
     overflow,
     request_json,
-    translate,
 )
 from chatloop.config import DEFAULT_RETRIES
 from chatloop.errors import BackendError
@@ -177,7 +177,7 @@ class OllamaBackend:
                         finish_body(lines, response)  # the connection serves the next turn
                         break
             except httpx.HTTPError as exc:
-                raise translate(exc, self.base_url, self.timeouts) from exc
+                raise failure(exc, self.base_url, self.timeouts, cancel) from exc
         if final is None:
             raise cut(self.base_url, started)
         yield from calls

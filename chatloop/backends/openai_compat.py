@@ -37,6 +37,7 @@ from chatloop.backends.http import (
     answer_within,
     cut,
     error_for_status,
+    failure,
     finish_body,
     is_overflow,
     iter_sse,
@@ -45,7 +46,6 @@ from chatloop.backends.http import (
     open_stream,
     overflow,
     request_json,
-    translate,
 )
 from chatloop.config import DEFAULT_RETRIES
 from chatloop.errors import BackendError
@@ -201,7 +201,7 @@ class OpenAICompatBackend:
                         raise _chunk_error(chunk, self.base_url)
                     yield from decoder.feed(chunk)
             except httpx.HTTPError as exc:
-                raise translate(exc, self.base_url, self.timeouts) from exc
+                raise failure(exc, self.base_url, self.timeouts, cancel) from exc
         if decoder.finish_reason is None:  # cut (or empty), whether or not [DONE] came
             if not done and not decoder.began:  # (after [DONE] it may answer another)
                 self._diagnose_empty_stream(body)

@@ -14,10 +14,17 @@ transcript while the worker writes the file's own).
 
 The worker summarizes and finalizes the session exactly as the chat would
 have (``finish``: the summary the session began from, the model's summary
-with its fallback, the title a session never named gets, the totals). The model
-has ``summary_worker_timeout`` seconds in all (``config``: 90); past them the
-worker writes the fallback and ends, so a server that hangs keeps no worker (a
-process of some 30 MB) for minutes, one per chat that ended. The job
+with its fallback, the title a session never named gets, the totals). It
+shares the server by the rule of ``chat.sharing``: the person goes first. It
+takes the server's turn among this home's workers, asks once the person has
+been idle ``background_idle`` seconds, and when the person uses the server
+again its request's connection is closed at once and the summary asked again,
+whole, later (a yielded try is thrown away, never saved cut). A try has
+``summary_worker_timeout`` seconds (``config``: 90) and the worker's whole
+life ``summary_worker_patience`` (600); past either the worker writes the
+fallback and ends, so a server that hangs, or a person who never leaves it
+alone, keeps no worker (a process of some 30 MB) for long, one per chat that
+ended. The job
 is JSON on its stdin (never its command line, which other users can read: it
 holds the API key): the session, the home and project folder, and the server
 as the chat used it (its kind, URL and model, timeouts, window, the summary's
@@ -40,6 +47,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -47,6 +55,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from chatloop import children
 from chatloop.backends.base import Backend
+from chatloop.chat import sharing
 from chatloop.config import Settings
 from chatloop.store.fsio import mark_summary
 from chatloop.store.store import Store
@@ -125,12 +134,13 @@ def finish(
     """Summarize ``writer``'s session and finalize it, as a chat closing it would: the
     summary it began from (``chain.began_from``), the model's summary of what was said
     (its fallback when the model fails), the totals, and ``changes`` (a late title).
-    The model is given ``summary_worker_timeout`` seconds in all (the window asked of
-    the server, the summary and its retry): past them the summary built from the
-    transcript is written instead, so a server that hangs keeps no worker for long.
+    The model is asked by the rule of ``chat.sharing`` (``_when_free``): a try is given
+    ``summary_worker_timeout`` seconds (the window asked of the server, the summary and
+    its retry), the worker ``summary_worker_patience`` in all; past either the summary
+    built from the transcript is written instead, so a server that hangs keeps no
+    worker for long.
     Raises StoreError when the file cannot be finalized (it then stays open: a resume
     finishes it)."""
-    from chatloop.backends.base import Cancel
     from chatloop.chat import chain
     from chatloop.chat.context import summary_cap
     from chatloop.chat.tokens import TokenCount
@@ -138,9 +148,8 @@ def finish(
     parent = chain.Parent(writer.path, writer.meta, None)
     previous = chain.began_from(store, parent)
     said = writer.messages  # (as marked: chain.summarize reads them, ledger_of too)
-    cancel = Cancel()
 
-    def ask() -> chain.SummaryOutcome:
+    def ask(cancel: Cancel) -> chain.SummaryOutcome:
         window = settings.context_window or backend.context_window() or None
         count = TokenCount(backend.count_tokens, backend.chat_overhead)
         return chain.summarize(
@@ -154,26 +163,59 @@ def finish(
             cancel=cancel,
         )
 
-    outcome = _within(settings.summary_worker_timeout, ask, cancel)
+    shared = sharing.Shared(store.root, backend, settings.background_idle)
+    outcome = _when_free(shared, settings, ask)
     if outcome is None:
         cap = summary_cap(settings.context_window or None, settings.summary_max_tokens)
         outcome = chain.fallback(said, previous, chain.summary_words(cap))
     writer.finalize(outcome.message(datetime.now().astimezone()), **changes)
 
 
-def _within(seconds: float, work: Callable[[], _T], cancel: Cancel) -> _T | None:
-    """What ``work`` returns, run in a thread of its own, when it returns within
-    ``seconds``; else None, with ``cancel`` set (a reply still streaming stops at its
-    next piece; a request the server never answers is left behind, and ends with
-    this process, which finalizes the session and exits). What ``work`` raises is
-    raised here."""
+def _when_free(
+    shared: sharing.Shared, settings: Settings, ask: Callable[[Cancel], _T]
+) -> _T | None:
+    """What ``ask`` returns, asked by the rule of ``chat.sharing``: holding the
+    server's turn among this home's workers, once the person has been idle
+    ``background_idle`` seconds, and asked again, whole, each time the person's
+    mark stops it (what a stopped try returned or raised is dropped: never a cut
+    summary). None when ``summary_worker_patience`` runs out first (waiting for the
+    turn, for idle, or in a try), or when a try that was not stopped took longer
+    than ``summary_worker_timeout``."""
+    from chatloop.backends.base import Cancel, Cancelled
+
+    deadline = time.monotonic() + settings.summary_worker_patience
+    with shared.turn(deadline) as ours:
+        if not ours:
+            return None
+        while True:
+            since = shared.wait_idle(deadline)
+            left = deadline - time.monotonic()
+            if since is None or left <= 0:
+                return None
+            cancel = Cancel()
+            with shared.watch(since, cancel) as seen:
+                try:
+                    outcome = _within(min(settings.summary_worker_timeout, left), ask, cancel)
+                except Cancelled:
+                    if not seen.yielded.is_set():
+                        raise
+                    outcome = None
+            if not seen.yielded.is_set():
+                return outcome
+
+
+def _within(seconds: float, work: Callable[[Cancel], _T], cancel: Cancel) -> _T | None:
+    """What ``work(cancel)`` returns, run in a thread of its own, when it returns
+    within ``seconds``; else None, with ``cancel`` set (which closes the connection of
+    the request under way, answered or not: ``backends.http.open_stream``). What
+    ``work`` raises is raised here."""
     done = threading.Event()
     results: list[_T] = []
     errors: list[BaseException] = []
 
     def run() -> None:
         try:
-            results.append(work())
+            results.append(work(cancel))
         except BaseException as exc:  # (raised again in the waiting thread)
             errors.append(exc)
         finally:
@@ -207,7 +249,7 @@ def main(argv: list[str]) -> int:
     except ChatloopError:
         return 1
     try:
-        backend = server.make(settings)
+        backend = server.make(settings, keep_alive=False)  # (each request closable: sharing)
         try:
             finish(writer, store, backend, settings, job["changes"])
         finally:

@@ -261,11 +261,14 @@ def _ask(
 
 
 class _Attempt(Cancel):
-    """One request's cancel: set by its own timeout, or by the caller's ``given``."""
+    """One request's cancel: set by its own timeout, or by the caller's ``given`` (which
+    sets it, so what the request registered to close its connection runs then too)."""
 
     def __init__(self, given: Cancel | None) -> None:
         super().__init__()
         self.given = given
+        if given is not None:
+            given.on_set(self.set)
 
     @property
     def is_set(self) -> bool:

@@ -25,6 +25,7 @@ with a hint, before anything is saved.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from chatloop.backends.base import Backend
 from chatloop.backends.detect import Candidate
@@ -61,9 +62,13 @@ def configured(settings: Settings) -> bool:
     return settings.backend != "auto" or bool(settings.base_url)
 
 
-def make(settings: Settings, candidates: tuple[Candidate, ...] | None = None) -> Backend:
+def make(
+    settings: Settings, candidates: tuple[Candidate, ...] | None = None, *, keep_alive: bool = True
+) -> Backend:
     """The backend the settings ask for (``auto``: the first of ``candidates`` that
-    answers, by default the usual local ports, else the embedded model)."""
+    answers, by default the usual local ports, else the embedded model). ``keep_alive``
+    False: a connection per request, each of which a ``Cancel`` can close before its
+    answer begins (the summary worker's, which yields: ``chat.sharing``)."""
     from chatloop.backends.base import Timeouts
     from chatloop.backends.detect import CANDIDATES, BackendChoice, make_backend
 
@@ -76,15 +81,18 @@ def make(settings: Settings, candidates: tuple[Candidate, ...] | None = None) ->
             window=settings.context_window or None,
             timeouts=Timeouts(settings.connect_timeout, settings.read_timeout),
             retries=settings.retries,
+            keep_alive=keep_alive,
         ),
         candidates or CANDIDATES,
     )
 
 
-def connect(settings: Settings, held: Held = Held()) -> Connected:
+def connect(settings: Settings, held: Held = Held(), *, home: Path | None = None) -> Connected:
     """The backend of a chat by the rule of this module, its model chosen, checked to
     answer (with the server's own words when it does not). ``held``: the continued
-    session's server and model (``Held()`` for a new chat)."""
+    session's server and model (``Held()`` for a new chat). ``home``: the person is
+    about to use the server, so it is marked in that home once chosen
+    (``chat.sharing.use``: this home's background work yields to them)."""
     notes: list[str] = []
     on_held = False
     if held.url and not configured(settings):
@@ -114,6 +122,10 @@ def connect(settings: Settings, held: Held = Held()) -> Connected:
                 )
     else:
         backend = make(settings)
+    if home is not None:
+        from chatloop.chat import sharing
+
+        sharing.use(home, backend)
     try:
         listed = _choose_model(backend, held.model if on_held else "")
     except BaseException:

@@ -55,7 +55,7 @@ from chatloop.backends.base import (
     ContextOverflow,
     estimate_tokens,
 )
-from chatloop.chat import background, chain, continuation, ledger, prompts, titles
+from chatloop.chat import background, chain, continuation, ledger, prompts, sharing, titles
 from chatloop.chat.agent import Agent
 from chatloop.chat.arming import Arming, with_model
 from chatloop.chat.context import (
@@ -610,18 +610,19 @@ class ChatSession:
             with contextlib.suppress(StoreError):  # appended whole at its end, told then
                 writer.draft(reply)
 
-        result = run_turn(
-            self.agent,
-            self.backend,
-            self.messages,
-            build_context=self.wire,
-            record=record,
-            clock=self.clock,
-            on_event=view.on_event,
-            max_rounds=self.settings.max_tool_rounds,
-            options=self.reply_options(),
-            draft=draft,
-        )
+        with sharing.using(self.store.root, self.backend):  # (background work yields)
+            result = run_turn(
+                self.agent,
+                self.backend,
+                self.messages,
+                build_context=self.wire,
+                record=record,
+                clock=self.clock,
+                on_event=view.on_event,
+                max_rounds=self.settings.max_tool_rounds,
+                options=self.reply_options(),
+                draft=draft,
+            )
         kept = any(m.interrupted and (m.text or m.thinking) for m in result.messages)
         view.close(result.interrupted, saved=kept)
         if failures:
@@ -1413,7 +1414,7 @@ class ChatSession:
         agent = self.arming.arm(choice.path) if switch else None
         held = server.Held.of(located.parent.meta)
         if not server.same_server(self.backend, self.settings, held):
-            connected = server.connect(self.settings, held)
+            connected = server.connect(self.settings, held, home=self.store.root)
             for note in connected.notes:
                 self.host.notice(note[0].upper() + note[1:], "warn")
             if connected.backend.base_url == self.backend.base_url:
@@ -1560,6 +1561,7 @@ class ChatSession:
         line, and the worker goes on writing the file's own; Ctrl-C in the wait makes
         one here instead, as for a parent another chatloop holds."""
         if lock_holder(parent.path) == SUMMARY_HOLDER:
+            sharing.step_back(self.store.root, self.backend)  # (the worker goes now)
             try:
                 with self.host.working(
                     f"Waiting for the summary of {parent.meta.id}, being written in the "
