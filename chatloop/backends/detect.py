@@ -10,6 +10,7 @@ was tried and how to fix it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 
@@ -40,7 +41,8 @@ CANDIDATES = (
 
 @dataclass(frozen=True)
 class BackendChoice:
-    """What ``make_backend`` needs: kind, URL, model and the knobs."""
+    """What ``make_backend`` needs: kind, URL, model and the knobs. ``home``: where the
+    server's measurements are kept (``backends.probes``); None measures in memory."""
 
     kind: str = "auto"
     base_url: str = ""
@@ -49,6 +51,7 @@ class BackendChoice:
     window: int | None = None
     timeouts: Timeouts = field(default_factory=Timeouts)
     retries: int = DEFAULT_RETRIES
+    home: Path | None = None
 
 
 def probe(client: httpx.Client, candidate: Candidate) -> bool:
@@ -152,6 +155,7 @@ def make_backend(choice: BackendChoice, candidates: tuple[Candidate, ...] = CAND
             window=choice.window,
         )
     from chatloop.backends.openai_compat import OpenAICompatBackend
+    from chatloop.backends.probes import Probes
 
     return OpenAICompatBackend(
         url or CANDIDATES[2].base_url,
@@ -160,4 +164,5 @@ def make_backend(choice: BackendChoice, candidates: tuple[Candidate, ...] = CAND
         retries=choice.retries,
         api_key=choice.api_key,
         window=choice.window,
+        probes=Probes(choice.home) if choice.home is not None else None,
     )

@@ -193,6 +193,7 @@ def main(argv: list[str]) -> int:
     module doc). Exit 0 when the session was finalized, 1 when it was left for a resume
     to finish."""
     from chatloop.chat import server
+    from chatloop.config import chatloop_home
     from chatloop.errors import ChatloopError
 
     lock_fd = int(argv[0])
@@ -207,7 +208,7 @@ def main(argv: list[str]) -> int:
     except ChatloopError:
         return 1
     try:
-        backend = server.make(settings)
+        backend = server.make(settings, home=chatloop_home())  # its measurements kept there
         try:
             finish(writer, store, backend, settings, job["changes"])
         finally:

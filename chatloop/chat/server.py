@@ -25,6 +25,7 @@ with a hint, before anything is saved.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from chatloop.backends.base import Backend
 from chatloop.backends.detect import Candidate
@@ -61,9 +62,16 @@ def configured(settings: Settings) -> bool:
     return settings.backend != "auto" or bool(settings.base_url)
 
 
-def make(settings: Settings, candidates: tuple[Candidate, ...] | None = None) -> Backend:
+def make(
+    settings: Settings,
+    candidates: tuple[Candidate, ...] | None = None,
+    home: Path | None = None,
+) -> Backend:
     """The backend the settings ask for (``auto``: the first of ``candidates`` that
-    answers, by default the usual local ports, else the embedded model)."""
+    answers, by default the usual local ports, else the embedded model). ``home``: the
+    person's, where the server's measurements are kept (``backends.probes``: each
+    process then asks them of the server once per server and model, not once per
+    process); None measures them in memory."""
     from chatloop.backends.base import Timeouts
     from chatloop.backends.detect import CANDIDATES, BackendChoice, make_backend
 
@@ -76,15 +84,20 @@ def make(settings: Settings, candidates: tuple[Candidate, ...] | None = None) ->
             window=settings.context_window or None,
             timeouts=Timeouts(settings.connect_timeout, settings.read_timeout),
             retries=settings.retries,
+            home=home,
         ),
         candidates or CANDIDATES,
     )
 
 
-def connect(settings: Settings, held: Held = Held()) -> Connected:
+def connect(settings: Settings, held: Held = Held(), home: Path | None = None) -> Connected:
     """The backend of a chat by the rule of this module, its model chosen, checked to
     answer (with the server's own words when it does not). ``held``: the continued
-    session's server and model (``Held()`` for a new chat)."""
+    session's server and model (``Held()`` for a new chat); ``home``: as for ``make``.
+
+    The check asks only what a busy server answers at once (the model list: Ollama's
+    ``/api/tags``, ``GET /v1/models``), never a generation or a token count that would
+    wait behind one: the banner follows it without waiting on the model."""
     notes: list[str] = []
     on_held = False
     if held.url and not configured(settings):
@@ -97,9 +110,9 @@ def connect(settings: Settings, held: Held = Held()) -> Connected:
                 "is not a plain URL of this machine: --base-url uses it again (a "
                 "session file never sends a conversation elsewhere by itself)."
             )
-            backend = make(settings)
+            backend = make(settings, home=home)
         else:
-            backend = make(settings, (*tried, *CANDIDATES))
+            backend = make(settings, (*tried, *CANDIDATES), home)
             on_held = backend.base_url in {c.base_url for c in tried}
             if not on_held:
                 now = (
@@ -113,7 +126,7 @@ def connect(settings: Settings, held: Held = Held()) -> Connected:
                     "(--base-url chooses another)."
                 )
     else:
-        backend = make(settings)
+        backend = make(settings, home=home)
     try:
         listed = _choose_model(backend, held.model if on_held else "")
     except BaseException:

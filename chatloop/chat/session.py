@@ -1414,7 +1414,7 @@ class ChatSession:
         agent = self.arming.arm(choice.path) if switch else None
         held = server.Held.of(located.parent.meta)
         if not server.same_server(self.backend, self.settings, held):
-            connected = server.connect(self.settings, held)
+            connected = server.connect(self.settings, held, self.arming.home)
             for note in connected.notes:
                 self.host.notice(note[0].upper() + note[1:], "warn")
             if connected.backend.base_url == self.backend.base_url:

@@ -116,7 +116,7 @@ def chat(
             wiring.say([choice.note] if choice.note else [])
         question = _question(args)  # after the session and agent: a wrong ref fails first
         held = server.Held.of(located.parent.meta if located else None)
-        connected = server.connect(settings, held)
+        connected = server.connect(settings, held, home)
         wiring.say(connected.notes)
         backend = connected.backend
         try:
@@ -291,7 +291,7 @@ def _chat_new(args: argparse.Namespace) -> int:
         said[:0] = agent.notes
         chosen = with_model(settings, agent)
         try:
-            backend = server.connect(chosen).backend
+            backend = server.connect(chosen, home=arming.home).backend
             try:
                 repl = Repl(
                     agent,
