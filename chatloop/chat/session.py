@@ -368,10 +368,16 @@ class ChatSession:
         return self._tokens
 
     def _learn(self, message: Message) -> None:
-        """A reply's reported prompt size corrects the counts of what follows."""
+        """A reply's reported prompt size corrects the counts of what follows; its
+        reported length is its count (a reply of text alone: the tokenizer is not
+        asked about it; the end-of-turn token it may include errs on the safe side)."""
         sent = self._sent
         if message.usage is not None and not message.usage.estimated and sent is not None:
             self.tokens.learn(sent.wire, message.usage.input, sent.budget.tools, sent.content)
+        usage = message.usage
+        if usage is not None and not usage.estimated and not message.interrupted:
+            if message.role == "assistant" and not message.thinking and not message.tool_calls:
+                self.tokens.known(message.text, usage.output)
 
     def reply_options(self) -> dict[str, Any]:
         """Options for a reply: its ``max_tokens`` (``context.reply_cap``: the setting,
