@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from chatloop.backends.openai_compat import OpenAICompatBackend
-from tests.pty_driver import chatloop_bin, environment, leave, ready, spawn, wait
+from tests.pty_driver import READY, chatloop_bin, environment, leave, ready, spawn, wait
 from tests.scripted_server import scripted_server
 
 if TYPE_CHECKING:  # (imported where used: this file also runs against the code before it)
@@ -222,6 +222,36 @@ def test_the_start_up_check_asks_nothing_a_busy_server_would_queue(
             child.close()
     assert before and all(s.startswith("GET ") for s in before), before
     assert Counter(asked.seen)["POST /v1/chat/completions"] >= 1
+
+
+def test_a_busy_server_is_not_waited_for_at_start(chatloop_home: Path, project: Path) -> None:
+    """A server that holds even its model list (llama-cpp-python queues it behind the
+    generation under way): the banner comes after the check's bound, saying so, and
+    the chat goes on; the first message is answered once the server is free."""
+    release = threading.Event()
+    seen: list[str] = []
+
+    def models() -> bool:
+        release.wait(60)
+        return True
+
+    with scripted_server(lambda request: "Basil likes sun.", models=models, seen=seen) as url:
+        try:
+            child = spawn(
+                url, chatloop_home, project, 12, ready_text="starting", connect_timeout="1"
+            )
+            child.timeout = 30  # (the check is held for 60 s: waiting for it fails here)
+            wait(child, "is busy")
+            wait(child, READY)
+            assert not release.is_set() and all(s.startswith("GET ") for s in seen), seen
+        finally:
+            release.set()
+        try:
+            child.sendline("Tell me about basil")
+            wait(child, ready(1))
+            leave(child)
+        finally:
+            child.close()
 
 
 @pytest.mark.parametrize("process", ["first", "second"])

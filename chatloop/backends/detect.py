@@ -54,9 +54,15 @@ class BackendChoice:
     home: Path | None = None
 
 
-def probe(client: httpx.Client, candidate: Candidate) -> bool:
+def probe(client: httpx.Client, candidate: Candidate) -> bool | None:
+    """True when ``candidate`` answers its model list; None when it took the connection
+    but has not answered within ``PROBE_TIMEOUT`` (a server that queues even that
+    behind a generation: busy, not absent); False otherwise. Only the model list is
+    asked: a busy server answers it at once, or not at all."""
     try:
         response = client.get(candidate.base_url + candidate.probe, timeout=PROBE_TIMEOUT)
+    except httpx.ReadTimeout:
+        return None
     except (httpx.HTTPError, httpx.InvalidURL):
         return False
     return response.status_code == 200
@@ -103,12 +109,17 @@ def held_candidates(url: str) -> tuple[Candidate, ...]:
 
 
 def detect(candidates: tuple[Candidate, ...] = CANDIDATES) -> Candidate | None:
-    """The first candidate server that answers, or None."""
+    """The first candidate server that answers; else the first that took the
+    connection but was busy (``probe``); else None."""
+    busy: Candidate | None = None
     with httpx.Client(timeout=PROBE_TIMEOUT) as client:
         for candidate in candidates:
-            if probe(client, candidate):
+            found = probe(client, candidate)
+            if found:
                 return candidate
-    return None
+            if found is None and busy is None:
+                busy = candidate
+    return busy
 
 
 def guess_kind(base_url: str) -> str:

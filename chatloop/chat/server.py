@@ -24,6 +24,7 @@ with a hint, before anything is saved.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,10 +52,13 @@ class Held:
 
 @dataclass(frozen=True)
 class Connected:
-    """The backend the rule chose, and what to tell the person about the choice."""
+    """The backend the rule chose, and what to tell the person about the choice.
+    ``busy``: the server did not list its models within the check's bound (a one-slot
+    server generating for someone else): the chat goes on without waiting for it."""
 
     backend: Backend
     notes: tuple[str, ...] = ()
+    busy: bool = False
 
 
 def configured(settings: Settings) -> bool:
@@ -128,10 +132,17 @@ def connect(settings: Settings, held: Held = Held(), home: Path | None = None) -
     else:
         backend = make(settings, home=home)
     try:
-        listed = _choose_model(backend, held.model if on_held else "")
+        listed = _choose_model(backend, held.model if on_held else "", settings.connect_timeout)
     except BaseException:
         backend.close()
         raise
+    if listed is None:
+        notes.append(
+            f"the server at {backend.base_url} is busy (it did not list its models "
+            f"within {settings.connect_timeout:g} s); going on: your first message "
+            "waits for it."
+        )
+        return Connected(backend, tuple(notes), busy=True)
     if listed and backend.model not in listed:
         import difflib
 
@@ -154,20 +165,54 @@ def same_server(backend: Backend, settings: Settings, held: Held) -> bool:
     return held.url.rstrip("/") == backend.base_url.rstrip("/")
 
 
-def _choose_model(backend: Backend, held_model: str) -> list[str]:
+def _choose_model(backend: Backend, held_model: str, seconds: float) -> list[str] | None:
     """Set ``backend.model`` when none was configured (``held_model`` when the server
     lists it, else its first); with one configured, still check that the server is
     there, so nothing is saved for a server that is not. Returns the models the server
-    lists ([] for none, or for the embedded model)."""
-    if not backend.model:
-        listed = backend.models()
-        backend.model = held_model if held_model and held_model in listed else (listed or [""])[0]
-        return listed
+    lists ([] for none, or for the embedded model), or None when the list has not come
+    within ``seconds`` (the model then stays unset: the first request asks for it)."""
     if backend.kind == "embedded":
+        if not backend.model:
+            files = backend.models()
+            backend.model = (files or [""])[0]
+            return files
         return []
     try:
-        return backend.models()
+        listed = _listed_within(backend, seconds)
     except Unreachable:
         raise
     except BackendError:  # it answered (a server without a model list): go on
+        if not backend.model:
+            raise
         return []
+    if listed is None and not backend.model:
+        backend.model = held_model  # (the session's, unchecked: else the server's first)
+    elif listed is not None and not backend.model:
+        backend.model = held_model if held_model and held_model in listed else (listed or [""])[0]
+    return listed
+
+
+def _listed_within(backend: Backend, seconds: float) -> list[str] | None:
+    """``backend.models()``, or None when it has not answered within ``seconds``: a
+    model list comes at once from a server that is there, unless it queues even that
+    behind a generation (llama-cpp-python), and the chat does not wait for that. The
+    request is left behind (it ends with its answer or the process). What it raises
+    is raised here."""
+    done = threading.Event()
+    results: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            results.append(backend.models())
+        except BaseException as exc:  # (raised again in the waiting thread)
+            errors.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=ask, name="chatloop-check", daemon=True).start()
+    if not done.wait(seconds):
+        return None
+    if errors:
+        raise errors[0]
+    return results[0]

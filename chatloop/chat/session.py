@@ -375,9 +375,9 @@ class ChatSession:
         if message.usage is not None and not message.usage.estimated and sent is not None:
             self.tokens.learn(sent.wire, message.usage.input, sent.budget.tools, sent.content)
         usage = message.usage
-        if usage is not None and not usage.estimated and not message.interrupted:
-            if message.role == "assistant" and not message.thinking and not message.tool_calls:
-                self.tokens.known(message.text, usage.output)
+        text_alone = not (message.thinking or message.tool_calls or message.interrupted)
+        if usage is not None and not usage.estimated and message.role == "assistant" and text_alone:
+            self.tokens.known(message.text, usage.output)
 
     def reply_options(self) -> dict[str, Any]:
         """Options for a reply: its ``max_tokens`` (``context.reply_cap``: the setting,

@@ -291,7 +291,9 @@ def _chat_new(args: argparse.Namespace) -> int:
         said[:0] = agent.notes
         chosen = with_model(settings, agent)
         try:
-            backend = server.connect(chosen, home=arming.home).backend
+            connected = server.connect(chosen, home=arming.home)
+            said.extend(connected.notes)  # (a busy server: the chat goes on without it)
+            backend = connected.backend
             try:
                 repl = Repl(
                     agent,
@@ -309,6 +311,7 @@ def _chat_new(args: argparse.Namespace) -> int:
             arming.close()
             raise
         repl.notes.extend(said)
+        repl.busy = connected.busy
         return repl
 
     try:
