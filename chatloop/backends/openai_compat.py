@@ -389,20 +389,31 @@ class OpenAICompatBackend:
         key = self._probe_key()
         if key != self._measured_key:
             self._measured_key = key
-            self._measured = self._probes.get(key) if self._probes else Measured()
+            probes = self._probes if self._kept() else None
+            self._measured = probes.get(key) if probes is not None else Measured()
         return self._measured
 
     def _keep(self, **changes: Any) -> None:
         self._measured = replace(self._known(), **changes)
-        if self._probes is not None and self._measured_key is not None:
-            self._probes.put(self._measured_key, self._measured)
+        probes = self._probes if self._kept() else None
+        if probes is not None and self._measured_key is not None:
+            probes.put(self._measured_key, self._measured)
+
+    def _kept(self) -> bool:
+        """Whether measurements are kept: a home was given, and the server said which
+        models it serves (without that the key could not tell one model from another)."""
+        return self._probes is not None and bool(self._served)
 
     def _probe_key(self) -> str:
         if self._served is None and self._probes is not None:
-            try:  # (a GET a busy server answers at once; a chat's connect asked already)
-                self.models()
-            except BackendError:
-                self._served = ()
+            # (asked by a process that did not connect, a summary worker: within a bound,
+            # as a busy server may hold even this; unanswered, nothing is kept)
+            data = answer_within(
+                self.client, "GET", f"{self.base_url}/models", self.timeouts.connect
+            )
+            listed = data.get("data") if isinstance(data, dict) else None
+            entries = listed if isinstance(listed, list) else []
+            self._served = tuple(str(m.get("id")) for m in entries if isinstance(m, dict))
         return probe_key(self.kind, self.base_url, self.model, self._served or ())
 
     def _count(self, url: str, text: str, timeout: float | None = None) -> tuple[int | None, bool]:
