@@ -5,7 +5,8 @@ and 6), counted on a scripted server that records every request:
   the window) are asked once per server and model, kept in ``<home>/probes.json``
   (``chatloop.backends.probes``), and asked again when the model changes;
 - the start-up check asks nothing a busy server would queue (no generation, no
-  count) before the banner;
+  count) before the banner, and a server that holds even its model list is not
+  waited for past ``connect_timeout``;
 - a turn asks the tokenizer about one text at most once the process knows the rest.
 """
 
