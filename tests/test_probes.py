@@ -282,3 +282,28 @@ def test_a_turn_asks_the_tokenizer_about_one_text_at_most(
     # the first turn: the system prompt and the message (the first process ever also
     # looks for the tokenizer, "" and "a b", and counts the template probe's 3 texts)
     assert counts == [7 if process == "first" else 2, 1, 1], counts
+
+
+def test_auto_detection_takes_a_busy_server_for_one(chatloop_home: Path) -> None:
+    """A usual port whose server takes the connection but holds its model list (busy)
+    is a server, not an empty port; one that answers goes before it."""
+    from chatloop.backends.detect import Candidate, detect
+
+    release = threading.Event()
+
+    def models() -> bool:
+        release.wait(30)
+        return True
+
+    with (
+        scripted_server(lambda request: "Hi.", models=models) as busy,
+        scripted_server(lambda request: "Hi.") as free,
+    ):
+        try:
+            held = Candidate("busy", "openai", busy, "/models")
+            answers = Candidate("free", "openai", free, "/models")
+            nobody = Candidate("nobody", "openai", "http://127.0.0.1:9/v1", "/models")
+            assert detect((nobody, held)) == held
+            assert detect((held, answers)) == answers
+        finally:
+            release.set()
