@@ -124,13 +124,15 @@ def test_continue_right_after_an_exit_waits_for_the_summary_being_written(
             text=True,
         )
         assert again.stderr is not None
-        waiting = again.stderr.readline()
-        while "Waiting for the summary" not in waiting:
-            assert waiting, "the second chatloop did not wait"
-            waiting = again.stderr.readline()
+        before = [again.stderr.readline()]
+        while "Waiting for the summary" not in before[-1]:
+            assert before[-1], "the second chatloop did not wait"
+            before.append(again.stderr.readline())
         held.release.set()
         _out, err = again.communicate(timeout=120)
         assert again.returncode == 0, err
+        said = "".join(before) + err  # a summary being written is said so, once
+        assert "no summary" not in said and "interrupted" not in said, said
         wait_for_lock(parent)
         for path in chatloop_home.rglob("*.md"):
             wait_for_lock(path)

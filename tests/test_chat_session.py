@@ -567,7 +567,7 @@ def test_retry_and_edit_ask_again_in_a_branch_that_never_saw_the_first_answer(
     backend = FakeBackend(
         "One.", "Two.", STRUCTURED, "Two again.", STRUCTURED, "Two, edited.", STRUCTURED
     )
-    session, _ = chat(store, backend)
+    session, host = chat(store, backend)
     session.send("first question")
     session.send("second question")
     session.again()
@@ -585,6 +585,12 @@ def test_retry_and_edit_ask_again_in_a_branch_that_never_saw_the_first_answer(
     assert edited.meta.parent_id == retried.meta.id and edited.meta.extra["forked_at"] == 0
     assert [m.text for m in edited.messages if m.is_query] == ["second question, put better"]
     assert [m.text.strip() for m in edited.messages if m.restore] == ["first question", "One."]
+    forked = [text for text, _ in host.notices if text.startswith("Forked: ")]
+    assert forked[0].endswith(
+        f"branches from {original.meta.id} after query 1 (2 messages carried)."
+    )
+    # the branch of the branch begins at its start, with the two copies it began with
+    assert forked[1].endswith("at its start, carrying the 2 messages it began with."), forked
 
 
 def test_retry_before_any_message_says_so(store: Store) -> None:

@@ -20,7 +20,7 @@ import pexpect
 import pytest
 
 from chatloop.format import Session, parse_markdown
-from tests.pty_driver import chatloop_bin, environment, ready, spawn, wait
+from tests.pty_driver import chatloop_bin, environment, ready, run, spawn, wait
 from tests.scripted_server import scripted_server
 
 pytestmark = pytest.mark.e2e
@@ -128,19 +128,29 @@ def test_a_message_sent_while_starting_is_answered_in_the_file_it_was_saved_in(
     assert meta.status == "closed" and meta.queries == 1 and meta.title
 
 
-def test_a_chat_that_cannot_start_leaves_no_session_for_the_message_it_never_sent(
+def test_a_chat_that_cannot_start_keeps_the_message_marked_as_not_sent(
     chatloop_home: Path, project: Path
 ) -> None:
+    """Issue 46: the server is down; the message typed at "starting" stays on disk,
+    marked as not sent, and the person is told where, before the reason."""
     with held_check(answers=False) as (url, held):
         child = _starting(url, chatloop_home, project)
         assert len(list(chatloop_home.rglob("*.md"))) == 1  # saved while it waited
         held.release.set()  # the check fails: the chat never starts
         child.expect(pexpect.EOF)
         child.close()
-    shown = child.before or ""
+    shown = " ".join((child.before or "").split())
     assert child.exitstatus != 0
     assert "answered 503" in shown and "Traceback" not in shown
-    assert list(chatloop_home.rglob("*.md")) == []
+    (saved,) = _sessions(chatloop_home)
+    assert [(m.text, m.unsent) for m in saved.messages] == [(QUESTION, True)]
+    assert (
+        "your message was not sent; it is kept in session "
+        f"{saved.meta.id}, marked as not sent" in shown
+    ), shown
+    assert shown.index("marked as not sent") < shown.index("answered 503")
+    listed = run("sessions", home=chatloop_home, cwd=project)
+    assert f"(not sent) {QUESTION}" in listed.stdout, listed.stdout  # not "(no messages)"
 
 
 def test_ctrl_c_while_starting_keeps_the_message_and_says_where(

@@ -19,6 +19,7 @@ import pytest
 
 from chatloop.format import Session, parse_markdown
 from chatloop.ids import tail_of
+from chatloop.ui.waiting import WAITING
 from tests.pty_driver import (
     CPR_REQUEST,
     READY,
@@ -70,7 +71,7 @@ def test_ctrl_c_keeps_the_partial_reply(
 
     def replying(typed: str) -> Callable[[str], bool]:
         def seen(shown: str) -> bool:  # a line with text under the typed one: the reply's
-            lines = shown.splitlines()
+            lines = [line for line in shown.splitlines() if WAITING not in line]  # (not yet)
             at = [i for i, line in enumerate(lines) if typed in line]
             return bool(at) and any(line.strip() for line in lines[at[-1] + 1 :])
 
@@ -1290,3 +1291,32 @@ def test_a_line_typed_while_a_tool_call_streams_never_answers_its_question(
     assert [r.approved for m in session.messages for r in m.tool_results] == ["no", "once"]
     assert marker.read_text() == "yes\n"  # the one call said yes to, after its question
     assert "Traceback" not in log.getvalue()
+
+
+@pytest.mark.parametrize("ahead", ["", "a line typed first\r"])
+def test_ctrl_d_pressed_while_a_reply_streams_leaves_once_the_reply_is_saved(
+    chatloop_home: Path, project: Path, ahead: str
+) -> None:
+    """Issue 46: a Ctrl-D pressed during a reply was dropped (the terminal loses a
+    pending end of file when the next prompt goes raw): now the reply streams to its
+    end, is saved whole, and chatloop leaves, with no second Ctrl-D. A line typed
+    before it is still sent first."""
+    from tests.scripted_server import scripted_server
+
+    words = " ".join(f"word{i}" for i in range(40))
+    with scripted_server(lambda body: f"Alpha {words} Omega", pace=0.05) as url:
+        child = spawn(url, chatloop_home, project, 64, context_window="2048")
+        child.sendline("first question")
+        wait(child, "word3")
+        if ahead:
+            child.send(ahead)
+        child.sendeof()
+        wait(child, "Saved session")
+        child.expect(pexpect.EOF)
+        child.close()
+    assert child.exitstatus == 0
+    session = only_session(chatloop_home)
+    replies = [m for m in session.messages if m.role == "assistant"]
+    assert replies[0].text.endswith("Omega") and not replies[0].interrupted
+    asked = [m.text for m in session.messages if m.role == "user" and not m.restore]
+    assert asked == ["first question", *([ahead.strip()] if ahead else [])]

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from chatloop.chat import chain
 from chatloop.chat.agent import find_agent_file, normalise
 from chatloop.chat.host import Lookup, Picked
-from chatloop.errors import ChatloopError, NotFound
+from chatloop.errors import ChatloopError, NotFound, UsageError
 from chatloop.store.store import Store
 
 if TYPE_CHECKING:
@@ -51,7 +51,11 @@ class Kind(enum.Enum):
     def of(cls, full: bool = False, fork: bool = False) -> Kind:
         """The kind the flags ``--full`` and ``--fork`` ask for (one at most)."""
         if full and fork:
-            raise ChatloopError("--fork carries the history already; drop --full", "")
+            raise UsageError(
+                "--fork and --full ask for two ways to continue; give one",
+                "--fork branches with the session's exchanges copied as they were; --full "
+                "sends its whole history to the model; neither: it begins from the summary.",
+            )
         return cls.FORK if fork else cls.FULL if full else cls.SUMMARY
 
 

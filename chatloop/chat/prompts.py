@@ -674,6 +674,7 @@ def assemble(
 
 
 GOAL = "Goal (first request): "
+LAST_ANSWER = "Last answer: "
 
 
 def stated_goal(summary: str | None) -> str | None:
@@ -688,7 +689,8 @@ def _fallback_parts(
     """The sections chatloop fills itself: the chain's goal (``goal``: the ledger's;
     else as ``previous`` states it; else the first request here), the last requests
     (the goal's own left out), tools and files; the last answer; what is
-    unanswered."""
+    unanswered. The last answer is a topic: the sections chatloop fills never hold a
+    decision (only the parent summary's, carried)."""
     queries = [m for m in messages if m.is_query and not m.copy and m.text.strip()]
     replies = [m for m in messages if m.role == "assistant" and not m.restore and m.text.strip()]
     topics: list[str] = []
@@ -705,7 +707,9 @@ def _fallback_parts(
     files = _files(messages)
     if files:
         topics.append("Files mentioned: " + ", ".join(files[:12]))
-    decisions = [f"Last answer: {_clip(_line(replies[-1].text), 200)}"] if replies else []
+    if replies:  # what was said, not decided: a decision is one the person states as one
+        topics.append(f"{LAST_ANSWER}{_clip(_line(replies[-1].text), 200)}")
+    decisions: list[str] = []
     pending: list[str] = []
     last_user = max((i for i, m in enumerate(messages) if m.is_query), default=-1)
     answered = any(
@@ -716,6 +720,10 @@ def _fallback_parts(
         pending.append(f"Unanswered: {_clip(_line(messages[last_user].text), 160)}")
     elif queries:
         pending.append("Continue from the last exchange.")
+    # what the person typed after the last query that could not be sent (a chat that
+    # never started, a message too long): still to be asked, so still pending
+    unsent = [m for m in messages[last_user + 1 :] if m.role == "user" and m.unsent]
+    pending += [f"Not sent: {_clip(_line(m.text), 160)}" for m in unsent[-3:] if m.text.strip()]
     return {"topics": topics, "decisions": decisions, "pending": pending}
 
 
@@ -738,7 +746,9 @@ def _files(messages: Sequence[Message]) -> list[str]:
 def _carried(previous: str | None) -> list[str]:
     """What the parent's summary settled: carried into a summary chatloop builds itself,
     word for word (it appears in the parent's summary, so nothing is invented)."""
-    return _section(previous, HEADINGS[3])[:6] if previous else []
+    settled = _section(previous, HEADINGS[3]) if previous else []
+    # (a summary built by an older chatloop filed its last answer here: not a decision)
+    return [item for item in settled if not item.startswith(LAST_ANSWER)][:6]
 
 
 def _section(summary: str, heading: str) -> list[str]:

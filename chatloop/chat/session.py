@@ -1225,9 +1225,8 @@ class ChatSession:
         self.state = Open(writer, child.previous, child.prefix, base)
         parent = continuation.parent
         if isinstance(continuation, Branch):
-            at = continuation.forked_at
-            said = f"Forked: {writer.meta.id} branches from {parent.meta.id} " + (
-                "at its start (none of its exchanges carried)." if at == 0 else f"after query {at}."
+            said = f"Forked: {writer.meta.id} branches from {parent.meta.id} " + _carrying(
+                continuation
             )
         else:
             carried = len(continuation.carried) if isinstance(continuation, FromSummary) else 0
@@ -1490,7 +1489,10 @@ class ChatSession:
         parent = located.parent
         if parent.meta.status != "closed" and self.store.settle(parent.path):
             parent = chain.read_parent(self.store, parent.path)  # a close a kill cut, done
-        if parent.note:
+        # a summary a worker is writing is said once, by the wait for it (it is neither
+        # missing nor interrupted)
+        being_written = parent.summary is None and lock_holder(parent.path) == SUMMARY_HOLDER
+        if parent.note and not being_written:
             self.host.notice(f"Session {parent.meta.id}: {parent.note}.", "warn")
         history = self._full_history(parent) if kind is continuation.Kind.FULL else None
         if parent.summary is None:  # with --full too: a later compaction condenses it
@@ -1919,6 +1921,18 @@ def _no_room(parent: chain.Parent) -> ChatloopError:
         "context window together; nothing was sent",
         "Shorten it (Up recalls it), or use a model with a larger window.",
     )
+
+
+def _carrying(branch: Branch) -> str:
+    """Where ``branch`` begins and what it carries, as its notice says it: a branch at
+    the start of a session that began from another carries what it began with (its
+    restoration, or an earlier fork's copies)."""
+    at, carried = branch.forked_at, len(branch.copies)
+    if at:
+        return f"after query {at} ({carried} message{'s' * (carried != 1)} carried)."
+    if carried:
+        return f"at its start, carrying the {carried} message{'s' * (carried != 1)} it began with."
+    return "at its start (none of its exchanges carried)."
 
 
 def _queries(count: int) -> str:

@@ -292,7 +292,7 @@ def _chat_new(args: argparse.Namespace) -> int:
         chosen = with_model(settings, agent)
         try:
             connected = server.connect(chosen, home=arming.home)
-            said.extend(connected.notes)  # (a busy server: the chat goes on without it)
+            said.extend(connected.notes)  # (a model the server does not list; a busy server)
             backend = connected.backend
             try:
                 repl = Repl(

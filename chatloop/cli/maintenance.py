@@ -48,6 +48,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     outcomes = import_sessions(
         store, [Path(p).expanduser() for p in args.paths], keep_projects=not args.project
     )
+    # a path that does not exist is said once, as the error below, not as a skip too
+    missing = [str(o.source) for o in outcomes if o.reason == NO_SUCH_PATH]
+    outcomes = [o for o in outcomes if o.reason != NO_SUCH_PATH]
     counts = {
         status: sum(o.status == status for o in outcomes)
         for status in ("imported", "repaired", "present", "skipped")
@@ -59,8 +62,10 @@ def cmd_import(args: argparse.Namespace) -> int:
             print(visible(f"imported {outcome.source} → {outcome.session_id}"))
         elif outcome.status == "repaired":  # a truncated copy a killed import left
             print(visible(f"repaired {outcome.source} → {outcome.session_id} (was cut short)"))
-    if not outcomes:
+    if not outcomes and not missing:
         print("No files found to import.")
+    elif not outcomes:
+        pass  # only paths that do not exist: the error says so
     elif not counts["imported"]:
         repaired = f"{counts['repaired']} repaired, " if counts["repaired"] else ""
         print(
@@ -84,7 +89,6 @@ def cmd_import(args: argparse.Namespace) -> int:
                 "lists them."
             )
         )
-    missing = [str(o.source) for o in outcomes if o.reason == NO_SUCH_PATH]
     if missing:  # as cp does: the rest is imported, and the exit says a path was wrong
         done = " (what the other paths held was imported)" if counts["imported"] else ""
         raise NotFound(

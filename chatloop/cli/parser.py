@@ -10,7 +10,7 @@ command: ``chatloop.cli.main`` dispatches.
 from __future__ import annotations
 
 import argparse
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from chatloop import __version__
 from chatloop.errors import UsageError
@@ -80,7 +80,11 @@ OPTIONS = (
     Option(("--config",), {"metavar": "FILE", "help": "YAML config file to read"}, shared=True),
     Option(
         ("--agent",),
-        {"metavar": "NAME|PATH", "help": "agent name in agents/ or a .py file"},
+        {
+            "metavar": "NAME|PATH",
+            "help": "agent name in agents/, or an agent file (.py, or .md as Claude "
+            "Code writes them)",
+        },
         shared=True,
     ),
     Option(("-m", "--model"), {"metavar": "M", "help": "model name on the server"}, shared=True),
@@ -190,7 +194,28 @@ COMMANDS = tuple(c.name for c in COMMANDS_TABLE)
 ACT_ON_A_SESSION = frozenset({"show", "export", "reseal", "tree"})  # `chatloop show N`
 
 
-class Parser(argparse.ArgumentParser):
+class Guessing(argparse.ArgumentParser):
+    """A parser whose "unrecognized arguments" error names the option meant."""
+
+    def error(self, message: str) -> NoReturn:
+        """argparse's error (usage, the message, exit 2), with the option meant when an
+        unknown one is close to one this parser takes (``--agnet``: ``--agent``)."""
+        import difflib
+
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            known = list(self._option_string_actions)
+            guesses = []
+            for word in message.removeprefix(prefix).split():
+                name = word.split("=", 1)[0]
+                if name.startswith("-"):
+                    guesses += difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            if guesses:
+                message += f" (did you mean {' '.join(dict.fromkeys(guesses))}?)"
+        super().error(message)
+
+
+class Parser(Guessing):
     """The whole command line's parser; ``commands`` holds each subcommand's own."""
 
     commands: dict[str, argparse.ArgumentParser]
@@ -240,15 +265,13 @@ def build_parser() -> Parser:
     for option in OPTIONS:
         group = start if STARTS & set(option.names) else chat
         group.add_argument(*option.names, **option.kwargs)
-    shared = argparse.ArgumentParser(add_help=False)
+    shared = Guessing(add_help=False)
     given = shared.add_argument_group("options shared with the chat")
     for option in OPTIONS:
         if option.shared:  # absent after the subcommand: the value given before it stands
             given.add_argument(*option.names, **{**option.kwargs, "default": argparse.SUPPRESS})
-    sub = parser.add_subparsers(
-        dest="command", metavar="COMMAND", parser_class=argparse.ArgumentParser
-    )
-    made = {
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Guessing)
+    made: dict[str, argparse.ArgumentParser] = {
         c.name: sub.add_parser(
             c.name, parents=[shared], help=c.help, description=c.description or None
         )

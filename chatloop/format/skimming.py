@@ -94,6 +94,7 @@ def skim(
     queries = 0
     has_summary = False
     last_query: Frame | None = None
+    last_unsent: Frame | None = None  # (the preview of a session with no query)
     last: Frame | None = None
     bodies: list[bytes] = []
     held = 0
@@ -105,6 +106,8 @@ def skim(
         if role == "user" and b'"restore":true' not in info and b'"unsent":true' not in info:
             queries += 1
             last_query = frame
+        elif role == "user" and b'"restore":true' not in info:  # (unsent, then)
+            last_unsent = frame
         elif role == "summary":
             has_summary = True
         footer = any(k in info for k in footer_keys)
@@ -118,9 +121,10 @@ def skim(
         last = frame
     problems: list[Problem] = []
     preview = ""
-    if last_query is not None:
+    shown = last_query or last_unsent
+    if shown is not None:
         try:
-            preview = message_from(last_query, meta, problems).text
+            preview = _previewed(message_from(shown, meta, problems))
         except UNREADABLE:
             preview = ""
     updated = meta.updated
@@ -143,7 +147,9 @@ def skim_of(result: ParseResult) -> Skim:
     session = result.session
     messages = session.messages
     updated = max(session.meta.updated, messages[-1].at) if messages else session.meta.updated
-    preview = next((m.text for m in reversed(messages) if m.is_query), "")
+    kept = [m for m in messages if m.role == "user" and m.unsent and not m.restore]
+    said = [m for m in messages if m.is_query] or kept
+    preview = _previewed(said[-1]) if said else ""
     text = "\n".join(words_of(m) for m in messages).encode()
     problems = len([p for p in result.problems if p.kind not in ("unknown_key",)])
     return Skim(
@@ -176,3 +182,9 @@ def _utf8(data: bytes) -> bytes:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())[:DEFAULT_PREVIEW_CHARS]
+
+
+def _previewed(message: Message) -> str:
+    """What a listing shows of a session by ``message``, its last question; a session
+    that holds no query shows the last message it kept unsent, marked so."""
+    return f"(not sent) {message.text}" if message.unsent else message.text

@@ -165,6 +165,8 @@ def transcript_lines(
     # a fork's first messages are copies of its parent's (or a summary of them)
     fork = bool(meta.parent_id) and forked_at is not None
     restored = "Carried over" if fork else "Session restored"
+    # a copy of an exchange said before (a retry's, a compaction's carried ones): where from
+    carried = f"Carried over from {meta.parent_id}" if meta.parent_id else "Carried over"
     query = 0
     for m in messages:
         if isinstance(m, Plain):  # most messages: only text, nothing interrupted
@@ -179,7 +181,13 @@ def transcript_lines(
         role = m.role
         if role == "user":
             query += m.is_query
-            label = restored if m.restore else "Not sent" if m.unsent else f"Query {query}"
+            label = (
+                (carried if m.copy else restored)
+                if m.restore
+                else "Not sent"
+                if m.unsent
+                else f"Query {query}"
+            )
             clock = m.at.isoformat()[11:19]  # HH:MM:SS (strftime costs three times this)
             out += ["", f"── {label} ({clock}) ──{cut}", f"You: {v(m.text)}"]
         elif role == "assistant":
@@ -187,7 +195,7 @@ def transcript_lines(
             if m.text and not m.text.isspace():  # (blank text: as the chat, "empty")
                 out.append(f"{speaker}: {v(m.text)}{cut}")
             elif m.interrupted or not m.tool_calls:  # (a reply that only calls tools: its
-                out.append(f"{speaker}: {no_text(m, fork)}")  # arrows say it)
+                out.append(f"{speaker}: {no_text(m, fork or m.copy)}")  # arrows say it)
             out += [f"  → {v(c.name)}({v(c.arguments)})" for c in m.tool_calls]
         elif role == "tool":
             for r in m.tool_results:
@@ -229,7 +237,7 @@ def tree_text(root: SessionRow, children: dict[str, list[SessionRow]], mark: str
         star = "  ← this one" if row.id == mark and (depth or children.get(row.id)) else ""
         fork = f", {fork_words(row.forked_at)}" if row.forked_at is not None else ""
         lines.append(
-            f"{prefix}{branch}{row.id}  {describe(row)[:50]}  "
+            f"{prefix}{branch}{row.id}  {clip(visible(describe(row)), 50)}  "
             f"({row.queries}q, {row.status}{fork}){star}"
         )
         kids = [kid for kid in children.get(row.id, []) if kid.id not in seen]

@@ -37,6 +37,7 @@ from chatloop.config import Settings
 from chatloop.format import Message, empty_reply
 from chatloop.ui.streams import write_nowhere
 from chatloop.ui.terminal_text import visible
+from chatloop.ui.waiting import Ticker
 
 if TYPE_CHECKING:
     from chatloop.backends.base import Backend
@@ -59,8 +60,19 @@ class PrintedReply:
         self.printed = False  # anything of the reply written yet
         self.said = self.thought = False  # as in the REPL's view: to say a reply was empty
         self.ended: str | None = None
+        self.ticker: Ticker | None = None  # the wait for the model, when shown (PlainHost)
+
+    def wait(self) -> None:
+        if self.ticker is not None:
+            self.ticker.show()
+
+    def hold(self) -> None:
+        """Erase the wait's line (the first piece came, or something else is said)."""
+        if self.ticker is not None:
+            self.ticker.hide()
 
     def on_event(self, event: Event) -> None:
+        self.hold()
         if isinstance(event, TextDelta):
             text = visible(event.text) if self.terminal else event.text
             if not self.printed:  # blank lines before the reply's first words are not
@@ -89,8 +101,10 @@ class PrintedReply:
     def tool_results(self, message: Message) -> None:
         self.said = self.thought = False
         self.ended = None
+        self.wait()  # the model is asked again, with the results
 
     def close(self, interrupted: bool, saved: bool) -> None:
+        self.hold()
         try:
             if not self.ended_line:
                 self.out.write("\n")
@@ -108,8 +122,17 @@ class PlainHost:
     def __init__(self, out: TextIO | None = None) -> None:
         self.out = out or sys.stdout
         self.terminal = self.out.isatty()
+        self._view: PrintedReply | None = None  # the last reply's (its wait shown?)
+        # the wait for the model, on stderr when it is a terminal (``ui.waiting``)
+        self._ticker = Ticker(sys.stderr) if sys.stderr.isatty() else None
+
+    def hold(self) -> None:
+        """No wait for the model is shown (a reply view an error left included)."""
+        if self._view is not None:
+            self._view.hold()
 
     def notice(self, text: str, tone: Tone = "info") -> None:
+        self.hold()
         print(visible(text), file=sys.stderr)
 
     def refresh(self) -> None:
@@ -119,6 +142,7 @@ class PlainHost:
         """Each question's default answer, said on stderr with the question, so nothing
         is decided silently (an explicit option answers ahead)."""
         answer = "yes" if default else "no"
+        self.hold()
         print(
             visible(f"{question} {answer} (the default: a one-shot run asks nothing)"),
             file=sys.stderr,
@@ -127,12 +151,18 @@ class PlainHost:
 
     def reply_view(self, acknowledgment: bool = False) -> PrintedReply:
         """The answer on stdout; an acknowledgment of a restoration prompt on stderr."""
+        self.hold()
         if acknowledgment:
-            return PrintedReply(sys.stderr, sys.stderr.isatty(), acknowledgment=True)
-        return PrintedReply(self.out, self.terminal)
+            self._view = PrintedReply(sys.stderr, sys.stderr.isatty(), acknowledgment=True)
+        else:
+            self._view = PrintedReply(self.out, self.terminal)
+        self._view.ticker = self._ticker
+        self._view.wait()
+        return self._view
 
     @contextlib.contextmanager
     def working(self, label: str, trace: bool = True) -> Iterator[Progress]:
+        self.hold()
         if trace:
             print(visible(label), file=sys.stderr)
         yield lambda step: None
@@ -155,6 +185,8 @@ def ask_once(session: ChatSession, text: str) -> int:
     try:
         session.send(text)
     finally:
+        if isinstance(session.host, PlainHost):  # (an error is said on a clean line)
+            session.host.hold()
         closed = session.close()
         for message in closed.unsaved:
             print(visible(f"not saved [{message.role}]: {message.text}"), file=sys.stderr)

@@ -158,12 +158,46 @@ def typed_unread(input: Input) -> list[KeyPress]:
         return []
     keys = get_typeahead(input)
     fd = input.fileno()
+    keys += _completed(fd)
     with input.raw_mode():
         while select.select([fd], [], [], 0)[0] and not input.closed:
             keys.extend(input.read_keys())
         keys.extend(input.flush_keys())  # an Escape with nothing after it yet
     # a terminal's late answer to an earlier prompt's cursor-position request is no key
     return [key for key in keys if key.key != Keys.CPRResponse]
+
+
+def completed_unread(input: Input) -> bool:
+    """Whether a line or a Ctrl-D was typed at the terminal while no prompt read it (a
+    reply streamed): then ``typed_unread`` must take it before the next prompt, since a
+    terminal drops a pending Ctrl-D when a prompt switches it to raw mode."""
+    try:
+        return os.isatty(input.fileno()) and bool(select.select([input.fileno()], [], [], 0)[0])
+    except (NotImplementedError, OSError, ValueError):
+        return False
+
+
+def _completed(fd: int) -> list[KeyPress]:
+    """What the terminal's line discipline completed while no prompt read (cooked mode:
+    whole lines, and a Ctrl-D as an end of file, which raw mode would lose), as keys.
+    A Ctrl-D ends it: nothing typed after one is read here."""
+    import fcntl
+    import struct
+    import termios
+
+    from prompt_toolkit.input.vt100_parser import Vt100Parser
+
+    keys: list[KeyPress] = []
+    parser = Vt100Parser(keys.append)
+    while select.select([fd], [], [], 0)[0]:
+        waiting = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        data = os.read(fd, max(waiting, 1))
+        if not data:  # an end of file: Ctrl-D on an empty line
+            keys.append(KeyPress(Keys.ControlD, "\x04"))
+            break
+        parser.feed(data.decode("utf-8", "replace"))
+    parser.flush()
+    return keys
 
 
 def retype(input: Input, keys: list[KeyPress]) -> None:

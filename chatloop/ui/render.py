@@ -27,6 +27,7 @@ from chatloop.errors import ChatloopError
 from chatloop.format import Message, empty_reply
 from chatloop.ui.listing import describe, fork_words, relative_time
 from chatloop.ui.terminal_text import visible
+from chatloop.ui.waiting import Ticker
 
 if TYPE_CHECKING:  # a type only
     from chatloop.store.rows import SessionRow
@@ -51,9 +52,15 @@ class StreamView:
     redrawn at each refresh, stays about a screenful."""
 
     def __init__(
-        self, console: Console, agent: str, acknowledgment: bool = False, label: str = ""
+        self,
+        console: Console,
+        agent: str,
+        acknowledgment: bool = False,
+        label: str = "",
+        ticker: Ticker | None = None,
     ) -> None:
         self.console = console
+        self.ticker = ticker  # shows the wait for the model (``ui.waiting``), on a terminal
         self.agent = agent
         # the model's acknowledgment of a restoration prompt is labelled and dim, so it
         # does not read as the answer to the message that follows it (which may be
@@ -68,8 +75,22 @@ class StreamView:
         self._shown = Text("")
         self._thinking = 0
         self._live: Live | None = None
+        self.wait()
+
+    def wait(self) -> None:
+        """Show that the model is being waited for, until its first piece comes, ``hold``
+        or ``close``."""
+        if self.ticker is not None:
+            self.ticker.show()
+
+    def hold(self) -> None:
+        """Stop showing the wait (the first piece came; other work shows itself now: a
+        compaction's spinner, a question). Leaves nothing on the screen."""
+        if self.ticker is not None:
+            self.ticker.hide()
 
     def on_event(self, event: Event) -> None:
+        self.hold()
         if isinstance(event, TextDelta):
             self._text.append(event.text)
             piece = visible(event.text)
@@ -154,10 +175,12 @@ class StreamView:
             style = "red" if result.is_error else "dim"
             first = result.content.strip().splitlines()[0] if result.content.strip() else "(empty)"
             self.console.print(Text(visible(f"← {result.name}: {_short(first, 100)}"), style=style))
+        self.wait()  # the model is asked again, with the results
 
     def close(self, interrupted: bool = False, saved: bool = True) -> None:
         """End the view; ``saved`` says whether any text of an interrupted reply was kept
         (the interruption itself is always recorded)."""
+        self.hold()
         self.end_text()
         if self._ended is not None and not self._said and not interrupted:
             said = empty_reply(self.acknowledgment, self._ended, self._thinking > 0)

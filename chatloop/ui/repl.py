@@ -47,8 +47,16 @@ from chatloop.config import DEFAULT_WINDOW, EMBEDDED_NOTE, Settings
 from chatloop.errors import ChatloopError
 from chatloop.store.store import Store
 from chatloop.ui import commands, render
-from chatloop.ui.prompt import PROMPT, chat_prompt, file_history, retype, typed_unread
+from chatloop.ui.prompt import (
+    PROMPT,
+    chat_prompt,
+    completed_unread,
+    file_history,
+    retype,
+    typed_unread,
+)
 from chatloop.ui.terminal_text import visible
+from chatloop.ui.waiting import Ticker
 
 if TYPE_CHECKING:
     from chatloop.store.rows import SessionRow
@@ -113,6 +121,9 @@ class Repl:
         # run when the chat has ended: the MCP servers of every agent armed in it
         self.closers: list[Callable[[], None]] = [self.arming.close]
         self._acknowledgment: render.StreamView | None = None  # the last view, if one
+        self._view: render.StreamView | None = None  # the last reply view (its wait shown?)
+        # the wait for the model, drawn on a terminal (its thread starts here, not in a turn)
+        self._ticker = Ticker(self.console.file) if self.console.is_terminal else None
         self._first: Callable[[], str] | None = None
         if prompt is None:  # the terminal's, unless the first prompt made it already
             history = None if input is not None else file_history(store.project_dir)
@@ -166,13 +177,17 @@ class Repl:
         """A line typed at a question that was no answer, else the next from the prompt,
         given first the keys a question did not read (None after Ctrl-C at an empty
         prompt, or when the person leaves)."""
+        kept_keys = bool(self._typed_ahead)
         if self._typed_ahead:
             kept = self._typed_ahead.pop(0)
             if isinstance(kept, str):
                 return kept
             retype(self.prompt.input, kept)
         first, self._first = self._first, None
+        self._hold()
         try:
+            if not kept_keys and completed_unread(self.prompt.input):  # typed meanwhile
+                retype(self.prompt.input, typed_unread(self.prompt.input))  # (Ctrl-D: leave)
             if first is not None:
                 return first()
             return self.prompt.prompt(PROMPT, bottom_toolbar=self.toolbar)
@@ -319,6 +334,7 @@ class Repl:
         line the last prompt took) are kept, in order, for the next prompt, as
         typed; a line typed at it that is none of ``answers`` is kept, to be sent
         next, and counts as "no"."""
+        self._hold()
         unread = typed_unread(self.prompt.input)
         if unread:
             self._typed_ahead.append(unread)
@@ -352,16 +368,25 @@ class Repl:
             self.session.agent.name,
             acknowledgment,
             "Its answer to your message:" if acked else "",
+            self._ticker,
         )
         self._acknowledgment = view if acknowledgment else None
+        self._view = view
         return view
 
     def working(self, label: str, trace: bool = True) -> AbstractContextManager[Progress]:
+        self._hold()  # (one live display at a time: the work's spinner replaces the wait)
         return render.spinner(self.console, label, trace)
+
+    def _hold(self) -> None:
+        """No wait for the model is shown (a view not closed by an error included)."""
+        if self._view is not None:
+            self._view.hold()
 
     def pick(self, rows: list[SessionRow], lookup: Lookup | None = None) -> Picked | None:
         from chatloop.ui.picker import pick
 
+        self._hold()
         return pick(rows, self.now(), lookup, input=self.input, output=self.output)
 
     # ------------------------------------------------------------------ screen

@@ -189,20 +189,27 @@ def save_first(store: Store, first: Replay) -> SessionWriter | None:
     return writer
 
 
-def unsave(store: Store, saved: SessionWriter) -> None:
-    """Remove the session ``save_first`` made (the chat could not start, so its one
-    message was never sent); left as it is if someone changed it meanwhile."""
+def keep_unsent(saved: SessionWriter) -> None:
+    """The chat could not start (the server is down, the agent failed): the message
+    ``save_first`` saved stays in its session, marked as not sent (``Message.unsent``),
+    and a line on stderr says where, before the reason is shown. Left as it is (saved,
+    unmarked) when the file cannot be rewritten or someone changed it meanwhile."""
+    import sys
+
     from chatloop.errors import StoreError
 
     message = saved.last_message
     try:
-        taken = message is not None and saved.take_back(message)
-    except StoreError:  # it cannot be cut: it stays, saved and unsent
-        taken = False
-    if taken:
-        store.discard(saved)
-    else:
-        saved.close()
+        marked = message is not None and saved.set_aside(message)
+    except StoreError:
+        marked = False
+    saved.close()
+    how = "marked as not sent" if marked else "unanswered"
+    print(
+        f"The chat could not start: your message was not sent; it is kept in session "
+        f"{saved.meta.id}, {how} (Up recalls it at the next prompt).",
+        file=sys.stderr,
+    )
 
 
 def confirm(question: str, default: bool) -> bool:
@@ -293,7 +300,7 @@ def start_new_chat(
             return 0
         except BaseException:  # the chat cannot start: its message was never sent
             if saved is not None:
-                unsave(store, saved)
+                keep_unsent(saved)
             raise
         try:  # the loop puts its own handlers in, and back (ours) when it ends
             return repl.run(first=first, saved=saved)
