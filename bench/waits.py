@@ -8,10 +8,19 @@ local model; 30 s by default) and whose other replies come at once.
 
     python bench/waits.py                       # 3 pairs, 30 s summaries
     python bench/waits.py --pairs 1 --summary-seconds 2    # a quick look
+    python bench/waits.py --requests            # what each process asks of the server
 
 Times are wall-clock seconds of the person's wait: Ctrl-D to the shell; the
 answer's last word to the end of ``chatloop "q"`` (its pipeline); ``/fork`` to
 the prompt. Bytecode is compiled first, for both contenders alike.
+
+``--requests`` prints no times but what one chatloop process asks of a server
+besides the person's request (issue 45 items 3 and 6): a one-shot question twice
+with the same home, against a scripted server with a tokenizer that counts each
+request: the template probes (one-token completions), the tokenizer discovery, the
+other counts, the window asked, the streamed completions (the answer and the
+summary). The first process measures the server; the second reads
+``<home>/probes.json``.
 
 A second table times a **compaction turn** (issue 32 item 3) on a 1,024-token window
 with ``auto_compact: on``: Enter on the message whose turn compacts, to the prompt
@@ -361,6 +370,49 @@ def measure(pairs: int, summary_seconds: float) -> list[tuple[str, float, float]
     return rows
 
 
+def requests_rows() -> list[tuple[str, int, int]]:
+    """What the first and the second one-shot (same home) ask of a scripted server."""
+    from collections import Counter
+
+    from tests.scripted_server import scripted_server
+
+    runs: list[Counter[str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        home, project = Path(tmp, "home"), Path(tmp, "project")
+        project.mkdir()
+        asked: Counter[str] = Counter()
+        seen: list[str] = []
+
+        def reply(request: dict[str, object]) -> str:
+            if request.get("max_tokens") == 1 and not request.get("stream"):
+                asked["template probes (1-token completions)"] += 1
+            elif request.get("stream"):
+                asked["streamed completions"] += 1
+            return SUMMARY if "progressive summary" in json.dumps(request) else ANSWER
+
+        def tokenize(text: str) -> None:
+            found = "tokenizer discovery" if text in ("", "a b") else "other token counts"
+            asked[found] += 1
+
+        with scripted_server(reply, seen=seen, tokenize=tokenize, template=(3, 2)) as url:
+            for question in ("Tell me about Zanzibar", "And about Pemba?"):
+                asked.clear()
+                seen.clear()
+                subprocess.run(
+                    [CHATLOOP, "--base-url", url, question],
+                    cwd=project,
+                    env=_env(str(home), "wait"),
+                    capture_output=True,
+                    timeout=300,
+                    check=True,
+                )
+                asked["window asked (GET /props)"] = seen.count("GET /props")
+                asked["model list (GET /v1/models)"] = seen.count("GET /v1/models")
+                runs.append(Counter(asked))
+    first, second = runs
+    return [(what, first[what], second[what]) for what in sorted(set(first) | set(second))]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=3)
@@ -371,7 +423,17 @@ def main() -> None:
         help="time only the compaction rows, against this model server "
         "(e.g. llama_cpp.server --n_ctx 2048 at http://127.0.0.1:8765/v1)",
     )
+    parser.add_argument(
+        "--requests",
+        action="store_true",
+        help="count what the first and second process ask of a server (no times)",
+    )
     args = parser.parse_args()
+    if args.requests:
+        print(f"{'requests of one one-shot':38} {'first':>6} {'second':>7}")
+        for what, first, second in requests_rows():
+            print(f"{what:38} {first:6} {second:7}")
+        return
     if args.compaction_server:
         compileall.compile_dir(str(HERE.parent / "chatloop"), quiet=1)
         rows = compaction_figures(args.pairs, 120.0, args.compaction_server)

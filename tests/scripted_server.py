@@ -5,7 +5,8 @@ It speaks the two endpoints chatloop uses: ``GET /v1/models`` and
 ``POST /v1/chat/completions`` (server-sent events when ``stream`` is true,
 one JSON body otherwise). ``reply`` maps each request's JSON to the text sent back.
 With ``tokenize`` it also has llama.cpp's ``POST /tokenize`` (a token a word).
-A reply ``CALL name {arguments}`` is streamed as one tool call.
+A reply ``CALL name {arguments}`` is streamed as one tool call. ``seen`` records
+every request as ``"GET /v1/models"`` (method and path), to count what is asked.
 """
 
 from __future__ import annotations
@@ -25,17 +26,23 @@ CALL = "CALL "  # a reply that starts so is streamed as a tool call: "CALL name 
 @contextmanager
 def scripted_server(
     reply: Reply,
-    model: str = "scripted",
+    model: str | Callable[[], str] = "scripted",
     pace: float = 0.0,
     models: Callable[[], bool] | None = None,
     tokenize: Callable[[str], None] | None = None,
+    seen: list[str] | None = None,
+    template: tuple[int, int] | None = None,
 ) -> Iterator[str]:
     """Serve ``reply`` on a free port; yields the base URL (``http://127.0.0.1:N/v1``).
     ``model``: the one model ``/v1/models`` lists. ``pace``: seconds between two pieces
     of a streamed reply (a slow model); 0 sends the whole reply at once. ``models``:
     called before ``/v1/models`` answers (it may wait, to hold a check of the server);
     False makes that answer a 503. ``tokenize``: called with each text the server is
-    asked to count, before it answers (``None``: the server has no tokenizer)."""
+    asked to count, before it answers (``None``: the server has no tokenizer).
+    ``model`` may be a function: the model served now (a server that changed model).
+    ``seen``: each request is appended to it as it arrives. ``template``: the tokens a
+    chat template adds (per message, per prompt): each usage then counts the request's
+    words with them, as a real server would (``None``: every usage says 10)."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:  # keep test output clean
@@ -49,14 +56,19 @@ def scripted_server(
             self.wfile.write(body)
 
         def do_GET(self) -> None:
+            if seen is not None:
+                seen.append(f"GET {self.path}")
             if models is not None and not models():
                 self._send(503, b'{"error": "loading"}', "application/json")
                 return
-            listed = {"object": "list", "data": [{"id": model, "object": "model"}]}
+            served = model() if callable(model) else model
+            listed = {"object": "list", "data": [{"id": served, "object": "model"}]}
             self._send(200, json.dumps(listed).encode(), "application/json")
 
         def do_POST(self) -> None:
             request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if seen is not None:
+                seen.append(f"POST {self.path}")
             if self.path == "/tokenize" and tokenize is not None:
                 tokenize(str(request.get("content", "")))
                 counted = {"tokens": [1] * len(str(request.get("content", "")).split())}
@@ -66,7 +78,12 @@ def scripted_server(
                 self._send(404, b'{"detail": "Not Found"}', "application/json")
                 return
             text = reply(request)
-            usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+            prompt = 10
+            if template is not None:
+                per, fixed = template
+                said = [str(m.get("content") or "") for m in request.get("messages") or ()]
+                prompt = sum(len(t.split()) + per for t in said) + fixed
+            usage = {"prompt_tokens": prompt, "completion_tokens": 5, "total_tokens": prompt + 5}
             if not request.get("stream"):
                 body = {
                     "choices": [

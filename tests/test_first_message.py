@@ -65,7 +65,9 @@ def _sessions(home: Path) -> list[Session]:
 def _starting(url: str, home: Path, cwd: Path) -> pexpect.spawn:
     """The program in a pty, its first message sent while the server's check is held,
     and seen waiting for it (which it says after saving the message)."""
-    child = spawn(url, home, cwd, 16, ready_text="starting")
+    # (a check held past connect_timeout is a busy server, which the chat does not wait
+    # for: here it is held on purpose, and waited for)
+    child = spawn(url, home, cwd, 16, ready_text="starting", connect_timeout="120")
     child.sendline(QUESTION)
     wait(child, STARTING)
     return child

@@ -60,10 +60,12 @@ def named(
     store: Store, answer: object, **changes: object
 ) -> tuple[ChatSession, ScriptedHost, FakeBackend]:
     """A session with model titles whose first exchange is ASKED → REPLY and whose
-    title request gets ``answer``."""
+    title request gets ``answer`` (asked off the person's path: taken here, as before
+    the person's next request or at close)."""
     backend = FakeBackend(REPLY, answer, STRUCTURED)  # type: ignore[arg-type]
     session, host = chat(store, backend, titles="model", **changes)
     session.send(ASKED)
+    session.take_title()
     return session, host, backend
 
 
@@ -72,13 +74,13 @@ def named(
 
 def test_a_model_title_is_written_to_the_front_matter_and_listed(store: Store) -> None:
     session, host, backend = named(store, "Basil watering schedule")
-    assert on_disk(session) == "Basil watering schedule" == session.title  # at once, not at exit
+    assert on_disk(session) == "Basil watering schedule" == session.title  # taken, not at exit
     (request,) = title_requests(backend)
     assert request["tools"] is None and len(request["messages"]) == 1  # type: ignore[arg-type]
     assert request["options"] == {"max_tokens": DEFAULT_TITLE_MAX_TOKENS, "temperature": 0.2}
     sent = str(request["messages"][0]["content"])  # type: ignore[index]
     assert ASKED in sent and REPLY in sent
-    assert host.work == ["Naming the session"] and host.replies == [(REPLY + " ", False, False)]
+    assert host.work == [] and host.replies == [(REPLY + " ", False, False)]  # nobody waited
     session.send("And in winter?")  # one title: the second exchange asks for none
     session.close()
     assert len(title_requests(backend)) == 1
@@ -163,6 +165,7 @@ def test_a_title_request_that_hangs_gives_up_within_the_bound(store: Store) -> N
     session, host = chat(store, backend, titles="model", title_timeout=0.2)
     started = time.monotonic()
     session.send("Why do tomatoes split?")
+    session.take_title()
     elapsed = time.monotonic() - started
     backend.delay = 0.0
     assert elapsed < 3.0, elapsed  # the reply (12 words) and at most the bound, not 8 s
@@ -191,6 +194,7 @@ def test_a_title_the_disk_refuses_is_written_at_close(small_disk: Path) -> None:
 
     session, host = chat(store, FakeBackend(REPLY, fill_then_answer, STRUCTURED), titles="model")
     session.send(ASKED)  # no StoreError: a title is cosmetic
+    session.take_title()
     assert session.title == "Basil watering schedule" and on_disk(session) == ""
     assert session.unsaved == 0 and not host.said("Could not")
     os.unlink(filler[0])
@@ -205,6 +209,7 @@ def test_a_reply_cut_short_asks_for_no_title_until_an_exchange_ends_well(store: 
     session.send(ASKED)  # Ctrl-C before any text: the person wants the prompt back
     assert title_requests(backend) == [] and on_disk(session) == "" and host.work == []
     session.send("Again: how often?")
+    session.take_title()
     (request,) = title_requests(backend)
     assert ASKED in str(request["messages"][0]["content"])  # type: ignore[index]
     assert on_disk(session) == "Basil watering schedule"
@@ -422,6 +427,7 @@ def test_a_server_silent_before_its_first_byte_holds_the_prompt_no_longer_than_t
     session, host = chat(store, backend, titles="model", title_timeout=0.2)
     started = time.monotonic()
     session.send(ASKED)
+    session.take_title()
     waited = time.monotonic() - started
     backend.released.set()  # let the abandoned request end
     assert waited < 10, waited  # 0.2 s of bound, not the 30 s the server takes
@@ -432,6 +438,7 @@ def test_a_conversation_no_title_fits_asks_for_one_once(store: Store) -> None:
     backend = FakeBackend(REPLY, BackendError("boom", ""), REPLY, REPLY, STRUCTURED)
     session, _ = chat(store, backend, titles="model")
     session.send("?")  # no words to fall back on, and the model fails
+    session.take_title()
     session.send("and then?")
     session.send("and after that?")
     assert len(title_requests(backend)) == 1 and on_disk(session) == ""
@@ -441,3 +448,33 @@ def test_a_huge_first_line_is_read_only_as_far_as_a_title_needs() -> None:
     line = "__x " * 16000  # underscores everywhere: the emphasis pattern's worst case
     assert titles.fallback(line) == titles.fallback(line[: titles.READ_CHARS])
     assert len(titles.fallback(line)) <= titles.MAX_CHARS
+
+
+def test_the_title_is_asked_off_the_persons_path_and_gives_way_to_their_next_request(
+    store: Store,
+) -> None:
+    """The title request goes after the reply, and the prompt comes back at once (no
+    "Naming the session" to wait for). The person's next request goes first: a title
+    not come yet is cancelled, and asked again after that exchange."""
+    asked, release = threading.Event(), threading.Event()
+
+    def held_title(messages: object) -> str:
+        asked.set()
+        release.wait(30)  # a busy server: nothing comes until the test is done
+        return "Basil watering schedule"
+
+    backend = FakeBackend(REPLY, held_title, REPLY, "Basil in winter", STRUCTURED)
+    session, host = chat(store, backend, titles="model", title_timeout=30)
+    try:
+        started = time.monotonic()
+        session.send(ASKED)
+        assert time.monotonic() - started < 15  # not the title's 30 s bound
+        assert host.work == [] and asked.wait(30)  # asked, in the background
+        session.send("And in winter?")  # while the title is held: it gives way
+        assert on_disk(session) == ""  # the held one was not taken
+        session.close()  # (the second is taken, waited for)
+    finally:
+        release.set()
+    assert len(title_requests(backend)) == 2
+    (found,) = files(store)
+    assert found.meta.title == "Basil in winter" and found.meta.queries == 2

@@ -10,6 +10,7 @@ was tried and how to fix it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 
@@ -41,7 +42,8 @@ CANDIDATES = (
 
 @dataclass(frozen=True)
 class BackendChoice:
-    """What ``make_backend`` needs: kind, URL, model and the knobs."""
+    """What ``make_backend`` needs: kind, URL, model and the knobs. ``home``: where the
+    server's measurements are kept (``backends.probes``); None measures in memory."""
 
     kind: str = "auto"
     base_url: str = ""
@@ -51,11 +53,18 @@ class BackendChoice:
     timeouts: Timeouts = field(default_factory=Timeouts)
     retries: int = DEFAULT_RETRIES
     keep_alive: bool = True  # False: a connection per request (``http.new_client``)
+    home: Path | None = None
 
 
-def probe(client: httpx.Client, candidate: Candidate) -> bool:
+def probe(client: httpx.Client, candidate: Candidate) -> bool | None:
+    """True when ``candidate`` answers its model list; None when it took the connection
+    but has not answered within ``PROBE_TIMEOUT`` (a server that queues even that
+    behind a generation: busy, not absent); False otherwise. Only the model list is
+    asked: a busy server answers it at once, or not at all."""
     try:
         response = client.get(candidate.base_url + candidate.probe, timeout=PROBE_TIMEOUT)
+    except httpx.ReadTimeout:
+        return None
     except (httpx.HTTPError, httpx.InvalidURL):
         return False
     return response.status_code == 200
@@ -102,12 +111,17 @@ def held_candidates(url: str) -> tuple[Candidate, ...]:
 
 
 def detect(candidates: tuple[Candidate, ...] = CANDIDATES) -> Candidate | None:
-    """The first candidate server that answers, or None."""
+    """The first candidate server that answers; else the first that took the
+    connection but was busy (``probe``); else None."""
+    busy: Candidate | None = None
     with httpx.Client(timeout=PROBE_TIMEOUT) as client:
         for candidate in candidates:
-            if probe(client, candidate):
+            found = probe(client, candidate)
+            if found:
                 return candidate
-    return None
+            if found is None and busy is None:
+                busy = candidate
+    return busy
 
 
 def guess_kind(base_url: str) -> str:
@@ -156,6 +170,7 @@ def make_backend(choice: BackendChoice, candidates: tuple[Candidate, ...] = CAND
             window=choice.window,
         )
     from chatloop.backends.openai_compat import OpenAICompatBackend
+    from chatloop.backends.probes import Probes
 
     url = url or CANDIDATES[2].base_url
     return OpenAICompatBackend(
@@ -166,4 +181,5 @@ def make_backend(choice: BackendChoice, candidates: tuple[Candidate, ...] = CAND
         retries=choice.retries,
         api_key=choice.api_key,
         window=choice.window,
+        probes=Probes(choice.home) if choice.home is not None else None,
     )

@@ -321,17 +321,25 @@ ANSWER_LIMIT = 1 << 20  # bytes of a bookkeeping answer (a token count, a probe'
 
 
 def answer_within(
-    client: httpx.Client, method: str, url: str, seconds: float, body: dict[str, Any] | None = None
+    client: httpx.Client,
+    method: str,
+    url: str,
+    seconds: float,
+    body: dict[str, Any] | None = None,
+    statuses: list[int] | None = None,
 ) -> Any:
     """The JSON of a small bookkeeping request (a token count, a template probe, the
     window), or None when it fails, answers an error status or no JSON, is larger than
     ANSWER_LIMIT, or has not come whole within ``seconds``. The bound is overall, not
     between pieces: a server that trickles an answer that never ends is given up on
     (a read that blocks still ends at ``seconds``), so bookkeeping never holds a
-    message back."""
+    message back. ``statuses`` gets the answer's status when one came: a refusal
+    (404) is then told from a server that did not answer in time."""
     deadline = time.monotonic() + seconds
     try:
         with client.stream(method, url, json=body, timeout=seconds) as response:
+            if statuses is not None:
+                statuses.append(response.status_code)
             if response.status_code != 200:
                 return None
             data = bytearray()

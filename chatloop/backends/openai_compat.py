@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -47,6 +48,7 @@ from chatloop.backends.http import (
     overflow,
     request_json,
 )
+from chatloop.backends.probes import TOKENIZERS, Measured, Probes, probe_key
 from chatloop.config import DEFAULT_RETRIES
 from chatloop.errors import BackendError
 
@@ -142,6 +144,7 @@ class OpenAICompatBackend:
         retries: int = DEFAULT_RETRIES,
         api_key: str | None = None,
         window: int | None = None,
+        probes: Probes | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeouts = timeouts or Timeouts()
@@ -149,11 +152,16 @@ class OpenAICompatBackend:
         if api_key:
             self.client.headers["authorization"] = f"Bearer {api_key}"
         self.retries = retries
-        self._window = window
+        self._window = window  # configured: never asked
         self.model = model
-        self._tokenizer: str | None = None  # "" when the server has none; else its URL
-        self._count_base = 0  # tokens the tokenizer adds to every text (a BOS)
-        self._overhead: tuple[int, ...] | None = None  # () when it cannot be measured
+        # what the server was measured to be (the window, the tokenizer, the template's
+        # overhead), for the key it was measured under: kept in ``probes`` (the home's
+        # probes.json) when given, so the next process asks nothing of it
+        self._probes = probes
+        self._measured = Measured()
+        self._measured_key: str | None = None
+        self._served: tuple[str, ...] | None = None  # what GET /models listed, once asked
+        self._gave_up = False  # a count failed or came too late: no more asking
         self._counts: dict[str, int] = {}  # texts counted already
 
     def close(self) -> None:
@@ -248,55 +256,74 @@ class OpenAICompatBackend:
 
     def models(self) -> list[str]:
         data = self._get_json("/models")
-        return [str(m.get("id")) for m in data.get("data") or () if isinstance(m, dict)]
+        names = [str(m.get("id")) for m in data.get("data") or () if isinstance(m, dict)]
+        self._served = tuple(names)
+        return names
 
     def context_window(self) -> int | None:
         """Configured, else what the server says: llama.cpp ``/props``, vLLM ``max_model_len``,
-        LM Studio ``max_context_length``; None when the server does not tell."""
+        LM Studio ``max_context_length``; None when the server does not tell. What it
+        said is kept (``probes``): asked once per server and model."""
         if self._window:
             return self._window
+        kept = self._known().window
+        if kept is not None:
+            return kept or None
         root = self.base_url.removesuffix("/v1")
+        answered = False
         for url in (f"{root}/props", f"{self.base_url}/models"):
             data = answer_within(self.client, "GET", url, self.timeouts.connect)
+            answered = answered or isinstance(data, dict)
             window = _find_window(data, self.model)
             if window:
-                self._window = window
+                self._keep(window=window)
                 return window
+        if answered:  # it answered and said nothing: it will not say next time either
+            self._keep(window=0)
         return None
 
     def count_tokens(self, text: str) -> int | None:
         """The server's own count: llama.cpp and vLLM ``POST /tokenize``, llama-cpp-python
-        ``POST /extras/tokenize/count``. The first call finds which one answers (none:
-        every later call returns None at once); a count that fails, or has not come
-        whole within its deadline, ends the asking for this backend."""
-        if self._tokenizer is None:
-            self._tokenizer = self._find_tokenizer()
-        if not self._tokenizer:
-            return None
+        ``POST /extras/tokenize/count``. Which one answers is found once per server and
+        model (kept: ``probes``; none: every call returns None at once); a count that
+        fails, or has not come whole within its deadline, ends the asking for this
+        backend. A text is counted once (remembered in this process)."""
         known = self._counts.get(text)
         if known is not None:
             return known
-        count = self._count(self._tokenizer, text)
+        tokenizer = self._tokenizer()
+        if not tokenizer:
+            return None
+        count = self._count(tokenizer, text)[0]
         if count is None:
-            self._tokenizer = ""  # it failed or took too long: never asked again
+            self._gave_up = True  # it failed or took too long: never asked again
             return None
         if len(self._counts) >= COUNT_CACHE:
             self._counts.clear()
-        self._counts[text] = count = max(0, count - self._count_base)
+        self._counts[text] = count = max(0, count - self._known().count_base)
         return count
 
     def chat_overhead(self) -> tuple[int, int] | None:
-        """Measured once, when the server has a tokenizer: two one-token requests (one
-        message, then three) give the template's tokens per message and per prompt."""
-        if self._overhead is None:
-            self._overhead = self._measure_overhead() or ()
-        return (self._overhead[0], self._overhead[1]) if self._overhead else None
+        """Measured once per server and model (kept: ``probes``), when the server has a
+        tokenizer: two one-token requests (one message, then three) give the
+        template's tokens per message and per prompt."""
+        overhead = self._known().overhead
+        if overhead is None:
+            measured, certain = self._measure_overhead()
+            overhead = measured or ()
+            if certain:
+                self._keep(overhead=overhead)
+            else:  # not answered in time (a busy server): asked again by the next process
+                self._measured = replace(self._measured, overhead=overhead)
+        return (overhead[0], overhead[1]) if overhead else None
 
-    def _measure_overhead(self) -> tuple[int, int] | None:
+    def _measure_overhead(self) -> tuple[tuple[int, int] | None, bool]:
+        """The overhead, and whether the answer is certain (the server answered: a
+        probe that timed out says nothing about the next one)."""
         turns = [("user", "Hello there."), ("assistant", "Hi."), ("user", "How are you?")]
         counts = [self.count_tokens(text) for _, text in turns]
         if any(c is None for c in counts):
-            return None
+            return None, not self._gave_up  # no tokenizer (certain), or it failed
         sizes = []
         for n in (1, 3):
             body = {
@@ -304,30 +331,94 @@ class OpenAICompatBackend:
                 "max_tokens": 1,
                 "messages": [{"role": r, "content": t} for r, t in turns[:n]],
             }
+            statuses: list[int] = []
             answer = answer_within(
-                self.client, "POST", f"{self.base_url}/chat/completions", PROBE_ANSWER, body
+                self.client,
+                "POST",
+                f"{self.base_url}/chat/completions",
+                PROBE_ANSWER,
+                body,
+                statuses,
             )
             usage = answer.get("usage") if isinstance(answer, dict) else None
             if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
-                return None
+                return None, answer is not None or (bool(statuses) and statuses[0] != 200)
             sizes.append(int(usage["prompt_tokens"]))
         one, three = sizes
         per = (three - one - (counts[1] or 0) - (counts[2] or 0)) // 2
         fixed = one - (counts[0] or 0) - per
         if not (0 <= per <= 64 and 0 <= fixed <= 256):
-            return None
-        return per, fixed
+            return None, True
+        return (per, fixed), True
 
-    def _find_tokenizer(self) -> str:
+    def _tokenizer(self) -> str:
+        """The tokenizer's URL ("" for none, or once asking failed), found once per
+        server and model."""
+        if self._gave_up:
+            return ""
+        known = self._known()
+        if known.tokenizer is None:
+            path, base, certain = self._find_tokenizer()
+            if certain:
+                self._keep(tokenizer=path, count_base=base)
+            else:  # no answer in time: none for this process, looked for by the next
+                self._gave_up = True
+                return ""
+            known = self._known()
+        if not known.tokenizer:
+            return ""
+        return self.base_url.removesuffix("/v1") + str(known.tokenizer)
+
+    def _find_tokenizer(self) -> tuple[str, int, bool]:
+        """The tokenizer's path ("" for none), the tokens it adds to every text, and
+        whether that is certain (every endpoint answered, yes or no)."""
         root = self.base_url.removesuffix("/v1")
-        for url in (f"{root}/tokenize", f"{root}/extras/tokenize/count"):
-            empty = self._count(url, "", PROBE_SECONDS)
-            if empty is not None and (self._count(url, "a b", PROBE_SECONDS) or 0) > empty:
-                self._count_base = empty  # llama-cpp-python counts the BOS it adds
-                return url
-        return ""
+        certain = True
+        for path in TOKENIZERS:
+            empty, answered = self._count(root + path, "", PROBE_SECONDS)
+            if empty is not None:
+                two, answered = self._count(root + path, "a b", PROBE_SECONDS)
+                if (two or 0) > empty:
+                    return path, empty, True  # llama-cpp-python counts the BOS it adds
+            certain = certain and answered
+        return "", 0, certain
 
-    def _count(self, url: str, text: str, timeout: float | None = None) -> int | None:
+    def _known(self) -> Measured:
+        """What is known of this server and model: measured by this process, else kept
+        in ``probes`` (read once per key: the model may change, ``/model``)."""
+        key = self._probe_key()
+        if key != self._measured_key:
+            self._measured_key = key
+            probes = self._probes if self._kept() else None
+            self._measured = probes.get(key) if probes is not None else Measured()
+        return self._measured
+
+    def _keep(self, **changes: Any) -> None:
+        self._measured = replace(self._known(), **changes)
+        probes = self._probes if self._kept() else None
+        if probes is not None and self._measured_key is not None:
+            probes.put(self._measured_key, self._measured)
+
+    def _kept(self) -> bool:
+        """Whether measurements are kept: a home was given, and the server said which
+        models it serves (without that the key could not tell one model from another)."""
+        return self._probes is not None and bool(self._served)
+
+    def _probe_key(self) -> str:
+        if self._served is None and self._probes is not None:
+            # (asked by a process that did not connect, a summary worker: within a bound,
+            # as a busy server may hold even this; unanswered, nothing is kept)
+            data = answer_within(
+                self.client, "GET", f"{self.base_url}/models", self.timeouts.connect
+            )
+            listed = data.get("data") if isinstance(data, dict) else None
+            entries = listed if isinstance(listed, list) else []
+            self._served = tuple(str(m.get("id")) for m in entries if isinstance(m, dict))
+        return probe_key(self.kind, self.base_url, self.model, self._served or ())
+
+    def _count(self, url: str, text: str, timeout: float | None = None) -> tuple[int | None, bool]:
+        """The count of ``text`` at ``url``, and whether the server answered at all (a
+        refusal is an answer; a timeout is not)."""
         body = {
             "content": text,
             "input": text,
@@ -337,13 +428,16 @@ class OpenAICompatBackend:
         }
         if self.model:
             body["model"] = self.model
-        data = answer_within(self.client, "POST", url, timeout or self.timeouts.connect + 5, body)
+        statuses: list[int] = []
+        seconds = timeout or self.timeouts.connect + 5
+        data = answer_within(self.client, "POST", url, seconds, body, statuses)
+        answered = data is not None or (bool(statuses) and statuses[0] != 200)
         if not isinstance(data, dict):
-            return None
+            return None, answered
         if isinstance(data.get("count"), int):
-            return int(data["count"])
+            return int(data["count"]), True
         tokens = data.get("tokens")
-        return len(tokens) if isinstance(tokens, list) else None
+        return (len(tokens) if isinstance(tokens, list) else None), True
 
     def _first_model(self) -> str:
         names = self.models()

@@ -76,9 +76,11 @@ def hand_off(
     backend: Backend,
     settings: Settings,
     changes: dict[str, Any],
+    home: Path,
 ) -> int | None:
     """Start the worker that summarizes and finalizes ``writer``'s session (``changes``:
-    front-matter values to write with it, a late title), hand it the lock and close
+    front-matter values to write with it, a late title; ``home``: the person's, where
+    the server's measurements and its sharing are kept), hand it the lock and close
     ``writer``. Returns the worker's pid; None, with ``writer`` untouched, when the
     backend is not one a worker can build or the process cannot start."""
     kind = getattr(backend, "kind", "")
@@ -88,6 +90,7 @@ def hand_off(
     job = {
         "path": str(writer.path),
         "home": str(store.root),
+        "person": str(home),
         "cwd": str(store.cwd),
         "changes": changes,
         "settings": settings._replace(
@@ -130,8 +133,10 @@ def finish(
     backend: Backend,
     settings: Settings,
     changes: dict[str, Any],
+    home: Path,
 ) -> None:
-    """Summarize ``writer``'s session and finalize it, as a chat closing it would: the
+    """Summarize ``writer``'s session and finalize it, as a chat closing it would (``home``:
+    the person's, where the server's sharing is kept): the
     summary it began from (``chain.began_from``), the model's summary of what was said
     (its fallback when the model fails), the totals, and ``changes`` (a late title).
     The model is asked by the rule of ``chat.sharing`` (``_when_free``): a try is given
@@ -163,7 +168,7 @@ def finish(
             cancel=cancel,
         )
 
-    shared = sharing.Shared(store.root, backend, settings.background_idle)
+    shared = sharing.Shared(home, backend, settings.background_idle)
     outcome = _when_free(shared, settings, ask)
     if outcome is None:
         cap = summary_cap(settings.context_window or None, settings.summary_max_tokens)
@@ -244,14 +249,16 @@ def main(argv: list[str]) -> int:
         return 1
     settings = Settings(**job["settings"])
     store = Store(Path(job["home"]), cwd=Path(job["cwd"]))
+    person = Path(job["person"])
     try:
         writer = store.adopt(Path(job["path"]), lock_fd)
     except ChatloopError:
         return 1
     try:
-        backend = server.make(settings, keep_alive=False)  # (each request closable: sharing)
+        # the person's home: their measurements of the server (probes), and its sharing
+        backend = server.make(settings, home=person, keep_alive=False)  # (closable: sharing)
         try:
-            finish(writer, store, backend, settings, job["changes"])
+            finish(writer, store, backend, settings, job["changes"], person)
         finally:
             backend.close()
     except (ChatloopError, OSError):

@@ -24,6 +24,7 @@ with a hint, before anything is saved.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,10 +52,13 @@ class Held:
 
 @dataclass(frozen=True)
 class Connected:
-    """The backend the rule chose, and what to tell the person about the choice."""
+    """The backend the rule chose, and what to tell the person about the choice.
+    ``busy``: the server did not list its models within the check's bound (a one-slot
+    server generating for someone else): the chat goes on without waiting for it."""
 
     backend: Backend
     notes: tuple[str, ...] = ()
+    busy: bool = False
 
 
 def configured(settings: Settings) -> bool:
@@ -63,12 +67,19 @@ def configured(settings: Settings) -> bool:
 
 
 def make(
-    settings: Settings, candidates: tuple[Candidate, ...] | None = None, *, keep_alive: bool = True
+    settings: Settings,
+    candidates: tuple[Candidate, ...] | None = None,
+    home: Path | None = None,
+    *,
+    keep_alive: bool = True,
 ) -> Backend:
     """The backend the settings ask for (``auto``: the first of ``candidates`` that
-    answers, by default the usual local ports, else the embedded model). ``keep_alive``
-    False: a connection per request, each of which a ``Cancel`` can close before its
-    answer begins (the summary worker's, which yields: ``chat.sharing``)."""
+    answers, by default the usual local ports, else the embedded model). ``home``: the
+    person's, where the server's measurements are kept (``backends.probes``: each
+    process then asks them of the server once per server and model, not once per
+    process); None measures them in memory. ``keep_alive`` False: a connection per
+    request, each of which a ``Cancel`` can close before its answer begins (the
+    summary worker's, which yields: ``chat.sharing``)."""
     from chatloop.backends.base import Timeouts
     from chatloop.backends.detect import CANDIDATES, BackendChoice, make_backend
 
@@ -82,17 +93,22 @@ def make(
             timeouts=Timeouts(settings.connect_timeout, settings.read_timeout),
             retries=settings.retries,
             keep_alive=keep_alive,
+            home=home,
         ),
         candidates or CANDIDATES,
     )
 
 
-def connect(settings: Settings, held: Held = Held(), *, home: Path | None = None) -> Connected:
+def connect(settings: Settings, held: Held = Held(), home: Path | None = None) -> Connected:
     """The backend of a chat by the rule of this module, its model chosen, checked to
     answer (with the server's own words when it does not). ``held``: the continued
-    session's server and model (``Held()`` for a new chat). ``home``: the person is
-    about to use the server, so it is marked in that home once chosen
-    (``chat.sharing.use``: this home's background work yields to them)."""
+    session's server and model (``Held()`` for a new chat); ``home``: the person's, as
+    for ``make``; the person is about to use the server, so it is marked there once
+    chosen (``chat.sharing.use``: this home's background work yields to them).
+
+    The check asks only what a busy server answers at once (the model list: Ollama's
+    ``/api/tags``, ``GET /v1/models``), never a generation or a token count that would
+    wait behind one: the banner follows it without waiting on the model."""
     notes: list[str] = []
     on_held = False
     if held.url and not configured(settings):
@@ -105,9 +121,9 @@ def connect(settings: Settings, held: Held = Held(), *, home: Path | None = None
                 "is not a plain URL of this machine: --base-url uses it again (a "
                 "session file never sends a conversation elsewhere by itself)."
             )
-            backend = make(settings)
+            backend = make(settings, home=home)
         else:
-            backend = make(settings, (*tried, *CANDIDATES))
+            backend = make(settings, (*tried, *CANDIDATES), home)
             on_held = backend.base_url in {c.base_url for c in tried}
             if not on_held:
                 now = (
@@ -121,16 +137,23 @@ def connect(settings: Settings, held: Held = Held(), *, home: Path | None = None
                     "(--base-url chooses another)."
                 )
     else:
-        backend = make(settings)
+        backend = make(settings, home=home)
     if home is not None:
         from chatloop.chat import sharing
 
         sharing.use(home, backend)
     try:
-        listed = _choose_model(backend, held.model if on_held else "")
+        listed = _choose_model(backend, held.model if on_held else "", settings.connect_timeout)
     except BaseException:
         backend.close()
         raise
+    if listed is None:
+        notes.append(
+            f"the server at {backend.base_url} is busy (it did not list its models "
+            f"within {settings.connect_timeout:g} s); going on: your first message "
+            "waits for it."
+        )
+        return Connected(backend, tuple(notes), busy=True)
     if listed and backend.model not in listed:
         import difflib
 
@@ -153,20 +176,54 @@ def same_server(backend: Backend, settings: Settings, held: Held) -> bool:
     return held.url.rstrip("/") == backend.base_url.rstrip("/")
 
 
-def _choose_model(backend: Backend, held_model: str) -> list[str]:
+def _choose_model(backend: Backend, held_model: str, seconds: float) -> list[str] | None:
     """Set ``backend.model`` when none was configured (``held_model`` when the server
     lists it, else its first); with one configured, still check that the server is
     there, so nothing is saved for a server that is not. Returns the models the server
-    lists ([] for none, or for the embedded model)."""
-    if not backend.model:
-        listed = backend.models()
-        backend.model = held_model if held_model and held_model in listed else (listed or [""])[0]
-        return listed
+    lists ([] for none, or for the embedded model), or None when the list has not come
+    within ``seconds`` (the model then stays unset: the first request asks for it)."""
     if backend.kind == "embedded":
+        if not backend.model:
+            files = backend.models()
+            backend.model = (files or [""])[0]
+            return files
         return []
     try:
-        return backend.models()
+        listed = _listed_within(backend, seconds)
     except Unreachable:
         raise
     except BackendError:  # it answered (a server without a model list): go on
+        if not backend.model:
+            raise
         return []
+    if listed is None and not backend.model:
+        backend.model = held_model  # (the session's, unchecked: else the server's first)
+    elif listed is not None and not backend.model:
+        backend.model = held_model if held_model and held_model in listed else (listed or [""])[0]
+    return listed
+
+
+def _listed_within(backend: Backend, seconds: float) -> list[str] | None:
+    """``backend.models()``, or None when it has not answered within ``seconds``: a
+    model list comes at once from a server that is there, unless it queues even that
+    behind a generation (llama-cpp-python), and the chat does not wait for that. The
+    request is left behind (it ends with its answer or the process). What it raises
+    is raised here."""
+    done = threading.Event()
+    results: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            results.append(backend.models())
+        except BaseException as exc:  # (raised again in the waiting thread)
+            errors.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=ask, name="chatloop-check", daemon=True).start()
+    if not done.wait(seconds):
+        return None
+    if errors:
+        raise errors[0]
+    return results[0]

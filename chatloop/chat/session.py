@@ -128,10 +128,12 @@ class ChatSession:
     leaving: bool = False  # set when a signal asked chatloop to leave: no model calls now
     state: State = field(default_factory=Fresh)
     pins: tuple[str, ...] = ()  # facts pinned in this chain: in every restoration prompt
-    # the title: "untried" (to be made after the first good exchange), "done" (made and
-    # saved, given, or could not be made), "unsaved" (made; the file refused it: written
-    # with the summary at close)
-    naming: Literal["untried", "done", "unsaved"] = "untried"
+    # the title: "untried" (to be made after the first good exchange), "asking" (asked of
+    # the model off the person's path: ``_titling``), "done" (made and saved, given, or
+    # could not be made), "unsaved" (made; the file refused it: written with the summary
+    # at close)
+    naming: Literal["untried", "asking", "done", "unsaved"] = "untried"
+    _titling: titles.Asking | None = None  # the title request under way ("asking")
     _queue: list[Message] = field(default_factory=list)
     _window: int | None = None
     _tokens: TokenCount | None = None
@@ -368,10 +370,16 @@ class ChatSession:
         return self._tokens
 
     def _learn(self, message: Message) -> None:
-        """A reply's reported prompt size corrects the counts of what follows."""
+        """A reply's reported prompt size corrects the counts of what follows; its
+        reported length is its count (a reply of text alone: the tokenizer is not
+        asked about it; the end-of-turn token it may include errs on the safe side)."""
         sent = self._sent
         if message.usage is not None and not message.usage.estimated and sent is not None:
             self.tokens.learn(sent.wire, message.usage.input, sent.budget.tools, sent.content)
+        usage = message.usage
+        text_alone = not (message.thinking or message.tool_calls or message.interrupted)
+        if usage is not None and not usage.estimated and message.role == "assistant" and text_alone:
+            self.tokens.known(message.text, usage.output)
 
     def reply_options(self) -> dict[str, Any]:
         """Options for a reply: its ``max_tokens`` (``context.reply_cap``: the setting,
@@ -461,6 +469,7 @@ class ChatSession:
         sent first next time), ChatloopError when the server failed (after the failure
         is recorded in the file)."""
         self._overtake()  # the person goes first: a summary being prepared is given up
+        self.take_title(wait=False)  # and a title not come yet
         message = Message.create("user", self.clock(), text=text)
         begins = self.state.continuation if isinstance(self.state, Waiting) else None
         self._queue.append(message)  # in hand: from here on it is on disk or visibly queued
@@ -610,7 +619,7 @@ class ChatSession:
             with contextlib.suppress(StoreError):  # appended whole at its end, told then
                 writer.draft(reply)
 
-        with sharing.using(self.store.root, self.backend):  # (background work yields)
+        with sharing.using(self.arming.home, self.backend):  # (background work yields)
             result = run_turn(
                 self.agent,
                 self.backend,
@@ -673,29 +682,47 @@ class ChatSession:
     # ------------------------------------------------------------------ the title
     def _name(self, reply: str) -> None:
         """After an exchange that ended well, give a new conversation without a title one, by
-        ``settings.titles``: ``model`` asks the model (``chat.titles.ask``: bounded in
-        time; its answer cleaned, else the first request's line), ``first`` takes the
-        first request's line, ``off`` makes none. A title the person gave (/rename),
-        one a continuation or a branch took from its parent (any session with a
-        parent), and an earlier title are never replaced. Cosmetic: a title the file
-        refuses now stays in memory and is written when the session is finalized. A
-        session that ends before any exchange ended well is given its first request's
-        line then (``_untitled``)."""
+        ``settings.titles``: ``model`` asks the model, off the person's path
+        (``titles.Asking``: the prompt comes back at once; ``take_title`` writes it),
+        ``first`` takes the first request's line, ``off`` makes none. A title the person
+        gave (/rename), one a continuation or a branch took from its parent (any
+        session with a parent), and an earlier title are never replaced. Cosmetic: a
+        title the file refuses now stays in memory and is written when the session is
+        finalized. A session that ends before any exchange ended well is given its
+        first request's line then (``_untitled``)."""
         writer, mode = self.writer, self.settings.titles
         if writer is None or not self._untitled(writer):
             return
         self.naming = "done"  # once a session: a conversation no title fits asks no more
         first = _first_request(writer)
-        made = titles.Title(titles.fallback(first), True)
         if mode == "model" and self.backend.kind != "embedded":  # in process: not in a thread
-            try:
-                with self.host.working("Naming the session", trace=False):
-                    made = titles.ask(
-                        self.backend, first, reply, timeout=self.settings.title_timeout
-                    )
-            except KeyboardInterrupt:  # the person wants the prompt back: the first line will do
-                pass
-        if not made.text:
+            self.naming = "asking"
+            self._titling = titles.Asking(
+                self.backend, first, reply, timeout=self.settings.title_timeout
+            )
+            return
+        self._write_title(titles.Title(titles.fallback(first), True))
+
+    def take_title(self, wait: bool = True) -> None:
+        """Write the title being asked (``_name``) once it has come. Before the person's
+        next request (``wait`` False) one not come yet is cancelled, so a one-slot server
+        is free for that request, and asked again after the next exchange that ends
+        well; at close (``wait``) it is waited for, within its bound."""
+        asking, self._titling = self._titling, None
+        if asking is None:
+            return
+        made = asking.take(wait and self.naming == "asking")
+        if self.naming != "asking":  # the person named it meanwhile (/rename): theirs wins
+            return
+        if made is None:
+            self.naming = "untried"
+            return
+        self.naming = "done"
+        self._write_title(made)
+
+    def _write_title(self, made: titles.Title) -> None:
+        writer = self.writer
+        if not made.text or writer is None:
             return
         self.title = made.text
         try:
@@ -820,7 +847,9 @@ class ChatSession:
             # as the worker will write it: the totals and a late title (a fork takes it)
             totals: dict[str, Any] = {**writer.totals.fields(), **late}
             meta = replace(writer.meta, **totals)
-            pid = background.hand_off(writer, self.store, self.backend, self.settings, late)
+            pid = background.hand_off(
+                writer, self.store, self.backend, self.settings, late, self.arming.home
+            )
             if pid is not None:
                 self.host.notice(
                     f"Saved session {meta.id} ({_queries(meta.queries)}) → {writer.path}; "
@@ -832,7 +861,9 @@ class ChatSession:
 
     def _late_title(self, writer: SessionWriter) -> dict[str, str]:
         """The title to write at close, if any: one made when the file refused it (if
-        none came since), else a first request's line for a session never named."""
+        none came since), else a first request's line for a session never named. A
+        title being asked is waited for first (within its bound)."""
+        self.take_title(wait=True)
         if self.naming == "unsaved" and not writer.meta.title:
             return {"title": self.title}
         if self._untitled(writer):
@@ -874,6 +905,7 @@ class ChatSession:
         self.pins = ()
         self.title = ""
         self.naming = "untried"
+        self._titling = None  # (taken by ``_late_title`` when the session was let go)
 
     # ------------------------------------------------------------------ compact
     def compact(self, unanswered: str | None = None, instructions: str = "") -> None:
@@ -1414,7 +1446,7 @@ class ChatSession:
         agent = self.arming.arm(choice.path) if switch else None
         held = server.Held.of(located.parent.meta)
         if not server.same_server(self.backend, self.settings, held):
-            connected = server.connect(self.settings, held, home=self.store.root)
+            connected = server.connect(self.settings, held, self.arming.home)
             for note in connected.notes:
                 self.host.notice(note[0].upper() + note[1:], "warn")
             if connected.backend.base_url == self.backend.base_url:
@@ -1561,7 +1593,7 @@ class ChatSession:
         line, and the worker goes on writing the file's own; Ctrl-C in the wait makes
         one here instead, as for a parent another chatloop holds."""
         if lock_holder(parent.path) == SUMMARY_HOLDER:
-            sharing.step_back(self.store.root, self.backend)  # (the worker goes now)
+            sharing.step_back(self.arming.home, self.backend)  # (the worker goes now)
             try:
                 with self.host.working(
                     f"Waiting for the summary of {parent.meta.id}, being written in the "
@@ -1815,7 +1847,7 @@ class ChatSession:
         writer = self.writer
         if writer is not None:
             writer.update_meta(title=title)  # before self.title: a refusal changes nothing
-        self.naming = "done"
+        self.naming = "done"  # (a title being asked is not taken: the person's wins)
         self.title = title
         return title
 

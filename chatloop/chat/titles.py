@@ -13,13 +13,16 @@ first request's first line, cleaned and cut the same way.
 server failure give the fallback. KeyboardInterrupt propagates (the caller
 takes the fallback). The bound holds even for a server that sends nothing:
 the request waits in a worker thread, and is cancelled and left behind once
-the bound has passed.
+the bound has passed. ``Asking`` is the same request, not waited for: a chat
+asks it after the reply, gives the person the prompt back at once, and takes
+the title before their next request (cancelling it when it has not come).
 """
 
 from __future__ import annotations
 
 import re
 import threading
+import time
 import unicodedata
 from dataclasses import dataclass
 
@@ -63,39 +66,71 @@ def ask(
     the request is cancelled (it stops at its next piece) and left behind. Not
     for a backend that runs the model in this process (it is not thread-safe):
     the caller takes the fallback there."""
-    options = {"max_tokens": max_tokens, "temperature": TEMPERATURE}
-    cancel = Cancel()
-    outcome: list[Message | BaseException] = []
+    made = Asking(backend, request, reply, timeout=timeout, max_tokens=max_tokens).take(True)
+    assert made is not None  # (waited for: always a title)
+    return made
 
-    def work() -> None:
-        try:
-            outcome.append(
-                complete(
-                    backend, prompts.title_prompt(request, reply), options=options, cancel=cancel
+
+class Asking:
+    """A title being asked, off the person's path: the request starts in a thread at
+    once and nobody waits for it until ``take``. A chat takes it before the person's
+    next request, without waiting (a title not come yet is cancelled: on a one-slot
+    server the person's request goes first), and at close, waiting within the bound."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        request: str,
+        reply: str,
+        *,
+        timeout: float = DEFAULT_TITLE_TIMEOUT,
+        max_tokens: int = DEFAULT_TITLE_MAX_TOKENS,
+    ) -> None:
+        self.request, self.timeout = request, timeout
+        self._cancel = Cancel()
+        self._outcome: list[Message | BaseException] = []
+        self._deadline = time.monotonic() + timeout
+        options = {"max_tokens": max_tokens, "temperature": TEMPERATURE}
+        prompt = prompts.title_prompt(request, reply)
+
+        def work() -> None:
+            try:
+                self._outcome.append(
+                    complete(backend, prompt, options=options, cancel=self._cancel)
                 )
-            )
-        except BaseException as exc:  # handed to the waiting thread
-            outcome.append(exc)
+            except BaseException as exc:  # handed to the taking thread
+                self._outcome.append(exc)
 
-    worker = threading.Thread(target=work, name="chatloop-title", daemon=True)
-    worker.start()
-    try:
-        worker.join(timeout)
-    except KeyboardInterrupt:
-        cancel.set()
-        raise
-    if not outcome:
-        cancel.set()
-        return Title(fallback(request), True, f"no title within {timeout:g} s")
-    done = outcome[0]
-    if isinstance(done, BackendError | Cancelled):
-        return Title(fallback(request), True, done.message)
-    if isinstance(done, BaseException):
-        raise done
-    made = answer(done.text)
-    if not made:
-        return Title(fallback(request), True, "the model's answer was no title")
-    return Title(made, False)
+        self._worker = threading.Thread(target=work, name="chatloop-title", daemon=True)
+        self._worker.start()
+
+    def take(self, wait: bool) -> Title | None:
+        """The title: the model's, else the fallback (see the module). ``wait``: until
+        the bound has passed; else None when it has not come yet (the request is then
+        cancelled and left behind). KeyboardInterrupt while waiting propagates (the
+        request cancelled); one the request raised gives the fallback."""
+        if wait:
+            try:
+                self._worker.join(max(0.0, self._deadline - time.monotonic()))
+            except KeyboardInterrupt:
+                self._cancel.set()
+                raise
+        if not self._outcome:
+            self._cancel.set()
+            if not wait:
+                return None
+            return Title(fallback(self.request), True, f"no title within {self.timeout:g} s")
+        done = self._outcome[0]
+        if isinstance(done, BackendError | Cancelled):
+            return Title(fallback(self.request), True, done.message)
+        if isinstance(done, KeyboardInterrupt):
+            return Title(fallback(self.request), True, "interrupted")
+        if isinstance(done, BaseException):
+            raise done
+        made = answer(done.text)
+        if not made:
+            return Title(fallback(self.request), True, "the model's answer was no title")
+        return Title(made, False)
 
 
 def answer(text: str) -> str:

@@ -10,7 +10,9 @@ server counted to what was estimated scales later estimates. An estimate is
 shown marked ``~``.
 
 Every distinct text is counted once and remembered (a bounded cache), so a
-conversation asks the server only about the messages that are new. A server
+conversation asks the server only about the messages that are new; a reply's
+length the server reported is taken as its count (``known``), so a turn asks
+about the person's new message alone. A server
 that stops answering turns counting into estimating; nothing here raises.
 """
 
@@ -64,6 +66,15 @@ class TokenCount:
                 return counted
             self.exact = False  # the tokenizer went away: estimate from now on
         return max(1, round(estimate_tokens(text) * self.scale))
+
+    def known(self, text: str, count: int) -> None:
+        """``text`` is ``count`` tokens by the server's word (a reply's reported length):
+        remembered as if counted, so nobody asks the tokenizer about it. Only while
+        counts are exact (an estimate is not corrected so)."""
+        if self.exact and text and count > 0:
+            if len(self._cache) >= CACHE_SIZE:
+                self._cache.clear()
+            self._cache[text] = count
 
     def overhead(self) -> tuple[int, int]:
         """The template's tokens (per message, per prompt): measured, else a safe guess."""

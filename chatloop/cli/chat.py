@@ -116,7 +116,7 @@ def chat(
             wiring.say([choice.note] if choice.note else [])
         question = _question(args)  # after the session and agent: a wrong ref fails first
         held = server.Held.of(located.parent.meta if located else None)
-        connected = server.connect(settings, held, home=store.root)
+        connected = server.connect(settings, held, home)
         wiring.say(connected.notes)
         backend = connected.backend
         try:
@@ -291,8 +291,8 @@ def _chat_new(args: argparse.Namespace) -> int:
         said[:0] = agent.notes
         chosen = with_model(settings, agent)
         try:
-            connected = server.connect(chosen, home=store.root)
-            said.extend(connected.notes)  # (a model the server does not list)
+            connected = server.connect(chosen, home=arming.home)
+            said.extend(connected.notes)  # (a model the server does not list; a busy server)
             backend = connected.backend
             try:
                 repl = Repl(
@@ -311,6 +311,7 @@ def _chat_new(args: argparse.Namespace) -> int:
             arming.close()
             raise
         repl.notes.extend(said)
+        repl.busy = connected.busy
         return repl
 
     try:

@@ -117,6 +117,7 @@ class Repl:
         # that were no answer, and keys typed before one was drawn (for the next prompt)
         self._typed_ahead: list[str | list[KeyPress]] = []
         self.notes: list[str] = []  # said with the banner (the agent file's notes)
+        self.busy = False  # the server was busy at the check: the banner asks it nothing
         # run when the chat has ended: the MCP servers of every agent armed in it
         self.closers: list[Callable[[], None]] = [self.arming.close]
         self._acknowledgment: render.StreamView | None = None  # the last view, if one
@@ -428,7 +429,7 @@ class Repl:
             render.note(self.console, said, "yellow")
         if backend.kind == "embedded":
             render.note(self.console, EMBEDDED_NOTE, "yellow")
-        elif self.session.window() is None:  # (the toolbar's window: asked once, kept)
+        elif not self.busy and self.session.window() is None:  # (asked once, kept)
             render.note(
                 self.console,
                 f"The server does not say its context window: chatloop plans with "
