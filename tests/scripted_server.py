@@ -101,7 +101,9 @@ def scripted_server(
                 name, _, arguments = text[len(CALL) :].partition(" ")
                 call = {"index": 0, "id": f"call_{time.monotonic_ns()}", "type": "function"}
                 call["function"] = {"name": name, "arguments": arguments}
-                chunks = [{"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}]
+                chunks: list[dict[str, Any]] = [
+                    {"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
+                ]
                 finish = "tool_calls"
             else:
                 chunks = [

@@ -42,11 +42,11 @@ tests' scripted ones), nor when the setting ``summaries`` is ``wait``.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from chatloop import children
 from chatloop.backends.base import Backend
 from chatloop.chat import sharing
+from chatloop.chat.bounded import within
 from chatloop.config import Settings
 from chatloop.store.fsio import mark_summary
 from chatloop.store.store import Store
@@ -200,39 +201,17 @@ def _when_free(
             cancel = Cancel()
             with shared.watch(since, cancel) as seen:
                 try:
-                    outcome = _within(min(settings.summary_worker_timeout, left), ask, cancel)
+                    outcome = within(
+                        min(settings.summary_worker_timeout, left),
+                        functools.partial(ask, cancel),
+                        cancel.set,
+                    )
                 except Cancelled:
                     if not seen.yielded.is_set():
                         raise
                     outcome = None
             if not seen.yielded.is_set():
                 return outcome
-
-
-def _within(seconds: float, work: Callable[[Cancel], _T], cancel: Cancel) -> _T | None:
-    """What ``work(cancel)`` returns, run in a thread of its own, when it returns
-    within ``seconds``; else None, with ``cancel`` set (which closes the connection of
-    the request under way, answered or not: ``backends.http.open_stream``). What
-    ``work`` raises is raised here."""
-    done = threading.Event()
-    results: list[_T] = []
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            results.append(work(cancel))
-        except BaseException as exc:  # (raised again in the waiting thread)
-            errors.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name="summary", daemon=True).start()
-    if not done.wait(seconds):
-        cancel.set()
-        return None
-    if errors:
-        raise errors[0]
-    return results[0]
 
 
 def main(argv: list[str]) -> int:

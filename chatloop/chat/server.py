@@ -24,12 +24,12 @@ with a hint, before anything is saved.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from chatloop.backends.base import Backend
 from chatloop.backends.detect import Candidate
+from chatloop.chat.bounded import within
 from chatloop.config import Settings
 from chatloop.errors import BackendError, Unreachable
 from chatloop.format import SessionMeta
@@ -189,7 +189,7 @@ def _choose_model(backend: Backend, held_model: str, seconds: float) -> list[str
             return files
         return []
     try:
-        listed = _listed_within(backend, seconds)
+        listed = within(seconds, backend.models)  # (a request left behind ends with its answer)
     except Unreachable:
         raise
     except BackendError:  # it answered (a server without a model list): go on
@@ -201,29 +201,3 @@ def _choose_model(backend: Backend, held_model: str, seconds: float) -> list[str
     elif listed is not None and not backend.model:
         backend.model = held_model if held_model and held_model in listed else (listed or [""])[0]
     return listed
-
-
-def _listed_within(backend: Backend, seconds: float) -> list[str] | None:
-    """``backend.models()``, or None when it has not answered within ``seconds``: a
-    model list comes at once from a server that is there, unless it queues even that
-    behind a generation (llama-cpp-python), and the chat does not wait for that. The
-    request is left behind (it ends with its answer or the process). What it raises
-    is raised here."""
-    done = threading.Event()
-    results: list[list[str]] = []
-    errors: list[BaseException] = []
-
-    def ask() -> None:
-        try:
-            results.append(backend.models())
-        except BaseException as exc:  # (raised again in the waiting thread)
-            errors.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=ask, name="chatloop-check", daemon=True).start()
-    if not done.wait(seconds):
-        return None
-    if errors:
-        raise errors[0]
-    return results[0]
