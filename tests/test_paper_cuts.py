@@ -120,3 +120,23 @@ def test_a_message_never_sent_is_pending_in_the_summary_built_from_the_transcrip
     kept = Message.create("user", T0, text="How often should I water basil?", unsent=True)
     summary = fallback_summary([kept], None)
     assert _section(summary, HEADINGS[4]) == ["Not sent: How often should I water basil?"]
+
+
+def test_a_carried_copy_is_headed_carried_over_in_the_file_and_reads_back_the_same(
+    store: Store,
+) -> None:
+    """In an editor too, a copied question reads as carried, not as a restoration; the
+    file reads back message for message, and one written before says what it said."""
+    from chatloop.format import parse_markdown
+
+    carried = Message.create("user", T0, text="an earlier question", restore=True, copy=True)
+    prompt = Message.create("user", T0, text="the summary", restore=True)
+    with store.create(new_meta(title="child", parent_id="20250101-000000-aaaaaaaa")) as writer:
+        writer.append(prompt)
+        writer.append(carried)
+        writer.finalize()
+    text = writer.path.read_text(encoding="utf-8")
+    assert "## Session restored\nthe summary" in text
+    assert "## Carried over\nan earlier question" in text
+    messages = parse_markdown(writer.path.read_bytes()).session.messages
+    assert [m for m in messages if m.role == "user"] == [prompt, carried]

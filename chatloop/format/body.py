@@ -51,7 +51,7 @@ __all__ = [
 
 _LEAD_RE = {
     1: re.compile(r"## (?:Query \d+|Session Restored) \([^)\n]*\)\n\n"),
-    2: re.compile(r"## (?:Query \d+|Session restored)\n"),
+    2: re.compile(r"## (?:Query \d+|Session restored|Carried over)\n"),
 }
 _SPEAKER_RE = {1: re.compile(r"\*\*[^\n]*?:\*\* "), 2: re.compile(r"### [^\n]*\n")}
 _FOOTER_RE = re.compile(r"\n\n\*[^\n]*\*\Z")
@@ -94,7 +94,9 @@ def _lead(message: Message, query: int, version: int) -> str:
     if version == 1:
         title = "Session Restored" if message.restore else f"Query {query}"
         return f"## {title} ({message.at.strftime('%H:%M:%S')})\n\n"
-    return "## Session restored\n" if message.restore else f"## Query {query}\n"
+    if message.restore:  # a copy of what was said before, or what a session brought in
+        return "## Carried over\n" if message.copy else "## Session restored\n"
+    return f"## Query {query}\n"
 
 
 def _affixes(role: str, restore: bool, agent: str, version: int) -> tuple[str, str]:
