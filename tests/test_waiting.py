@@ -13,6 +13,7 @@ from typing import Any
 import pexpect
 import pytest
 
+from chatloop.store.fsio import wait_for_lock
 from chatloop.ui.terminal_text import visible
 from chatloop.ui.waiting import WAITING
 from tests.pty_driver import chatloop_bin, environment, leave, only_session, ready, spawn, wait
@@ -92,3 +93,44 @@ def test_a_one_shot_into_a_pipe_shows_no_wait(chatloop_home: Path, project: Path
         )
     assert done.returncode == 0, done.stderr
     assert done.stdout == ANSWER + "\n" and WAITING not in done.stderr
+
+
+def test_leaving_right_after_the_first_reply_never_waits_for_its_title(
+    chatloop_home: Path, project: Path
+) -> None:
+    """The title is asked off the person's path; a Ctrl-D before it has come leaves at
+    once (the summary worker is handed the first request's line as the title), never
+    waiting out ``title_timeout`` on a busy server."""
+    asked, release = threading.Event(), threading.Event()
+
+    def reply(body: dict[str, Any]) -> str:
+        if "Write a title of at most" in str(body["messages"][-1]["content"]):
+            asked.set()
+            release.wait(120)  # a busy server: no title until the test is done
+            return "Basil"
+        return ANSWER
+
+    with scripted_server(reply) as url:
+        child = spawn(
+            url,
+            chatloop_home,
+            project,
+            16,
+            titles="model",
+            title_timeout="600",
+            summaries="background",
+        )
+        child.sendline("How often should I water basil?")
+        wait(child, ready(1))
+        assert asked.wait(30)
+        child.sendeof()
+        wait(child, "Saved session")  # (within the pty's 90 s wait, far below the 600 s bound)
+        child.expect(pexpect.EOF)
+        child.close()
+        left = not release.is_set()
+        release.set()
+        for path in chatloop_home.rglob("*.md"):
+            wait_for_lock(path)
+    assert left and child.exitstatus == 0
+    session = only_session(chatloop_home)
+    assert session.meta.title == "How often should I water basil?"

@@ -843,7 +843,7 @@ class ChatSession:
         Raises StoreError, and the session is then open as it was."""
         self._overtake()  # leaving: what was being prepared is of no use now
         if self.settings.summaries == "background":
-            late = self._late_title(writer)
+            late = self._late_title(writer, wait=False)  # (leaving is never held by it)
             # as the worker will write it: the totals and a late title (a fork takes it)
             totals: dict[str, Any] = {**writer.totals.fields(), **late}
             meta = replace(writer.meta, **totals)
@@ -859,11 +859,13 @@ class ChatSession:
                 return chain.Parent(writer.path, meta, None)
         return self._finalize(writer)
 
-    def _late_title(self, writer: SessionWriter) -> dict[str, str]:
+    def _late_title(self, writer: SessionWriter, wait: bool = True) -> dict[str, str]:
         """The title to write at close, if any: one made when the file refused it (if
         none came since), else a first request's line for a session never named. A
-        title being asked is waited for first (within its bound)."""
-        self.take_title(wait=True)
+        title being asked is taken if it has come; with ``wait``, waited for first
+        (within its bound): not when the person leaves at once (a hand-off to the
+        summary worker), where one not come yet is cancelled for the first line."""
+        self.take_title(wait=wait)
         if self.naming == "unsaved" and not writer.meta.title:
             return {"title": self.title}
         if self._untitled(writer):
