@@ -500,8 +500,17 @@ def test_disk_full_during_automatic_compaction_in_the_installed_program(
     log = io.StringIO()
     # sizes (Gemma tokens: about 362 and 662): the second message fits the window alone
     # but not after the first one
+    # the test is about the disk, not the model's summary: one that a loaded machine makes
+    # slow falls back within its bound (two tries of 10 s a part), well inside each wait
     child = spawn(
-        llama_server, home, project, 12, log=log, context_window="1000", auto_compact="on"
+        llama_server,
+        home,
+        project,
+        12,
+        log=log,
+        context_window="1000",
+        auto_compact="on",
+        summary_timeout="10",
     )
     typed = [
         "first " + "a note about the harbour lights and the keeper's log " * 30,
