@@ -303,7 +303,11 @@ def test_no_summary_is_asked_in_the_middle_of_a_reply_longer_than_the_idle_time(
             wait_for_lock(path)
         log = list(state.log)
     during = log[log.index(("queued", "And in winter?")) : log.index(("served", "And in winter?"))]
-    assert not [e for e in during if e[1].startswith("summary of ")], log
+    # asked meanwhile: none (the held one's connection may close in that time: it is the
+    # worker yielding to the start-up mark, which it sees within POLL_SECONDS, on a busy
+    # machine after the person's request is queued)
+    asked = [e for e in during if e[0] != "closed" and e[1].startswith("summary of ")]
+    assert not asked, log
     for path in _sessions(chatloop_home):
         assert _read(path).meta.summary == "model", path
 
