@@ -319,6 +319,115 @@ def compaction_turn(
     return compacted, statistics.median(normal), used
 
 
+def nopause_turns(url: str, summaries: str, real: bool = False) -> tuple[float, float, float]:
+    """(the compacting turn, the child's first turn, a normal turn's median), each Enter
+    to the prompt back, with **no pause** before them (issue 45 item 5): messages are
+    sent as soon as the prompt is back, so nothing is ever prepared ahead, and the
+    compaction (``auto_compact: on``) makes its summary then: in the chat
+    (``summaries: wait``, how chatloop worked before) or behind it (``background``:
+    the child begins from the transcript's summary, its acknowledgment written
+    without a call; ``wait`` runs with ``acknowledgment: model``, as before).
+    ``real``: ``url`` is a model server, at 2,048 tokens."""
+    import pyte
+
+    with tempfile.TemporaryDirectory() as home:
+        env = {
+            **_env(home, summaries),
+            "CHATLOOP_AUTO_COMPACT": "on",
+            "CHATLOOP_PREPARE_COMPACTION": "on",
+            "CHATLOOP_BACKGROUND_IDLE": "15",
+            "CHATLOOP_CONTEXT_WINDOW": "2048" if real else "1024",
+            # before: the model acknowledged the restoration in a call of its own
+            "CHATLOOP_ACKNOWLEDGMENT": "written" if summaries == "background" else "model",
+        }
+        if real:
+            env["CHATLOOP_MAX_TOKENS"] = "48"
+        child = pexpect.spawn(
+            CHATLOOP,
+            ["--base-url", url] + ([] if real else ["--model", "bench"]),
+            env=env,
+            encoding="utf-8",
+            timeout=600,
+            dimensions=(40, 160),
+        )
+        screen = pyte.Screen(160, 40)
+        stream = pyte.Stream(screen)
+
+        def until(seen: Callable[[str], bool], timeout: float) -> bool:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if seen("\n".join(screen.display)):
+                    return True
+                try:
+                    data = child.read_nonblocking(65536, timeout=0.05)
+                except pexpect.TIMEOUT:
+                    continue
+                stream.feed(data)
+                if "\x1b[6n" in data:
+                    child.send(f"\x1b[{screen.cursor.y + 1};{screen.cursor.x + 1}R")
+            return False
+
+        until(lambda shown: "new session" in shown, 60)  # the first prompt's toolbar
+        normal: list[float] = []
+        compacting = first = 0.0
+        for turn in range(1, 60):
+            screen.reset()
+            started = time.monotonic()
+            child.sendline(f"{turn}. {NOTE}")
+            back = f" {turn}q · "  # the toolbar once the prompt is back after this turn
+
+            def returned(shown: str, back: str = back) -> bool:
+                return "Continuing session" in shown or back in shown
+
+            until(returned, 600)
+            if "Continuing session" in "\n".join(screen.display):  # this turn compacted
+                until(lambda shown: "you>" in shown.split("Continuing session")[-1], 600)
+                compacting = time.monotonic() - started
+                screen.reset()
+                started = time.monotonic()
+                child.sendline(f"{turn + 1}. {NOTE}")
+                until(lambda shown: " 1q · " in shown, 600)  # the child's first turn
+                first = time.monotonic() - started
+                break
+            normal.append(time.monotonic() - started)
+        child.sendeof()
+        child.expect(pexpect.EOF)
+        child.close()
+        _settle(home)
+    return compacting, first, statistics.median(normal)
+
+
+def nopause_figures(
+    pairs: int, summary_seconds: float, real_url: str | None = None
+) -> list[tuple[str, float, float]]:
+    """(what, median with ``summaries: background``, median with ``wait``), A B A B,
+    each as a ratio to that run's normal turn; against ``real_url`` when given."""
+    server, url = serve(summary_seconds)
+    url = real_url or url
+    ratios: dict[str, dict[str, list[float]]] = {
+        "background": {"compacting": [], "first": [], "normal": []},
+        "wait": {"compacting": [], "first": [], "normal": []},
+    }
+    try:
+        for _ in range(pairs):
+            for summaries in ("background", "wait"):
+                compacting, first, normal = nopause_turns(url, summaries, real_url is not None)
+                got = ratios[summaries]
+                got["compacting"].append(compacting / normal)
+                got["first"].append(first / normal)
+                got["normal"].append(normal)
+    finally:
+        server.shutdown()
+        server.server_close()
+    median = statistics.median
+    new, old = ratios["background"], ratios["wait"]
+    return [
+        ("compacting turn / a normal turn", median(new["compacting"]), median(old["compacting"])),
+        ("child's first turn / a normal turn", median(new["first"]), median(old["first"])),
+        ("a normal turn (s)", median(new["normal"]), median(old["normal"])),
+    ]
+
+
 def compaction_figures(
     pairs: int, summary_seconds: float, real_url: str | None = None
 ) -> list[tuple[str, float, float]]:
@@ -424,6 +533,13 @@ def main() -> None:
         "(e.g. llama_cpp.server --n_ctx 2048 at http://127.0.0.1:8765/v1)",
     )
     parser.add_argument(
+        "--no-pause",
+        action="store_true",
+        help="only the compaction with no pause before it (issue 45 item 5): the compacting "
+        "turn and the child's first, as ratios to a normal turn, background against wait "
+        "(with --compaction-server: against that model server)",
+    )
+    parser.add_argument(
         "--requests",
         action="store_true",
         help="count what the first and second process ask of a server (no times)",
@@ -433,6 +549,18 @@ def main() -> None:
         print(f"{'requests of one one-shot':38} {'first':>6} {'second':>7}")
         for what, first, second in requests_rows():
             print(f"{what:38} {first:6} {second:7}")
+        return
+    if args.no_pause:
+        compileall.compile_dir(str(HERE.parent / "chatloop"), quiet=1)
+        rows = nopause_figures(args.pairs, args.summary_seconds, args.compaction_server)
+        where = (
+            args.compaction_server or f"the scripted server ({args.summary_seconds:g} s summaries)"
+        )
+        print(f"no pause before the compaction, against {where}; medians of {args.pairs} pair(s)")
+        print(f"{'':36} {'background':>11} {'wait (before)':>14}")
+        for what, new, old in rows:
+            unit = "s" if what.endswith("(s)") else "x"
+            print(f"{what:36} {new:10.2f}{unit} {old:13.2f}{unit}")
         return
     if args.compaction_server:
         compileall.compile_dir(str(HERE.parent / "chatloop"), quiet=1)

@@ -87,6 +87,7 @@ DEFAULT_TITLES = "model"  # model | first | off: how a new conversation gets its
 DEFAULT_TITLE_TIMEOUT = 10.0  # seconds for the title request (then the first request's line)
 DEFAULT_TITLE_MAX_TOKENS = 16  # the longest title reply (about 6 words asked for)
 DEFAULT_SUMMARIES = "background"  # background | wait: who writes the summary of a chat that ended
+DEFAULT_ACKNOWLEDGMENT = "written"  # written | model: who acknowledges a restoration prompt
 DEFAULT_PREPARE_COMPACTION = "on"  # on | off: the next compaction's summary made ahead
 PREPARE_LOOKBACK = 4  # exchanges whose largest foretells the next one's size
 PREPARE_IDLE_S = 2.0  # a preparation asks the model only after the person let this pass
@@ -119,6 +120,7 @@ class Settings(NamedTuple):
     titles: str = DEFAULT_TITLES  # model | first | off
     title_timeout: float = DEFAULT_TITLE_TIMEOUT
     summaries: str = DEFAULT_SUMMARIES  # background | wait
+    acknowledgment: str = DEFAULT_ACKNOWLEDGMENT  # written | model
     prepare_compaction: str = DEFAULT_PREPARE_COMPACTION  # on | off
     sessions_dir: str = ""
     # MCP servers every agent is offered (chat.mcp_servers): the config file's mapping,
@@ -224,7 +226,13 @@ CHOICES: dict[str, tuple[tuple[str, ...], str]] = {  # the words a key takes, an
     "summaries": (
         ("background", "wait"),
         "background writes a chat's summary after it ends, in a worker; wait writes it "
-        "before chatloop returns.",
+        "before chatloop returns; background also lets a compaction begin the new "
+        "session at once, its model summary written behind.",
+    ),
+    "acknowledgment": (
+        ("written", "model"),
+        "written: chatloop acknowledges a restoration prompt itself, so a continued "
+        "session's first reply waits for no other call; model asks the model first.",
     ),
 }
 

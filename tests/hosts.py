@@ -30,7 +30,11 @@ AGENTS = Path(__file__).resolve().parent.parent / "agents"
 # The settings of in-process tests: the defaults, but titles from the first request, so a
 # FakeBackend's scripted replies each go where the test means (one per stream call).
 # Nothing prepared in the background either (it would take a scripted reply meant for a turn).
-TEST_SETTINGS = Settings(titles="first", summaries="wait", prepare_compaction="off")
+# (the model acknowledges restorations here, as it always did before ``written``: the
+# tests that script acknowledgments keep checking that path; test_nowait.py the default)
+TEST_SETTINGS = Settings(
+    titles="first", summaries="wait", prepare_compaction="off", acknowledgment="model"
+)
 
 
 @dataclass

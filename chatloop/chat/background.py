@@ -137,7 +137,8 @@ def finish(
     home: Path,
 ) -> None:
     """Summarize ``writer``'s session and finalize it, as a chat closing it would (``home``:
-    the person's, where the server's sharing is kept): the
+    the person's, where the server's sharing is kept; ``changes["summary_leaves"]``:
+    the last messages a compaction's child carries, which the summary leaves out): the
     summary it began from (``chain.began_from``), the model's summary of what was said
     (its fallback when the model fails), the totals, and ``changes`` (a late title).
     The model is asked by the rule of ``chat.sharing`` (``_when_free``): a try is given
@@ -154,6 +155,9 @@ def finish(
     parent = chain.Parent(writer.path, writer.meta, None)
     previous = chain.began_from(store, parent)
     said = writer.messages  # (as marked: chain.summarize reads them, ledger_of too)
+    # a compaction's parent: its last messages are carried by its child word for word
+    leave = changes.get("summary_leaves", 0)
+    said = said[: len(said) - leave] if isinstance(leave, int) and 0 < leave < len(said) else said
 
     def ask(cancel: Cancel) -> chain.SummaryOutcome:
         window = settings.context_window or backend.context_window() or None

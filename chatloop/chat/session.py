@@ -55,7 +55,16 @@ from chatloop.backends.base import (
     ContextOverflow,
     estimate_tokens,
 )
-from chatloop.chat import background, chain, continuation, ledger, prompts, sharing, titles
+from chatloop.chat import (
+    background,
+    chain,
+    continuation,
+    ledger,
+    prompts,
+    restoration,
+    sharing,
+    titles,
+)
 from chatloop.chat.agent import Agent
 from chatloop.chat.arming import Arming, with_model
 from chatloop.chat.context import (
@@ -72,6 +81,7 @@ from chatloop.chat.context import (
 )
 from chatloop.chat.host import Host
 from chatloop.chat.preparation import Preparation, Prepared
+from chatloop.chat.restoration import Awaited
 from chatloop.chat.state import (
     Branch,
     Child,
@@ -142,6 +152,7 @@ class ChatSession:
     prepare_after: float = PREPARE_IDLE_S  # a preparation waits this long before asking
     _preparing: Preparation | None = None  # the next compaction's summary, being made
     _prepared: Prepared | None = None  # the last one made (until a newer one is)
+    _awaited: Awaited | None = None  # a parent whose model summary is written behind
     # what arms another agent (/resume to a session of another): the command line's
     arming: Arming = None  # type: ignore[assignment]  # None: the environment's (__post_init__)
 
@@ -212,7 +223,8 @@ class ChatSession:
                 ahead = [preview, *carried]
         writer = self.writer
         said = [m for m in writer.messages if not m.unsent] if writer else []
-        return [*said, *ahead, *self._queue]
+        # (a later restoration prompt takes the first one's place: ``restoration``)
+        return [*restoration.revised(said), *ahead, *self._queue]
 
     def describe(self) -> Status:
         """What this session is, for /info, the toolbar and tests."""
@@ -470,6 +482,7 @@ class ChatSession:
         is recorded in the file)."""
         self._overtake()  # the person goes first: a summary being prepared is given up
         self.take_title(wait=False)  # and a title not come yet
+        self._revise()  # a parent's model summary written since: it takes its place now
         message = Message.create("user", self.clock(), text=text)
         begins = self.state.continuation if isinstance(self.state, Waiting) else None
         self._queue.append(message)  # in hand: from here on it is on disk or visibly queued
@@ -900,6 +913,7 @@ class ChatSession:
         and nothing prepared for it."""
         self._overtake()
         self._prepared = None
+        self._awaited = None
         writer = self.writer
         if writer is not None:
             writer.close()
@@ -955,6 +969,12 @@ class ChatSession:
             else:
                 outcome, carried = None, () if unanswered is not None else self._carried(writer)
                 leave = len(carried)
+            deferred = None if outcome or instructions else self._defer(writer, leave)
+            if deferred is not None:  # the child begins now; the model's summary comes later
+                self._release()
+                self._awaited = Awaited(deferred.path, unanswered)
+                self.begin_child(deferred, deferred.summary or "", template, unanswered, carried)
+                return
             try:
                 parent = self._finalize(writer, instructions, leave, outcome)
             except StoreError as exc:
@@ -967,6 +987,74 @@ class ChatSession:
             self.begin_child(parent, parent.summary, template, unanswered, carried)
         finally:
             self._queue[0:0] = held
+
+    def _defer(self, writer: SessionWriter, leave: int) -> chain.Parent | None:
+        """A compaction that does not wait for the model: ``writer``'s session is handed
+        to the background worker (``chat.background``), which writes the model's summary
+        of all but its last ``leave`` messages when the person pauses (the rule of
+        ``chat.sharing``), and the parent returned carries the summary built from the
+        transcript (``chain.fallback``, its ledger included), which the child begins
+        from at once (``_revise`` later puts the model's in its place). None, with
+        nothing done, when the summary must be made here: ``summaries: wait``, the
+        embedded model (one model in this process: a worker would load a second), or a
+        backend a worker cannot build."""
+        if self.settings.summaries != "background" or self.backend.kind == "embedded":
+            return None
+        messages = writer.messages
+        covered = messages[: len(messages) - leave]
+        made = chain.fallback(covered, self.previous, self._summary_words())
+        late = self._late_title(writer, wait=False)  # (as leaving: never held by a title)
+        changes: dict[str, Any] = {**late, "summary_leaves": leave} if leave else dict(late)
+        totals: dict[str, Any] = {**writer.totals.fields(), **late}
+        meta = replace(writer.meta, **totals)
+        pid = background.hand_off(
+            writer, self.store, self.backend, self.settings, changes, self.arming.home
+        )
+        if pid is None:
+            return None
+        self.host.notice(
+            f"Compacting without waiting for the model: the new session begins from a "
+            f"summary built from the transcript of {meta.id}; the model's summary is "
+            "written in the background when you pause, and takes its place then.",
+            "ok",
+        )
+        return chain.Parent(writer.path, meta, made.text)
+
+    def _revise(self) -> None:
+        """When the model's summary of the parent this child began without (``_defer``)
+        has been written, record the restoration prompt it makes (after everything said
+        so far, at its time): from this request on it is sent in the first one's place
+        (``restoration.revised``), and it is what this session continues from. One
+        the worker gave up on (its summary built from the transcript) changes nothing."""
+        awaited, writer = self._awaited, self.writer
+        if awaited is None or writer is None or not isinstance(self.state, Open):
+            return
+        if lock_holder(awaited.path) == SUMMARY_HOLDER:
+            return  # still being written
+        self._awaited = None
+        try:
+            found = self.store.summary_of(awaited.path)
+            parent = chain.read_parent(self.store, awaited.path)
+        except (ChatloopError, OSError):
+            return
+        if found.message is None or found.message.fallback or parent.summary is None:
+            return
+        summary = self._fit_summary(parent.summary)
+        carried = sum(1 for m in writer.messages if m.copy)
+        text = self._restoration(parent, summary, awaited.unanswered, carried)
+        revision = Message.create("user", self.clock(), text=text, restore=True)
+        try:
+            self._queue.append(revision)
+            self.flush()
+        except StoreError:
+            self._queue.remove(revision)  # (the first restoration stays: nothing lost)
+            return
+        self.state = replace(self.state, previous=summary)
+        self.host.notice(
+            f"The model's summary of {parent.meta.id} is written: it takes the place of "
+            "the one built from the transcript from this message on.",
+            "restored",
+        )
 
     def _carry_less(self, waiting: FromSummary, typed: Sequence[Message]) -> FromSummary:
         """``waiting`` carrying fewer copies (the oldest exchanges go first) until the
@@ -1303,7 +1391,16 @@ class ChatSession:
                 self._unbegin(begins, writer, typed)
                 raise
         if isinstance(begins, FromSummary) and not self.leaving:
-            self._acknowledge(writer, after=len(begins.carried) + typed)
+            after = len(begins.carried) + typed
+            if self.settings.acknowledgment == "model":
+                self._acknowledge(writer, after=after)
+            else:  # the first reply waits for no other call
+                self._keep_acknowledgment(
+                    writer, restoration.acknowledgment(begins.parent.meta.id, self.clock()), after
+                )
+                self.host.notice(
+                    "Acknowledged by chatloop (no model call before your reply).", "restored"
+                )
         return self._answer(message.text)
 
     def _begin_otherwise(
@@ -1387,6 +1484,12 @@ class ChatSession:
         ack = reply._replace(restore=True)
         if not answers and reply.stop_reason == "length":
             ack = ack._replace(text=prompts.whole_sentences(ack.text))
+        self._keep_acknowledgment(writer, ack, after)
+
+    def _keep_acknowledgment(self, writer: SessionWriter, ack: Message, after: int) -> None:
+        """Write ``ack`` after the restoration prompt: before the ``after`` messages saved
+        after it (left out, and said, when the file changed or cannot be written), else
+        at the end (queued when it cannot be written: StoreError)."""
         if after:  # what follows is saved: only the acknowledgment may be left out
             try:
                 if not writer.insert(ack, before=after):

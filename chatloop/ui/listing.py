@@ -168,6 +168,7 @@ def transcript_lines(
     # a copy of an exchange said before (a retry's, a compaction's carried ones): where from
     carried = f"Carried over from {meta.parent_id}" if meta.parent_id else "Carried over"
     query = 0
+    restorations = 0  # a later restoration prompt revises the first (chat.restoration)
     for m in messages:
         if isinstance(m, Plain):  # most messages: only text, nothing interrupted
             if m.role == "user":
@@ -181,8 +182,10 @@ def transcript_lines(
         role = m.role
         if role == "user":
             query += m.is_query
+            prompt = m.restore and not m.copy
+            restorations += prompt
             label = (
-                (carried if m.copy else restored)
+                (carried if m.copy else "Summary revised" if restorations > 1 else restored)
                 if m.restore
                 else "Not sent"
                 if m.unsent
@@ -193,7 +196,8 @@ def transcript_lines(
         elif role == "assistant":
             out += [f"  [thinking] {v(t.text)}" for t in m.thinking]
             if m.text and not m.text.isspace():  # (blank text: as the chat, "empty")
-                out.append(f"{speaker}: {v(m.text)}{cut}")
+                who = f"{speaker} (written by chatloop)" if m.restore and m.fallback else speaker
+                out.append(f"{who}: {v(m.text)}{cut}")
             elif m.interrupted or not m.tool_calls:  # (a reply that only calls tools: its
                 out.append(f"{speaker}: {no_text(m, fork or m.copy)}")  # arrows say it)
             out += [f"  → {v(c.name)}({v(c.arguments)})" for c in m.tool_calls]
