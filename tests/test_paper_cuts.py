@@ -140,3 +140,47 @@ def test_a_carried_copy_is_headed_carried_over_in_the_file_and_reads_back_the_sa
     assert "## Carried over\nan earlier question" in text
     messages = parse_markdown(writer.path.read_bytes()).session.messages
     assert [m for m in messages if m.role == "user"] == [prompt, carried]
+
+
+def test_export_heads_an_old_files_copies_carried_over_and_keeps_every_other_byte(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file written before copies were headed ``## Carried over`` (its copies under
+    ``## Session restored``) is exported with each copy headed as chatloop heads one
+    now: the same messages, every checksum good, every other byte as it was; a file
+    written since is exported byte for byte."""
+    from chatloop.format import body, parse_markdown
+
+    def old_lead(message: Message, query: int, version: int) -> str:  # (before the change)
+        if message.role == "user" and message.restore and version >= 2:
+            return "## Session restored\n"
+        return new_lead(message, query, version)
+
+    new_lead = body._lead
+    carried = Message.create("user", T0, text="an earlier question", restore=True, copy=True)
+    prompt = Message.create("user", T0, text="the summary", restore=True)
+    asked = Message.create("user", T0, text="a new question")
+    monkeypatch.setattr(body, "_lead", old_lead)
+    with store.create(new_meta(title="old", parent_id="20250101-000000-aaaaaaaa")) as writer:
+        for message in (prompt, carried, asked):
+            writer.append(message)
+        writer.finalize()
+    monkeypatch.setattr(body, "_lead", new_lead)
+    old = writer.path.read_bytes()
+    assert old.count(b"## Session restored\n") == 2  # the file as an older chatloop wrote it
+
+    done = run("export", writer.path.stem, home=store.root, cwd=store.cwd)
+    assert done.returncode == 0, done.stderr
+    exported = done.stdout.encode()
+    assert b"## Carried over\nan earlier question" in exported
+    assert exported.count(b"## Session restored\n") == 1  # the restoration prompt's
+    result = parse_markdown(exported)
+    assert not result.problems  # every checksum good
+    assert result.session.messages == parse_markdown(old).session.messages
+    assert len(exported) == len(old) + len(b"## Carried over\n") - len(b"## Session restored\n")
+
+    with store.create(new_meta(title="new")) as fresh:  # written now: byte for byte
+        fresh.append(carried._replace(key="bbbbbbbb"))
+        fresh.finalize()
+    done = run("export", fresh.path.stem, home=store.root, cwd=store.cwd)
+    assert done.stdout.encode() == fresh.path.read_bytes()

@@ -11,12 +11,39 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from chatloop.format.frames import Frame
 from chatloop.format.front_matter import BOM, rewrite_front_matter
 from chatloop.format.read import UNREADABLE, message_from, open_document
 from chatloop.format.render import render_frame
-from chatloop.format.values import Problem, content_of, new_key
+from chatloop.format.values import Problem, SessionMeta, content_of, new_key
 
-__all__ = ["HEAD_DAMAGE", "reseal"]
+__all__ = ["HEAD_DAMAGE", "carried_copy", "reseal"]
+
+OLD_COPY_HEADING = b"## Session restored\n"  # a copy's, before copies were headed so
+
+
+def carried_copy(frame: Frame, meta: SessionMeta) -> bytes | None:
+    """A carried copy's frame as chatloop writes one now (headed ``## Carried over``,
+    its checksum computed again), from its open marker to its close line, when
+    ``frame`` is a format-2 copy that a file written before copies were headed so
+    still heads ``## Session restored``, and sound (its checksum good: a hand edit is
+    never sealed here); None for every other frame (the caller keeps it as found).
+    The message is the same; only its decoration changes."""
+    if (
+        meta.format < 2
+        or frame.role != "user"
+        or not frame.crc_ok
+        or not frame.body.startswith(OLD_COPY_HEADING)
+        or b'"copy":true' not in frame.info
+    ):
+        return None
+    try:
+        message = message_from(frame, meta, [])
+    except UNREADABLE:
+        return None
+    if not message.copy:
+        return None
+    return render_frame(message, meta, 0)[1:]  # (the blank line before it is the file's)
 
 
 def reseal(data: bytes, name: str = "") -> tuple[bytes, int, tuple[Problem, ...]]:

@@ -2,8 +2,11 @@
 
 ``chatloop export`` and ``/export`` in a chat both write through here: the
 markdown export is the session files as they are (the format is the export),
-one after the other, a blank line between; the target file is created new
-(``O_EXCL``, mode 0600: a transcript is private wherever it is written).
+one after the other, a blank line between, except that a carried copy in a file
+written before copies were headed ``## Carried over`` is written as chatloop
+writes one now (``format.resealing.carried_copy``: the same message, its heading
+and checksum new), so that every copy reads as one; the target file is created
+new (``O_EXCL``, mode 0600: a transcript is private wherever it is written).
 """
 
 from __future__ import annotations
@@ -43,15 +46,65 @@ class Sink(Protocol):
 
 
 def write_markdown(paths: Iterable[Path], sink: Sink) -> int:
-    """The session files at ``paths`` written to ``sink`` as they are, in order, a
-    blank line between two; streamed (memory does not grow with a file). Returns how
-    many were written."""
+    """The session files at ``paths`` written to ``sink`` as they are (but for old
+    copies' headings: see the module's doc), in order, a blank line between two;
+    streamed (memory does not grow with a file). Returns how many were written."""
     count = 0
     for path in paths:
         if count:
             sink.write(b"\n")
         with open_read(path) as handle:
-            shutil.copyfileobj(handle, sink, 1 << 20)
+            if _has_old_copies(handle):
+                _write_relabelled(path, handle, sink)
+            else:
+                shutil.copyfileobj(handle, sink, 1 << 20)
         count += 1
     sink.flush()
     return count
+
+
+def _has_old_copies(handle: BinaryIO) -> bool:
+    """Whether the file may hold a copy under its old heading (a quick look for the
+    heading's bytes, in pieces; the handle is put back at its start)."""
+    from chatloop.format.resealing import OLD_COPY_HEADING
+
+    tail = b""
+    found = False
+    while piece := handle.read(1 << 20):
+        if OLD_COPY_HEADING in tail + piece:
+            found = True
+            break
+        tail = piece[-len(OLD_COPY_HEADING) :]
+    handle.seek(0)
+    return found
+
+
+def _write_relabelled(path: Path, handle: BinaryIO, sink: Sink) -> None:
+    """``handle``'s file to ``sink``: every byte as found, but each old copy's frame
+    written anew (``carried_copy``); frames are found by the one scanner, the bytes
+    around them copied from a second handle of the same file."""
+    from chatloop.format import open_document
+    from chatloop.format.resealing import carried_copy
+
+    doc = open_document(handle, path.stem)
+    done = 0
+    with open_read(path) as raw:
+        for frame in doc.frames():
+            fresh = carried_copy(frame, doc.meta)
+            if fresh is None:
+                continue
+            _copy_span(raw, sink, frame.offset - done)
+            sink.write(fresh)
+            raw.seek(frame.end)
+            done = frame.end
+        shutil.copyfileobj(raw, sink, 1 << 20)
+
+
+def _copy_span(raw: BinaryIO, sink: Sink, size: int) -> None:
+    """``size`` bytes from ``raw`` (where it stands) to ``sink``, in pieces."""
+    while size > 0:
+        piece = raw.read(min(size, 1 << 20))
+        if not piece:
+            return
+        sink.write(piece)
+        size -= len(piece)
