@@ -11,6 +11,7 @@ restoration's place, once."""
 from __future__ import annotations
 
 import threading
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -144,11 +145,11 @@ def test_a_compaction_begins_the_child_at_once_and_the_model_summary_revises_it_
 
 
 def test_revised_sends_the_last_restoration_once_in_the_first_place() -> None:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from chatloop.format import Message
 
-    at = datetime(2026, 12, 7, tzinfo=timezone.utc)
+    at = datetime(2026, 12, 7, tzinfo=UTC)
     first = Message.create(
         "user", at, text="We are continuing an earlier conversation: A", restore=True
     )
