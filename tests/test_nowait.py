@@ -41,12 +41,15 @@ class Served:
         self.release = threading.Event()
         self.summary_asked = threading.Event()
         self.summaries_served = 0
+        self.summary_requests: list[str] = []  # each summary request's last message
         self.lock = threading.Lock()
 
     def reply(self, request: dict[str, Any]) -> str:
         messages = request["messages"]
         last = str(messages[-1]["content"])
         if SUMMARY in last:
+            with self.lock:
+                self.summary_requests.append(last)
             self.summary_asked.set()
             assert self.release.wait(120), "the summary was never let go"
             with self.lock:
@@ -138,6 +141,38 @@ def test_a_compaction_begins_the_child_at_once_and_the_model_summary_revises_it_
             shown = run("show", child_path.stem, home=store.root, cwd=store.cwd).stdout
             assert "── Summary revised (" in shown  # the revision, labelled as one
             assert "(written by chatloop): Understood" in shown  # not the model's words
+        finally:
+            served.release.set()
+            session.close()
+            session.backend.close()
+
+
+def test_a_child_left_before_its_parents_summary_is_written_continues_from_it(
+    tmp_path: Path,
+) -> None:
+    """The child of a compaction that did not wait is left (its summary handed to a
+    worker) while the parent's model summary is still being written: the child's
+    summary continues from the parent's model summary, not from nothing."""
+    served = Served()
+    store = Store(Path(tmp_path / "home"))
+    with scripted_server(served.reply) as url:
+        session, _ = _session(store, url)
+        try:
+            session.send("How often should I water the basil on the north side?")
+            session.send("And the thyme beside it?")
+            parent_path = session.writer.path
+            session.compact()
+            session.send("What about the mint?")
+            child_path = session.writer.path
+            session.close()  # the child's summary goes to a worker of its own
+            assert lock_holder(child_path) == SUMMARY_HOLDER
+            served.release.set()
+            assert wait_for_lock(parent_path, 120) and wait_for_lock(child_path, 120)
+            child = _read(child_path)
+            assert child.messages[-1].role == "summary" and not child.messages[-1].fallback
+            asked = [r for r in served.summary_requests if "What about the mint?" in r]
+            assert asked, served.summary_requests
+            assert all("Water every 2 days" in r for r in asked)  # the parent's, as its past
         finally:
             served.release.set()
             session.close()

@@ -58,7 +58,7 @@ from chatloop.backends.base import Backend
 from chatloop.chat import sharing
 from chatloop.chat.bounded import within
 from chatloop.config import Settings
-from chatloop.store.fsio import mark_summary
+from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder, mark_summary, wait_for_lock
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
@@ -153,6 +153,11 @@ def finish(
     from chatloop.chat.tokens import TokenCount
 
     parent = chain.Parent(writer.path, writer.meta, None)
+    above = store.parent_of(writer.path, writer.meta)
+    if above is not None and lock_holder(above) == SUMMARY_HOLDER:
+        # a compaction's parent whose model summary another worker is writing (it did
+        # not wait for it): this summary continues from that one, so it waits for it
+        wait_for_lock(above, settings.summary_worker_patience)
     previous = chain.began_from(store, parent)
     said = writer.messages  # (as marked: chain.summarize reads them, ledger_of too)
     # a compaction's parent: its last messages are carried by its child word for word

@@ -45,6 +45,7 @@ from chatloop.config import (
 )
 from chatloop.errors import BackendError, ChatloopError
 from chatloop.format import Message, SessionMeta
+from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
@@ -358,10 +359,24 @@ def began_from(store: Store, parent: Parent, limit: int = MAX_CHAIN) -> str | No
         if above.meta.id in seen:
             return None
         if meta.extra.get("forked_at") is None:
-            return above.summary
+            return above.summary if above.summary is not None else _being_written(store, above)
         seen.add(above.meta.id)  # a fork carries its parent's history: what that began from
         meta, path = above.meta, above.path
     return None
+
+
+def _being_written(store: Store, parent: Parent) -> str | None:
+    """The summary built from the transcript of ``parent``, whose own a background
+    worker is still writing (a compaction that did not wait for it, a chat just left):
+    what began from it must not begin from nothing meanwhile. None otherwise."""
+    if lock_holder(parent.path) != SUMMARY_HOLDER:
+        return None
+    try:
+        messages = list(store.read(parent.path).session.messages)
+    except (OSError, ChatloopError):
+        return None
+    previous = began_from(store, parent)
+    return fallback(messages, previous, summary_words(DEFAULT_SUMMARY_MAX_TOKENS)).text
 
 
 def chain_tokens(store: Store, path: Path, meta: SessionMeta, limit: int = MAX_CHAIN) -> int:
