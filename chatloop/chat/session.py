@@ -1342,8 +1342,10 @@ class ChatSession:
     def _child(self, continuation: Continuation) -> Child:
         """What the child of ``continuation`` is written with: its front matter (what
         was pinned or renamed while it waited included) and the messages it opens with:
-        the restoration prompt and the copies it carries, a fork's copies (or the
-        restoration of their summary), nothing but the link for ``--full``."""
+        the restoration prompt (with ``acknowledgment: written``, chatloop's
+        acknowledgment after it, unless the child answers a message at once) and the
+        copies it carries, a fork's copies (or the restoration of their summary),
+        nothing but the link for ``--full``."""
         parent = continuation.parent
         template = replace(
             continuation.template,
@@ -1365,6 +1367,10 @@ class ChatSession:
         summary, carried = continuation.summary, continuation.carried
         text = self._restoration(parent, summary, continuation.unanswered, len(carried))
         prompt = Message.create("user", now, text=text, restore=True)
+        if continuation.unanswered is None and self.settings.acknowledgment == "written":
+            # chatloop's acknowledgment, written with the child: no call, no second write
+            ack = restoration.acknowledgment(parent.meta.id, now)
+            return Child(meta, (prompt, ack, *carried), summary)
         return Child(meta, (prompt, *carried), summary)
 
     def _first_of_child(self, begins: Continuation, message: Message, typed: int) -> TurnResult:
@@ -1391,13 +1397,9 @@ class ChatSession:
                 self._unbegin(begins, writer, typed)
                 raise
         if isinstance(begins, FromSummary) and not self.leaving:
-            after = len(begins.carried) + typed
             if self.settings.acknowledgment == "model":
-                self._acknowledge(writer, after=after)
-            else:  # the first reply waits for no other call
-                self._keep_acknowledgment(
-                    writer, restoration.acknowledgment(begins.parent.meta.id, self.clock()), after
-                )
+                self._acknowledge(writer, after=len(begins.carried) + typed)
+            else:  # written with the child (``_child``): the reply waits for no other call
                 self.host.notice(
                     "Acknowledged by chatloop (no model call before your reply).", "restored"
                 )
