@@ -198,7 +198,8 @@ def test_the_first_message_after_compact_is_on_disk_while_the_acknowledgment_str
 
     with scripted_server(reply, tokenize=tokenize) as url:
         try:
-            child = spawn(url, chatloop_home, project, 16)
+            # (the model writes the acknowledgment here: ``acknowledgment: model``)
+            child = spawn(url, chatloop_home, project, 16, acknowledgment="model")
             child.sendline(QUESTION)
             wait(child, ready(1))
             child.sendline("/compact")

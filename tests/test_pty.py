@@ -345,7 +345,14 @@ def test_an_empty_reply_is_said_and_an_acknowledgment_is_labelled(
     with scripted_server(reply) as url:
         shown = io.StringIO()
         child = spawn(
-            url, chatloop_home, project, 12, "-c", ready_text="Continuing session", log=shown
+            url,
+            chatloop_home,
+            project,
+            12,
+            "-c",
+            ready_text="Continuing session",
+            log=shown,
+            acknowledgment="model",  # (the model's acknowledgment: ``written`` is chatloop's)
         )
         child.sendline("How deep should the pots be?")
         wait(child, ready(1))
@@ -361,6 +368,54 @@ def test_an_empty_reply_is_said_and_an_acknowledgment_is_labelled(
     # the reply after an acknowledgment is labelled as the answer (that one only)
     assert label < ack < screen.index("Its answer to your message:") < answer < empty
     assert screen.count("Its answer to your message:") == 1
+
+
+def test_a_resume_is_acknowledged_by_chatloop_before_the_first_reply_without_a_call(
+    chatloop_home: Path, project: Path
+) -> None:
+    """Issue 45 item 5, through the installed program: after ``-c`` with the default
+    ``acknowledgment: written``, the first message is answered with no request before
+    it that only acknowledges the summary; the child file holds chatloop's
+    acknowledgment after the restoration prompt, flagged as its own, and the screen
+    says so."""
+    from chatloop.format import Message, parse_markdown, render_markdown
+    from chatloop.store.store import Store
+    from tests.conftest import T0, new_meta
+    from tests.scripted_server import scripted_server
+
+    folder = Store(chatloop_home, cwd=project).project_dir
+    folder.mkdir(parents=True)
+    meta = new_meta(id="20261121-143045-0e0e0e0e", status="closed", queries=1)
+    messages = (
+        Message.create("user", T0, text="Plan the herb pots"),
+        Message.create("assistant", T0, text="Mint and parsley."),
+        Message.create("summary", T0, text="**Pending:** pot sizes"),
+    )
+    (folder / f"{meta.id}.md").write_bytes(render_markdown(Session(meta, messages)))
+    lasts: list[str] = []
+
+    def reply(request: dict[str, object]) -> str:
+        last = str(request["messages"][-1]["content"])  # type: ignore[index]
+        lasts.append(last)
+        return "Thirty centimetres." if "progressive summary" not in last else ""
+
+    with scripted_server(reply) as url:
+        shown = io.StringIO()
+        child = spawn(
+            url, chatloop_home, project, 12, "-c", ready_text="Continuing session", log=shown
+        )
+        child.sendline("How deep should the pots be?")
+        wait(child, ready(1))
+        child.sendline("exit")
+        child.expect(pexpect.EOF)
+    screen = shown.getvalue()
+    assert "Acknowledged by chatloop" in screen and "The model acknowledges" not in screen
+    assert not [last for last in lasts if last.startswith("We are continuing")]  # none acked
+    assert lasts[0] == "How deep should the pots be?"
+    (path,) = [p for p in folder.glob("*.md") if p.stem != meta.id]
+    opened = parse_markdown(path.read_bytes()).session.messages
+    assert opened[0].restore and opened[0].role == "user"
+    assert opened[1].role == "assistant" and opened[1].restore and opened[1].fallback
 
 
 def test_a_wheel_in_a_fresh_venv_chats_with_the_real_server(
