@@ -520,11 +520,13 @@ def test_a_real_chain_as_a_page(
             )
             top, bottom, height = box
             assert 0 <= top < height and bottom > 0, (target, box)
-        page.evaluate("window.scrollTo(0, 0)")
+        page.mouse.move(0, 0)  # (nothing hovered or focused in the picture)
+        page.evaluate("document.activeElement.blur(); window.scrollTo(0, 0)")
         shot = tmp_path / "chain.png"
         page.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 10_000
         if os.environ.get("CHATLOOP_SCREENSHOT"):  # (README's picture: docs/html-export.png)
+            page.set_viewport_size({"width": 1000, "height": 1500})
             page.screenshot(path=os.environ["CHATLOOP_SCREENSHOT"])
         assert visit.console == [] and visit.others() == []
     finally:
