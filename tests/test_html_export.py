@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chatloop.format import Message, Thinking, ToolCall, ToolResult, Usage
 from chatloop.store.store import Store
@@ -31,8 +33,10 @@ from chatloop.ui import as_html, commands
 from chatloop.ui.terminal_text import visible
 from tests.conftest import T0, new_meta
 from tests.pty_driver import run
+from tests.strategies import examples, messages, title_st
 
 CHROMIUM = Path("/usr/bin/chromium")
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_conversations"
 BROWSER_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -222,6 +226,36 @@ def test_hostile_text_in_every_field_stays_text() -> None:
     assert "I am the summary" in text
 
 
+@settings(max_examples=examples(100), deadline=None)
+@given(st.lists(messages(), max_size=4), title_st)
+def test_any_messages_make_a_page_of_text_only(made: list[Message], title: str) -> None:
+    page = page_of(made, title=title, agent=title)
+    parsed = Parsed(page)
+    assert {tag for tag, _ in parsed.tags} <= SAFE_TAGS
+    for tag, attrs in parsed.tags:
+        assert set(attrs) <= SAFE_ATTRIBUTES, tag
+        href = attrs.get("href")
+        assert href is None or href.startswith(("#", "https:", "http:", "mailto:")), href
+    assert not any(c in page for c in RAW_CONTROLS)
+    assert len([a for tag, a in parsed.tags if tag == "article"]) == len(made)
+
+
+# every tag and attribute a page may hold: what the renderer writes, and CommonMark's
+# fmt: off
+SAFE_TAGS = frozenset((
+    "html", "head", "meta", "title", "style", "body", "header", "h1", "h2", "h3", "h4", "h5",
+    "h6", "p", "main", "section", "dl", "dt", "dd", "article", "div", "span", "time",
+    "details", "summary", "pre", "code", "a", "strong", "em", "ul", "ol", "li", "blockquote",
+    "hr", "br", "nav", "svg", "path", "text", "rect", "g",
+))
+SAFE_ATTRIBUTES = frozenset((
+    "lang", "charset", "http-equiv", "content", "name", "class", "id", "datetime", "open",
+    "href", "rel", "start", "xmlns", "width", "height", "viewbox", "role", "x", "y", "rx", "d",
+    "aria-label",
+))
+# fmt: on
+
+
 def test_links_keep_only_web_and_mail_targets_and_show_them() -> None:
     reply = (
         "[site](https://example.org/a?b=1&c=2) [mail](mailto:a@example.org) "
@@ -322,6 +356,48 @@ def test_export_args_choose_the_format_by_flag_or_suffix() -> None:
     for bad in ("--format", "--format pdf", "--formats html"):
         with pytest.raises(commands.ChatloopError):
             split(bad)
+
+
+def test_export_in_the_chat_writes_a_page(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.repl_driver import drive, fake_server
+
+    monkeypatch.chdir(tmp_path)
+    lines = "<b>hi</b>\r/export page.html\r/export --format html other\r/export\rexit\r"
+    _, shown = drive(store, fake_server([]), lines)
+    assert "Exported to page.html" in shown and "Exported to other" in shown
+    for name in ("page.html", "other"):
+        page = (tmp_path / name).read_text(encoding="utf-8")
+        assert page.startswith("<!DOCTYPE html>") and "&lt;b&gt;hi&lt;/b&gt;" in page
+        assert "Reply number 1 here" in page
+    (markdown,) = tmp_path.glob("*.md")  # /export alone: the markdown, as before
+    assert b"## Query 1\n<b>hi</b>\n" in markdown.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "sample",
+    sorted(p.relative_to(SAMPLES).as_posix() for p in SAMPLES.rglob("*.md")),
+)
+def test_every_sample_and_older_format_is_a_page(sample: str) -> None:
+    """The golden transcripts (format 2, format 1, legacy) as pages: every message a
+    card, every question's text in it."""
+    import io
+
+    from chatloop.format import parse_markdown
+
+    path = SAMPLES / sample
+    session = parse_markdown(path.read_bytes()).session
+    sink = io.BytesIO()
+    problems = list(as_html.write_html_files([path], sink))
+    page = sink.getvalue().decode("utf-8")
+    parsed = Parsed(page)
+    cards = [a for tag, a in parsed.tags if tag == "article"]
+    assert len(cards) == len(session.messages) > 0, problems
+    text = "".join(parsed.text)
+    for m in session.messages:
+        if m.role == "user":
+            assert visible(m.text) in text
 
 
 def hostile_session(store: Store) -> str:
@@ -504,6 +580,10 @@ def test_a_real_chain_as_a_page(
         assert fold.evaluate("d => d.open") and body.is_visible()
         fold.query_selector("summary").click()
         assert not fold.evaluate("d => d.open") and not body.is_visible()
+        page.emulate_media(media="print")  # printed, every fold is open
+        assert body.is_visible()
+        page.emulate_media(media="screen")
+        assert not body.is_visible()
 
         nodes = page.query_selector_all("a.node-link")
         assert len(nodes) == 3
@@ -519,7 +599,7 @@ def test_a_real_chain_as_a_page(
                 target,
             )
             top, bottom, height = box
-            assert 0 <= top < height and bottom > 0, (target, box)
+            assert -1 < top < height and bottom > 0, (target, box)  # (-1: sub-pixel)
         page.mouse.move(0, 0)  # (nothing hovered or focused in the picture)
         page.evaluate("document.activeElement.blur(); window.scrollTo(0, 0)")
         shot = tmp_path / "chain.png"

@@ -4,7 +4,7 @@ The page needs nothing but itself: its one stylesheet is inline and allowed by i
 hash in a ``Content-Security-Policy`` meta that allows nothing else (no script,
 no image, no font, no request of any kind), so text that got past the escaping
 still could not run or fetch. It has no script: folding is ``<details>``; light
-and dark follow the browser's ``prefers-color-scheme``; it prints.
+and dark follow the browser's ``prefers-color-scheme``; printed, every fold is open.
 
 Every text from a file (a model's reply, a tool's result, what a person typed, a
 title) is data: escaped for HTML, and made ``visible`` first by the terminal's
