@@ -62,6 +62,9 @@ HOSTILE_TEXTS = [
     '"><style>body{display:none}</style><meta http-equiv="refresh" content="0;url=https://x">',
     "```html\n<script>" + PWN + "</script>\n```\n\n```nosuchlanguage\n<b>x</b>\n```",
 ]
+# how many links within the page have no target there
+DEAD_LINKS = """[...document.querySelectorAll('a[href^="#"]')]
+  .filter(a => !document.getElementById(a.getAttribute('href').slice(1))).length"""
 # a link to a file other than the page itself
 ELSEWHERE = "a => a.protocol === 'file:' && a.pathname !== location.pathname"
 RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e", "\u2066", "\u2069", "\u202c")
@@ -159,6 +162,7 @@ def test_every_kind_of_message_is_a_card_of_its_own_kind() -> None:
     assert "approval: once" in text and "ERROR-TEXT" in text and "not sent" in text
     assert "interrupted" in text and "(no reply: interrupted before any text arrived)" in text
     assert "built without the model" in text and "continues 20261206-120000-parentaa" in text
+    assert [h for h in parsed.hrefs() if h.startswith("#")] == []  # (its part is not here)
     assert "<strong>bold</strong>" in page  # a reply is markdown
     folds = [a for tag, a in parsed.tags if tag == "details"]
     kinds = [(f["class"], "open" in f) for f in folds]
@@ -585,6 +589,7 @@ def test_a_real_chain_as_a_page(
         page.emulate_media(media="screen")
         assert not body.is_visible()
 
+        assert page.evaluate(DEAD_LINKS) == 0  # every link within the page has its target
         nodes = page.query_selector_all("a.node-link")
         assert len(nodes) == 3
         for s, node in reversed(list(zip(sessions, nodes, strict=True))):

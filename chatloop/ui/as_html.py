@@ -82,7 +82,7 @@ def write_html(
     the head, the lineage's picture (``lineage``, for a chain), then each session as
     a header and one card per message. ``title``: the page's, else the first
     session's."""
-    page = _Page()
+    page = _Page(lineage.shown if lineage is not None else frozenset())
     head_written = False
     for meta, messages in sessions:
         if not head_written:
@@ -153,11 +153,13 @@ def _when(at: datetime) -> str:
 
 
 class _Page:
-    """What the page's pieces share: the markdown renderer, the query count of the
+    """What the page's pieces share: the markdown renderer, the sessions in the page
+    (``shown``: a parent among them is a link to its part), the query count of the
     session being written and whether it is a fork (for the labels)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shown: frozenset[str]) -> None:
         self._markdown = _markdown()
+        self._shown = shown
         self._query = 0
         self._fork = False
 
@@ -200,9 +202,9 @@ class _Page:
         parent = ""
         if meta.parent_id:
             how = (
-                f"branches from {_parent_link(meta.parent_id)} after query {forked_at}"
+                f"branches from {self._parent(meta.parent_id)} after query {forked_at}"
                 if self._fork
-                else f"continues {_parent_link(meta.parent_id)}"
+                else f"continues {self._parent(meta.parent_id)}"
             )
             parent = f'<p class="parent">{how}</p>'
         return (
@@ -210,6 +212,12 @@ class _Page:
             f'<header class="session"><h2>{_text(meta.title or meta.id)}</h2>{parent}'
             f"<dl>{rows}</dl></header>\n"
         )
+
+    def _parent(self, parent_id: str) -> str:
+        """A parent's id: a link to its part when it is in the page, else text."""
+        if parent_id in self._shown:
+            return f'<a href="#{anchor(parent_id)}">{_text(parent_id)}</a>'
+        return _text(parent_id)
 
     def card(self, meta: SessionMeta, item: Message | Plain) -> str:
         """One message as a card (HTML); "" for one with nothing to show."""
@@ -228,7 +236,7 @@ class _Page:
             body = _fold("Restoration prompt (what the model was given)", _pre(m.text), "restore")
             return _card("restore", "Session restored", m, body)
         if m.restore:
-            origin = f" from {_parent_link(meta.parent_id)}" if meta.parent_id else ""
+            origin = f" from {self._parent(meta.parent_id)}" if meta.parent_id else ""
             return _card("user carried", f"You · carried over{origin}", m, _pre(m.text))
         if m.unsent:
             return _card("user unsent", "You · not sent", m, _pre(m.text))
@@ -313,10 +321,6 @@ def _card(kind: str, label: str, m: Message, body: str, model: str = "") -> str:
         f'<div class="who"><span class="role">{label}</span>{badges}'
         f'<span class="facts">{" · ".join(facts)}</span></div>{body}</article>\n'
     )
-
-
-def _parent_link(parent_id: str) -> str:
-    return f'<a href="#{anchor(parent_id)}">{_text(parent_id)}</a>'
 
 
 def _arguments(raw: str) -> str:
