@@ -513,9 +513,9 @@ TABLE: tuple[Spec, ...] = (
     Spec("unpin", "/unpin N", "unpin fact N", _unpin),
     Spec(
         "export",
-        "/export [--format md|html] [FILE]",
-        "write this session as markdown, or as one HTML page (--format html or a FILE "
-        "ending .html; default: ./<id>.md or .html)",
+        "/export [FILE]",
+        "write this session as markdown (default: ./<id>.md), or as one HTML page: "
+        "a FILE ending .html, or /export --format html [FILE]",
         _export,
     ),
     Spec("copy", "/copy", "copy the last reply to the clipboard (terminal OSC 52)", _copy),
