@@ -61,6 +61,7 @@ HOSTILE_TEXTS = [
     "bidi \u202eevil\u202c and \u2066isolate\u2069 end",
     '"><style>body{display:none}</style><meta http-equiv="refresh" content="0;url=https://x">',
     "```html\n<script>" + PWN + "</script>\n```\n\n```nosuchlanguage\n<b>x</b>\n```",
+    "| left | right | <b>mid</b> |\n| :--- | ---: | :---: |\n| 1 | 2 | <i onclick=x>3</i> |",
 ]
 # how many links within the page have no target there
 DEAD_LINKS = """[...document.querySelectorAll('a[href^="#"]')]
@@ -250,7 +251,8 @@ SAFE_TAGS = frozenset((
     "html", "head", "meta", "title", "style", "body", "header", "h1", "h2", "h3", "h4", "h5",
     "h6", "p", "main", "section", "dl", "dt", "dd", "article", "div", "span", "time",
     "details", "summary", "pre", "code", "a", "strong", "em", "ul", "ol", "li", "blockquote",
-    "hr", "br", "nav", "svg", "path", "text", "rect", "g",
+    "hr", "br", "nav", "svg", "path", "text", "rect", "g", "table", "thead", "tbody", "tr",
+    "th", "td", "s",
 ))
 SAFE_ATTRIBUTES = frozenset((
     "lang", "charset", "http-equiv", "content", "name", "class", "id", "datetime", "open",
@@ -258,6 +260,22 @@ SAFE_ATTRIBUTES = frozenset((
     "aria-label",
 ))
 # fmt: on
+
+
+def test_tables_align_by_class_never_by_style() -> None:
+    reply = "| a | b | c |\n| :-- | --: | :-: |\n| 1 | ~~2~~ | 3 |"
+    parsed = Parsed(page_of([Message.create("assistant", T0, text=reply)]))
+    cells = [(tag, a.get("class")) for tag, a in parsed.tags if tag in ("th", "td")]
+    assert cells == [
+        ("th", "align-left"),
+        ("th", "align-right"),
+        ("th", "align-center"),
+        ("td", "align-left"),
+        ("td", "align-right"),
+        ("td", "align-center"),
+    ]
+    assert "s" in {tag for tag, _ in parsed.tags}
+    assert not any("style" in a for _, a in parsed.tags)
 
 
 def test_links_keep_only_web_and_mail_targets_and_show_them() -> None:

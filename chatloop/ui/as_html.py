@@ -10,7 +10,8 @@ Every text from a file (a model's reply, a tool's result, what a person typed, a
 title) is data: escaped for HTML, and made ``visible`` first by the terminal's
 rule (``chatloop.ui.terminal_text``), so a control sequence or a bidirectional
 override shows as a symbol. Replies and summaries are markdown, rendered by
-``markdown-it-py`` with raw HTML off; a link survives only to ``http``, ``https``
+``markdown-it-py`` with raw HTML off (CommonMark, with tables and strikethrough as
+the terminal has them); a link survives only to ``http``, ``https``
 or ``mailto`` and shows its target, an image is shown as a link to it (never
 fetched), and code is highlighted by Pygments with classes (no style attribute:
 the policy allows none).
@@ -365,7 +366,9 @@ def _markdown() -> MarkdownIt:
     target), images drawn as links (never fetched), code highlighted by Pygments."""
     from markdown_it import MarkdownIt
 
+    # tables and strikethrough as the terminal's rich renders them too
     md = MarkdownIt("commonmark", {"html": False, "highlight": _highlight})
+    md.enable(["table", "strikethrough"])
     # a refused link is rendered as its text (markdown-it's hook, meant to be replaced)
     md.validateLink = _allowed  # type: ignore[method-assign]
     rules: Any = md.renderer.rules  # type: ignore[attr-defined]  # (untyped callables)
@@ -375,13 +378,17 @@ def _markdown() -> MarkdownIt:
         return f'<a href="{escape(href)}" rel="noopener noreferrer nofollow">'
 
     def link_close(tokens: Any, idx: int, options: Any, env: Any) -> str:
-        opened = next(
-            (t for t in reversed(tokens[:idx]) if t.type == "link_open"), None
-        )  # (links do not nest)
-        href = (opened.attrGet("href") if opened is not None else "") or ""
-        shown = "".join(t.content for t in tokens[tokens.index(opened) + 1 : idx]) if opened else ""
-        target = "" if shown == href else f' <span class="href">({escape(str(href))})</span>'
-        return f"</a>{target}"
+        # the link's text, back to its opening (links do not nest): an autolink, whose
+        # text is its target, does not show it twice
+        shown: list[str] = []
+        start = idx - 1
+        while start >= 0 and tokens[start].type != "link_open":
+            shown.append(tokens[start].content)
+            start -= 1
+        href = str(tokens[start].attrGet("href") or "") if start >= 0 else ""
+        if "".join(reversed(shown)) == href:
+            return "</a>"
+        return f'</a> <span class="href">({escape(href)})</span>'
 
     def image(tokens: Any, idx: int, options: Any, env: Any) -> str:
         token = tokens[idx]
@@ -392,6 +399,15 @@ def _markdown() -> MarkdownIt:
             f'[image: {alt}]</a> <span class="href">({escape(src)})</span>'
         )
 
+    def cell_open(tokens: Any, idx: int, options: Any, env: Any) -> str:
+        # a column's alignment as a class: the policy allows no style attribute
+        token = tokens[idx]
+        align = str(token.attrGet("style") or "").partition(":")[2]
+        kind = f' class="align-{align}"' if align in ("left", "right", "center") else ""
+        return f"<{token.tag}{kind}>"
+
+    rules["th_open"] = cell_open
+    rules["td_open"] = cell_open
     rules["link_open"] = link_open
     rules["link_close"] = link_close
     rules["image"] = image
@@ -537,6 +553,11 @@ pre.code { padding: .5rem .7rem; white-space: pre; overflow-x: auto; }
 .reply pre code { padding: 0; }
 .reply > :first-child { margin-top: 0; }
 .reply > :last-child { margin-bottom: 0; }
+.reply table { border-collapse: collapse; margin: .5rem 0; display: block; overflow-x: auto; }
+.reply th, .reply td { border: 1px solid var(--line); padding: .2rem .5rem; }
+.align-left { text-align: left; }
+.align-right { text-align: right; }
+.align-center { text-align: center; }
 details { margin: .3rem 0; }
 details > summary { cursor: pointer; color: var(--muted); font-size: .9rem; }
 details.thinking { background: var(--think); border-radius: 6px; padding: .2rem .6rem; }
