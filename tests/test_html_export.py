@@ -586,11 +586,17 @@ def test_a_real_chain_as_a_page(
             part = page.query_selector(f"#{as_html.anchor(s['meta']['id'])}")
             assert part is not None
             for m in s["messages"]:
-                card = page.query_selector(f"#m-{m['key']}")
+                card = page.query_selector(f"#{as_html.anchor(s['meta']['id'])}-{m['key']}")
                 assert card is not None, m
                 # (its parts' text apart: two parts' texts joined would make one word)
                 shown = words(card.evaluate(CARD_TEXT))
-                for text in [m["text"], *(r["content"] for r in m["tool_results"])]:
+                texts = [
+                    m["text"],
+                    *(t["text"] for t in m["thinking"]),
+                    *(c["name"] + " " + c["arguments"] for c in m["tool_calls"]),
+                    *(r["content"] for r in m["tool_results"]),
+                ]
+                for text in texts:
                     missing = [w for w in words(visible(text)) if w not in shown]
                     assert missing == [], (m["role"], text)
 
@@ -608,6 +614,8 @@ def test_a_real_chain_as_a_page(
         assert not body.is_visible()
 
         assert page.evaluate(DEAD_LINKS) == 0  # every link within the page has its target
+        ids = page.eval_on_selector_all("[id]", "els => els.map(e => e.id)")
+        assert len(ids) == len(set(ids))  # (a fork's copies keep their keys: ids differ)
         nodes = page.query_selector_all("a.node-link")
         assert len(nodes) == 3
         for s, node in reversed(list(zip(sessions, nodes, strict=True))):

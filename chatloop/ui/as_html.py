@@ -163,6 +163,7 @@ class _Page:
         self._shown = shown
         self._query = 0
         self._fork = False
+        self._where = ""  # the anchor of the session being written
 
     def head(self, title: str, lineage: Lineage | None) -> str:
         css = _stylesheet()
@@ -181,6 +182,7 @@ class _Page:
 
     def session_head(self, meta: SessionMeta) -> str:
         self._query = 0
+        self._where = anchor(meta.id)
         forked_at = meta.extra.get("forked_at")
         self._fork = bool(meta.parent_id) and isinstance(forked_at, int)
         facts: list[tuple[str, str]] = [
@@ -214,6 +216,33 @@ class _Page:
             f"<dl>{rows}</dl></header>\n"
         )
 
+    def _card(self, kind: str, label: str, m: Message, body: str, model: str = "") -> str:
+        """A message's card: its label (HTML made here), its facts, ``body`` (HTML);
+        ``model``: the session's (a reply's model is shown when it is another). Its id is
+        the session's anchor and the frame's key (a copy in a fork keeps its key)."""
+        facts = [f'<time datetime="{escape(m.at.isoformat())}">{escape(_when(m.at))}</time>']
+        if m.usage is not None:
+            tilde = "~" if m.usage.estimated else ""
+            facts.append(f"{tilde}{m.usage.input} in / {tilde}{m.usage.output} out tokens")
+        if m.duration is not None:
+            facts.append(f"{m.duration:.1f} s")
+        if m.role == "assistant" and m.model and m.model != model:
+            facts.append(_text(m.model))
+        if m.stop_reason and m.stop_reason != "stop" and m.role == "assistant":
+            facts.append(f"stop: {_text(m.stop_reason)}")
+        badges = ""
+        if m.interrupted:
+            badges += '<span class="badge cut">interrupted</span>'
+        if m.unsent:
+            badges += '<span class="badge unsent">not sent</span>'
+        if m.copy:
+            badges += '<span class="badge copy">copy</span>'
+        return (
+            f'<article class="card {kind}" id="{self._where}-{escape(m.key)}">'
+            f'<div class="who"><span class="role">{label}</span>{badges}'
+            f'<span class="facts">{" · ".join(facts)}</span></div>{body}</article>\n'
+        )
+
     def _parent(self, parent_id: str) -> str:
         """A parent's id: a link to its part when it is in the page, else text."""
         if parent_id in self._shown:
@@ -235,14 +264,14 @@ class _Page:
     def _user(self, meta: SessionMeta, m: Message) -> str:
         if m.restore and not m.copy:  # (a restoration prompt, also where a fork carries one)
             body = _fold("Restoration prompt (what the model was given)", _pre(m.text), "restore")
-            return _card("restore", "Session restored", m, body)
+            return self._card("restore", "Session restored", m, body)
         if m.restore:
             origin = f" from {self._parent(meta.parent_id)}" if meta.parent_id else ""
-            return _card("user carried", f"You · carried over{origin}", m, _pre(m.text))
+            return self._card("user carried", f"You · carried over{origin}", m, _pre(m.text))
         if m.unsent:
-            return _card("user unsent", "You · not sent", m, _pre(m.text))
+            return self._card("user unsent", "You · not sent", m, _pre(m.text))
         self._query += 1
-        return _card("user", f"You · query {self._query}", m, _pre(m.text))
+        return self._card("user", f"You · query {self._query}", m, _pre(m.text))
 
     def _assistant(self, meta: SessionMeta, m: Message) -> str:
         from chatloop.format import no_text
@@ -269,7 +298,7 @@ class _Page:
             kind, label = "assistant restore", f"{speaker} · acknowledgment"
         else:
             kind, label = "assistant", speaker
-        return _card(kind, label, m, "".join(parts), meta.model)
+        return self._card(kind, label, m, "".join(parts), meta.model)
 
     def _tool(self, m: Message) -> str:
         parts = []
@@ -285,7 +314,7 @@ class _Page:
                     _short(r.content),
                 )
             )
-        return _card("tool", "Tool", m, "".join(parts))
+        return self._card("tool", "Tool", m, "".join(parts))
 
     def _summary(self, m: Message) -> str:
         label = "Summary (built without the model)" if m.fallback else "Summary"
@@ -294,34 +323,7 @@ class _Page:
             f'<div class="reply">{self._markdown.render(visible(m.text))}</div>',
             "summary",
         )
-        return _card("summary", label, m, body)
-
-
-def _card(kind: str, label: str, m: Message, body: str, model: str = "") -> str:
-    """A message's card: its label (HTML made here), its facts, ``body`` (HTML);
-    ``model``: the session's (a reply's model is shown when it is another)."""
-    facts = [f'<time datetime="{escape(m.at.isoformat())}">{escape(_when(m.at))}</time>']
-    if m.usage is not None:
-        tilde = "~" if m.usage.estimated else ""
-        facts.append(f"{tilde}{m.usage.input} in / {tilde}{m.usage.output} out tokens")
-    if m.duration is not None:
-        facts.append(f"{m.duration:.1f} s")
-    if m.role == "assistant" and m.model and m.model != model:
-        facts.append(_text(m.model))
-    if m.stop_reason and m.stop_reason != "stop" and m.role == "assistant":
-        facts.append(f"stop: {_text(m.stop_reason)}")
-    badges = ""
-    if m.interrupted:
-        badges += '<span class="badge cut">interrupted</span>'
-    if m.unsent:
-        badges += '<span class="badge unsent">not sent</span>'
-    if m.copy:
-        badges += '<span class="badge copy">copy</span>'
-    return (
-        f'<article class="card {kind}" id="m-{escape(m.key)}">'
-        f'<div class="who"><span class="role">{label}</span>{badges}'
-        f'<span class="facts">{" · ".join(facts)}</span></div>{body}</article>\n'
-    )
+        return self._card("summary", label, m, body)
 
 
 def _arguments(raw: str) -> str:
