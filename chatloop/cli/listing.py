@@ -17,6 +17,7 @@ from chatloop.errors import ChatloopError, UsageError
 
 if TYPE_CHECKING:
     from chatloop.format import Problem
+    from chatloop.store.rows import SessionRow
     from chatloop.ui.terminal_text import VisibleBytes
 
 
@@ -196,22 +197,28 @@ def cmd_tree(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """Write a session (or its chain) as markdown (the files as they are) or JSON,
-    streaming to stdout (``-o -`` too) or to a new file that is never overwritten
-    (``chatloop.store.export``, which ``/export`` uses too). JSON is read from the
-    files: what ``show`` would note of them is noted on stderr."""
+    """Write a session (or its chain) as markdown (the files as they are), JSON or
+    one HTML page (with ``--chain``, the lineage drawn above the files), streaming to
+    stdout (``-o -`` too) or to a new file that is never overwritten
+    (``chatloop.store.export``, which ``/export`` uses too). JSON and HTML are read
+    from the files: what ``show`` would note of them is noted on stderr."""
     from chatloop.store.export import open_new, write_markdown
     from chatloop.ui.terminal_text import visible
 
     with wiring.index(args) as index:
         row = index.find(args.ref)
-        rows = index.lineage(row)[0] if args.chain else [row]
+        rows, children = index.lineage(row) if args.chain else ([row], {})
     paths = [Path(r.path) for r in rows]
     output = None if args.output in (None, "", "-") else Path(args.output)
-    if args.format == "json":  # (JSON escapes every control character itself)
+    if args.format in ("json", "html"):  # (both escape every control character themselves)
         sink = open_new(output) if output else sys.stdout.buffer
         try:
-            for note in _write_json(paths, sink):
+            notes = (
+                _write_json(paths, sink)
+                if args.format == "json"
+                else _write_html(paths, sink, rows, children if args.chain else None)
+            )
+            for note in notes:
                 print(visible(f"note: {note}"), file=sys.stderr)
         finally:
             if output:
@@ -242,6 +249,26 @@ def _stdout_bytes() -> Iterator[BinaryIO | VisibleBytes]:
         yield shown
     finally:
         shown.close()
+
+
+def _write_html(
+    paths: list[Path],
+    sink: BinaryIO,
+    rows: list[SessionRow],
+    children: dict[str, list[SessionRow]] | None,
+) -> Iterator[str]:
+    """The sessions at ``paths`` (``rows``: theirs) as one HTML page on ``sink``; with
+    ``children`` (a chain's), the lineage drawn above them. Then, for each, what
+    ``show`` would note of it."""
+    from chatloop.ui import as_html
+
+    lineage = None
+    if children is not None:
+        shown = frozenset(r.id for r in rows)
+        lineage = as_html.Lineage(rows[0], children, rows[-1].id, shown)
+    for session_id, problem in as_html.write_html_files(paths, sink, lineage):
+        if worth_noting([problem]):
+            yield f"{session_id}: {problem}"
 
 
 def _write_json(paths: list[Path], sink: BinaryIO) -> Iterator[str]:

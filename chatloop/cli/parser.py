@@ -170,7 +170,7 @@ COMMANDS_TABLE = (
     Command("show", "print one session's transcript"),
     Command("search", "full-text search over every message"),
     Command("tree", "show the compact/resume lineage of a session"),
-    Command("export", "write a session (or its whole chain) as markdown or JSON"),
+    Command("export", "write a session (or its whole chain) as markdown, JSON or HTML"),
     Command(
         "reseal",
         "accept your hand edits to a session file (new checksums)",
@@ -321,7 +321,12 @@ def build_parser() -> Parser:
     p = made["export"]
     _session_ref(p)
     p.add_argument("--chain", action="store_true", help="include every ancestor, oldest first")
-    p.add_argument("--format", choices=("md", "json"), default="md", help="md (default) or json")
+    p.add_argument(
+        "--format",
+        choices=("md", "json", "html"),
+        default="md",
+        help="md (default), json, or html (one self-contained page; --chain draws the lineage)",
+    )
     p.add_argument(
         "-o", "--output", metavar="FILE", help="write to FILE (never overwritten; - is stdout)"
     )

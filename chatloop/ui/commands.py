@@ -253,15 +253,48 @@ def _rename(shell: Shell, arg: str) -> None:
 
 
 def _export(shell: Shell, arg: str) -> None:
+    """``/export [--format md|html] [FILE]``: this session as markdown (the file as it
+    is) or as one HTML page; a FILE ending in ``.html`` (or ``.htm``) is HTML without
+    ``--format``. The default FILE is ``./<id>.md`` (``.html``). Never overwrites."""
     from chatloop.store.export import open_new, write_markdown
 
     writer = shell.session.writer
     if writer is None:
         raise ChatloopError("Nothing to export yet", "Send a message first.")
-    target = Path(arg or f"{writer.meta.id}.md").expanduser()
+    fmt, name = _export_args(arg)
+    target = Path(name or f"{writer.meta.id}.{fmt}").expanduser()
     with open_new(target) as sink:
-        write_markdown([writer.path], sink)
-    render.note(shell.console, f"Exported to {target}")
+        if fmt == "html":
+            from chatloop.ui.as_html import write_html_files
+
+            for _ in write_html_files([writer.path], sink):
+                pass  # (a file this chat writes: nothing in it to note)
+        else:
+            write_markdown([writer.path], sink)
+    render.note(shell.console, f"Exported to {visible(str(target))}")
+
+
+_EXPORT_FORMATS = ("md", "html")
+
+
+def _export_args(arg: str) -> tuple[str, str]:
+    """``/export``'s format and file: ``--format F`` (or ``--format=F``) first, else
+    the file's suffix (``.html``/``.htm``: HTML), else markdown."""
+    words = arg.split(maxsplit=2)
+    fmt = ""
+    if words and words[0].startswith("--format"):
+        flag, _, value = words[0].partition("=")
+        if flag != "--format" or (not value and len(words) < 2):
+            raise ChatloopError("Usage: /export [--format md|html] [FILE]", "")
+        fmt = value or words[1]
+        name = " ".join(words[1:] if value else words[2:])
+        if fmt not in _EXPORT_FORMATS:
+            raise ChatloopError(f"No export format {fmt!r}", "Use md or html.")
+    else:
+        name = arg.strip()
+    if not fmt:
+        fmt = "html" if name.lower().endswith((".html", ".htm")) else "md"
+    return fmt, name
 
 
 def _copy(shell: Shell, arg: str) -> None:
@@ -479,7 +512,11 @@ TABLE: tuple[Spec, ...] = (
     Spec("pins", "/pins", "list the pinned facts (and what the ledger could not carry)", _pins),
     Spec("unpin", "/unpin N", "unpin fact N", _unpin),
     Spec(
-        "export", "/export [FILE]", "write this session as markdown (default: ./<id>.md)", _export
+        "export",
+        "/export [FILE]",
+        "write this session as markdown (default: ./<id>.md), or as one HTML page: "
+        "a FILE ending .html, or /export --format html [FILE]",
+        _export,
     ),
     Spec("copy", "/copy", "copy the last reply to the clipboard (terminal OSC 52)", _copy),
     Spec(
