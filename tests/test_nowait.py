@@ -204,3 +204,33 @@ def test_revised_sends_the_last_restoration_once_in_the_first_place() -> None:
         "We are continuing an earlier conversation: C",
     ]
     assert revised([first, ack, asked]) == [first, ack, asked]
+
+
+def test_the_page_and_show_label_a_revision_and_chatloops_acknowledgment(
+    store: Store,
+) -> None:
+    """``show`` and the HTML page say which restoration revises the first, and that an
+    acknowledgment flagged ``fallback`` is chatloop's, not the model's."""
+    from chatloop.chat.restoration import acknowledgment
+    from chatloop.format import Message
+    from tests.conftest import T0, new_meta
+
+    with store.create(new_meta(title="child", parent_id="20250101-000000-aaaaaaaa")) as writer:
+        for message in (
+            Message.create("user", T0, text="We are continuing an earlier conversation: A",
+                           restore=True),
+            acknowledgment("20250101-000000-aaaaaaaa", T0),
+            Message.create("user", T0, text="a question"),
+            Message.create("assistant", T0, text="an answer"),
+            Message.create("user", T0, text="We are continuing an earlier conversation: B",
+                           restore=True),
+        ):  # fmt: skip
+            writer.append(message)
+        writer.finalize()
+    shown = run("show", writer.path.stem, home=store.root, cwd=store.cwd).stdout
+    assert shown.count("── Session restored (") == 1 and "── Summary revised (" in shown
+    assert "(written by chatloop): Understood" in shown
+    page = run(
+        "export", writer.path.stem, "--format", "html", home=store.root, cwd=store.cwd
+    ).stdout
+    assert "Summary revised" in page and "acknowledgment written by chatloop" in page

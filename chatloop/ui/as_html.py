@@ -162,6 +162,7 @@ class _Page:
         self._markdown = _markdown()
         self._shown = shown
         self._query = 0
+        self._restorations = 0  # restoration prompts of the session being written
         self._fork = False
         self._where = ""  # the anchor of the session being written
 
@@ -181,7 +182,7 @@ class _Page:
         )
 
     def session_head(self, meta: SessionMeta) -> str:
-        self._query = 0
+        self._query = self._restorations = 0
         self._where = anchor(meta.id)
         forked_at = meta.extra.get("forked_at")
         self._fork = bool(meta.parent_id) and isinstance(forked_at, int)
@@ -264,7 +265,9 @@ class _Page:
     def _user(self, meta: SessionMeta, m: Message) -> str:
         if m.restore and not m.copy:  # (a restoration prompt, also where a fork carries one)
             body = _fold("Restoration prompt (what the model was given)", _pre(m.text), "restore")
-            return self._card("restore", "Session restored", m, body)
+            self._restorations += 1  # a later one revises the first (chat.restoration)
+            title = "Summary revised" if self._restorations > 1 else "Session restored"
+            return self._card("restore", title, m, body)
         if m.restore:
             origin = f" from {self._parent(meta.parent_id)}" if meta.parent_id else ""
             return self._card("user carried", f"You · carried over{origin}", m, _pre(m.text))
@@ -294,6 +297,8 @@ class _Page:
             )
         if m.restore and m.copy:
             kind, label = "assistant carried", f"{speaker} · carried over"
+        elif m.restore and m.fallback:  # (chatloop's own, not the model's: acknowledgment)
+            kind, label = "assistant restore", f"{speaker} · acknowledgment written by chatloop"
         elif m.restore:
             kind, label = "assistant restore", f"{speaker} · acknowledgment"
         else:
