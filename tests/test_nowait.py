@@ -179,6 +179,39 @@ def test_a_child_left_before_its_parents_summary_is_written_continues_from_it(
             session.backend.close()
 
 
+def test_leaving_and_continuing_right_after_such_a_compaction_say_what_is_so(
+    tmp_path: Path,
+) -> None:
+    """Leaving at once after a compaction that did not wait says the parent's summary
+    is being written; ``-c`` then (the summary still held) goes on from the
+    transcript's summary and counts the parent's queries, which its file's front
+    matter gets only when the worker ends."""
+    from tests.hosts import continue_file
+
+    served = Served()
+    store = Store(Path(tmp_path / "home"))
+    with scripted_server(served.reply) as url:
+        session, host = _session(store, url)
+        try:
+            session.send("How often should I water the basil on the north side?")
+            session.send("And the thyme beside it?")
+            parent_path = session.writer.path
+            session.compact()
+            session.close()
+            assert host.said("its summary is being written in the background")
+            assert not host.said("as it was")
+            again, told = _session(store, url, summary_wait=0.2)
+            continue_file(again, parent_path)
+            assert told.said("(2 queries) from its summary"), told.notices
+            again.close()
+            again.backend.close()
+        finally:
+            served.release.set()
+            session.close()
+            session.backend.close()
+        assert wait_for_lock(parent_path, 120)
+
+
 def test_revised_sends_the_last_restoration_once_in_the_first_place() -> None:
     from datetime import datetime
 

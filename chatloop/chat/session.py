@@ -805,15 +805,13 @@ class ChatSession:
                     kept = chain.read_parent(self.store, parent.path).summary is not None
                 except (ChatloopError, OSError):  # (gone meanwhile: said as not kept)
                     kept = False
-                self.host.notice(
-                    f"Nothing new to save; session {parent.meta.id} is "
-                    + (
-                        "closed with its summary, ready to resume."
-                        if kept
-                        else "as it was (its summary is made again when it is resumed)."
-                    ),
-                    "ok",
-                )
+                if kept:
+                    state = "closed with its summary, ready to resume."
+                elif lock_holder(parent.path) == SUMMARY_HOLDER:  # (a compaction's: _defer)
+                    state = "closed; its summary is being written in the background."
+                else:
+                    state = "as it was (its summary is made again when it is resumed)."
+                self.host.notice(f"Nothing new to save; session {parent.meta.id} is {state}", "ok")
             self._release()
             return Closed(None, tuple(self._queue))
         try:
@@ -1754,7 +1752,11 @@ class ChatSession:
         messages = list(self.store.read(parent.path).session.messages)  # (as marked)
         previous = chain.began_from(self.store, parent)
         outcome = chain.fallback(messages, previous, self._summary_words())
-        return replace(parent, summary=outcome.text)
+        totals = Totals()  # (the worker writes them into the file at its end: counted here)
+        for message in messages:
+            totals = totals.plus(message)
+        counted: dict[str, Any] = totals.fields()
+        return replace(parent, meta=replace(parent.meta, **counted), summary=outcome.text)
 
     def _full_history(self, parent: chain.Parent) -> list[Message] | None:
         session = self.store.read(parent.path).session
