@@ -493,3 +493,27 @@ def test_a_server_is_known_by_its_origin_and_the_embedded_model_by_one_name() ->
         "openai", "http://127.0.0.1:1234/v1"
     )
     assert sharing.key("embedded", "embedded:/models/a.gguf") == "embedded"
+
+
+def test_a_request_that_ends_as_the_person_marks_the_server_counts_as_yielded(
+    chatloop_home: Path,
+) -> None:
+    """llama.cpp's server cuts the running request the moment the person's arrives, so
+    the worker's summary can end before its watch next looks at the mark: the person's
+    mark newer than ``since`` still counts as a yield (the summary is asked again,
+    whole, later; never written from the transcript because of the person)."""
+    from chatloop.backends.base import Cancel
+    from tests.fakes import FakeBackend
+
+    backend = FakeBackend()
+    backend.base_url = "http://127.0.0.1:9/v1"
+    shared = sharing.Shared(chatloop_home, backend, idle=0.0)
+    since = shared.last_use()
+    cancel = Cancel()
+    with shared.watch(since, cancel) as seen:
+        sharing.use(chatloop_home, backend)  # the person's request; the stream ends at once
+    assert seen.yielded.is_set()
+    quiet = Cancel()
+    with shared.watch(shared.last_use(), quiet) as alone:
+        pass  # nobody came
+    assert not alone.yielded.is_set()

@@ -261,3 +261,7 @@ class Shared:
         finally:
             done.set()
             watcher.join()
+            # a server that cuts the running request for the person's (llama.cpp's) ends
+            # it before the next look: a mark newer than ``since`` is a yield all the same
+            if self.last_use() > since:
+                seen.yielded.set()
