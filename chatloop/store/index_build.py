@@ -371,13 +371,18 @@ def _forks() -> bool:
 def _glanced(look: tuple[str, int, int]) -> tuple[str, Row | None]:
     """A file's row from its head (``format.glance``; None: it must be read in full),
     for ``_glance``, in whichever process."""
-    from chatloop.format import GLANCE_BYTES, glance
+    from chatloop.format import GLANCE_BYTES, glance, glance_wants_tail
     from chatloop.store.fsio import open_read
 
     path, size, mtime_ns = look
     try:
         with open_read(path) as handle:
-            seen = glance(handle.read(GLANCE_BYTES), _stem(path))
+            head = handle.read(GLANCE_BYTES)
+            tail = None
+            if glance_wants_tail(head):  # (a legacy file: its end says if it closed)
+                handle.seek(max(len(head), size - GLANCE_BYTES))
+                tail = handle.read(GLANCE_BYTES)
+            seen = glance(head, _stem(path), tail)
     except (OSError, ChatloopError):
         return path, None
     return path, (None if seen is None else _row(path, seen, size, mtime_ns))
@@ -521,9 +526,12 @@ _INSERT_ROW = "INSERT INTO sessions VALUES (" + ",".join("?" * 28) + ")"
 
 
 def _row(path: str, scanned: Scanned, size: int, mtime_ns: int) -> Row:
-    """The values of a sessions row after its ``num``, from a file's skim or glance."""
+    """The values of a sessions row after its ``num``, from a file's skim or glance
+    (what a glance does not know is NULL: ``SessionRow``)."""
     meta = scanned.meta
     stem = _stem(path)
+    updated = scanned.updated
+    # not yet known (a glance): NULL, shown as such; the front matter's moment orders it
     return (
         path,
         meta.id or stem,
@@ -533,11 +541,11 @@ def _row(path: str, scanned: Scanned, size: int, mtime_ns: int) -> Row:
         meta.agent_ref,
         meta.model,
         meta.created.isoformat(),
-        scanned.updated.isoformat(),
+        None if updated is None else updated.isoformat(),
         meta.status,
         scanned.queries,
-        meta.tokens_in,
-        meta.tokens_out,
+        meta.tokens_in if scanned.tokens_known else None,
+        meta.tokens_out if scanned.tokens_known else None,
         meta.restoration_tokens,
         meta.parent_id,
         meta.parent_file,
@@ -550,7 +558,7 @@ def _row(path: str, scanned: Scanned, size: int, mtime_ns: int) -> Row:
         mtime_ns,
         fork_point(meta.extra.get("forked_at")),
         tail_of(meta.id or stem),
-        seconds(scanned.updated),
+        seconds(meta.updated if updated is None else updated),
         seconds(meta.created),
     )
 
