@@ -59,16 +59,25 @@ def by_writer(store: Store, i: int, kind: str) -> Path:
     return writer.path
 
 
-def rendered(store: Store, i: int, status: str, fmt: int = 2) -> Path:
+def rendered(
+    store: Store, i: int, status: str, fmt: int = 2, lag: timedelta = timedelta(0)
+) -> Path:
     """Session ``i`` written whole, its front matter saying ``status`` (``interrupted``:
-    as a recovery leaves it; its front matter's counters lag its frames)."""
+    as a recovery leaves it; its front matter's counters lag its frames, and its
+    ``updated`` by ``lag``, its last message that much after T0)."""
+    last = at(i) + timedelta(seconds=40) if not lag else T0 + lag
     messages = (
         Message.create("user", at(i), text=f"question {i}"),
         Message.create("assistant", at(i) + timedelta(seconds=30), text=LONG),
-        Message.create("user", at(i) + timedelta(seconds=40), text=f"again {i}"),
+        Message.create("user", last, text=f"again {i}"),
     )
     meta = new_meta(
-        id=f"{at(i):%Y%m%d-%H%M%S}-{i:08x}", status=status, queries=1, format=fmt, title=""
+        id=f"{at(i):%Y%m%d-%H%M%S}-{i:08x}",
+        status=status,
+        queries=1,
+        format=fmt,
+        title="",
+        updated=T0 if not lag else T0 - lag,
     )
     data = render_markdown(Session(meta, messages))
     path = store.project_dir / f"{meta.id}.md"
@@ -200,6 +209,26 @@ def listed_from_heads(
     return sorted(listed, key=_id), sorted(full, key=_id)
 
 
+def test_a_number_names_the_session_of_a_full_build_while_the_words_are_read(
+    store: Store, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``-c`` (and ``-r N``, ``show N``) continue the session a full build numbers 1,
+    though a head says nothing of an interrupted session's last activity."""
+    store.project_dir.mkdir(parents=True, exist_ok=True)
+    paths = [by_writer(store, i, "format1-closed") for i in range(70)]
+    latest = rendered(store, 70, "interrupted", lag=timedelta(days=40))
+    with Index(store) as index:
+        index.rebuild()
+        first = index.find("1")
+    assert first.path == str(latest) and len(paths) >= 64
+    lose_index(store.root)
+    with Index(store) as index:
+        assert index.sync() == len(paths) + 1 and index.text_pending()
+        assert index.find("1").id == first.id
+        assert index.find("2").id != first.id
+    wait_gone(store.root)
+
+
 def _id(row: SessionRow) -> str:
     return row.id
 
@@ -239,6 +268,10 @@ def test_every_kind_of_file_is_listed_from_its_head_and_a_full_build_once_read(
     for path in seeds(store, 24, start=n):
         paths.append(path)
         kinds[path.stem] = "seed"
+    # the most recent of all: interrupted, its front matter a month older than its frames
+    latest = rendered(store, n, "interrupted", lag=timedelta(days=40))
+    paths.append(latest)
+    kinds[latest.stem] = "format2-interrupted"
     listed, full = listed_from_heads(store, monkeypatch, paths)
     assert [r.id for r in listed] == [r.id for r in full]
     for row, whole in zip(listed, full, strict=True):

@@ -54,7 +54,7 @@ from chatloop.store.store import FolderLook, Store
 if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
     from chatloop.format import Skim as Scanned
 
-__all__ = ["Progress", "fill_text", "rebuild", "sync", "text_pending"]
+__all__ = ["Progress", "fill_text", "rebuild", "settle", "sync", "text_pending"]
 
 GLANCE_FROM = 64  # stale files from which a sync glances (their words are read later)
 STREAM_FROM = 4 << 20  # files this large are read here, their words inserted as they come
@@ -125,6 +125,31 @@ def fill_text(
     holds it, as a progress line); returns how many files were read. A file changed
     or gone since is read as it is now, or forgotten."""
     return file.guarded(lambda: _fill(file, progress, waiting), lambda: _refill(file, store))
+
+
+def settle(file: IndexFile, store: Store) -> int:
+    """Read in full this project's glanced rows whose last activity their head could
+    not say (a session open or interrupted, a legacy seed), so that the numbers of
+    the project, its sessions' places by last activity (``index_query``), are those a
+    full build gives: ``-c``, ``-r N`` and ``show N`` name the same session either way.
+    A home holds few such files; returns how many were read."""
+    return file.guarded(lambda: _settle(file, store), lambda: _refill(file, store))
+
+
+def _settle(file: IndexFile, store: Store) -> int:
+    if file.in_memory:
+        return 0  # (read in full already: memory is never glanced)
+    found = file.db.execute(
+        "SELECT s.path FROM untexted u JOIN sessions s ON s.num = u.num "
+        "WHERE s.project = ? AND s.updated IS NULL",
+        (store.project,),
+    ).fetchall()
+    files: dict[str, os.stat_result] = {}
+    for (path,) in found:
+        with contextlib.suppress(OSError):  # (gone: the next sync forgets it)
+            files[str(path)] = os.stat(path)
+    _read(file, list(files), files, None)  # (one unreadable now keeps its glanced row)
+    return len(files)
 
 
 def _fill(file: IndexFile, progress: Progress | None, waiting: Callable[[], None] | None) -> int:
