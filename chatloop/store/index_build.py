@@ -21,8 +21,9 @@ pass DEAD_REBUILD bytes), the next sync rebuilds the index.
 
 Many stale files (a first run, an index lost, an import) would keep a listing
 waiting for every file's words, so a sync **glances** at them instead
-(``format.glance``): a closed session's row is written from its front matter
-alone, its text left for later and the row listed in ``untexted``. The words
+(``format.glance``): every session's row is written from its head alone,
+whatever its format or state (what the head cannot say is NULL, not yet known),
+its text left for later and the row listed in ``untexted``. The words
 are read afterwards by ``fill_text``, in a process of its own that the
 ``Index`` starts (``index_text``), or by the first search, which never answers
 from part of the text. Files are read in full in the process that inserts
@@ -371,7 +372,8 @@ Row = tuple[object, ...]  # a sessions row's values after ``num`` (``_row``)
 def _glance(file: IndexFile, paths: list[str], files: dict[str, os.stat_result]) -> list[str]:
     """Rows for ``paths`` from their heads alone (``format.glance``), their words left
     for ``fill_text`` (listed in ``untexted``); returns the paths a head cannot say
-    enough of (another format, a session not closed, damage): they are read in full.
+    enough of (damage, a legacy file whose first question or summary is past its 8 kB):
+    they are read in full.
     Many are glanced by a worker process while this one inserts (a row, not the
     file's text, is what comes back)."""
     todo = [(p, files[p].st_size, files[p].st_mtime_ns) for p in paths]
