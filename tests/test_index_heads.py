@@ -285,8 +285,28 @@ def test_every_kind_of_file_is_listed_from_its_head_and_a_full_build_once_read(
     shown = sessions_text(listed, T0 + timedelta(days=1))
     unknown = [line for line in shown.splitlines() if "  ?q  " in line]
     assert len(unknown) == len([r for r in listed if r.queries is None]) > 0
-    assert "Noneq" not in shown and "None" not in shown
+    assert "None" not in shown
+    said_so(listed)
     assert sorted(completed(store), key=_id) == full  # the words read: a full build's rows
+
+
+def said_so(rows: list[SessionRow]) -> None:
+    """The picker's lines and the table of /sessions show a figure not yet known as
+    "?", never "None" nor a number."""
+    from rich.console import Console
+
+    from chatloop.ui.picker import line_for
+    from chatloop.ui.render import sessions_table
+
+    now = T0 + timedelta(days=1)
+    for row in rows:
+        line = line_for(row, now, width=200)
+        assert "None" not in line
+        assert ("  ?q  " in line) == (row.queries is None), line
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(sessions_table(rows, now))
+    drawn = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "None" not in drawn and " ? " in drawn
 
 
 def few_thousand(store: Store, kind: str, tmp_path: Path) -> list[Path]:
