@@ -181,8 +181,8 @@ def test_a_read_only_home_still_reads(store: Store, chatloop_home: Path) -> None
     _write_sessions(store, 80)  # enough for a cold build to glance
     with Index(store) as writable:
         writable.sync()
-        expected = writable.list_sessions(all_projects=True)
-        expected_hits = writable.search("zebra3")
+        expected_hits = writable.search("zebra3")  # (which waits for every file's words)
+        expected = writable.list_sessions(all_projects=True)  # as read whole, then
     assert not writable.in_memory and len(expected) == 80
     _remove_index(chatloop_home)
     cwd = store.cwd

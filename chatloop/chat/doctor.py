@@ -220,7 +220,10 @@ def _unsummarized(rows: list[SessionRow]) -> Iterator[Check]:
     busy = [row for row in rows if row.status == "summarizing"]
     if busy:
         yield Check("note", f"{len(busy)} session(s) having their summary written now")
-    left = [row for row in rows if row.status == "interrupted" and not row.has_summary]
+    left = [row for row in rows if row.status == "interrupted" and row.has_summary is False]
+    unread = [row for row in rows if row.status == "interrupted" and row.has_summary is None]
+    if unread:  # (listed from their heads: whether a summary ends them is not read yet)
+        yield Check("note", f"{len(unread)} interrupted session(s) not read yet (being indexed)")
     if left:
         named = ", ".join(row.handle or row.id for row in left[:5])
         more = f" and {len(left) - 5} more" if len(left) > 5 else ""

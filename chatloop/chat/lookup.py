@@ -38,7 +38,7 @@ class IndexLookup:
         return self.index.text_pending()
 
     def preview(self, row: SessionRow) -> str:
-        if not row.has_summary:
+        if row.has_summary is False:  # (None: not yet known, so looked for)
             return ""
         try:
             found = self.store.summary_of(Path(row.path)).message

@@ -40,7 +40,15 @@ from chatloop.format.render import (
     render_unfinished,
 )
 from chatloop.format.resealing import HEAD_DAMAGE, reseal
-from chatloop.format.skimming import GLANCE_BYTES, Skim, glance, skim, skim_of, words_of
+from chatloop.format.skimming import (
+    GLANCE_BYTES,
+    Skim,
+    glance,
+    glance_wants_tail,
+    skim,
+    skim_of,
+    words_of,
+)
 from chatloop.format.summary import SummaryLookup, find_summary
 from chatloop.format.values import (
     FORMAT_VERSION,
@@ -99,6 +107,7 @@ __all__ = [
     "find_summary",
     "front_matter_end",
     "glance",
+    "glance_wants_tail",
     "iter_frames",
     "message_from",
     "new_key",

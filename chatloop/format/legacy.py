@@ -24,12 +24,13 @@ query.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import datetime, time
 
 from chatloop.format.body import SUMMARY_END, SUMMARY_START
 from chatloop.format.values import Message, ParseResult, Problem, Session, SessionMeta, Usage
 
-__all__ = ["looks_legacy", "parse_legacy", "with_summary"]
+__all__ = ["glance_legacy", "looks_legacy", "parse_legacy", "with_summary"]
 
 _KEY_RE = re.compile(
     r"^\*\*(Session ID|Date|Agent|Agent Path|Total Queries|Resumed From):\*\* ?(.*)$", re.MULTILINE
@@ -89,6 +90,46 @@ def parse_legacy(data: bytes) -> ParseResult:
         format=1,
     )
     return ParseResult(Session(meta, tuple(messages)), tuple(problems), len(data), legacy=True)
+
+
+def glance_legacy(head: bytes, tail: bytes) -> ParseResult | None:
+    """What a listing needs of a legacy file from its first bytes (``head``) and its
+    last (``tail``; empty when ``head`` is the whole file): its keys, its title (the
+    first question, from the sections the head holds whole) and whether its summary
+    ends it (its status), as ``parse_legacy`` of the whole file says them. The
+    counts and the last activity, which every section decides, are not read: the
+    meta's queries and tokens are 0 and its ``updated`` its ``created`` (the caller
+    marks them not yet known). None when the head and tail cannot say (a head without
+    the first question's first line, a summary longer than the tail): the file is then
+    read whole."""
+    if not looks_legacy(head):
+        return None
+    if not tail:
+        return parse_legacy(head)
+    text = head.decode("utf-8", errors="replace").replace("\r\n", "\n")
+    text = text[: text.rfind("\n") + 1]  # whole lines only: the head cuts the last
+    found = parse_legacy(text.encode("utf-8", "surrogateescape"))
+    meta = found.session.meta
+    # the title is the first question's first line: said once that line is whole here
+    # (non-empty), or the question's section is (another one follows it)
+    if not meta.queries or not (meta.title or len(_SECTION_RE.findall(text)) >= 2):
+        return None
+    end = tail.decode("utf-8", errors="replace").replace("\r\n", "\n")
+    if not end.strip():
+        return None
+    closed = end.rstrip().endswith(SUMMARY_END)
+    if closed and _structural_summary(end) is None:
+        return None  # (a summary that begins before the tail, or a quoted marker)
+    meta = replace(
+        meta,
+        status="closed" if closed else "interrupted",
+        summary="legacy" if closed else None,
+        updated=meta.created,
+        queries=0,
+        tokens_in=0,
+        tokens_out=0,
+    )
+    return ParseResult(Session(meta, ()), found.problems, 0, legacy=True)
 
 
 def with_summary(data: bytes, text: str) -> bytes:

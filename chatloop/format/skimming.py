@@ -21,7 +21,16 @@ from chatloop.format.frames import Frame
 from chatloop.format.read import UNREADABLE, message_from, open_document
 from chatloop.format.values import Message, ParseResult, Problem, Session, SessionMeta
 
-__all__ = ["GLANCE_BYTES", "SEARCH_CHUNK_BYTES", "Skim", "glance", "skim", "skim_of", "words_of"]
+__all__ = [
+    "GLANCE_BYTES",
+    "SEARCH_CHUNK_BYTES",
+    "Skim",
+    "glance",
+    "glance_wants_tail",
+    "skim",
+    "skim_of",
+    "words_of",
+]
 
 
 @dataclass(frozen=True)
@@ -29,46 +38,85 @@ class Skim:
     """A file as the index stores it, read without building every message.
     ``updated`` is the later of the front matter's and the last record's time;
     ``problems`` counts what the scan saw (checksums are verified too); ``text``
-    is the searchable words as valid UTF-8."""
+    is the searchable words as valid UTF-8. A ``glance`` (the head alone) leaves
+    None where the head cannot say: ``queries``, ``updated`` (the last activity)
+    and ``has_summary`` are then not yet known; ``skim`` always says them."""
 
     meta: SessionMeta
-    queries: int
-    updated: datetime
+    queries: int | None
+    updated: datetime | None
     preview: str
-    has_summary: bool
+    has_summary: bool | None
     legacy: bool
     problems: int
     text: bytes
+    tokens_known: bool = True  # False: the meta's token totals are not the file's yet
 
 
 SEARCH_CHUNK_BYTES = 1 << 20
 GLANCE_BYTES = 8192  # of a file's head, for ``glance``: a front matter is rarely 2 kB
+# and of a legacy file's tail (its summary, which says whether it closed, ends it)
 
 
-def glance(head: bytes, name: str = "") -> Skim | None:
-    """What a listing needs of a closed format 2 session, from its front matter alone
-    (``head``: the file's first bytes): the figures finalize wrote there with the
-    summary's pointer (queries, tokens), no preview, no words, no problems counted:
-    the file is not read past its head, so a listing of thousands answers at once and
-    ``skim`` reads the rest later. None when the head cannot say: another format, a
-    session not finalized with its summary (its front matter may lag its frames, or
-    another tool wrote it), a front matter with problems or longer than ``head``, a
-    byte order mark or CRLF line endings."""
+def glance_wants_tail(head: bytes) -> bool:
+    """Whether ``glance`` needs the file's last bytes as well as ``head``: a legacy
+    file (no front matter; a summary at its end is what closed it)."""
+    from chatloop.format.legacy import looks_legacy
+
+    return looks_legacy(head)
+
+
+def glance(head: bytes, name: str = "", tail: bytes | None = None) -> Skim | None:
+    """What a listing needs of a session from its front matter alone (``head``: the
+    file's first bytes, ``GLANCE_BYTES`` of them), for a format 1 or format 2 file in
+    any state: no preview, no words, no problems counted, the file not read past its
+    head, so a listing of thousands answers at once and ``skim`` reads the rest later.
+
+    What the front matter says is what a full read says (id, title, agent, model,
+    dates created, status, tokens, chain links, fork point). The figures the frames
+    decide are given only where finalize wrote them beside the summary's pointer (a
+    format 2 session closed with its summary): the queries, the last activity and the
+    summary. Elsewhere they may lag the frames (a session still open, interrupted, or
+    closed by an older chatloop or another tool), so they are None, not yet known;
+    a closed session's last activity is its front matter's ``updated``, written when
+    it closed, after its last frame.
+
+    A legacy file (``glance_wants_tail``) has no front matter: its keys and title
+    come from its head and whether it closed from ``tail``, the file's last
+    ``GLANCE_BYTES`` (empty when ``head`` is the whole file: then all is said); its
+    queries, tokens and last activity are not yet known (``tokens_known`` False).
+
+    None when the head cannot say even that: a front matter with problems or longer
+    than ``head``, a byte order mark or CRLF line endings, a legacy file without its
+    ``tail`` or too long a summary (``legacy.glance_legacy``): such a file is read
+    in full."""
     from chatloop.format.front_matter import BOM, is_crlf, read_head
 
     if head.startswith(BOM) or is_crlf(head):
         return None
+    if glance_wants_tail(head):
+        return None if tail is None else _glance_legacy(head, name, tail)
     found = read_head(head, name)
     meta = found.meta
-    if (
-        not found.has_front_matter
-        or any(kind != "unknown_key" for kind, _ in found.problems)
-        or meta.format < 2
-        or meta.status != "closed"
-        or meta.summary_at is None
-    ):
+    if not found.has_front_matter or any(kind != "unknown_key" for kind, _ in found.problems):
         return None
-    return Skim(meta, meta.queries, meta.updated, "", meta.summary_at is not None, False, 0, b"")
+    if meta.format >= 2 and meta.status == "closed" and meta.summary_at is not None:
+        return Skim(meta, meta.queries, meta.updated, "", True, False, 0, b"")
+    updated = meta.updated if meta.status == "closed" else None
+    return Skim(meta, None, updated, "", None, False, 0, b"")
+
+
+def _glance_legacy(head: bytes, name: str, tail: bytes) -> Skim | None:
+    from chatloop.format.legacy import glance_legacy
+
+    if not tail:  # (the whole file: all is said, the words left for later)
+        return replace(skim(head, name), text=b"")
+    found = glance_legacy(head, tail)
+    if found is None:
+        return None
+    meta = found.session.meta
+    closed = meta.status == "closed"
+    return Skim(meta, None, None, "", closed, True, 0, b"", tokens_known=False)
 
 
 def skim(

@@ -169,7 +169,12 @@ class Index:
 
     def find(self, ref: str) -> SessionRow:
         """The session a person means by ``ref``: a number, a handle or an id
-        (``Queries.find``); raises NotFound naming the closest ones."""
+        (``Queries.find``); raises NotFound naming the closest ones. A number is
+        that of a full build even while the words are read: the rows of this
+        project whose last activity is not yet known are read first
+        (``index_build.settle``)."""
+        if ref.isdigit():
+            index_build.settle(self.file, self.store)
         return self._queries().find(ref)
 
     def continued_by(self, session_id: str) -> list[str]:

@@ -21,8 +21,9 @@ pass DEAD_REBUILD bytes), the next sync rebuilds the index.
 
 Many stale files (a first run, an index lost, an import) would keep a listing
 waiting for every file's words, so a sync **glances** at them instead
-(``format.glance``): a closed session's row is written from its front matter
-alone, its text left for later and the row listed in ``untexted``. The words
+(``format.glance``): every session's row is written from its head alone,
+whatever its format or state (what the head cannot say is NULL, not yet known),
+its text left for later and the row listed in ``untexted``. The words
 are read afterwards by ``fill_text``, in a process of its own that the
 ``Index`` starts (``index_text``), or by the first search, which never answers
 from part of the text. Files are read in full in the process that inserts
@@ -54,7 +55,7 @@ from chatloop.store.store import FolderLook, Store
 if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
     from chatloop.format import Skim as Scanned
 
-__all__ = ["Progress", "fill_text", "rebuild", "sync", "text_pending"]
+__all__ = ["Progress", "fill_text", "rebuild", "settle", "sync", "text_pending"]
 
 GLANCE_FROM = 64  # stale files from which a sync glances (their words are read later)
 STREAM_FROM = 4 << 20  # files this large are read here, their words inserted as they come
@@ -125,6 +126,31 @@ def fill_text(
     holds it, as a progress line); returns how many files were read. A file changed
     or gone since is read as it is now, or forgotten."""
     return file.guarded(lambda: _fill(file, progress, waiting), lambda: _refill(file, store))
+
+
+def settle(file: IndexFile, store: Store) -> int:
+    """Read in full this project's glanced rows whose last activity their head could
+    not say (a session open or interrupted, a legacy seed), so that the numbers of
+    the project, its sessions' places by last activity (``index_query``), are those a
+    full build gives: ``-c``, ``-r N`` and ``show N`` name the same session either way.
+    A home holds few such files; returns how many were read."""
+    return file.guarded(lambda: _settle(file, store), lambda: _refill(file, store))
+
+
+def _settle(file: IndexFile, store: Store) -> int:
+    if file.in_memory:
+        return 0  # (read in full already: memory is never glanced)
+    found = file.db.execute(
+        "SELECT s.path FROM untexted u JOIN sessions s ON s.num = u.num "
+        "WHERE s.project = ? AND s.updated IS NULL",
+        (store.project,),
+    ).fetchall()
+    files: dict[str, os.stat_result] = {}
+    for (path,) in found:
+        with contextlib.suppress(OSError):  # (gone: the next sync forgets it)
+            files[str(path)] = os.stat(path)
+    _read(file, list(files), files, None)  # (one unreadable now keeps its glanced row)
+    return len(files)
 
 
 def _fill(file: IndexFile, progress: Progress | None, waiting: Callable[[], None] | None) -> int:
@@ -346,7 +372,8 @@ Row = tuple[object, ...]  # a sessions row's values after ``num`` (``_row``)
 def _glance(file: IndexFile, paths: list[str], files: dict[str, os.stat_result]) -> list[str]:
     """Rows for ``paths`` from their heads alone (``format.glance``), their words left
     for ``fill_text`` (listed in ``untexted``); returns the paths a head cannot say
-    enough of (another format, a session not closed, damage): they are read in full.
+    enough of (damage, a legacy file whose first question or summary is past its 8 kB):
+    they are read in full.
     Many are glanced by a worker process while this one inserts (a row, not the
     file's text, is what comes back)."""
     todo = [(p, files[p].st_size, files[p].st_mtime_ns) for p in paths]
@@ -371,13 +398,18 @@ def _forks() -> bool:
 def _glanced(look: tuple[str, int, int]) -> tuple[str, Row | None]:
     """A file's row from its head (``format.glance``; None: it must be read in full),
     for ``_glance``, in whichever process."""
-    from chatloop.format import GLANCE_BYTES, glance
+    from chatloop.format import GLANCE_BYTES, glance, glance_wants_tail
     from chatloop.store.fsio import open_read
 
     path, size, mtime_ns = look
     try:
         with open_read(path) as handle:
-            seen = glance(handle.read(GLANCE_BYTES), _stem(path))
+            head = handle.read(GLANCE_BYTES)
+            tail = None
+            if glance_wants_tail(head):  # (a legacy file: its end says if it closed)
+                handle.seek(max(len(head), size - GLANCE_BYTES))
+                tail = handle.read(GLANCE_BYTES)
+            seen = glance(head, _stem(path), tail)
     except (OSError, ChatloopError):
         return path, None
     return path, (None if seen is None else _row(path, seen, size, mtime_ns))
@@ -521,9 +553,12 @@ _INSERT_ROW = "INSERT INTO sessions VALUES (" + ",".join("?" * 28) + ")"
 
 
 def _row(path: str, scanned: Scanned, size: int, mtime_ns: int) -> Row:
-    """The values of a sessions row after its ``num``, from a file's skim or glance."""
+    """The values of a sessions row after its ``num``, from a file's skim or glance
+    (what a glance does not know is NULL: ``SessionRow``)."""
     meta = scanned.meta
     stem = _stem(path)
+    updated = scanned.updated
+    # not yet known (a glance): NULL, shown as such; the front matter's moment orders it
     return (
         path,
         meta.id or stem,
@@ -533,11 +568,11 @@ def _row(path: str, scanned: Scanned, size: int, mtime_ns: int) -> Row:
         meta.agent_ref,
         meta.model,
         meta.created.isoformat(),
-        scanned.updated.isoformat(),
+        None if updated is None else updated.isoformat(),
         meta.status,
         scanned.queries,
-        meta.tokens_in,
-        meta.tokens_out,
+        meta.tokens_in if scanned.tokens_known else None,
+        meta.tokens_out if scanned.tokens_known else None,
         meta.restoration_tokens,
         meta.parent_id,
         meta.parent_file,
@@ -550,7 +585,7 @@ def _row(path: str, scanned: Scanned, size: int, mtime_ns: int) -> Row:
         mtime_ns,
         fork_point(meta.extra.get("forked_at")),
         tail_of(meta.id or stem),
-        seconds(scanned.updated),
+        seconds(meta.updated if updated is None else updated),
         seconds(meta.created),
     )
 

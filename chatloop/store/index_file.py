@@ -29,7 +29,7 @@ from chatloop.store.fsio import FILE_MODE, ensure_dir, lock_path, pid_alive
 
 __all__ = ["INDEX_FILE", "IndexFile", "IndexFileError", "not_waiting", "trouble"]
 
-SCHEMA_VERSION = "11"
+SCHEMA_VERSION = "12"  # 12: NULL queries, updated, has_summary, tokens: not yet known (a glance)
 INDEX_FILE = "index.db"
 BUSY_TIMEOUT_MS = 5000
 WRITE_WAIT_S = 120.0  # how long a write waits for a neighbour's (each try waits BUSY_TIMEOUT_MS)

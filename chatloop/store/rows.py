@@ -21,7 +21,13 @@ __all__ = ["SearchHit", "SessionRow", "fork_point", "seconds"]
 class SessionRow(NamedTuple):
     """One session as listed. ``number`` is None for a live session, and for a file a
     later session continues (``chatloop.store.index_query``'s rule). (A named tuple,
-    not a dataclass: a listing then never imports ``dataclasses``, 9 ms here.)"""
+    not a dataclass: a listing then never imports ``dataclasses``, 9 ms here.)
+
+    A row written from the file's head alone (after the index was lost: see
+    ``format.glance``) has ``queries``, ``updated`` and ``has_summary`` None where the
+    head could not say them (not yet known: shown so, never as a number), and no
+    ``preview``; so do ``tokens_in`` and ``tokens_out`` of a legacy file (an imported
+    seed session). They are filled when its words are read."""
 
     number: int | None
     id: str
@@ -32,17 +38,17 @@ class SessionRow(NamedTuple):
     agent_name: str  # what the agent is found by (never a path to load)
     model: str
     created: str
-    updated: str
+    updated: str | None  # the last activity; None: not yet known
     status: str
-    queries: int
-    tokens_in: int
-    tokens_out: int
+    queries: int | None  # None: not yet known
+    tokens_in: int | None  # None: not yet known (a legacy file read from its head)
+    tokens_out: int | None
     restoration_tokens: int
     parent_id: str | None
     parent_file: str | None
     git_branch: str | None
     preview: str
-    has_summary: bool
+    has_summary: bool | None  # None: not yet known
     legacy: bool
     problems: int
     handle: str = ""  # the short handle of the id (``chatloop.ids.handles``); "" for legacy

@@ -19,8 +19,14 @@ if TYPE_CHECKING:  # a listing from a fresh index imports no parser
     from chatloop.format import Message, Plain, Session, SessionMeta
 
 
-def relative_time(when: str, now: datetime) -> str:
-    """'just now', '5m ago', '3h ago', '2d ago', or the date for older moments."""
+UNKNOWN = "?"  # a figure not yet known: the row was read from its file's head alone
+
+
+def relative_time(when: str | None, now: datetime) -> str:
+    """'just now', '5m ago', '3h ago', '2d ago', or the date for older moments;
+    ``UNKNOWN`` for a moment not yet known (``SessionRow.updated``)."""
+    if when is None:
+        return UNKNOWN
     try:
         then = datetime.fromisoformat(when)
     except ValueError:
@@ -36,6 +42,12 @@ def relative_time(when: str, now: datetime) -> str:
     return then.strftime("%Y-%m-%d")
 
 
+def queries_of(row: SessionRow) -> str:
+    """A row's query count as shown: ``UNKNOWN`` while not yet known (its words not
+    yet read: ``SessionRow``), never a number the file may contradict."""
+    return UNKNOWN if row.queries is None else str(row.queries)
+
+
 def describe(row: SessionRow) -> str:
     """What a person recognises a session by: its title, else its last question; one
     line always (``one_line``), since every view prints it in a row of its own. (A
@@ -44,7 +56,7 @@ def describe(row: SessionRow) -> str:
         return one_line(row.title or row.preview)
     if row.parent_id:
         return f"(continues {row.parent_id})"
-    return "(untitled)" if row.queries else "(no messages)"
+    return "(untitled)" if row.queries is None or row.queries else "(no messages)"
 
 
 _BREAKS = re.compile(r"[\s\x85\u2028\u2029]+")
@@ -93,7 +105,7 @@ def sessions_text(
         agent = f"{visible(row.agent[:agent_width]):<{agent_width}}  " if agent_width else ""
         head = (
             f"{number}  {row.handle or '-':<{width}}  {relative_time(row.updated, now):>9}  "
-            f"{row.queries:>3}q  {agent}"
+            f"{queries_of(row):>3}q  {agent}"
         )
         title = visible(describe(row)[:70])
         status = "".join(f" {mark}" for mark in marks)
@@ -242,7 +254,7 @@ def tree_text(root: SessionRow, children: dict[str, list[SessionRow]], mark: str
         fork = f", {fork_words(row.forked_at)}" if row.forked_at is not None else ""
         lines.append(
             f"{prefix}{branch}{row.id}  {clip(visible(describe(row)), 50)}  "
-            f"({row.queries}q, {row.status}{fork}){star}"
+            f"({queries_of(row)}q, {row.status}{fork}){star}"
         )
         kids = [kid for kid in children.get(row.id, []) if kid.id not in seen]
         inner = prefix + ("" if depth == 0 else ("   " if last else "│  "))

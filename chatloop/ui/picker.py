@@ -37,7 +37,7 @@ from prompt_toolkit.output import Output
 from chatloop.chat.host import Lookup, Picked
 from chatloop.ids import tail_of
 from chatloop.store.rows import SessionRow
-from chatloop.ui.listing import describe, handle_width, relative_time
+from chatloop.ui.listing import describe, handle_width, queries_of, relative_time
 from chatloop.ui.terminal_text import clip, visible
 
 PREVIEW_LINES = 4
@@ -61,7 +61,7 @@ def line_for(
     number = row.number or ("*" if row.live else "-")
     text = (
         f"{number:>3}  {row.handle or '-':<{handles}}  {when:>9}  "
-        f"{row.queries:>3}q  {row.agent[:16]}{branch}{status}{fork}{chain}  "
+        f"{queries_of(row):>3}q  {row.agent[:16]}{branch}{status}{fork}{chain}  "
         f"{describe(row)}"
     )
     # (the marks before the title: a line cut to the width keeps them)

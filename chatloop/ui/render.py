@@ -25,7 +25,7 @@ from rich.text import Text
 from chatloop.backends.base import Event, Finish, TextDelta, ThinkingDelta, ToolCallEvent
 from chatloop.errors import ChatloopError
 from chatloop.format import Message, empty_reply
-from chatloop.ui.listing import describe, fork_words, relative_time
+from chatloop.ui.listing import describe, fork_words, queries_of, relative_time
 from chatloop.ui.terminal_text import visible
 from chatloop.ui.waiting import Ticker
 
@@ -355,7 +355,7 @@ def sessions_table(rows: Sequence[SessionRow], now: datetime) -> Table:
             str(row.number or "*"),
             row.handle or "-",
             relative_time(row.updated, now),
-            str(row.queries),
+            queries_of(row),
             row.agent,
             status + describe(row)[:80],
         )
