@@ -212,6 +212,32 @@ def test_leaving_and_continuing_right_after_such_a_compaction_say_what_is_so(
         assert wait_for_lock(parent_path, 120)
 
 
+def test_the_summary_worker_never_asks_the_server_to_count(tmp_path: Path) -> None:
+    """On llama.cpp's server any request, a token count included, cuts the reply under
+    way; the worker's own request yields to the person, so it is its only one: the
+    summary is sized by estimates, and a server with a tokenizer is asked to count
+    nothing from the moment the chat has handed the session over."""
+    served = Served()
+    counted: list[str] = []
+    store = Store(Path(tmp_path / "home"))
+    with scripted_server(served.reply, tokenize=counted.append) as url:
+        session, _ = _session(store, url)
+        try:
+            session.send("How often should I water the basil on the north side?")
+            path = session.writer.path
+            session.close()  # handed to the worker
+            before = len(counted)
+            served.release.set()
+            assert wait_for_lock(path, 120)
+            summary = _read(path).messages[-1]
+            assert summary.role == "summary" and not summary.fallback  # the model's, asked
+            assert len(counted) == before, counted[before:]
+        finally:
+            served.release.set()
+            session.close()
+            session.backend.close()
+
+
 def test_revised_sends_the_last_restoration_once_in_the_first_place() -> None:
     from datetime import datetime
 

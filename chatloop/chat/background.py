@@ -148,9 +148,9 @@ def finish(
     worker for long.
     Raises StoreError when the file cannot be finalized (it then stays open: a resume
     finishes it)."""
+    from chatloop.backends.base import estimate_tokens
     from chatloop.chat import chain
     from chatloop.chat.context import summary_cap
-    from chatloop.chat.tokens import TokenCount
 
     parent = chain.Parent(writer.path, writer.meta, None)
     above = store.parent_of(writer.path, writer.meta)
@@ -166,7 +166,6 @@ def finish(
 
     def ask(cancel: Cancel) -> chain.SummaryOutcome:
         window = settings.context_window or backend.context_window() or None
-        count = TokenCount(backend.count_tokens, backend.chat_overhead)
         return chain.summarize(
             backend,
             said,
@@ -174,7 +173,10 @@ def finish(
             window=window,
             max_tokens=summary_cap(window, settings.summary_max_tokens),
             timeout=settings.summary_timeout,
-            count=count.text,
+            # estimated, never counted by the server: a tokenizer call is a request the
+            # person's can meet (llama.cpp's server cuts the running reply for any
+            # request, a count included), and only the summary's own request yields
+            count=estimate_tokens,
             cancel=cancel,
         )
 

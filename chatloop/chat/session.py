@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -151,6 +152,7 @@ class ChatSession:
     _made: Sent = field(default_factory=Sent)  # this conversation's plans so far, reused
     prepare_after: float = PREPARE_IDLE_S  # a preparation waits this long before asking
     _preparing: Preparation | None = None  # the next compaction's summary, being made
+    _warming: Cancel | None = None  # a waiting child's beginning, read into the server
     _prepared: Prepared | None = None  # the last one made (until a newer one is)
     _awaited: Awaited | None = None  # a parent whose model summary is written behind
     # what arms another agent (/resume to a session of another): the command line's
@@ -1223,11 +1225,15 @@ class ChatSession:
                 self._prepared = running.prepared
 
     def _overtake(self) -> None:
-        """Stop a preparation under way (the person goes first); one made stays."""
+        """Stop a preparation under way (the person goes first); one made stays. A
+        child's beginning being read into the server's cache (``_warm``) is let go."""
         self._harvest()
         if self._preparing is not None:
             self._preparing.stop()
             self._preparing = None
+        if self._warming is not None:
+            self._warming.set()
+            self._warming = None
 
     def _use_prepared(
         self, writer: SessionWriter
@@ -1284,6 +1290,28 @@ class ChatSession:
                 "session begins with your next message.",
                 "restored",
             )
+            self._warm(continuation)
+
+    def _warm(self, waiting: FromSummary) -> None:
+        """While the person reads and types, ask the server for one token after the
+        child's beginning (its system prompt, restoration prompt, chatloop's
+        acknowledgment and the copies it carries, as its first request will send
+        them: ``turn.prime``), so that a server that caches one prompt has read them
+        when the first message comes, which then costs what a turn costs. The
+        person's message stops it (``_overtake``: a server that was still reading
+        keeps what it read). Only with ``acknowledgment: written`` (the model's
+        acknowledgment is that reading) and a server over HTTP (not the embedded
+        model, whose one copy the chat uses); best effort, nothing recorded."""
+        if self.settings.acknowledgment != "written" or self.backend.kind not in KINDS_WARMED:
+            return
+        now = self.clock()
+        ack = restoration.acknowledgment(waiting.parent.meta.id, now)
+        wire = self._plan([waiting.preview, ack, *waiting.carried], history=False).wire
+        cancel, backend = Cancel(), self.backend
+        self._warming = cancel
+        threading.Thread(
+            target=prime, args=(backend, wire, cancel), name="chatloop-warm", daemon=True
+        ).start()
 
     def _from_summary(
         self,
@@ -2025,6 +2053,9 @@ class ChatSession:
         return next(
             (m.text for m in reversed(self.messages) if m.role == "assistant" and m.text), None
         )
+
+
+KINDS_WARMED = ("openai", "ollama")  # servers a child's beginning is read into (``_warm``)
 
 
 def _no_room(parent: chain.Parent) -> ChatloopError:
