@@ -55,6 +55,7 @@ import compileall
 import json
 import os
 import select
+import shutil
 import socket
 import statistics
 import subprocess
@@ -99,6 +100,7 @@ A question about Pemba and its mangroves, answered in one line.
 - Nothing left open; kittiwake."""
 SUMMARY_LINES = [line for line in SUMMARY.splitlines() if line.strip()]
 ROWS, COLUMNS = 60, 120
+KEEP = ""  # --keep DIR: each series' home is copied there at its end
 
 
 # -- the scripted one-slot server that queues
@@ -548,6 +550,8 @@ def series(
             settle(home)
         found.cut, found.model, found.fallback = saved_cut(home, real)
         found.files = len(list(home.rglob("*.md")))
+        if KEEP:  # (--keep: the homes, to read what was saved)
+            shutil.copytree(home, Path(KEEP, f"{'real' if real else 'scripted'}-{variant}"))
     return found
 
 
@@ -787,13 +791,15 @@ def measure(
     variants: tuple[str, ...] = ("right after", "mid-summary"),
     real: str | None = None,
     show: bool = True,
+    scripted: bool = True,
 ) -> list[Row]:
     """Every row: rows 1 and 2 for each variant on the scripted server (and the real one
-    when ``real`` is its URL), then row 3; each printed as it comes with ``show``."""
+    when ``real`` is its URL), then row 3; each printed as it comes with ``show``;
+    without ``scripted``, only the real server's rows."""
     compileall.compile_dir(str(HERE.parent / "chatloop"), quiet=1)
     rows: list[Row] = []
     with queueing_server(summary_seconds) as (url, log):
-        for variant in variants:
+        for variant in variants if scripted else ():
             found = series(url, log, variant, pairs, idle, summary_seconds)
             rows += series_rows(found, "scripted", idle, summary_seconds)
             if show:
@@ -804,6 +810,8 @@ def measure(
             rows += series_rows(found, "llama_cpp.server", idle, None)
             if show:
                 print_rows(rows[-5:])
+    if not scripted:
+        return rows
     rows += turn_rows(turns(turn_count))
     if show:
         print_rows(rows[-4:])
@@ -828,13 +836,22 @@ def main() -> int:
     parser.add_argument("--background-idle", type=float, default=3.0)
     parser.add_argument("--turns", type=int, default=15)
     parser.add_argument("--real", metavar="URL", help="also a real server (rows 1 and 2)")
+    parser.add_argument("--real-only", action="store_true", help="only the real server's rows")
+    parser.add_argument(
+        "--variant", choices=("right after", "mid-summary"), help="only this variant of rows 1-2"
+    )
+    parser.add_argument("--keep", metavar="DIR", default="", help="copy each series' home here")
     parser.add_argument(
         "--quick",
         action="store_true",
         help="CI: 1 pair, 2 s summaries, 1 s idle, the mid-summary variant, 5 turns",
     )
     args = parser.parse_args()
+    global KEEP
+    KEEP = args.keep
     variants: tuple[str, ...] = ("right after", "mid-summary")
+    if args.variant:
+        variants = (args.variant,)
     if args.quick:
         args.pairs, args.summary_seconds, args.background_idle, args.turns = 1, 2.0, 1.0, 5
         variants = ("mid-summary",)
@@ -846,7 +863,15 @@ def main() -> int:
     )
     print("| row | chatloop | baseline (same run) | ratio | target | met |")
     print("| --- | --- | --- | --- | --- | --- |", flush=True)
-    measure(args.pairs, args.summary_seconds, args.background_idle, args.turns, variants, args.real)
+    measure(
+        args.pairs,
+        args.summary_seconds,
+        args.background_idle,
+        args.turns,
+        variants,
+        args.real,
+        scripted=not args.real_only,
+    )
     print(
         f"load average {os.getloadavg()[0]:.2f} at the end; "
         f"{time.monotonic() - started:.0f} s in all",
