@@ -46,6 +46,7 @@ differ only in what runs beside them. ``background_idle`` is set small
     python bench/person.py                          # 3 pairs, 30 s summaries, scripted
     python bench/person.py --real http://127.0.0.1:8799/v1   # and the real server
     python bench/person.py --quick                  # CI: 1 pair, 2 s summaries, 1 variant
+    python bench/person.py --real URL --real-only --variant mid-summary --keep /tmp/homes
 """
 
 from __future__ import annotations
