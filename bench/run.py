@@ -462,6 +462,22 @@ def bookkeeping_waits(pairs: int, summary_seconds: float) -> None:
     )
 
 
+def person_first(quick: bool) -> None:
+    """bench/person.py (issue 45): a new chat's banner and first token right after a
+    one-shot against nothing running, the first session's summary landing once the
+    person stops, summaries saved cut, Enter to the first token against a minimal
+    httpx loop; a scripted one-slot server that queues (``--quick``: one pair, 2 s
+    summaries, 1 s ``background_idle``, the mid-summary variant)."""
+    from person import measure as person_rows  # bench/person.py
+
+    if quick:
+        rows = person_rows(1, 2.0, 1.0, 5, ("mid-summary",), show=False)
+    else:
+        rows = person_rows(3, 30.0, 3.0, 15, show=False)
+    for row in rows:
+        add(row.what, row.ours, row.baseline, row.ratio, row.target, row.met)
+
+
 def chain_figures(messages: int) -> None:
     """bench/chain.py in-process, with no model (scripted replies, the scripted competent
     summarizer), at 2,048 tokens: a chain's machinery and its recall, so that a broken
@@ -1189,6 +1205,8 @@ def main() -> int:
     streaming(2 if args.quick else 7, 60 if args.quick else 510)
     print("waits for bookkeeping")
     bookkeeping_waits(1 if args.quick else 3, 2.0 if args.quick else 30.0)
+    print("the person first")
+    person_first(args.quick)
     write_results(args, time.perf_counter() - started)
     return 0
 
