@@ -32,6 +32,10 @@ CONFIG_NAME = "config.yaml"
 # Settings (a backend built by hand, a plan made in a test). docs/architecture.md.
 DEFAULT_AGENT = "simple_sally"
 DEFAULT_CONNECT_TIMEOUT = 5.0  # seconds to reach a server
+# the start-up check waits this long at most for a server's model list (a one-slot server
+# reading a summary's prompt holds even that: llama-cpp-python's takes the model's lock),
+# then says the server is busy and goes on: the banner never waits on the model
+STARTUP_CHECK_S = 1.0
 DEFAULT_READ_TIMEOUT = 120.0  # seconds between two pieces of a reply
 DEFAULT_RETRIES = 2  # retries of a request that failed before any reply arrived
 DRAFT_SECONDS = 1.0  # a streaming reply is put on disk at most this often (and at its start)

@@ -238,10 +238,12 @@ def test_a_busy_server_is_not_waited_for_at_start(chatloop_home: Path, project: 
 
     with scripted_server(lambda request: "Basil likes sun.", models=models, seen=seen) as url:
         try:
+            # the check's bound is its own (``STARTUP_CHECK_S``), not the connection's
+            # timeout: with 30 s to connect the banner still comes within seconds
             child = spawn(
-                url, chatloop_home, project, 12, ready_text="starting", connect_timeout="1"
+                url, chatloop_home, project, 12, ready_text="starting", connect_timeout="30"
             )
-            child.timeout = 30  # (the check is held for 60 s: waiting for it fails here)
+            child.timeout = 20  # (the check is held for 60 s: waiting for it fails here)
             wait(child, "is busy")
             wait(child, READY)
             assert not release.is_set() and all(s.startswith("GET ") for s in seen), seen

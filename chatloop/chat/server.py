@@ -30,7 +30,7 @@ from pathlib import Path
 from chatloop.backends.base import Backend
 from chatloop.backends.detect import Candidate
 from chatloop.chat.bounded import within
-from chatloop.config import Settings
+from chatloop.config import STARTUP_CHECK_S, Settings
 from chatloop.errors import BackendError, Unreachable
 from chatloop.format import SessionMeta
 
@@ -142,16 +142,16 @@ def connect(settings: Settings, held: Held = Held(), home: Path | None = None) -
         from chatloop.chat import sharing
 
         sharing.use(home, backend)
+    bound = min(settings.connect_timeout, STARTUP_CHECK_S)
     try:
-        listed = _choose_model(backend, held.model if on_held else "", settings.connect_timeout)
+        listed = _choose_model(backend, held.model if on_held else "", bound)
     except BaseException:
         backend.close()
         raise
     if listed is None:
         notes.append(
             f"the server at {backend.base_url} is busy (it did not list its models "
-            f"within {settings.connect_timeout:g} s); going on: your first message "
-            "waits for it."
+            f"within {bound:g} s); going on: your first message waits for it."
         )
         return Connected(backend, tuple(notes), busy=True)
     if listed and backend.model not in listed:
