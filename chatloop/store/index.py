@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from chatloop.store import index_build
 from chatloop.store.index_file import INDEX_FILE, IndexFile
@@ -33,9 +33,6 @@ if TYPE_CHECKING:
     from chatloop.store.index_build import Progress
 
 __all__ = ["Index"]
-
-T = TypeVar("T")
-FRESH_TRIES = 3  # reads from rows that no longer match the files, before reading the files
 
 
 class Index:
@@ -55,7 +52,6 @@ class Index:
         command that only reads, on a home that does not exist: it makes none)."""
         self.store = store
         self.file = IndexFile(store.root / INDEX_FILE, memory=memory)
-        self._seen: index_build.Seen | None = None  # what the last sync saw of the files
 
     @property
     def path(self) -> Path:
@@ -80,9 +76,7 @@ class Index:
         (``index_build.sync``). Rows glanced at (many files to read: their words not
         read yet) get their words from a process started here (``index_text``); a
         listing never waits for them."""
-        seen = index_build.Seen()
-        count = index_build.sync(self.file, self.store, all_projects, progress, seen)
-        self._seen = seen
+        count = index_build.sync(self.file, self.store, all_projects, progress)
         if count and not self.in_memory and self.text_pending():
             from chatloop.store import index_text
 
@@ -91,10 +85,7 @@ class Index:
 
     def text_pending(self) -> int:
         """How many sessions are listed whose words are not indexed yet."""
-        return self.file.guarded(
-            lambda: index_build.text_pending(self.file),
-            lambda: index_build.refill(self.file, self.store, self._seen),
-        )
+        return index_build.text_pending(self.file)
 
     def complete_text(
         self, progress: Progress | None = None, waiting: Callable[[], None] | None = None
@@ -128,42 +119,11 @@ class Index:
     ) -> tuple[list[SessionRow], int]:
         """Sessions, most recently updated first, numbered per project, and with
         ``count`` how many there are without ``limit`` (``Queries.listing``)."""
-        return self._fresh(lambda: self._queries().listing(all_projects, limit, fold, count))
+        return self._queries().listing(all_projects, limit, fold, count)
 
     def count(self, all_projects: bool = False, fold: bool = False) -> int:
         """How many sessions the index holds (``Queries.count``)."""
-        return self._fresh(lambda: self._queries().count(all_projects, fold))
-
-    def _fresh(self, read: Callable[[], T]) -> T:
-        """``read``, in one snapshot of rows that still match what the last sync saw
-        of the files (``index_build.still_fresh``), never from an index a neighbour
-        replaced since (the rows gone: a listing would hide sessions) nor from a
-        corrupt one (replaced and refilled: ``IndexFile.guarded``). Rows that no
-        longer match are synced again; if they keep changing, the files are read
-        into memory: a wrong answer is never given, and nothing waits for long."""
-        seen = self._seen
-
-        def action() -> tuple[T] | None:
-            if seen is None or self.file.in_memory:
-                return (read(),)
-            with self.file.reading():
-                if not index_build.still_fresh(self.file, self.store, seen):
-                    return None
-                return (read(),)
-
-        def refill() -> None:
-            index_build.refill(self.file, self.store, seen)
-
-        for _ in range(FRESH_TRIES):
-            found = self.file.guarded(action, refill)
-            if found is not None:
-                return found[0]
-            assert seen is not None
-            self.sync(seen.all_projects)
-            seen = self._seen
-        self.file.use_memory()
-        refill()
-        return read()
+        return self._queries().count(all_projects, fold)
 
     def handles(self, wanted: set[str]) -> dict[str, str]:
         """The short handles of ``wanted`` ids (``Queries.handles``)."""

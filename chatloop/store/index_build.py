@@ -55,17 +55,7 @@ from chatloop.store.store import FolderLook, Store
 if TYPE_CHECKING:  # the scanner (and YAML) load only when files must be read
     from chatloop.format import Skim as Scanned
 
-__all__ = [
-    "Progress",
-    "Seen",
-    "fill_text",
-    "rebuild",
-    "refill",
-    "settle",
-    "still_fresh",
-    "sync",
-    "text_pending",
-]
+__all__ = ["Progress", "fill_text", "rebuild", "settle", "sync", "text_pending"]
 
 GLANCE_FROM = 64  # stale files from which a sync glances (their words are read later)
 STREAM_FROM = 4 << 20  # files this large are read here, their words inserted as they come
@@ -90,31 +80,16 @@ _TRIGGERS = tuple(
 )
 
 
-class Seen:
-    """What a sync saw of the files, for ``still_fresh``: the folders' looks and the
-    (size, mtime) of every file it left the rows matching (``rows`` None: fresh by
-    the marks, no file compared)."""
-
-    def __init__(self) -> None:
-        self.all_projects = True
-        self.looks: list[FolderLook] = []
-        self.rows: dict[str, tuple[int, int]] | None = None
-
-
 def sync(
-    file: IndexFile,
-    store: Store,
-    all_projects: bool = True,
-    progress: Progress | None = None,
-    seen: Seen | None = None,
+    file: IndexFile, store: Store, all_projects: bool = True, progress: Progress | None = None
 ) -> int:
-    """Bring rows up to date with the files; returns how many files were (re)read
-    (what it saw of them kept in ``seen``). Many files to read (an empty index among
-    them) are glanced at, their words left for ``fill_text``; an index whose unlisted
-    chunks outweigh the listed ones is rebuilt like ``rebuild`` does (see module doc)."""
+    """Bring rows up to date with the files; returns how many files were (re)read.
+    Many files to read (an empty index among them) are glanced at, their words left
+    for ``fill_text``; an index whose unlisted chunks outweigh the listed ones is
+    rebuilt like ``rebuild`` does (see module doc)."""
     count = file.guarded(
-        lambda: _refresh(file, store, all_projects, progress, may_glance=True, seen=seen),
-        lambda: refill(file, store, seen),
+        lambda: _refresh(file, store, all_projects, progress, may_glance=True),
+        lambda: _refill(file, store),
     )
     if not file.in_memory and _bloated(file.db):
         rebuild(file, store, progress)
@@ -127,31 +102,12 @@ def rebuild(file: IndexFile, store: Store, progress: Progress | None = None) -> 
     The new index is written to a side file of this process's own (see
     ``IndexFile.side``), then copied into ``index.db`` in one transaction. One
     rebuild runs at a time; neighbours read meanwhile."""
-    return file.guarded(lambda: _rebuild(file, store, progress), lambda: refill(file, store))
+    return file.guarded(lambda: _rebuild(file, store, progress), lambda: _refill(file, store))
 
 
-def refill(file: IndexFile, store: Store, seen: Seen | None = None) -> None:
+def _refill(file: IndexFile, store: Store) -> None:
     """Every file read again, into an index replaced or moved to memory."""
-    _refresh(file, store, True, None, may_glance=True, seen=seen)
-
-
-def still_fresh(file: IndexFile, store: Store, seen: Seen) -> bool:
-    """Whether the rows (read in the caller's transaction) still match what the sync
-    that kept ``seen`` left them matching: a neighbour may have replaced the index
-    since (the words process finding it corrupt empties it, then fills it again), and
-    rows read from it then would hide sessions. By the marks if they are kept, else
-    row by row against the files that sync saw."""
-    if file.in_memory:
-        return True
-    db = file.db
-    marks = [(look.name, look.mark) for look in seen.looks]
-    if _marked(db, store, marks, seen.all_projects):
-        return True
-    known = _known(db, store, seen.all_projects)
-    if seen.rows is None:  # (fresh by the marks then: the files as they were listed)
-        files = Store.session_stats(seen.looks, known)
-        seen.rows = {path: (st.st_size, st.st_mtime_ns) for path, st in files.items()}
-    return known == seen.rows
+    _refresh(file, store, True, None, may_glance=True)
 
 
 def text_pending(file: IndexFile) -> int:
@@ -169,7 +125,7 @@ def fill_text(
     one process at a time (the build lock; ``waiting`` is called while a neighbour
     holds it, as a progress line); returns how many files were read. A file changed
     or gone since is read as it is now, or forgotten."""
-    return file.guarded(lambda: _fill(file, progress, waiting), lambda: refill(file, store))
+    return file.guarded(lambda: _fill(file, progress, waiting), lambda: _refill(file, store))
 
 
 def settle(file: IndexFile, store: Store) -> int:
@@ -178,7 +134,7 @@ def settle(file: IndexFile, store: Store) -> int:
     the project, its sessions' places by last activity (``index_query``), are those a
     full build gives: ``-c``, ``-r N`` and ``show N`` name the same session either way.
     A home holds few such files; returns how many were read."""
-    return file.guarded(lambda: _settle(file, store), lambda: refill(file, store))
+    return file.guarded(lambda: _settle(file, store), lambda: _refill(file, store))
 
 
 def _settle(file: IndexFile, store: Store) -> int:
@@ -247,15 +203,12 @@ def _refresh(
     all_projects: bool,
     progress: Progress | None,
     may_glance: bool,
-    seen: Seen | None = None,
 ) -> int:
     if file.in_memory:
         all_projects = True  # it starts empty: what is listed must all be read
     db = file.db
     looks = store.look(all_projects)
     marks = [(look.name, look.mark) for look in looks]
-    if seen is not None:
-        seen.all_projects, seen.looks, seen.rows = all_projects, looks, None
     if not file.in_memory and _marked(db, store, marks, all_projects):
         return 0  # fresh: no row is read (see _mark)
     known = _known(db, store, all_projects)
@@ -264,18 +217,13 @@ def _refresh(
     gone = [p for p in known if p not in files]
     glance = may_glance and not file.in_memory and len(stale) >= GLANCE_FROM
     if not stale and not gone:
-        if seen is not None:
-            seen.rows = dict(known)
         _mark(file, store, looks, all_projects, files)
         return 0  # fresh: nothing is read, and the scanner (and YAML) never load
     if gone:
         with file.write():
             for path in gone:
                 _forget(db, path)
-    failed = _read(file, _glance(file, stale, files) if glance else stale, files, progress)
-    if seen is not None:  # (a file that could not be read has no row)
-        unread = set(failed)
-        seen.rows = {p: (st.st_size, st.st_mtime_ns) for p, st in files.items() if p not in unread}
+    _read(file, _glance(file, stale, files) if glance else stale, files, progress)
     _mark(file, store, looks, all_projects, files)
     return len(stale)
 

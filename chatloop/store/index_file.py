@@ -98,32 +98,11 @@ class IndexFile:
                     continue
                 self.close()
                 if found == "corrupt" and attempt < 2:
-                    # replaced here, not only if opening it fails: a neighbour's WAL
-                    # (the words process's) may still hold page 1 and the rows of a
-                    # file overwritten under it, so it opens and looks fresh
-                    with contextlib.suppress(sqlite3.Error, IndexFileError, OSError):
-                        self._replace_corrupt()
                     self.db = self._open()
                 else:
-                    self.use_memory()
+                    self.db, self.in_memory = _memory_db(), True
                 refilling = True
         raise AssertionError("unreachable")
-
-    def use_memory(self) -> None:
-        """Go on with an empty index in memory (refilled from the files by the caller):
-        for an index that cannot be used, or trusted."""
-        self.close()
-        self.db, self.in_memory = _memory_db(), True
-
-    @contextlib.contextmanager
-    def reading(self) -> Iterator[None]:
-        """One read transaction: everything read in it is of one snapshot, whatever a
-        neighbour commits meanwhile (in WAL, a reader never waits for a writer)."""
-        self.db.execute("BEGIN")
-        try:
-            yield
-        finally:
-            self.end_transaction()
 
     def empty_memory(self) -> None:
         """An index in memory starts again empty (its rebuild)."""
