@@ -396,7 +396,8 @@ def test_a_resume_is_acknowledged_by_chatloop_before_the_first_reply_without_a_c
 
     def reply(request: dict[str, object]) -> str:
         last = str(request["messages"][-1]["content"])  # type: ignore[index]
-        lasts.append(last)
+        if request.get("max_tokens") != 1:  # (not the child's beginning read ahead)
+            lasts.append(last)
         return "Thirty centimetres." if "progressive summary" not in last else ""
 
     with scripted_server(reply) as url:
