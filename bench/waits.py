@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pexpect
 
@@ -246,6 +247,43 @@ WAITS: dict[str, Callable[[str, str], float]] = {
 NOTE = "the spice farms and the old stone town by the harbour of Zanzibar " * 4
 
 
+Until = Callable[[Callable[[str], bool], float], bool]
+
+
+def _watched(url: str, env: dict[str, str], real: bool) -> tuple[pexpect.spawn, Any, Until]:
+    """The chat started in a pty of 160 x 40 read into a pyte screen, and ``until``:
+    reads what it draws (answering its cursor-position queries) until ``seen`` is true
+    of the screen's text or ``timeout`` seconds pass (False then)."""
+    import pyte
+
+    child = pexpect.spawn(
+        CHATLOOP,
+        ["--base-url", url] + ([] if real else ["--model", "bench"]),
+        env=env,
+        encoding="utf-8",
+        timeout=600,
+        dimensions=(40, 160),
+    )
+    screen = pyte.Screen(160, 40)
+    stream = pyte.Stream(screen)
+
+    def until(seen: Callable[[str], bool], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if seen("\n".join(screen.display)):
+                return True
+            try:
+                data = child.read_nonblocking(65536, timeout=0.05)
+            except pexpect.TIMEOUT:
+                continue
+            stream.feed(data)
+            if "\x1b[6n" in data:
+                child.send(f"\x1b[{screen.cursor.y + 1};{screen.cursor.x + 1}R")
+        return False
+
+    return child, screen, until
+
+
 def compaction_turn(
     url: str, prepare: str, summary_seconds: float, real: bool = False
 ) -> tuple[float, float, bool]:
@@ -254,41 +292,18 @@ def compaction_turn(
     ``url`` is a model server (its own model, a window of 2,048 tokens, given as a
     person would: llama-cpp-python's server does not report it; replies of at most 48
     tokens, as a short answer takes), not the scripted one."""
-    import pyte
-
     with tempfile.TemporaryDirectory() as home:
+        before = prepare == "off"  # how chatloop compacted before: the summary made then
         env = {
-            **_env(home, "background"),
+            **_env(home, "wait" if before else "background"),
             "CHATLOOP_AUTO_COMPACT": "on",
             "CHATLOOP_PREPARE_COMPACTION": prepare,
+            "CHATLOOP_ACKNOWLEDGMENT": "model" if before else "written",
         }
         env["CHATLOOP_CONTEXT_WINDOW"] = "2048" if real else "1024"
         if real:
             env["CHATLOOP_MAX_TOKENS"] = "48"
-        child = pexpect.spawn(
-            CHATLOOP,
-            ["--base-url", url] + ([] if real else ["--model", "bench"]),
-            env=env,
-            encoding="utf-8",
-            timeout=600,
-            dimensions=(40, 160),
-        )
-        screen = pyte.Screen(160, 40)
-        stream = pyte.Stream(screen)
-
-        def until(seen: Callable[[str], bool], timeout: float) -> bool:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if seen("\n".join(screen.display)):
-                    return True
-                try:
-                    data = child.read_nonblocking(65536, timeout=0.2)
-                except pexpect.TIMEOUT:
-                    continue
-                stream.feed(data)
-                if "\x1b[6n" in data:
-                    child.send(f"\x1b[{screen.cursor.y + 1};{screen.cursor.x + 1}R")
-            return False
+        child, screen, until = _watched(url, env, real)
 
         until(lambda shown: "new session" in shown, 60)  # the first prompt's toolbar
         normal: list[float] = []
@@ -300,12 +315,12 @@ def compaction_turn(
             back = f" {turn}q · "  # the toolbar once the prompt is back after this turn
 
             def returned(shown: str, back: str = back) -> bool:
-                return "Saved session" in shown or back in shown
+                return "Continuing session" in shown or back in shown
 
             until(returned, 600)
             shown = "\n".join(screen.display)
-            if "Saved session" in shown:  # this turn compacted: its prompt is the child's
-                until(lambda shown: "you>" in shown.split("Saved session")[-1], 600)
+            if "Continuing session" in shown:  # this turn compacted: its prompt is the child's
+                until(lambda shown: "you>" in shown.split("Continuing session")[-1], 600)
                 compacted = time.monotonic() - started
                 used = "Using the summary prepared" in "\n".join(screen.display)
                 break
@@ -328,8 +343,6 @@ def nopause_turns(url: str, summaries: str, real: bool = False) -> tuple[float, 
     the child begins from the transcript's summary, its acknowledgment written
     without a call; ``wait`` runs with ``acknowledgment: model``, as before).
     ``real``: ``url`` is a model server, at 2,048 tokens."""
-    import pyte
-
     with tempfile.TemporaryDirectory() as home:
         env = {
             **_env(home, summaries),
@@ -342,30 +355,7 @@ def nopause_turns(url: str, summaries: str, real: bool = False) -> tuple[float, 
         }
         if real:
             env["CHATLOOP_MAX_TOKENS"] = "48"
-        child = pexpect.spawn(
-            CHATLOOP,
-            ["--base-url", url] + ([] if real else ["--model", "bench"]),
-            env=env,
-            encoding="utf-8",
-            timeout=600,
-            dimensions=(40, 160),
-        )
-        screen = pyte.Screen(160, 40)
-        stream = pyte.Stream(screen)
-
-        def until(seen: Callable[[str], bool], timeout: float) -> bool:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if seen("\n".join(screen.display)):
-                    return True
-                try:
-                    data = child.read_nonblocking(65536, timeout=0.05)
-                except pexpect.TIMEOUT:
-                    continue
-                stream.feed(data)
-                if "\x1b[6n" in data:
-                    child.send(f"\x1b[{screen.cursor.y + 1};{screen.cursor.x + 1}R")
-            return False
+        child, screen, until = _watched(url, env, real)
 
         until(lambda shown: "new session" in shown, 60)  # the first prompt's toolbar
         normal: list[float] = []
