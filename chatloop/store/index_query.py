@@ -24,10 +24,12 @@ megabyte: in practice, in one stretch of the conversation.
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 from chatloop.errors import NotFound
 from chatloop.ids import MIN_HANDLE, handle_between, is_handle, tail_of, validate_session_id
@@ -45,6 +47,34 @@ _NUMBERING = "SELECT num, id, project, status, path, parent_id, forked_at FROM s
 _WORD_RE = re.compile(r"[^\W_]+")  # a word as FTS5's unicode61 sees it: "_" separates
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _one_snapshot(
+    method: Callable[Concatenate[Queries, _P], _R],
+) -> Callable[Concatenate[Queries, _P], _R]:
+    """``method``, its reads made in one read transaction: the index as it was at its
+    first read, whatever a neighbour (another chat, the words process) writes
+    meanwhile. A query reads in several statements (the numbering, then the listed
+    rows); each on its own would see the index of its moment, and a row the words
+    process rewrote in between (forgotten, inserted again under a new ``num``) would
+    be missing from the answer. Inside a transaction already open (a query calling
+    another), it joins that one."""
+
+    @functools.wraps(method)
+    def in_one(self: Queries, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if self._db.in_transaction:
+            return method(self, *args, **kwargs)
+        self._db.execute("BEGIN")
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._db.execute("COMMIT")
+
+    return in_one
+
+
 class Queries:
     """The index's answers, read over ``db`` (which only reads), for ``project`` (the
     current one: numbers and "this project" are its)."""
@@ -53,6 +83,7 @@ class Queries:
         self._db = db
         self.project = project
 
+    @_one_snapshot
     def listing(
         self,
         all_projects: bool = False,
@@ -96,6 +127,7 @@ class Queries:
             rows.append(row._replace(chain=_chain_length(row.id, links)) if fold else row)
         return rows, total
 
+    @_one_snapshot
     def count(self, all_projects: bool = False, fold: bool = False) -> int:
         """How many sessions the index holds (in this project unless ``all_projects``;
         ``fold``: as ``listing`` lists them folded)."""
@@ -136,6 +168,7 @@ class Queries:
             marks = ",".join("?" * len(batch))
             yield from self._db.execute(f"SELECT * FROM sessions WHERE num IN ({marks})", batch)
 
+    @_one_snapshot
     def handles(self, wanted: set[str]) -> dict[str, str]:
         """The short handles of ``wanted`` ids, each unique across all projects (so a
         handle works from any directory), as ``chatloop.ids.handles`` makes them; only
@@ -155,6 +188,7 @@ class Queries:
             out[session] = handle_between(tail, before or "", after or "")
         return out
 
+    @_one_snapshot
     def search_sessions(
         self, query: str, prefix: bool = False, all_projects: bool = False, limit: int = 50
     ) -> list[SessionRow]:
@@ -174,6 +208,7 @@ class Queries:
             rows.append(_row(raw, number, holder, short.get(raw["id"], "")))
         return rows
 
+    @_one_snapshot
     def search_count(self, query: str, all_projects: bool = False) -> int:
         """How many sessions ``search_sessions`` finds without a limit (no ranking)."""
         words = _WORD_RE.findall(query)
@@ -231,6 +266,7 @@ class Queries:
                 out[path] = (None, None)
         return out
 
+    @_one_snapshot
     def find(self, ref: str) -> SessionRow:
         """The session a person means by ``ref``: a number (1 = most recent in this
         project; digits that start with 0 are never a number), a handle (any project)
@@ -300,6 +336,7 @@ class Queries:
             "is the one taken there.",
         )
 
+    @_one_snapshot
     def continued_by(self, session_id: str) -> list[str]:
         """The ids of the sessions (any project) that continue ``session_id``: a
         compaction's or a resume's child, not a fork; oldest first."""
@@ -310,6 +347,7 @@ class Queries:
         )
         return [str(row[0]) for row in found]
 
+    @_one_snapshot
     def lineage(self, row: SessionRow) -> tuple[list[SessionRow], dict[str, list[SessionRow]]]:
         """The compact/resume chain around ``row``: its ancestors (root first, ``row``
         last) and every session's children, by id, across all projects."""
