@@ -72,10 +72,8 @@ from chatloop.chat.context import (
     Sent,
     ack_cap,
     carry_budget,
-    ledger_room,
     plan,
     reply_cap,
-    restoration_budget,
     summary_cap,
     tool_costs,
 )
@@ -98,7 +96,7 @@ from chatloop.chat.state import (
 )
 from chatloop.chat.tokens import TokenCount
 from chatloop.chat.turn import TurnResult, prime, respond, run_turn
-from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_LOOKBACK, PROSE_FLOOR, Settings
+from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_LOOKBACK, Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta, Totals, exchanges, no_text
 from chatloop.format.front_matter import MAX_PIN_CHARS, MAX_PINS, MAX_TITLE_CHARS
@@ -276,94 +274,32 @@ class ChatSession:
         """The words a summary may have here (``context.summary_cap``, in words)."""
         return chain.summary_words(summary_cap(self.window(), self.settings.summary_max_tokens))
 
-    def _fit_summary(self, summary: str) -> str:
-        """The summary a restoration prompt carries: its text fitted to what the summary
-        cap leaves beside the ledger lines the prompt carries (``_summary_room``: the
-        model's prose gives way before what the person stated), in words, then, counted
-        as the model counts, shortened until it fits in tokens (identifiers and numbers
-        cost several tokens a word); its whole ledger kept after it. Beside a ledger (or
-        pins), which holds what was stated, the prose may shrink to its headings to fit
-        in tokens: a child's opening, counted before the summary is made
-        (``_carried``), is then never passed."""
-        summary, entries = ledger.split(summary)  # (the ledger is carried by its own rule)
-        cap = self._summary_room(entries)
-        stated = bool(entries or self.pins)
-        floor = PROSE_FLOOR * 2 // 3 if stated else chain.SUMMARY_MIN_WORDS
-        least = prompts.HEADING_WORDS if stated else floor
-        words = min(self._summary_words(), max(floor, cap * 3 // 4))
-        fitted = prompts.fit(summary, words)
-        while self.tokens.text(fitted) > cap and words > least:
-            words = max(least, words * 4 // 5)
-            fitted = prompts.fit(summary, words)
-        return ledger.join(fitted, entries)
+    def _sizes(self) -> restoration.Sizes:
+        """The sizes a restoration prompt is built within now (``restoration.Sizes``)."""
+        reply = self.reply_options().get("max_tokens") or 0
+        return restoration.Sizes.of(
+            self.window(), self.tokens, self.settings.summary_max_tokens, reply
+        )
 
-    def _summary_room(self, entries: Sequence[ledger.Entry]) -> int:
-        """The tokens a restoration prompt gives the summary's text: the summary cap,
-        less the pins and the ledger lines it carries of ``entries``
-        (``chain.carried_ledger`` within ``context.ledger_room``), counted as the model
-        counts, never under PROSE_FLOOR."""
-        cap = summary_cap(self.window(), self.settings.summary_max_tokens)
-        count = self.tokens.text  # (as the model counts: paths and numbers cost more)
-        kept, left = chain.carried_ledger(entries, self.pins, self._ledger_room(), count)
-        lines = [e.carried() for e in kept]
-        used = count(prompts.ledger_block(lines, left)) + chain.pins_cost(self.pins, count)
-        return max(PROSE_FLOOR, cap - used)
-
-    def _ledger_room(self) -> int:
-        """``context.ledger_room`` here: the pins' and the ledger's share of what a
-        restoration prompt may take, beside its own words (as long as they get, with
-        the template of a prompt of two messages) and the acknowledgment's cap."""
-        per_message, per_prompt = self.tokens.overhead()
-        frame = self.tokens.text(prompts.restoration_frame()) + 2 * per_message + per_prompt
-        return ledger_room(self.window(), self.settings.summary_max_tokens, frame, self._ack_cap())
-
-    def _ack_cap(self) -> int:
-        """The most tokens a restoration's acknowledgment takes here (``context.ack_cap``)."""
-        return ack_cap(self.window(), self.reply_options().get("max_tokens") or 0)
-
-    def _restoration(
+    def _build(
         self,
         parent: chain.Parent,
         summary: str,
         unanswered: str | None = None,
         carried: int = 0,
+        pins: tuple[str, ...] | None = None,
     ) -> str:
-        """``chain.restoration`` with this session's pins, its ledger within
-        ``context.ledger_room``, and the acknowledgment asked for in the words its cap
-        allows (about 9 words in 16 tokens: a reply cut at its cap ends mid-sentence);
-        one that answers ``unanswered`` is a reply, with no such bound."""
-        room = self._ledger_room()
-        ack_words = 0 if unanswered is not None else self._ack_cap() * 9 // 16
-        count = self.tokens.text
-        # Counted whole, as the model counts it: what the estimates missed (the prose
-        # at its floor, the template) is taken from the model's prose first, down to
-        # its headings, then from the ledger, entry by entry; never from the window.
-        per_message, per_prompt = self.tokens.overhead()  # (its template, as sent alone)
-        budget = restoration_budget(self.window(), self._ack_cap()) - per_message - per_prompt
-        budget += count(prompts.UNANSWERED.format(text=unanswered)) if unanswered else 0
-        whole, entries = ledger.split(summary)
-        prose, words = whole, len(whole.split())
-        while True:
-            text = chain.restoration(
-                parent,
-                ledger.join(prose, entries),
-                unanswered,
-                self.pins,
-                carried,
-                room,
-                ack_words,
-                count,
-            )
-            over = count(text) - budget
-            if over <= 0:
-                return text
-            if words > prompts.HEADING_WORDS:
-                words = max(prompts.HEADING_WORDS, words * 4 // 5)
-                prose = prompts.fit(whole, words)
-            elif room > 0:
-                room = max(0, room - over)
-            else:
-                return text
+        """``restoration.build`` with this session's pins (or ``pins``) and sizes."""
+        chosen = self.pins if pins is None else pins
+        return restoration.build(parent, summary, chosen, self._sizes(), unanswered, carried)
+
+    def _fit_summary(self, summary: str, pins: tuple[str, ...] | None = None) -> str:
+        """``restoration.fit`` with this session's pins (or ``pins``) and sizes."""
+        return restoration.fit(summary, self.pins if pins is None else pins, self._sizes())
+
+    def _ack_cap(self) -> int:
+        """The most tokens a restoration's acknowledgment takes here (``context.ack_cap``)."""
+        return ack_cap(self.window(), self.reply_options().get("max_tokens") or 0)
 
     def window(self) -> int | None:
         """The context window: the settings', else the server's, else unknown (None)."""
@@ -1041,7 +977,7 @@ class ChatSession:
             return
         summary = self._fit_summary(parent.summary)
         carried = sum(1 for m in writer.messages if m.copy)
-        text = self._restoration(parent, summary, awaited.unanswered, carried)
+        text = self._build(parent, summary, awaited.unanswered, carried)
         revision = Message.create("user", self.clock(), text=text, restore=True)
         try:
             self._queue.append(revision)
@@ -1063,9 +999,7 @@ class ChatSession:
         carried, made = waiting.carried, waiting
         while carried:
             carried = chain.without_oldest(carried)
-            text = self._restoration(
-                waiting.parent, waiting.summary, waiting.unanswered, len(carried)
-            )
+            text = self._build(waiting.parent, waiting.summary, waiting.unanswered, len(carried))
             preview = Message.create("user", self.clock(), text=text, restore=True)
             made = replace(waiting, carried=carried, preview=preview)
             if self._plan([preview, *carried, *typed], history=False).fits:
@@ -1087,8 +1021,9 @@ class ChatSession:
         # the ledger its summary will end with is known now (it is not the model's)
         inherited = ledger.split(self.previous)[1]
         known = chain.ledger_of(inherited, writer.messages)
-        text = self._restoration(parent, ledger.join("", known), None, carried=MAX_CARRIED)
-        room = self._summary_room(known)  # the summary's text at the most it may take
+        text = self._build(parent, ledger.join("", known), None, carried=MAX_CARRIED)
+        # the summary's text at the most it may take
+        room = restoration.summary_room(known, self.pins, self._sizes())
         return self._carry(list(exchanges(writer.messages)), self._opening(text, room))
 
     def _opening(self, restoration: str, summary: int = 0) -> int:
@@ -1251,7 +1186,7 @@ class ChatSession:
         if recent:  # the child carries exactly what came after, or it is not used
             parent = chain.Parent(writer.path, writer.meta, None)
             summary = self._fit_summary(prepared.outcome.text)
-            text = self._restoration(parent, summary, None, MAX_CARRIED)
+            text = self._build(parent, summary, None, MAX_CARRIED)
             carried = self._carry(recent, self._opening(text), keep_first=False)
             if len(carried) != len(newer):
                 return None
@@ -1300,7 +1235,7 @@ class ChatSession:
         summary = self._fit_summary(summary)  # the restoration stays in budget
         self.pins = _merged(parent.meta.pins, self.pins)
         base = replace(template or self.meta(), pins=self.pins)
-        text = self._restoration(parent, summary, unanswered, len(carried))
+        text = self._build(parent, summary, unanswered, len(carried))
         preview = Message.create("user", self.clock(), text=text, restore=True)
         return FromSummary(parent, summary, base, preview, unanswered, carried)
 
@@ -1362,10 +1297,10 @@ class ChatSession:
         if isinstance(continuation, WithHistory):
             meta = replace(meta, extra={**meta.extra, "restored": "full"})
             return Child(meta, (), continuation.summary, continuation.history)
-        summary, carried = continuation.summary, continuation.carried
-        text = self._restoration(parent, summary, continuation.unanswered, len(carried))
-        prompt = Message.create("user", now, text=text, restore=True)
-        return Child(meta, (prompt, *carried), summary)
+        # the preview, built once (and again when what it is built with changed while
+        # it waited: ``_restate``), is the prompt written
+        prompt = Message.create("user", now, text=continuation.preview.text, restore=True)
+        return Child(meta, (prompt, *continuation.carried), continuation.summary)
 
     def _first_of_child(self, begins: Continuation, message: Message, typed: int) -> TurnResult:
         """``message``, just written (the last of ``typed`` messages) with the child of
@@ -1649,10 +1584,7 @@ class ChatSession:
         """What a child resumed from ``summary`` carries of ``recent``, the parent's last
         exchanges (``_carry``, counted against the restoration prompt it will have)."""
         pins = _merged(parent.meta.pins, self.pins)
-        room = self._ledger_room()
-        text = chain.restoration(
-            parent, self._fit_summary(summary), None, pins, MAX_CARRIED, room, 0, self.tokens.text
-        )
+        text = self._build(parent, self._fit_summary(summary, pins), None, MAX_CARRIED, pins)
         return self._carry(recent, self._opening(text), keep_first=False)
 
     def _summarized_whole(self, parent: chain.Parent) -> str:
@@ -1875,7 +1807,7 @@ class ChatSession:
         history = list(branch.copies)
         outcome = self.summarize(history, branch.previous)
         summary = self._fit_summary(outcome.text)
-        text = self._restoration(branch.parent, summary)
+        text = self._build(branch.parent, summary)
         restoration = Message.create("user", self.clock(), text=text, restore=True)
         self.host.notice(
             f"The history up to query {branch.forked_at} does not fit whole: the "
@@ -1912,6 +1844,7 @@ class ChatSession:
             )
         self.backend.model = name
         self._forget_counts()
+        self._restate()
         return unchecked
 
     def use_backend(self, backend: Backend) -> None:
@@ -1919,6 +1852,7 @@ class ChatSession:
         rule sends elsewhere); the caller closes the one it replaces."""
         self.backend = backend
         self._forget_counts()
+        self._restate()
 
     def _forget_counts(self) -> None:
         """The window and token counts are the model's: counted anew for another."""
@@ -1941,6 +1875,7 @@ class ChatSession:
             waiting = self.state.continuation
             template = replace(waiting.template, agent=agent.name, agent_name=Path(agent.path).stem)
             self.state = Waiting(replace(waiting, template=template))
+            self._restate()
         return branched
 
     # ------------------------------------------------------------------ small edits
@@ -1972,7 +1907,7 @@ class ChatSession:
             )
         if len(self.pins) >= MAX_PINS:
             raise ChatloopError(f"{MAX_PINS} facts are pinned already", "/unpin N frees one.")
-        room = self._ledger_room()  # pins go first in the ledger's room
+        room = self._sizes().ledger_room  # pins go first in the ledger's room
         count = self.tokens.text
         if chain.pins_cost((*self.pins, fact), count) > room:
             left = max(0, room - chain.pins_cost(self.pins, count))
@@ -2003,7 +1938,20 @@ class ChatSession:
             with self.store.open(self.state.continuation.parent.path) as parent:
                 parent.update_meta(pins=pins)
         self.pins = pins
+        self._restate()
         return pins
+
+    def _restate(self) -> None:
+        """A waiting child's restoration prompt built again when what it is built with
+        changed while it waited (the pins, the model, the agent): the preview it is
+        planned with is the prompt its file is written with (``_child``)."""
+        match self.state:
+            case Waiting(continuation=FromSummary() as waiting):
+                text = self._build(
+                    waiting.parent, waiting.summary, waiting.unanswered, len(waiting.carried)
+                )
+                preview = waiting.preview._replace(text=text)
+                self.state = Waiting(replace(waiting, preview=preview))
 
     def ledger_left_out(self) -> list[str]:
         """The ledger entries of the summary this session continues from that its
