@@ -33,14 +33,14 @@ the others' invariants (a message queued before a compaction belongs to the
 child; a fork's parent is finalized like a close). What does not touch that
 state lives elsewhere: the states themselves (``chat.state``), where a
 continuation comes from and its agent and server (``chat.continuation``,
-``chat.server``), summaries (``chat.chain``), the budget (``chat.context``),
-one turn (``chat.turn``).
+``chat.server``), summaries (``chat.chain``), the window, the counts and the
+plans (``chat.meter``), the restoration text (``chat.restoration``), one turn
+(``chat.turn``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -69,15 +69,11 @@ from chatloop.chat.agent import Agent
 from chatloop.chat.arming import Arming, with_model
 from chatloop.chat.context import (
     Plan,
-    Sent,
-    ack_cap,
-    carry_budget,
-    plan,
-    reply_cap,
     summary_cap,
     tool_costs,
 )
 from chatloop.chat.host import Host
+from chatloop.chat.meter import Meter
 from chatloop.chat.preparation import Preparation, Prepared
 from chatloop.chat.restoration import Awaited
 from chatloop.chat.state import (
@@ -143,16 +139,15 @@ class ChatSession:
     naming: Literal["untried", "asking", "done", "unsaved"] = "untried"
     _titling: titles.Asking | None = None  # the title request under way ("asking")
     _queue: list[Message] = field(default_factory=list)
-    _window: int | None = None
-    _tokens: TokenCount | None = None
-    _sent: Plan | None = None  # the last call's plan (its messages and tool definitions)
-    _made: Sent = field(default_factory=Sent)  # this conversation's plans so far, reused
     prepare_after: float = PREPARE_IDLE_S  # a preparation waits this long before asking
     _preparing: Preparation | None = None  # the next compaction's summary, being made
     _prepared: Prepared | None = None  # the last one made (until a newer one is)
     _awaited: Awaited | None = None  # a parent whose model summary is written behind
     # what arms another agent (/resume to a session of another): the command line's
     arming: Arming = None  # type: ignore[assignment]  # None: the environment's (__post_init__)
+    # the window, the counts and the plans of this model with this agent: made anew on a
+    # switch of model, backend or agent (``chat.meter``)
+    meter: Meter = field(init=False)
 
     # ------------------------------------------------------------------ state
     def __post_init__(self) -> None:
@@ -161,6 +156,7 @@ class ChatSession:
         if self.arming is None:
             self.arming = Arming.of(self.settings, say=lambda line: self.host.notice(line, "warn"))
             self.arming.ask = self.host.ask
+        self.meter = Meter.of(self.backend, self.agent, self.settings)
 
     @property
     def unsaved(self) -> int:
@@ -270,17 +266,6 @@ class ChatSession:
             system=self.agent.system_prompt if self.agent.system_given else None,
         )
 
-    def _summary_words(self) -> int:
-        """The words a summary may have here (``context.summary_cap``, in words)."""
-        return chain.summary_words(summary_cap(self.window(), self.settings.summary_max_tokens))
-
-    def _sizes(self) -> restoration.Sizes:
-        """The sizes a restoration prompt is built within now (``restoration.Sizes``)."""
-        reply = self.reply_options().get("max_tokens") or 0
-        return restoration.Sizes.of(
-            self.window(), self.tokens, self.settings.summary_max_tokens, reply
-        )
-
     def _build(
         self,
         parent: chain.Parent,
@@ -289,70 +274,32 @@ class ChatSession:
         carried: int = 0,
         pins: tuple[str, ...] | None = None,
     ) -> str:
-        """``restoration.build`` with this session's pins (or ``pins``) and sizes."""
+        """``restoration.build`` with this session's pins (or ``pins``), as the meter
+        sizes it now."""
         chosen = self.pins if pins is None else pins
-        return restoration.build(parent, summary, chosen, self._sizes(), unanswered, carried)
+        return restoration.build(parent, summary, chosen, self.meter.sizes(), unanswered, carried)
 
     def _fit_summary(self, summary: str, pins: tuple[str, ...] | None = None) -> str:
-        """``restoration.fit`` with this session's pins (or ``pins``) and sizes."""
-        return restoration.fit(summary, self.pins if pins is None else pins, self._sizes())
-
-    def _ack_cap(self) -> int:
-        """The most tokens a restoration's acknowledgment takes here (``context.ack_cap``)."""
-        return ack_cap(self.window(), self.reply_options().get("max_tokens") or 0)
+        """``restoration.fit`` with this session's pins (or ``pins``), as the meter
+        sizes it now."""
+        return restoration.fit(summary, self.pins if pins is None else pins, self.meter.sizes())
 
     def window(self) -> int | None:
-        """The context window: the settings', else the server's, else unknown (None)."""
-        if self._window is None:
-            try:
-                self._window = self.settings.context_window or self.backend.context_window() or 0
-            except ChatloopError:
-                self._window = 0
-        return self._window or None
+        """The context window (``Meter.window``)."""
+        return self.meter.window()
 
     @property
     def tokens(self) -> TokenCount:
-        """How this backend's tokens are counted (``chatloop.chat.tokens``)."""
-        if self._tokens is None:
-            self._tokens = TokenCount(self.backend.count_tokens, self.backend.chat_overhead)
-        return self._tokens
-
-    def _learn(self, message: Message) -> None:
-        """A reply's reported prompt size corrects the counts of what follows; its
-        reported length is its count (a reply of text alone: the tokenizer is not
-        asked about it; the end-of-turn token it may include errs on the safe side)."""
-        sent = self._sent
-        if message.usage is not None and not message.usage.estimated and sent is not None:
-            self.tokens.learn(sent.wire, message.usage.input, sent.budget.tools, sent.content)
-        usage = message.usage
-        text_alone = not (message.thinking or message.tool_calls or message.interrupted)
-        if usage is not None and not usage.estimated and message.role == "assistant" and text_alone:
-            self.tokens.known(message.text, usage.output)
+        """How this model's tokens are counted (``Meter.tokens``)."""
+        return self.meter.tokens
 
     def reply_options(self) -> dict[str, Any]:
-        """Options for a reply: its ``max_tokens`` (``context.reply_cap``: the setting,
-        else the agent's, scaled down to the window)."""
-        agent = int(self.agent.options.get("max_tokens") or 0)
-        return {"max_tokens": reply_cap(self.window(), self.settings.max_tokens, agent)}
+        """Options for a reply (``Meter.reply_options``)."""
+        return self.meter.reply_options()
 
     def plan(self, extra: Sequence[Message] = ()) -> Plan:
         """What the next call would send: the --full prefix, this session, ``extra``."""
-        return self._plan([*self.messages, *extra], reuse=True)
-
-    def _plan(self, messages: Sequence[Message], history: bool = True, reuse: bool = False) -> Plan:
-        """The call for ``messages``, after the --full prefix unless ``history`` is False.
-        ``reuse``: ``messages`` are this conversation's (what earlier such plans made
-        is reused: a turn's cost does not grow with the conversation)."""
-        before = self.prefix if history else []
-        return plan(
-            self.agent.system_prompt,
-            [*before, *messages],
-            window=self.window(),
-            tools=self.agent.tool_specs() if self.agent.tools else None,
-            reserve=self.reply_options().get("max_tokens"),
-            count=self.tokens,
-            sent=self._made if reuse else None,
-        )
+        return self.meter.plan([*self.messages, *extra], self.prefix, reuse=True)
 
     # ------------------------------------------------------------------ saving
     def _ensure_file(self) -> SessionWriter:
@@ -466,7 +413,7 @@ class ChatSession:
         text = message.text
         if not self.plan().fits:
             try:
-                self._check_room(self._plan([message], history=False))
+                self._check_room(self.meter.plan([message]))
             except ChatloopError as exc:
                 if self._set_aside(message):
                     raise self._kept_unsent(exc) from None
@@ -552,7 +499,7 @@ class ChatSession:
         failures: list[StoreError] = []
 
         def record(message: Message) -> None:
-            self._learn(message)
+            self.meter.learn(message)
             self._queue.append(message)
             try:
                 self.flush()
@@ -589,7 +536,7 @@ class ChatSession:
             return result
         error = result.error
         if isinstance(error, ContextOverflow) and error.window:
-            self._window = error.window  # the server told us its real window
+            self.meter.told(error.window)  # the server told us its real window
         if isinstance(error, ContextOverflow) and self.settings.auto_compact != "off":
             self.host.notice(
                 "The server says the context window is full: compacting; the new "
@@ -607,8 +554,7 @@ class ChatSession:
 
     def wire(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
         """The call for ``messages`` (the turn's view of this session) within the budget."""
-        self._sent = self._plan(messages, reuse=True)
-        return self._sent.wire
+        return self.meter.wire(messages, self.prefix)
 
     def _after_turn(self) -> None:
         """Past the threshold: warn, then compact (on), ask (ask) or only hint (off)."""
@@ -697,7 +643,7 @@ class ChatSession:
         (``prompts.as_said``, in ``chain``: ``messages`` go as marked, for the ledger)."""
         self._overtake()  # one summary at a time: a preparation under way gives way
         if self.leaving:
-            return chain.fallback(messages, previous, self._summary_words())
+            return chain.fallback(messages, previous, self.meter.summary_words())
         try:
             with self.host.working("Generating session summary...") as progress:
                 outcome = chain.summarize(
@@ -705,7 +651,7 @@ class ChatSession:
                     messages,
                     previous=previous,
                     window=self.window(),
-                    max_tokens=summary_cap(self.window(), self.settings.summary_max_tokens),
+                    max_tokens=self.meter.summary_cap(),
                     timeout=self.settings.summary_timeout,
                     progress=progress,
                     instructions=instructions,
@@ -713,7 +659,7 @@ class ChatSession:
                 )
         except KeyboardInterrupt:
             self.host.notice("Summary cut short: using one built from the transcript.", "warn")
-            return chain.fallback(messages, previous, self._summary_words())
+            return chain.fallback(messages, previous, self.meter.summary_words())
         if outcome.fallback and outcome.error:
             self.host.notice(
                 f"The model could not summarize ({outcome.error}); wrote a summary "
@@ -938,7 +884,7 @@ class ChatSession:
             return None
         messages = writer.messages
         covered = messages[: len(messages) - leave]
-        made = chain.fallback(covered, self.previous, self._summary_words())
+        made = chain.fallback(covered, self.previous, self.meter.summary_words())
         late = self._late_title(writer, wait=False)  # (as leaving: never held by a title)
         changes: dict[str, Any] = {**late, "summary_leaves": leave} if leave else dict(late)
         totals: dict[str, Any] = {**writer.totals.fields(), **late}
@@ -1002,7 +948,7 @@ class ChatSession:
             text = self._build(waiting.parent, waiting.summary, waiting.unanswered, len(carried))
             preview = Message.create("user", self.clock(), text=text, restore=True)
             made = replace(waiting, carried=carried, preview=preview)
-            if self._plan([preview, *carried, *typed], history=False).fits:
+            if self.meter.plan([preview, *carried, *typed]).fits:
                 break
         left = len(waiting.carried) - len(carried)
         self.host.notice(
@@ -1023,34 +969,9 @@ class ChatSession:
         known = chain.ledger_of(inherited, writer.messages)
         text = self._build(parent, ledger.join("", known), None, carried=MAX_CARRIED)
         # the summary's text at the most it may take
-        room = restoration.summary_room(known, self.pins, self._sizes())
-        return self._carry(list(exchanges(writer.messages)), self._opening(text, room))
-
-    def _opening(self, restoration: str, summary: int = 0) -> int:
-        """The tokens a child begins with before what it carries: its restoration prompt
-        (``restoration``, and ``summary`` tokens more for a summary not made yet) and its
-        acknowledgment at its cap, each counted as it is sent, with the prompt's own
-        template."""
-        now = self.clock()
-        prompt = Message.create("user", now, text=restoration, restore=True)
-        ack = Message.create("assistant", now, restore=True)
-        sent = self._plan([prompt, ack], history=False).messages_tokens
-        return sent + self.tokens.overhead()[1] + summary + self._ack_cap()
-
-    def _carry(
-        self, recent: list[list[Message]], opening: int, keep_first: bool = True
-    ) -> tuple[Message, ...]:
-        """``chain.carry`` of ``recent`` within ``context.carry_budget`` after an opening
-        of ``opening`` tokens (an upper bound already: the summary at its most), each
-        exchange counted as its messages would be sent, with the margin a plan gives
-        its counts (``Plan.margin``)."""
-
-        def cost(exchange: Sequence[Message]) -> int:
-            planned = self._plan(list(exchange), history=False)
-            return math.ceil(planned.messages_tokens * planned.margin)
-
-        budget = carry_budget(self.window(), opening)
-        return chain.carry(recent, budget, cost, keep_first)
+        room = restoration.summary_room(known, self.pins, self.meter.sizes())
+        opening = self.meter.opening(text, self.clock(), room)
+        return self.meter.carry(list(exchanges(writer.messages)), opening)
 
     # ------------------------------------------------------------------ prepared ahead
     def _prepare(self, used: int, window: int) -> None:
@@ -1077,7 +998,7 @@ class ChatSession:
             return
         messages = tuple(writer.messages)
         recent = list(exchanges(messages))[-PREPARE_LOOKBACK:]
-        step = max((self._plan(e, history=False).messages_tokens for e in recent), default=0)
+        step = max((self.meter.plan(e).messages_tokens for e in recent), default=0)
         if used + step < threshold:
             return
         self._harvest()
@@ -1120,18 +1041,11 @@ class ChatSession:
         file (the turn's beginning differs from any request made here)."""
         if self.agent.tools or self.prefix:
             return None, None
-        beginning = self._plan(list(messages), reuse=True).wire
+        beginning = self.meter.plan(list(messages), reuse=True).wire
         words = chain.asked_words(chain.summary_words(cap))
         ask = prompts.summary_in_chat(self.previous is not None, "", words)
         request = Message.create("user", self.clock(), text=ask)
-        planned = plan(
-            self.agent.system_prompt,
-            [*messages, request],
-            window=self.window(),
-            reserve=cap,
-            count=self.tokens,
-            sent=self._made,
-        )
+        planned = self.meter.plan([*messages, request], reuse=True, reserve=cap)
         if planned.pruned or not planned.fits:
             return None, beginning
         return planned.wire[:-1], None
@@ -1187,7 +1101,8 @@ class ChatSession:
             parent = chain.Parent(writer.path, writer.meta, None)
             summary = self._fit_summary(prepared.outcome.text)
             text = self._build(parent, summary, None, MAX_CARRIED)
-            carried = self._carry(recent, self._opening(text), keep_first=False)
+            opening = self.meter.opening(text, self.clock())
+            carried = self.meter.carry(recent, opening, keep_first=False)
             if len(carried) != len(newer):
                 return None
             leave = len(carried)
@@ -1316,7 +1231,7 @@ class ChatSession:
         assert writer is not None
         while not self.plan().fits:
             try:
-                self._check_room(self._plan([message], history=False))
+                self._check_room(self.meter.plan([message]))
                 begins = self._begin_otherwise(begins, writer, typed)
             except StoreError:
                 raise  # the message stays saved in the child (the error says so)
@@ -1398,7 +1313,7 @@ class ChatSession:
         restoration = restoration[: len(restoration) - after]
         try:
             reply_limit = self.reply_options()["max_tokens"]
-            cap = reply_limit if answers else ack_cap(self.window(), reply_limit)
+            cap = reply_limit if answers else self.meter.ack_cap()
             reply = respond(
                 self.backend,
                 self.wire(restoration),
@@ -1406,7 +1321,7 @@ class ChatSession:
                 on_event=view.on_event,
                 options={**self.agent.options, "max_tokens": cap},
             )
-            self._learn(reply)
+            self.meter.learn(reply)
         except KeyboardInterrupt:
             view.close(False, False)
             self.host.notice("Acknowledgment skipped; the summary is in place.")
@@ -1496,7 +1411,7 @@ class ChatSession:
                 self.use_backend(connected.backend)
         if agent is not None:
             self.agent = agent
-            self._sent = None
+            self.meter = self.meter.for_agent(agent)
             self._take_model(agent)
 
     def _take_model(self, agent: Agent) -> None:
@@ -1585,7 +1500,7 @@ class ChatSession:
         exchanges (``_carry``, counted against the restoration prompt it will have)."""
         pins = _merged(parent.meta.pins, self.pins)
         text = self._build(parent, self._fit_summary(summary, pins), None, MAX_CARRIED, pins)
-        return self._carry(recent, self._opening(text), keep_first=False)
+        return self.meter.carry(recent, self.meter.opening(text, self.clock()), keep_first=False)
 
     def _summarized_whole(self, parent: chain.Parent) -> str:
         """A summary of all ``parent``'s messages, made now and not written: its
@@ -1683,13 +1598,13 @@ class ChatSession:
         )
         messages = list(self.store.read(parent.path).session.messages)  # (as marked)
         previous = chain.began_from(self.store, parent)
-        outcome = chain.fallback(messages, previous, self._summary_words())
+        outcome = chain.fallback(messages, previous, self.meter.summary_words())
         return replace(parent, summary=outcome.text)
 
     def _full_history(self, parent: chain.Parent) -> list[Message] | None:
         session = self.store.read(parent.path).session
         history = [m for m in session.messages if m.role != "summary"]
-        fit = self._plan(history)
+        fit = self.meter.plan(history, self.prefix)
         if fit.fits:
             return history
         self.host.notice(
@@ -1791,7 +1706,7 @@ class ChatSession:
         copies = tuple(m if m.restore else m._replace(restore=True, copy=True) for m in history)
         branch = Branch(parent, previous, base, copies, at)
         self.state = Waiting(branch)
-        if not self._plan(list(branch.copies), history=False).fits:
+        if not self.meter.plan(list(branch.copies)).fits:
             self.state = Waiting(self._fork_summarized(branch))
             return
         self.host.notice(
@@ -1843,7 +1758,7 @@ class ChatSession:
                 f"Did you mean {close[0]}?" if close else f"It offers: {names}",
             )
         self.backend.model = name
-        self._forget_counts()
+        self.meter = Meter.of(self.backend, self.agent, self.settings)  # the model's, anew
         self._restate()
         return unchecked
 
@@ -1851,13 +1766,8 @@ class ChatSession:
         """Send the next requests to ``backend`` (a ``/resume`` whose session the server
         rule sends elsewhere); the caller closes the one it replaces."""
         self.backend = backend
-        self._forget_counts()
+        self.meter = Meter.of(backend, self.agent, self.settings)  # the model's, anew
         self._restate()
-
-    def _forget_counts(self) -> None:
-        """The window and token counts are the model's: counted anew for another."""
-        self._window, self._tokens, self._sent = None, None, None
-        self._made = Sent()
 
     def use_agent(self, agent: Agent) -> bool:
         """Go on with ``agent``. A session under way stays with the agent that answered
@@ -1869,7 +1779,7 @@ class ChatSession:
             self.fork()
         self.agent = agent
         self.agent_named = True  # chosen: a later /resume goes on with it
-        self._sent = None
+        self.meter = self.meter.for_agent(agent)
         self._take_model(agent)
         if isinstance(self.state, Waiting):
             waiting = self.state.continuation
@@ -1907,7 +1817,7 @@ class ChatSession:
             )
         if len(self.pins) >= MAX_PINS:
             raise ChatloopError(f"{MAX_PINS} facts are pinned already", "/unpin N frees one.")
-        room = self._sizes().ledger_room  # pins go first in the ledger's room
+        room = self.meter.sizes().ledger_room  # pins go first in the ledger's room
         count = self.tokens.text
         if chain.pins_cost((*self.pins, fact), count) > room:
             left = max(0, room - chain.pins_cost(self.pins, count))
