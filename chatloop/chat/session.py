@@ -73,6 +73,7 @@ from chatloop.chat.context import (
     tool_costs,
 )
 from chatloop.chat.host import Host
+from chatloop.chat.lifecycle import Lifecycle
 from chatloop.chat.meter import Meter
 from chatloop.chat.preparation import Preparation, Prepared
 from chatloop.chat.restoration import Awaited
@@ -130,7 +131,8 @@ class ChatSession:
     title: str = ""
     agent_named: bool = False  # the person chose the agent (--agent, /agent): it goes on
     leaving: bool = False  # set when a signal asked chatloop to leave: no model calls now
-    state: State = field(default_factory=Fresh)
+    # the state and the unsaved queue: assigned by the lifecycle alone (``chat.lifecycle``)
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
     pins: tuple[str, ...] = ()  # facts pinned in this chain: in every restoration prompt
     # the title: "untried" (to be made after the first good exchange), "asking" (asked of
     # the model off the person's path: ``_titling``), "done" (made and saved, given, or
@@ -138,7 +140,6 @@ class ChatSession:
     # at close)
     naming: Literal["untried", "asking", "done", "unsaved"] = "untried"
     _titling: titles.Asking | None = None  # the title request under way ("asking")
-    _queue: list[Message] = field(default_factory=list)
     prepare_after: float = PREPARE_IDLE_S  # a preparation waits this long before asking
     _preparing: Preparation | None = None  # the next compaction's summary, being made
     _prepared: Prepared | None = None  # the last one made (until a newer one is)
@@ -159,15 +160,20 @@ class ChatSession:
         self.meter = Meter.of(self.backend, self.agent, self.settings)
 
     @property
+    def state(self) -> State:
+        """Where this session is (``Lifecycle.state``)."""
+        return self.lifecycle.state
+
+    @property
     def unsaved(self) -> int:
         """Messages in hand that are not on disk yet."""
-        return len(self._queue)
+        return len(self.lifecycle.queued)
 
     @property
     def totals(self) -> Totals:
         """This session's counters (``Totals`` of the file, plus what is queued)."""
         base = self.writer.totals if self.writer else Totals()
-        for m in self._queue:
+        for m in self.lifecycle.queued:
             base = base.plus(m)
         return base
 
@@ -218,7 +224,7 @@ class ChatSession:
         writer = self.writer
         said = [m for m in writer.messages if not m.unsent] if writer else []
         # (a later restoration prompt takes the first one's place: ``restoration``)
-        return [*restoration.revised(said), *ahead, *self._queue]
+        return [*restoration.revised(said), *ahead, *self.lifecycle.queued]
 
     def describe(self) -> Status:
         """What this session is, for /info, the toolbar and tests."""
@@ -310,7 +316,7 @@ class ChatSession:
                 return self._begin(continuation)
             case Fresh():
                 writer = self.store.create(self.meta())
-                self.state = Open(writer)
+                self.lifecycle.open(writer)
                 return writer
             case Open(writer=writer) | Closing(writer=writer):
                 return writer
@@ -319,27 +325,13 @@ class ChatSession:
         """Write every queued message, in order. Raises StoreError (the rest stay queued).
         A message is taken off the queue once the writer has it, even if Ctrl-C or a
         signal lands between the two, so nothing is written twice."""
-        if not self._queue:
+        if not self.lifecycle.queued:
             return
-        self._write_queue(self._ensure_file())
-
-    def _write_queue(self, writer: SessionWriter) -> int:
-        """Write every queued message to ``writer``, in order; how many were written.
-        Raises StoreError (the rest stay queued)."""
-        written = 0
-        while self._queue:
-            message = self._queue[0]
-            try:
-                writer.append(message)
-            finally:
-                if writer.last_message is message:
-                    self._queue.pop(0)
-                    written += 1
-        return written
+        self.lifecycle.write(self._ensure_file())
 
     def _queued_error(self, exc: StoreError) -> StoreError:
         """``exc`` with a hint that tells the truth about the queue."""
-        n = len(self._queue)
+        n = self.unsaved
         held = f"{n} message{'s' if n != 1 else ''} kept in memory, not yet saved"
         return StoreError(
             exc.message,
@@ -368,8 +360,9 @@ class ChatSession:
         self._revise()  # a parent's model summary written since: it takes its place now
         message = Message.create("user", self.clock(), text=text)
         begins = self.state.continuation if isinstance(self.state, Waiting) else None
-        self._queue.append(message)  # in hand: from here on it is on disk or visibly queued
-        typed = len(self._queue)  # (a child not written yet is written with all of them)
+        # in hand: from here on it is on disk or visibly queued (a child not written yet
+        # is written with all of them)
+        typed = self.lifecycle.hold(message)
         try:
             self.flush()
         except StoreError as exc:
@@ -388,7 +381,7 @@ class ChatSession:
         message = writer.last_message
         if not isinstance(self.state, Fresh) or message is None or message.role != "user":
             raise ValueError("send_saved takes a new session's file holding one message")
-        self.state = Open(writer)
+        self.lifecycle.open(writer)
         fresh = self._new_meta()
         try:
             writer.update_meta(
@@ -500,7 +493,7 @@ class ChatSession:
 
         def record(message: Message) -> None:
             self.meter.learn(message)
-            self._queue.append(message)
+            self.lifecycle.hold(message)
             try:
                 self.flush()
             except StoreError as exc:
@@ -510,7 +503,7 @@ class ChatSession:
 
         def draft(reply: Message) -> None:
             writer = self.writer
-            if writer is None or self._queue:  # nothing goes before what is queued
+            if writer is None or self.unsaved:  # nothing goes before what is queued
                 return
             with contextlib.suppress(StoreError):  # appended whole at its end, told then
                 writer.draft(reply)
@@ -697,16 +690,16 @@ class ChatSession:
                     "ok",
                 )
             self._release()
-            return Closed(None, tuple(self._queue))
+            return Closed(None, self.lifecycle.queued)
         try:
-            return Closed(self._let_go(writer), tuple(self._queue))
+            return Closed(self._let_go(writer), self.lifecycle.queued)
         except StoreError as exc:
             self.host.notice(
                 f"Could not finalize {writer.path.name}: {exc.message}. It stays "
                 "open and is recovered at the next start.",
                 "warn",
             )
-            return Closed(None, tuple(self._queue))
+            return Closed(None, self.lifecycle.queued)
         finally:
             self._release()
 
@@ -721,13 +714,12 @@ class ChatSession:
         ours. ``leave``: its last messages the summary does not cover (the child carries
         them word for word); ``outcome``: the summary, when it was prepared already.
         Raises StoreError, and the session is then open as it was."""
-        was = self.state
-        assert isinstance(was, Open) and was.writer is writer
-        self.state = Closing(writer, was.previous)
+        was = self.lifecycle.closing()
+        assert was.writer is writer
         try:
             return self._write_summary(writer, instructions, leave, outcome)
         except BaseException:
-            self.state = was
+            self.lifecycle.reopen(was)
             raise
 
     def _let_go(self, writer: SessionWriter) -> chain.Parent:
@@ -799,7 +791,7 @@ class ChatSession:
         writer = self.writer
         if writer is not None:
             writer.close()
-        self.state = Fresh()
+        self.lifecycle.fresh()
         self.pins = ()
         self.title = ""
         self.naming = "untried"
@@ -823,11 +815,11 @@ class ChatSession:
         self._overtake()  # a summary still being prepared is not waited for
         match self.state:
             case Waiting(continuation=Branch() as branch):  # the fork's history condensed
-                self.state = Waiting(self._fork_summarized(branch))
+                self.lifecycle.wait(self._fork_summarized(branch))
                 return
             case Waiting(continuation=WithHistory() as full):  # --full given up for the summary
                 self.host.notice("Continuing from the summary instead of the full history.", "ok")
-                self.state = Waiting(
+                self.lifecycle.wait(
                     self._from_summary(full.parent, full.summary or "", full.template)
                 )
                 return
@@ -839,7 +831,7 @@ class ChatSession:
             case Fresh():
                 self.flush()  # a new session whose file could not be made yet: they make it
         writer = self._ensure_file()
-        held, self._queue = self._queue, []  # never sent: they belong to the child
+        held = self.lifecycle.take_all()  # never sent: they belong to the child
         try:
             template = self.meta()
             # the child carries the last exchanges word for word and the summary covers
@@ -868,7 +860,7 @@ class ChatSession:
                 raise StoreError("Could not compact: the summary is missing", "")
             self.begin_child(parent, parent.summary, template, unanswered, carried)
         finally:
-            self._queue[0:0] = held
+            self.lifecycle.put_back(held)
 
     def _defer(self, writer: SessionWriter, leave: int) -> chain.Parent | None:
         """A compaction that does not wait for the model: ``writer``'s session is handed
@@ -926,12 +918,12 @@ class ChatSession:
         text = self._build(parent, summary, awaited.unanswered, carried)
         revision = Message.create("user", self.clock(), text=text, restore=True)
         try:
-            self._queue.append(revision)
+            self.lifecycle.hold(revision)
             self.flush()
         except StoreError:
-            self._queue.remove(revision)  # (the first restoration stays: nothing lost)
+            self.lifecycle.drop(revision)  # (the first restoration stays: nothing lost)
             return
-        self.state = replace(self.state, previous=summary)
+        self.lifecycle.revise(summary)
         self.host.notice(
             f"The model's summary of {parent.meta.id} is written: it takes the place of "
             "the one built from the transcript from this message on.",
@@ -1124,7 +1116,7 @@ class ChatSession:
         written at once when the child must answer ``unanswered`` (a message the
         parent's window could not take)."""
         continuation = self._from_summary(parent, summary, template, unanswered, carried)
-        self.state = Waiting(continuation)
+        self.lifecycle.wait(continuation)
         if unanswered is not None:
             writer = self._begin(continuation)
             if not self.leaving:
@@ -1160,12 +1152,12 @@ class ChatSession:
         cannot be made, the continuation stays waiting (and the messages queued) for
         the next try."""
         child = self._child(continuation)
-        typed = list(self._queue)
+        typed = list(self.lifecycle.queued)
         folder = self.store.project_of(continuation.parent.path)
         writer = self.store.create(child.meta, carried=[*child.opening, *typed], folder=folder)
-        del self._queue[: len(typed)]
+        self.lifecycle.written(len(typed))
         base = chain.tokens_through(self.store, continuation.parent)
-        self.state = Open(writer, child.previous, child.prefix, base)
+        self.lifecycle.open(writer, child.previous, child.prefix, base)
         parent = continuation.parent
         if isinstance(continuation, Branch):
             said = f"Forked: {writer.meta.id} branches from {parent.meta.id} " + _carrying(
@@ -1289,7 +1281,7 @@ class ChatSession:
                 f"{writer.path.name} was changed by someone else before its first reply",
                 "Your message is saved there but was not sent; send it again (Up recalls it).",
             )
-        self.state = Open(writer, child.previous, child.prefix, self.chain_base)
+        self.lifecycle.open(writer, child.previous, child.prefix, self.chain_base)
         return made
 
     def _unbegin(self, begins: Continuation, writer: SessionWriter, typed: int) -> None:
@@ -1298,8 +1290,8 @@ class ChatSession:
         waits again; messages typed before the refused one go back to the queue."""
         earlier = writer.messages[len(writer.messages) - typed : -1]
         self.store.discard(writer, unsent=True)
-        self._queue[0:0] = earlier
-        self.state = Waiting(begins)
+        self.lifecycle.put_back(earlier)
+        self.lifecycle.wait(begins)
 
     def _acknowledge(self, writer: SessionWriter, answers: bool = False, after: int = 0) -> None:
         """Stream the model's short acknowledgment of the restoration prompt and write it
@@ -1352,7 +1344,7 @@ class ChatSession:
         try:
             writer.append(ack)
         except StoreError:
-            self._queue.insert(0, ack)  # written before anything else, as every message
+            self.lifecycle.hold_first(ack)  # written before anything else, as every message
             raise
 
     # ------------------------------------------------------------------ resume
@@ -1432,12 +1424,12 @@ class ChatSession:
         ``continuation.agent_for`` and ``server.connect``. The child is written with
         the next message (``Waiting``)."""
         self._refuse_own(located)
-        if self._queue:  # they belong to this conversation: saved here first, or no resume
+        if self.unsaved:  # they belong to this conversation: saved here first, or no resume
             try:
                 self.flush()
             except StoreError as exc:
                 raise ChatloopError(
-                    f"Not resumed: {len(self._queue)} message(s) of this session are not saved "
+                    f"Not resumed: {self.unsaved} message(s) of this session are not saved "
                     f"yet ({exc.message})",
                     "Free some space and send again; leaving shows them to copy.",
                 ) from exc
@@ -1620,7 +1612,7 @@ class ChatSession:
         """Continue ``parent`` with its whole history sent before this session's messages;
         the child file is written with the next message."""
         self.pins = _merged(parent.meta.pins, self.pins)
-        self.state = Waiting(
+        self.lifecycle.wait(
             WithHistory(parent, parent.summary, replace(template, pins=self.pins), tuple(history))
         )
         self.host.notice(
@@ -1705,9 +1697,9 @@ class ChatSession:
         # acknowledgment, an earlier fork's copies) is carried as it was marked
         copies = tuple(m if m.restore else m._replace(restore=True, copy=True) for m in history)
         branch = Branch(parent, previous, base, copies, at)
-        self.state = Waiting(branch)
+        self.lifecycle.wait(branch)
         if not self.meter.plan(list(branch.copies)).fits:
-            self.state = Waiting(self._fork_summarized(branch))
+            self.lifecycle.wait(self._fork_summarized(branch))
             return
         self.host.notice(
             f"Forking session {parent.meta.id} "
@@ -1784,7 +1776,7 @@ class ChatSession:
         if isinstance(self.state, Waiting):
             waiting = self.state.continuation
             template = replace(waiting.template, agent=agent.name, agent_name=Path(agent.path).stem)
-            self.state = Waiting(replace(waiting, template=template))
+            self.lifecycle.wait(replace(waiting, template=template))
             self._restate()
         return branched
 
@@ -1861,7 +1853,7 @@ class ChatSession:
                     waiting.parent, waiting.summary, waiting.unanswered, len(waiting.carried)
                 )
                 preview = waiting.preview._replace(text=text)
-                self.state = Waiting(replace(waiting, preview=preview))
+                self.lifecycle.wait(replace(waiting, preview=preview))
 
     def ledger_left_out(self) -> list[str]:
         """The ledger entries of the summary this session continues from that its
