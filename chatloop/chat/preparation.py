@@ -93,3 +93,70 @@ class Preparation:
             self._outcome = outcome
         self._done.set()
         self._on_change()
+
+
+class Preparer:
+    """THE owner of the next compaction's summary: the one being made (a
+    ``Preparation``) and the last one made (``Prepared``, until a newer one is). The
+    session's thread alone calls it; the thread a preparation starts answers through
+    its ``Preparation``, which is read here."""
+
+    def __init__(self) -> None:
+        self._running: Preparation | None = None
+        self._made: Prepared | None = None
+
+    def start(
+        self,
+        messages: tuple[Message, ...],
+        make: Make,
+        idle: float,
+        on_change: Callable[[], None],
+    ) -> None:
+        """Prepare the summary of ``messages`` (``make``, after ``idle`` seconds; see
+        ``Preparation``), giving up one under way."""
+        self.overtake()
+        self._running = Preparation(messages, make, idle, on_change)
+
+    def covers(self, messages: tuple[Message, ...]) -> bool:
+        """True when a summary of exactly ``messages`` is made or being made."""
+        self._harvest()
+        return any(p is not None and p.messages == messages for p in (self._running, self._made))
+
+    def ready(self) -> Prepared | None:
+        """The last summary made (one that ended since is taken first), else None."""
+        self._harvest()
+        return self._made
+
+    def phase(self, messages: Sequence[Message] | None, most: int) -> str:
+        """``preparing`` while a summary is being made, ``ready`` when one is made that
+        ``messages`` (the file's, now; None: no file) still begin with, with no more than
+        ``most`` after it (what a child carries), else ""."""
+        running = self._running
+        if running is not None and running.phase == "preparing":
+            return "preparing"
+        made = running.prepared if running is not None else None
+        made = made or self._made
+        if made is None or messages is None:
+            return ""
+        newer = made.newer(messages)
+        return "ready" if newer is not None and len(newer) <= most else ""
+
+    def overtake(self) -> None:
+        """Stop a preparation under way (the person goes first); one made stays."""
+        self._harvest()
+        if self._running is not None:
+            self._running.stop()
+            self._running = None
+
+    def forget(self) -> None:
+        """Stop a preparation under way and forget the one made (the file was let go)."""
+        self.overtake()
+        self._made = None
+
+    def _harvest(self) -> None:
+        """A preparation that has ended: its summary (if it made one) is the one made."""
+        running = self._running
+        if running is not None and running.phase != "preparing":
+            self._running = None
+            if running.prepared is not None:
+                self._made = running.prepared

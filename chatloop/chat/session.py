@@ -57,6 +57,7 @@ from chatloop.backends.base import (
 )
 from chatloop.chat import (
     background,
+    builders,
     chain,
     continuation,
     ledger,
@@ -75,7 +76,7 @@ from chatloop.chat.context import (
 from chatloop.chat.host import Host
 from chatloop.chat.lifecycle import Lifecycle
 from chatloop.chat.meter import Meter
-from chatloop.chat.preparation import Preparation, Prepared
+from chatloop.chat.preparation import Preparer
 from chatloop.chat.restoration import Awaited
 from chatloop.chat.state import (
     Branch,
@@ -116,11 +117,14 @@ class Closed:
 class ChatSession:
     """One chat with one agent. Not thread-safe; one per REPL.
 
-    Its lifecycle is ``state`` (``chatloop.chat.state``: fresh, waiting for a
-    continuation, open, closing); ``describe`` tells what it is to the UI. Every
-    field is read and written by the caller's thread only: the one thread it starts
-    (``chat.preparation``: the next compaction's summary) works on values handed to it
-    and answers through its ``Preparation``, which this class reads."""
+    It coordinates owners, each the only writer of its state: the ``lifecycle``
+    (``chat.lifecycle``: the state, fresh, waiting for a continuation, open, closing,
+    and the unsaved queue), the ``meter`` (``chat.meter``: the window, the counts, the
+    plans) and the ``preparer`` (``chat.preparation``: the next compaction's summary);
+    the restoration text is built by ``chat.restoration`` alone. ``describe`` tells what
+    it is to the UI. Every field is read and written by the caller's thread only: the
+    one thread it starts (a preparation) works on values handed to it and answers
+    through the ``Preparer``."""
 
     agent: Agent
     backend: Backend
@@ -141,8 +145,8 @@ class ChatSession:
     naming: Literal["untried", "asking", "done", "unsaved"] = "untried"
     _titling: titles.Asking | None = None  # the title request under way ("asking")
     prepare_after: float = PREPARE_IDLE_S  # a preparation waits this long before asking
-    _preparing: Preparation | None = None  # the next compaction's summary, being made
-    _prepared: Prepared | None = None  # the last one made (until a newer one is)
+    # the next compaction's summary: being made, and the last one made
+    preparer: Preparer = field(default_factory=Preparer)
     _awaited: Awaited | None = None  # a parent whose model summary is written behind
     # what arms another agent (/resume to a session of another): the command line's
     arming: Arming = None  # type: ignore[assignment]  # None: the environment's (__post_init__)
@@ -243,7 +247,7 @@ class ChatSession:
                     writer.path,
                     meta.parent_id or "",
                     chain_tokens=base + spent if meta.parent_id else 0,
-                    prepared=self._prepared_phase(),
+                    prepared=self.preparer.phase(writer.messages, MAX_CARRIED),
                 )
             case Closing(writer=writer):
                 meta = writer.meta
@@ -355,7 +359,7 @@ class ChatSession:
         StoreError when the message cannot be saved (it stays queued and is written and
         sent first next time), ChatloopError when the server failed (after the failure
         is recorded in the file)."""
-        self._overtake()  # the person goes first: a summary being prepared is given up
+        self.preparer.overtake()  # the person goes first: a summary being prepared is given up
         self.take_title(wait=False)  # and a title not come yet
         self._revise()  # a parent's model summary written since: it takes its place now
         message = Message.create("user", self.clock(), text=text)
@@ -634,7 +638,7 @@ class ChatSession:
         Cut short (Ctrl-C), or while leaving on a signal, the one built from the
         transcript is used. What a fork carried over counts as said
         (``prompts.as_said``, in ``chain``: ``messages`` go as marked, for the ledger)."""
-        self._overtake()  # one summary at a time: a preparation under way gives way
+        self.preparer.overtake()  # one summary at a time: a preparation under way gives way
         if self.leaving:
             return chain.fallback(messages, previous, self.meter.summary_words())
         try:
@@ -728,7 +732,7 @@ class ChatSession:
         when the settings and the backend allow, so nobody waits for the model, and the
         parent returned has no summary yet; else it is summarized and finalized here.
         Raises StoreError, and the session is then open as it was."""
-        self._overtake()  # leaving: what was being prepared is of no use now
+        self.preparer.overtake()  # leaving: what was being prepared is of no use now
         if self.settings.summaries == "background":
             late = self._late_title(writer, wait=False)  # (leaving is never held by it)
             # as the worker will write it: the totals and a late title (a fork takes it)
@@ -739,7 +743,7 @@ class ChatSession:
             )
             if pid is not None:
                 self.host.notice(
-                    f"Saved session {meta.id} ({_queries(meta.queries)}) → {writer.path}; "
+                    f"Saved session {meta.id} ({builders.queries(meta.queries)}) → {writer.path}; "
                     "its summary is being written in the background.",
                     "ok",
                 )
@@ -776,7 +780,7 @@ class ChatSession:
         meta = writer.finalize(outcome.message(self.clock()), **changes)
         kind = "fallback summary" if outcome.fallback else "summary"
         self.host.notice(
-            f"Saved session {meta.id} with its {kind}: {_queries(meta.queries)}, "
+            f"Saved session {meta.id} with its {kind}: {builders.queries(meta.queries)}, "
             f"{meta.tokens_in + meta.tokens_out:,} tokens → {writer.path}",
             "ok",
         )
@@ -785,8 +789,7 @@ class ChatSession:
     def _release(self) -> None:
         """Let go of the file (if any): the session is fresh again, with no title or pins,
         and nothing prepared for it."""
-        self._overtake()
-        self._prepared = None
+        self.preparer.forget()
         self._awaited = None
         writer = self.writer
         if writer is not None:
@@ -812,7 +815,7 @@ class ChatSession:
         The child is written with the next message (``Waiting``)."""
         if not any(m.is_query for m in [*self.prefix, *self.messages]):
             raise ChatloopError("Nothing to compact yet", "Send a message first.")
-        self._overtake()  # a summary still being prepared is not waited for
+        self.preparer.overtake()  # a summary still being prepared is not waited for
         match self.state:
             case Waiting(continuation=Branch() as branch):  # the fork's history condensed
                 self.lifecycle.wait(self._fork_summarized(branch))
@@ -993,10 +996,8 @@ class ChatSession:
         step = max((self.meter.plan(e).messages_tokens for e in recent), default=0)
         if used + step < threshold:
             return
-        self._harvest()
-        if any(p is not None and p.messages == messages for p in (self._preparing, self._prepared)):
+        if self.preparer.covers(messages):
             return
-        self._overtake()
         backend, previous = self.backend, self.previous
         cap = summary_cap(window, settings.summary_max_tokens)
         chat, beginning = self._next_turn_kept(messages, cap)
@@ -1017,7 +1018,7 @@ class ChatSession:
                 prime(backend, beginning, cancel)
             return made
 
-        self._preparing = Preparation(messages, make, self.prepare_after, self.host.refresh)
+        self.preparer.start(messages, make, self.prepare_after, self.host.refresh)
 
     def _next_turn_kept(
         self, messages: Sequence[Message], cap: int
@@ -1042,36 +1043,6 @@ class ChatSession:
             return None, beginning
         return planned.wire[:-1], None
 
-    def _prepared_phase(self) -> str:
-        """``preparing`` while the next compaction's summary is being made, ``ready`` when
-        one is made that the file still begins with, with no more after it than a child
-        carries, else ""."""
-        running = self._preparing
-        if running is not None and running.phase == "preparing":
-            return "preparing"
-        made = running.prepared if running is not None else None
-        made = made or self._prepared
-        writer = self.writer
-        if made is None or writer is None:
-            return ""
-        newer = made.newer(writer.messages)
-        return "ready" if newer is not None and len(newer) <= MAX_CARRIED else ""
-
-    def _harvest(self) -> None:
-        """A preparation that has ended: its summary (if it made one) is the prepared one."""
-        running = self._preparing
-        if running is not None and running.phase != "preparing":
-            self._preparing = None
-            if running.prepared is not None:
-                self._prepared = running.prepared
-
-    def _overtake(self) -> None:
-        """Stop a preparation under way (the person goes first); one made stays."""
-        self._harvest()
-        if self._preparing is not None:
-            self._preparing.stop()
-            self._preparing = None
-
     def _use_prepared(
         self, writer: SessionWriter
     ) -> tuple[chain.SummaryOutcome, tuple[Message, ...], int] | None:
@@ -1079,8 +1050,7 @@ class ChatSession:
         messages the summary leaves out, when it covers the file's first messages as they
         are now and what came after them, whole exchanges, fits in what a child carries
         word for word (``_carry``); else None (summarized as before)."""
-        self._harvest()
-        prepared = self._prepared
+        prepared = self.preparer.ready()
         if prepared is None:
             return None
         newer = prepared.newer(writer.messages)
@@ -1124,7 +1094,7 @@ class ChatSession:
         else:
             self.host.notice(
                 f"Continuing session {parent.meta.id} "
-                f"({_queries(parent.meta.queries)}) from its summary: the new "
+                f"({builders.queries(parent.meta.queries)}) from its summary: the new "
                 "session begins with your next message.",
                 "restored",
             )
@@ -1141,10 +1111,11 @@ class ChatSession:
         pins merged into this session's."""
         summary = self._fit_summary(summary)  # the restoration stays in budget
         self.pins = _merged(parent.meta.pins, self.pins)
-        base = replace(template or self.meta(), pins=self.pins)
-        text = self._build(parent, summary, unanswered, len(carried))
-        preview = Message.create("user", self.clock(), text=text, restore=True)
-        return FromSummary(parent, summary, base, preview, unanswered, carried)
+        template = template or self.meta()
+        sizes, now = self.meter.sizes(), self.clock()
+        return builders.from_summary(
+            parent, summary, template, self.pins, sizes, now, unanswered, carried
+        )
 
     def _begin(self, continuation: Continuation) -> SessionWriter:
         """Write the waiting child and what is queued, in one write (``_child``): a kill
@@ -1159,18 +1130,7 @@ class ChatSession:
         base = chain.tokens_through(self.store, continuation.parent)
         self.lifecycle.open(writer, child.previous, child.prefix, base)
         parent = continuation.parent
-        if isinstance(continuation, Branch):
-            said = f"Forked: {writer.meta.id} branches from {parent.meta.id} " + _carrying(
-                continuation
-            )
-        else:
-            carried = len(continuation.carried) if isinstance(continuation, FromSummary) else 0
-            said = (
-                f"Session Restored: {writer.meta.id} continues {parent.meta.id} "
-                f"({_queries(parent.meta.queries)})"
-            )
-            said += f", carrying its last {carried} messages word for word." if carried else "."
-        self.host.notice(said, "restored")
+        self.host.notice(builders.begun(continuation, writer.meta.id), "restored")
         left = self.ledger_left_out() if isinstance(continuation, FromSummary) else []
         if left:  # (a fork carries its history, whose restorations said it)
             self.host.notice(
@@ -1182,32 +1142,11 @@ class ChatSession:
         return writer
 
     def _child(self, continuation: Continuation) -> Child:
-        """What the child of ``continuation`` is written with: its front matter (what
-        was pinned or renamed while it waited included) and the messages it opens with:
-        the restoration prompt and the copies it carries, a fork's copies (or the
-        restoration of their summary), nothing but the link for ``--full``."""
-        parent = continuation.parent
-        template = replace(
-            continuation.template,
-            pins=self.pins,
-            model=self.backend.model,
-            title=self.title or continuation.template.title,
-        )
-        now, folder = self.clock(), self.store.project_of(parent.path)
-        if isinstance(continuation, Branch):  # linked, ``forked_at`` in its front matter
-            meta = chain.child_meta(template, parent, now, folder)
-            return Child(meta, continuation.copies, continuation.previous)
-        # how the parent was made (a fork of its own parent, a full restoration) is not
-        # how this child is: a continuation of a fork is a continuation, not a fork
-        extra = {k: v for k, v in template.extra.items() if k not in ("forked_at", "restored")}
-        meta = chain.child_meta(replace(template, extra=extra), parent, now, folder)
-        if isinstance(continuation, WithHistory):
-            meta = replace(meta, extra={**meta.extra, "restored": "full"})
-            return Child(meta, (), continuation.summary, continuation.history)
-        # the preview, built once (and again when what it is built with changed while
-        # it waited: ``_restate``), is the prompt written
-        prompt = Message.create("user", now, text=continuation.preview.text, restore=True)
-        return Child(meta, (prompt, *continuation.carried), continuation.summary)
+        """``builders.child_of`` with what this session has now (its pins, model and
+        title: pinned, switched or renamed while the continuation waited)."""
+        folder = self.store.project_of(continuation.parent.path)
+        model, title = self.backend.model, self.title
+        return builders.child_of(continuation, self.pins, model, title, self.clock(), folder)
 
     def _first_of_child(self, begins: Continuation, message: Message, typed: int) -> TurnResult:
         """``message``, just written (the last of ``typed`` messages) with the child of
@@ -1491,7 +1430,9 @@ class ChatSession:
         """What a child resumed from ``summary`` carries of ``recent``, the parent's last
         exchanges (``_carry``, counted against the restoration prompt it will have)."""
         pins = _merged(parent.meta.pins, self.pins)
-        text = self._build(parent, self._fit_summary(summary, pins), None, MAX_CARRIED, pins)
+        # fitted as ``_from_summary`` fits it (with this session's pins), built with the
+        # chain's: the text the child will have
+        text = self._build(parent, self._fit_summary(summary), None, MAX_CARRIED, pins)
         return self.meter.carry(recent, self.meter.opening(text, self.clock()), keep_first=False)
 
     def _summarized_whole(self, parent: chain.Parent) -> str:
@@ -1880,23 +1821,6 @@ def _no_room(parent: chain.Parent) -> ChatloopError:
         "context window together; nothing was sent",
         "Shorten it (Up recalls it), or use a model with a larger window.",
     )
-
-
-def _carrying(branch: Branch) -> str:
-    """Where ``branch`` begins and what it carries, as its notice says it: a branch at
-    the start of a session that began from another carries what it began with (its
-    restoration, or an earlier fork's copies)."""
-    at, carried = branch.forked_at, len(branch.copies)
-    if at:
-        return f"after query {at} ({carried} message{'s' * (carried != 1)} carried)."
-    if carried:
-        return f"at its start, carrying the {carried} message{'s' * (carried != 1)} it began with."
-    return "at its start (none of its exchanges carried)."
-
-
-def _queries(count: int) -> str:
-    """``count`` queries, in words ("1 query", "2 queries")."""
-    return f"{count:,} {'query' if count == 1 else 'queries'}"
 
 
 def _fork_point(messages: Sequence[Message], upto: int | None) -> tuple[int, int]:
