@@ -87,3 +87,34 @@ def test_a_fork_carries_its_copies_and_says_where_it_branched() -> None:
     )
     at_start = Branch(PARENT, None, TEMPLATE, (), 0)
     assert builders.begun(at_start, "c4").endswith("at its start (none of its exchanges carried).")
+
+
+def test_a_fork_built_copies_what_was_said_and_keeps_what_was_brought_in() -> None:
+    brought = Message.create("user", T0, text="restoration", restore=True)
+    history = (brought, *(m._replace(restore=False, copy=False) for m in said("q", "a")))
+    fork = builders.branch(PARENT, history, 1, TEMPLATE, ("pin",), "began from")
+    assert fork.copies[0] == brought  # as it was marked
+    assert all(m.restore and m.copy for m in fork.copies[1:])
+    assert fork.template.title == "Basil" and fork.template.pins == ("pin",)
+    assert fork.template.extra == {"forked_at": 1, "note": "kept"} and fork.forked_at == 1
+    assert fork.previous == "began from"
+    full = builders.with_history(PARENT, history, TEMPLATE, ("pin",))
+    assert full.history == history and full.summary == STRUCTURED
+    assert full.template.pins == ("pin",)
+
+
+def test_a_fork_point_is_after_a_querys_answer_and_refuses_what_is_not_there() -> None:
+    import pytest
+
+    from chatloop.errors import ChatloopError
+
+    q1, a1, q2, a2 = (m._replace(restore=False, copy=False) for m in said("q1", "a1", "q2", "a2"))
+    messages = [q1, a1, q2, a2]
+    assert builders.fork_point(messages, 1) == (2, 1)
+    assert builders.fork_point(messages, 0) == (0, 0)
+    assert builders.fork_point(messages, None) == (4, 2)
+    with pytest.raises(ChatloopError, match="no query 3"):
+        builders.fork_point(messages, 3)
+    with pytest.raises(ChatloopError, match="Nothing to fork"):
+        builders.fork_point([], None)
+    assert builders.merged(("a", "b"), ("b", "c")) == ("a", "b", "c")

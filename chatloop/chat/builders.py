@@ -11,15 +11,26 @@ the clock's time and the folder, and show the notes returned.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
 from chatloop.chat import chain, restoration
 from chatloop.chat.state import Branch, Child, Continuation, FromSummary, WithHistory
+from chatloop.errors import ChatloopError
 from chatloop.format import Message, SessionMeta
 
-__all__ = ["begun", "child_of", "from_summary", "queries"]
+__all__ = [
+    "begun",
+    "branch",
+    "child_of",
+    "fork_point",
+    "from_summary",
+    "merged",
+    "queries",
+    "with_history",
+]
 
 
 def from_summary(
@@ -40,6 +51,58 @@ def from_summary(
     text = restoration.build(parent, summary, pins, sizes, unanswered, len(carried))
     preview = Message.create("user", now, text=text, restore=True)
     return FromSummary(parent, summary, replace(template, pins=pins), preview, unanswered, carried)
+
+
+def with_history(
+    parent: chain.Parent, history: Sequence[Message], template: SessionMeta, pins: tuple[str, ...]
+) -> WithHistory:
+    """The continuation of ``parent`` that sends its whole ``history`` before the
+    child's own messages (``--full``), with ``pins`` (the chain's, merged)."""
+    return WithHistory(parent, parent.summary, replace(template, pins=pins), tuple(history))
+
+
+def branch(
+    parent: chain.Parent,
+    history: Sequence[Message],
+    at: int,
+    template: SessionMeta,
+    pins: tuple[str, ...],
+    previous: str | None,
+) -> Branch:
+    """A fork of ``parent`` after query ``at``, carrying ``history`` (what came before
+    that point) with ``pins`` (the chain's, merged); ``previous``: the summary the
+    carried history began from. What was said is copied as a copy; what was brought in
+    (a restoration and its acknowledgment, an earlier fork's copies) is carried as it
+    was marked. The branch takes the parent's title."""
+    base = replace(
+        template, pins=pins, title=parent.meta.title, extra={**template.extra, "forked_at": at}
+    )
+    copies = tuple(m if m.restore else m._replace(restore=True, copy=True) for m in history)
+    return Branch(parent, previous, base, copies, at)
+
+
+def fork_point(messages: Sequence[Message], upto: int | None) -> tuple[int, int]:
+    """Where a fork after query ``upto`` cuts ``messages`` (after that query's answer
+    and tool results: before the next query; 0: before the first; None: after all of
+    them, a session that holds no query yet included), and the query it branches
+    after. Raises ChatloopError when there is nothing to fork or no such query."""
+    starts = [i for i, m in enumerate(messages) if m.is_query]
+    if not messages:
+        raise ChatloopError("Nothing to fork yet", "Send a message first.")
+    if upto is None:  # all of it (a restoration prompt and its answer, when no query yet)
+        return len(messages), len(starts)
+    if not 0 <= upto <= len(starts):
+        raise ChatloopError(
+            f"There is no query {upto} here (this session has {len(starts)})",
+            "/fork N branches after query N; /fork alone, after the last.",
+        )
+    cut = starts[upto] if upto < len(starts) else len(messages)
+    return cut, upto
+
+
+def merged(first: Sequence[str], second: Sequence[str]) -> tuple[str, ...]:
+    """The facts (pins) of both, in order, each once."""
+    return tuple(dict.fromkeys([*first, *second]))
 
 
 def child_of(

@@ -1110,7 +1110,7 @@ class ChatSession:
         """The continuation of ``parent`` from ``summary`` (fitted to its budget), its
         pins merged into this session's."""
         summary = self._fit_summary(summary)  # the restoration stays in budget
-        self.pins = _merged(parent.meta.pins, self.pins)
+        self.pins = builders.merged(parent.meta.pins, self.pins)
         template = template or self.meta()
         sizes, now = self.meter.sizes(), self.clock()
         return builders.from_summary(
@@ -1429,7 +1429,7 @@ class ChatSession:
     ) -> tuple[Message, ...]:
         """What a child resumed from ``summary`` carries of ``recent``, the parent's last
         exchanges (``_carry``, counted against the restoration prompt it will have)."""
-        pins = _merged(parent.meta.pins, self.pins)
+        pins = builders.merged(parent.meta.pins, self.pins)
         # fitted as ``_from_summary`` fits it (with this session's pins), built with the
         # chain's: the text the child will have
         text = self._build(parent, self._fit_summary(summary), None, MAX_CARRIED, pins)
@@ -1552,10 +1552,8 @@ class ChatSession:
     ) -> None:
         """Continue ``parent`` with its whole history sent before this session's messages;
         the child file is written with the next message."""
-        self.pins = _merged(parent.meta.pins, self.pins)
-        self.lifecycle.wait(
-            WithHistory(parent, parent.summary, replace(template, pins=self.pins), tuple(history))
-        )
+        self.pins = builders.merged(parent.meta.pins, self.pins)
+        self.lifecycle.wait(builders.with_history(parent, history, template, self.pins))
         self.host.notice(
             f"Continuing session {parent.meta.id} with its full history "
             f"({len(history)} messages): the new session begins with your next "
@@ -1574,7 +1572,9 @@ class ChatSession:
             raise ChatloopError("Nothing to fork yet", "Send a message first.")
         self.flush()  # queued messages belong to this session (StoreError if not yet)
         own = [m for m in writer.messages if m.role != "summary"]
-        cut, at = _fork_point(own, upto)  # numbered in this session; --full's prefix goes too
+        cut, at = builders.fork_point(
+            own, upto
+        )  # numbered in this session; --full's prefix goes too
         history = [*(m for m in self.prefix if m.role != "summary"), *own[:cut]]
         previous = self.previous  # what the carried history itself began from
         template = replace(self.meta(), title="")
@@ -1610,7 +1610,7 @@ class ChatSession:
                 "`chatloop reindex` refreshes the list.",
             ) from None
         messages = [m for m in session.messages if m.role != "summary"]
-        cut, at = _fork_point(messages, None)
+        cut, at = builders.fork_point(messages, None)
         template = replace(self.meta(), title="")
         self.close()
         self._show_last_exchange(parent)
@@ -1627,17 +1627,8 @@ class ChatSession:
         """Make the fork wait for the next message: ``history`` copied (written marked
         as restored) when it fits, else a restoration prompt built from a summary of it.
         ``previous``: the summary the carried history began from."""
-        self.pins = _merged(parent.meta.pins, self.pins)
-        base = replace(
-            template,
-            pins=self.pins,
-            title=parent.meta.title,
-            extra={**template.extra, "forked_at": at},
-        )
-        # what was said is copied as a copy; what was brought in (a restoration and its
-        # acknowledgment, an earlier fork's copies) is carried as it was marked
-        copies = tuple(m if m.restore else m._replace(restore=True, copy=True) for m in history)
-        branch = Branch(parent, previous, base, copies, at)
+        self.pins = builders.merged(parent.meta.pins, self.pins)
+        branch = builders.branch(parent, history, at, template, self.pins, previous)
         self.lifecycle.wait(branch)
         if not self.meter.plan(list(branch.copies)).fits:
             self.lifecycle.wait(self._fork_summarized(branch))
@@ -1823,25 +1814,6 @@ def _no_room(parent: chain.Parent) -> ChatloopError:
     )
 
 
-def _fork_point(messages: Sequence[Message], upto: int | None) -> tuple[int, int]:
-    """Where a fork after query ``upto`` cuts ``messages`` (after that query's answer
-    and tool results: before the next query; 0: before the first; None: after all of
-    them, a session that holds no query yet included), and the query it branches
-    after."""
-    starts = [i for i, m in enumerate(messages) if m.is_query]
-    if not messages:
-        raise ChatloopError("Nothing to fork yet", "Send a message first.")
-    if upto is None:  # all of it (a restoration prompt and its answer, when no query yet)
-        return len(messages), len(starts)
-    if not 0 <= upto <= len(starts):
-        raise ChatloopError(
-            f"There is no query {upto} here (this session has {len(starts)})",
-            "/fork N branches after query N; /fork alone, after the last.",
-        )
-    cut = starts[upto] if upto < len(starts) else len(messages)
-    return cut, upto
-
-
 def git_branch(cwd: Path) -> str | None:
     """The current branch from .git/HEAD (no subprocess), or None."""
     for folder in (cwd, *cwd.parents):
@@ -1865,11 +1837,6 @@ def _no_text(message: Message) -> str:
 def _short(text: str, limit: int = 300) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def _merged(first: Sequence[str], second: Sequence[str]) -> tuple[str, ...]:
-    """The facts of both, in order, each once."""
-    return tuple(dict.fromkeys([*first, *second]))
 
 
 def _first_request(writer: SessionWriter) -> str:
