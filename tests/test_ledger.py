@@ -163,7 +163,13 @@ def test_a_pin_that_would_not_fit_is_refused_saying_the_room_left(store: Store) 
     with pytest.raises(ChatloopError, match=r"No room to pin this: .* tokens of the next"):
         for n in range(30):
             session.pin(fact.format(n=n))
-    room = session._ledger_room()
+    from chatloop.chat.restoration import Sizes
+
+    max_tokens = session.reply_options()["max_tokens"]
+    sizes = Sizes.of(
+        session.window(), session.tokens, session.settings.summary_max_tokens, max_tokens
+    )
+    room = sizes.ledger_room
     assert room <= 2048 // 4 - 64 - 45  # a quarter of the window less the ack's cap, the prose
     assert 0 < len(session.pins) < 30
     assert sum(session.tokens.text(f"- {p}") for p in session.pins) <= room  # as it counts

@@ -201,7 +201,7 @@ def test_approval_asks_remembers_always_and_refuses_where_no_one_can_be_asked(
         session = ChatSession(agent, Caller(call, call), store, TEST_SETTINGS, ScriptedHost())
         session.send("time?")
         again = Caller(call)
-        session.backend = again
+        session.use_backend(again)
         session.send("and now?")
         session.close()
     finally:

@@ -100,7 +100,7 @@ def test_show_labels_a_carried_copy_as_carried_from_its_parent(store: Store) -> 
 
 
 def test_the_fallback_summary_files_no_reply_under_decisions() -> None:
-    from chatloop.chat.prompts import HEADINGS, _section, fallback_summary
+    from chatloop.chat.prompts import HEADINGS, fallback_summary, section
 
     said = [
         Message.create("user", T0, text="Which pot should I buy for the basil?"),
@@ -108,18 +108,18 @@ def test_the_fallback_summary_files_no_reply_under_decisions() -> None:
     ]
     older = f"{HEADINGS[3]}\n- Use clay pots\n- Last answer: something said once\n"
     summary = fallback_summary(said, older)
-    assert _section(summary, HEADINGS[3]) == ["Use clay pots"]
-    assert "Last answer: I've always wanted a terracotta one" in _section(summary, HEADINGS[2])
+    assert section(summary, HEADINGS[3]) == ["Use clay pots"]
+    assert "Last answer: I've always wanted a terracotta one" in section(summary, HEADINGS[2])
 
 
 def test_a_message_never_sent_is_pending_in_the_summary_built_from_the_transcript() -> None:
     """A chat that could not start keeps the message marked as not sent: the session's
     summary (the one ``-c`` continues from) keeps it pending."""
-    from chatloop.chat.prompts import HEADINGS, _section, fallback_summary
+    from chatloop.chat.prompts import HEADINGS, fallback_summary, section
 
     kept = Message.create("user", T0, text="How often should I water basil?", unsent=True)
     summary = fallback_summary([kept], None)
-    assert _section(summary, HEADINGS[4]) == ["Not sent: How often should I water basil?"]
+    assert section(summary, HEADINGS[4]) == ["Not sent: How often should I water basil?"]
 
 
 def test_a_carried_copy_is_headed_carried_over_in_the_file_and_reads_back_the_same(

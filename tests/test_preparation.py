@@ -224,3 +224,35 @@ def test_a_prepared_summary_keeps_the_next_turns_beginning_for_the_server(
         if not in_chat:
             assert backend.calls[asked - 1]["options"]["max_tokens"] == 1
         session.close()
+
+
+def test_the_preparer_keeps_the_summary_made_and_gives_up_one_under_way() -> None:
+    """The preparer alone, without a session: what it prepares, what it keeps."""
+    from chatloop.chat.chain import SummaryOutcome
+    from chatloop.chat.preparation import Preparer
+    from chatloop.format import Message
+    from tests.conftest import T0
+
+    said = (Message.create("user", T0, text="basil"), Message.create("assistant", T0, text="ok"))
+    ended = threading.Event()
+    preparer = Preparer()
+    preparer.start(said, lambda cancel: SummaryOutcome(STRUCTURED, False, 1), 0.0, ended.set)
+    assert ended.wait(5)
+    assert preparer.covers(said) and preparer.phase(said, 8) == "ready"
+    made = preparer.ready()
+    assert made is not None and made.outcome.text == STRUCTURED
+    more = (*said, Message.create("user", T0, text="and mint"))
+    assert preparer.phase(more, 0) == "" and preparer.phase(None, 8) == ""
+
+    def stuck(cancel: Cancel) -> SummaryOutcome:
+        cancel_seen.wait(5)
+        return SummaryOutcome("late", False, 1)
+
+    cancel_seen = threading.Event()
+    preparer.start(more, stuck, 60.0, lambda: None)  # waits for the person's pause
+    assert preparer.phase(more, 8) == "preparing" and preparer.covers(more)
+    preparer.overtake()  # the person goes first
+    cancel_seen.set()
+    assert not preparer.covers(more) and preparer.ready() == made  # the one made stays
+    preparer.forget()
+    assert preparer.ready() is None

@@ -58,7 +58,7 @@ def test_a_reply_cut_anywhere_keeps_each_complete_line_and_every_heading_once() 
         lines = part.splitlines()
         complete = lines if part.endswith("\n") else lines[:-1]  # the last may end mid-word
         for line in complete:
-            opened = prompts._heading_of(line)  # (a heading's own words are in it anyway)
+            opened = prompts.heading_of(line)  # (a heading's own words are in it anyway)
             content = opened[1] if opened else line.removeprefix("- ").strip()
             if content and content != "None.":
                 assert content in repaired, (cut, content)
@@ -77,7 +77,7 @@ Decisions Made:
 - check cron/nightly.sh"""
     repaired = prompts.repair(reply, None, TRANSCRIPT, cut=False)
     _well_formed(repaired)
-    sections = {h: prompts._section(repaired, h) for h in prompts.HEADINGS[2:]}
+    sections = {h: prompts.section(repaired, h) for h in prompts.HEADINGS[2:]}
     assert sections[prompts.HEADINGS[2]] == ["FACT-002 the deploy key lives in ops/keys/deploy.pem"]
     assert sections[prompts.HEADINGS[3]] == ["Keep the budget at 12,500 EUR"]
     assert sections[prompts.HEADINGS[4]] == ["check cron/nightly.sh"]
@@ -175,7 +175,7 @@ def test_a_line_is_shortened_at_word_boundaries_with_its_names_kept() -> None:
     assert len(fitted.split()) <= len(summary.split()) - 8
     for name in ("config/gateway/main.yaml", "8443", "gw-02"):
         assert name in fitted
-    (decision,) = prompts._section(fitted, prompts.HEADINGS[3])
+    (decision,) = prompts.section(fitted, prompts.HEADINGS[3])
     assert decision.endswith("…") and set(decision.split()) <= set(line.split()) | {"…"}
 
 

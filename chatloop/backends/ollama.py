@@ -17,7 +17,6 @@ import httpx
 
 from chatloop.backends.base import (
     Cancel,
-    Cancelled,
     ChatMessage,
     Event,
     Finish,
@@ -30,13 +29,10 @@ from chatloop.backends.base import (
     estimate_prompt,
     estimate_tokens,
 )
+from chatloop.backends.driver import drive
 from chatloop.backends.http import (
-    cut,
-    failure,
-    finish_body,
     is_overflow,
     new_client,
-    open_stream,
     overflow,
     request_json,
 )
@@ -78,6 +74,70 @@ def to_ollama(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
             item["tool_name"] = m["name"]
         out.append(item)
     return out
+
+
+class JsonLines:
+    """Ollama's wire format for the stream driver (``driver.Decoder``): one JSON object
+    a line, the last marked ``done`` (kept: ``final``, with the counts); a line that
+    holds an error raises it."""
+
+    def __init__(self, base_url: str) -> None:
+        self._base_url = base_url
+        self._text: list[str] = []
+        self.calls: list[ToolCallEvent] = []
+        self.final: dict[str, Any] | None = None
+        self._began = False
+
+    @property
+    def began(self) -> bool:
+        return self._began
+
+    @property
+    def ended(self) -> bool:
+        return self.final is not None
+
+    @property
+    def whole(self) -> bool:
+        return self.final is not None
+
+    @property
+    def text(self) -> str:
+        """The reply's text so far."""
+        return "".join(self._text)
+
+    def items(self, lines: Iterator[str]) -> Iterator[str]:
+        return lines
+
+    def feed(self, item: str) -> Iterator[Event]:
+        if not item.strip():
+            return
+        chunk = _load(item, self._base_url)
+        if "error" in chunk:
+            message = str(chunk["error"])
+            if is_overflow(message):
+                raise overflow(message)
+            raise StreamInterrupted(f"Ollama reported an error: {message}", "")
+        delta = chunk.get("message") or {}
+        self._began = self._began or any(
+            delta.get(k) for k in ("thinking", "content", "tool_calls")
+        )
+        if delta.get("thinking"):
+            yield ThinkingDelta(str(delta["thinking"]))
+        if delta.get("content"):
+            self._text.append(str(delta["content"]))
+            yield TextDelta(str(delta["content"]))
+        for call in delta.get("tool_calls") or ():
+            function = call.get("function", {})
+            arguments = function.get("arguments", {})
+            self.calls.append(
+                ToolCallEvent(
+                    str(call.get("id") or f"call_{len(self.calls)}"),
+                    str(function.get("name", "")),
+                    arguments if isinstance(arguments, str) else json.dumps(arguments),
+                )
+            )
+        if chunk.get("done"):
+            self.final = chunk
 
 
 class OllamaBackend:
@@ -127,67 +187,17 @@ class OllamaBackend:
             body["options"] = ollama_options
         if tools:
             body["tools"] = list(tools)
-        text: list[str] = []
-        calls: list[ToolCallEvent] = []
-        final: dict[str, Any] | None = None
-        started = False  # some of the reply came (text, thinking or a tool call)
-        with open_stream(
-            self.client,
-            f"{self.base_url}/api/chat",
-            body,
-            base_url=self.base_url,
-            timeouts=self.timeouts,
-            retries=self.retries,
-            cancel=cancel,
-        ) as response:
-            try:
-                lines = response.iter_lines()
-                for line in lines:
-                    if cancel is not None and cancel.is_set:
-                        raise Cancelled("Cancelled", "")
-                    if not line.strip():
-                        continue
-                    chunk = _load(line, self.base_url)
-                    if "error" in chunk:
-                        message = str(chunk["error"])
-                        if is_overflow(message):
-                            raise overflow(message)
-                        raise StreamInterrupted(f"Ollama reported an error: {message}", "")
-                    delta = chunk.get("message") or {}
-                    started = started or any(
-                        delta.get(k) for k in ("thinking", "content", "tool_calls")
-                    )
-                    if delta.get("thinking"):
-                        yield ThinkingDelta(str(delta["thinking"]))
-                    if delta.get("content"):
-                        text.append(str(delta["content"]))
-                        yield TextDelta(str(delta["content"]))
-                    for call in delta.get("tool_calls") or ():
-                        function = call.get("function", {})
-                        arguments = function.get("arguments", {})
-                        calls.append(
-                            ToolCallEvent(
-                                str(call.get("id") or f"call_{len(calls)}"),
-                                str(function.get("name", "")),
-                                arguments if isinstance(arguments, str) else json.dumps(arguments),
-                            )
-                        )
-                    if chunk.get("done"):
-                        final = chunk
-                        finish_body(lines, response)  # the connection serves the next turn
-                        break
-            except httpx.HTTPError as exc:
-                raise failure(exc, self.base_url, self.timeouts, cancel) from exc
-        if final is None:
-            raise cut(self.base_url, started)
-        yield from calls
+        lines = JsonLines(self.base_url)
+        yield from drive(self, "/api/chat", body, lines, cancel)
+        final = lines.final or {}
+        yield from lines.calls
         if "prompt_eval_count" in final or "eval_count" in final:
             yield UsageEvent(
                 int(final.get("prompt_eval_count", 0)), int(final.get("eval_count", 0))
             )
         else:
-            yield UsageEvent(estimate_prompt(messages), estimate_tokens("".join(text)), True)
-        yield Finish(str(final.get("done_reason") or ("tool_calls" if calls else "stop")))
+            yield UsageEvent(estimate_prompt(messages), estimate_tokens(lines.text), True)
+        yield Finish(str(final.get("done_reason") or ("tool_calls" if lines.calls else "stop")))
 
     def models(self) -> list[str]:
         data = self._request("GET", "/api/tags")

@@ -12,6 +12,7 @@ arrives, and ``[DONE]`` alone is an empty reply. Both raise ``StreamCut``.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -21,7 +22,6 @@ import httpx
 
 from chatloop.backends.base import (
     Cancel,
-    Cancelled,
     ChatMessage,
     Event,
     Finish,
@@ -34,17 +34,14 @@ from chatloop.backends.base import (
     estimate_prompt,
     estimate_tokens,
 )
+from chatloop.backends.driver import drive
 from chatloop.backends.http import (
     answer_within,
-    cut,
     error_for_status,
-    failure,
-    finish_body,
     is_overflow,
     iter_sse,
     load_chunk,
     new_client,
-    open_stream,
     overflow,
     request_json,
 )
@@ -129,6 +126,41 @@ class ChunkDecoder:
         yield Finish(reason)
 
 
+class EventStream:
+    """The OpenAI wire format for the stream driver (``driver.Decoder``): server-sent
+    events, each a chunk (``ChunkDecoder``) until ``[DONE]``; a chunk that holds an
+    error raises it."""
+
+    def __init__(self, base_url: str) -> None:
+        self.chunks = ChunkDecoder()
+        self._base_url = base_url
+        self._done = False
+
+    @property
+    def began(self) -> bool:
+        return self.chunks.began
+
+    @property
+    def ended(self) -> bool:
+        return self._done
+
+    @property
+    def whole(self) -> bool:
+        return self.chunks.finish_reason is not None
+
+    def items(self, lines: Iterator[str]) -> Iterator[str]:
+        return iter_sse(lines)
+
+    def feed(self, item: str) -> Iterator[Event]:
+        if item.strip() == "[DONE]":
+            self._done = True
+            return
+        chunk = load_chunk(item, self._base_url)
+        if "error" in chunk:
+            raise _chunk_error(chunk, self._base_url)
+        yield from self.chunks.feed(chunk)
+
+
 class OpenAICompatBackend:
     """A client for one OpenAI-compatible server. ``base_url`` ends in ``/v1``."""
 
@@ -184,36 +216,11 @@ class OpenAICompatBackend:
         }
         if tools:
             body["tools"] = list(tools)
-        decoder = ChunkDecoder()
-        done = False
-        with open_stream(
-            self.client,
-            f"{self.base_url}/chat/completions",
-            body,
-            base_url=self.base_url,
-            timeouts=self.timeouts,
-            retries=self.retries,
-            cancel=cancel,
-        ) as response:
-            try:
-                lines = response.iter_lines()
-                for payload in iter_sse(lines):
-                    if cancel is not None and cancel.is_set:
-                        raise Cancelled("Cancelled", "")
-                    if payload.strip() == "[DONE]":
-                        done = True
-                        finish_body(lines, response)  # the connection serves the next turn
-                        break
-                    chunk = load_chunk(payload, self.base_url)
-                    if "error" in chunk:
-                        raise _chunk_error(chunk, self.base_url)
-                    yield from decoder.feed(chunk)
-            except httpx.HTTPError as exc:
-                raise failure(exc, self.base_url, self.timeouts, cancel) from exc
-        if decoder.finish_reason is None:  # cut (or empty), whether or not [DONE] came
-            if not done and not decoder.began:  # (after [DONE] it may answer another)
-                self._diagnose_empty_stream(body)
-            raise cut(self.base_url, decoder.began)
+        events = EventStream(self.base_url)
+        # (after [DONE] it may answer another: only a stream with neither is asked)
+        empty = functools.partial(self._diagnose_empty_stream, body)
+        yield from drive(self, "/chat/completions", body, events, cancel, empty)
+        decoder = events.chunks
         counted = None if decoder.usage else self._counted_usage(messages, decoder.text)
         yield from decoder.finish(messages, counted)
 

@@ -10,7 +10,9 @@ the transcript leaves nothing. A finished one is ``Prepared``: the summary and t
 messages it covers. When the threshold comes, the compaction uses it if those
 messages are still the file's first ones, as they are now, and what came after them
 fits in what the child carries word for word; otherwise it summarizes as before
-(docs/chains.md, "A compaction prepared ahead").
+(docs/chains.md, "A compaction prepared ahead"). The same owner holds the other read
+ahead the person's message gives way to: a waiting child's beginning read into the
+server's cache (``Preparer.warm``).
 """
 
 from __future__ import annotations
@@ -93,3 +95,85 @@ class Preparation:
             self._outcome = outcome
         self._done.set()
         self._on_change()
+
+
+class Preparer:
+    """THE owner of the next compaction's summary: the one being made (a
+    ``Preparation``) and the last one made (``Prepared``, until a newer one is). The
+    session's thread alone calls it; the thread a preparation starts answers through
+    its ``Preparation``, which is read here."""
+
+    def __init__(self) -> None:
+        self._running: Preparation | None = None
+        self._made: Prepared | None = None
+        self._warming: Cancel | None = None  # a next turn's beginning being read ahead
+
+    def start(
+        self,
+        messages: tuple[Message, ...],
+        make: Make,
+        idle: float,
+        on_change: Callable[[], None],
+    ) -> None:
+        """Prepare the summary of ``messages`` (``make``, after ``idle`` seconds; see
+        ``Preparation``), giving up one under way."""
+        self.overtake()
+        self._running = Preparation(messages, make, idle, on_change)
+
+    def covers(self, messages: tuple[Message, ...]) -> bool:
+        """True when a summary of exactly ``messages`` is made or being made."""
+        self._harvest()
+        return any(p is not None and p.messages == messages for p in (self._running, self._made))
+
+    def ready(self) -> Prepared | None:
+        """The last summary made (one that ended since is taken first), else None."""
+        self._harvest()
+        return self._made
+
+    def phase(self, messages: Sequence[Message] | None, most: int) -> str:
+        """``preparing`` while a summary is being made, ``ready`` when one is made that
+        ``messages`` (the file's, now; None: no file) still begin with, with no more than
+        ``most`` after it (what a child carries), else ""."""
+        running = self._running
+        if running is not None and running.phase == "preparing":
+            return "preparing"
+        made = running.prepared if running is not None else None
+        made = made or self._made
+        if made is None or messages is None:
+            return ""
+        newer = made.newer(messages)
+        return "ready" if newer is not None and len(newer) <= most else ""
+
+    def warm(self, read: Callable[[Cancel], object]) -> None:
+        """Run ``read`` (a next turn's beginning read into the server's cache:
+        ``turn.prime``) in a daemon thread, with a Cancel that the next ``overtake``
+        sets; anything read ahead before is given up first. Best effort: its outcome
+        is not kept."""
+        self.overtake()
+        cancel = Cancel()
+        self._warming = cancel
+        threading.Thread(target=read, args=(cancel,), name="chatloop-warm", daemon=True).start()
+
+    def overtake(self) -> None:
+        """Stop a preparation under way and let go of a beginning being read ahead (the
+        person goes first); a summary made stays."""
+        self._harvest()
+        if self._running is not None:
+            self._running.stop()
+            self._running = None
+        if self._warming is not None:
+            self._warming.set()
+            self._warming = None
+
+    def forget(self) -> None:
+        """Stop a preparation under way and forget the one made (the file was let go)."""
+        self.overtake()
+        self._made = None
+
+    def _harvest(self) -> None:
+        """A preparation that has ended: its summary (if it made one) is the one made."""
+        running = self._running
+        if running is not None and running.phase != "preparing":
+            self._running = None
+            if running.prepared is not None:
+                self._made = running.prepared

@@ -33,15 +33,14 @@ the others' invariants (a message queued before a compaction belongs to the
 child; a fork's parent is finalized like a close). What does not touch that
 state lives elsewhere: the states themselves (``chat.state``), where a
 continuation comes from and its agent and server (``chat.continuation``,
-``chat.server``), summaries (``chat.chain``), the budget (``chat.context``),
-one turn (``chat.turn``).
+``chat.server``), summaries (``chat.chain``), the window, the counts and the
+plans (``chat.meter``), the restoration text (``chat.restoration``), one turn
+(``chat.turn``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -58,6 +57,7 @@ from chatloop.backends.base import (
 )
 from chatloop.chat import (
     background,
+    builders,
     chain,
     continuation,
     ledger,
@@ -70,18 +70,13 @@ from chatloop.chat.agent import Agent
 from chatloop.chat.arming import Arming, with_model
 from chatloop.chat.context import (
     Plan,
-    Sent,
-    ack_cap,
-    carry_budget,
-    ledger_room,
-    plan,
-    reply_cap,
-    restoration_budget,
     summary_cap,
     tool_costs,
 )
 from chatloop.chat.host import Host
-from chatloop.chat.preparation import Preparation, Prepared
+from chatloop.chat.lifecycle import Lifecycle
+from chatloop.chat.meter import Meter
+from chatloop.chat.preparation import Preparer
 from chatloop.chat.restoration import Awaited
 from chatloop.chat.state import (
     Branch,
@@ -99,7 +94,7 @@ from chatloop.chat.state import (
 )
 from chatloop.chat.tokens import TokenCount
 from chatloop.chat.turn import TurnResult, prime, respond, run_turn
-from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_LOOKBACK, PROSE_FLOOR, Settings
+from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_LOOKBACK, Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta, Totals, exchanges, no_text
 from chatloop.format.front_matter import MAX_PIN_CHARS, MAX_PINS, MAX_TITLE_CHARS
@@ -122,11 +117,14 @@ class Closed:
 class ChatSession:
     """One chat with one agent. Not thread-safe; one per REPL.
 
-    Its lifecycle is ``state`` (``chatloop.chat.state``: fresh, waiting for a
-    continuation, open, closing); ``describe`` tells what it is to the UI. Every
-    field is read and written by the caller's thread only: the one thread it starts
-    (``chat.preparation``: the next compaction's summary) works on values handed to it
-    and answers through its ``Preparation``, which this class reads."""
+    It coordinates owners, each the only writer of its state: the ``lifecycle``
+    (``chat.lifecycle``: the state, fresh, waiting for a continuation, open, closing,
+    and the unsaved queue), the ``meter`` (``chat.meter``: the window, the counts, the
+    plans) and the ``preparer`` (``chat.preparation``: the next compaction's summary);
+    the restoration text is built by ``chat.restoration`` alone. ``describe`` tells what
+    it is to the UI. Every field is read and written by the caller's thread only: the
+    one thread it starts (a preparation) works on values handed to it and answers
+    through the ``Preparer``."""
 
     agent: Agent
     backend: Backend
@@ -137,7 +135,8 @@ class ChatSession:
     title: str = ""
     agent_named: bool = False  # the person chose the agent (--agent, /agent): it goes on
     leaving: bool = False  # set when a signal asked chatloop to leave: no model calls now
-    state: State = field(default_factory=Fresh)
+    # the state and the unsaved queue: assigned by the lifecycle alone (``chat.lifecycle``)
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
     pins: tuple[str, ...] = ()  # facts pinned in this chain: in every restoration prompt
     # the title: "untried" (to be made after the first good exchange), "asking" (asked of
     # the model off the person's path: ``_titling``), "done" (made and saved, given, or
@@ -145,18 +144,15 @@ class ChatSession:
     # at close)
     naming: Literal["untried", "asking", "done", "unsaved"] = "untried"
     _titling: titles.Asking | None = None  # the title request under way ("asking")
-    _queue: list[Message] = field(default_factory=list)
-    _window: int | None = None
-    _tokens: TokenCount | None = None
-    _sent: Plan | None = None  # the last call's plan (its messages and tool definitions)
-    _made: Sent = field(default_factory=Sent)  # this conversation's plans so far, reused
     prepare_after: float = PREPARE_IDLE_S  # a preparation waits this long before asking
-    _preparing: Preparation | None = None  # the next compaction's summary, being made
-    _warming: Cancel | None = None  # a waiting child's beginning, read into the server
-    _prepared: Prepared | None = None  # the last one made (until a newer one is)
+    # the next compaction's summary: being made, and the last one made
+    preparer: Preparer = field(default_factory=Preparer)
     _awaited: Awaited | None = None  # a parent whose model summary is written behind
     # what arms another agent (/resume to a session of another): the command line's
     arming: Arming = None  # type: ignore[assignment]  # None: the environment's (__post_init__)
+    # the window, the counts and the plans of this model with this agent: made anew on a
+    # switch of model, backend or agent (``chat.meter``)
+    meter: Meter = field(init=False)
 
     # ------------------------------------------------------------------ state
     def __post_init__(self) -> None:
@@ -165,17 +161,23 @@ class ChatSession:
         if self.arming is None:
             self.arming = Arming.of(self.settings, say=lambda line: self.host.notice(line, "warn"))
             self.arming.ask = self.host.ask
+        self.meter = Meter.of(self.backend, self.agent, self.settings)
+
+    @property
+    def state(self) -> State:
+        """Where this session is (``Lifecycle.state``)."""
+        return self.lifecycle.state
 
     @property
     def unsaved(self) -> int:
         """Messages in hand that are not on disk yet."""
-        return len(self._queue)
+        return len(self.lifecycle.queued)
 
     @property
     def totals(self) -> Totals:
         """This session's counters (``Totals`` of the file, plus what is queued)."""
         base = self.writer.totals if self.writer else Totals()
-        for m in self._queue:
+        for m in self.lifecycle.queued:
             base = base.plus(m)
         return base
 
@@ -226,7 +228,7 @@ class ChatSession:
         writer = self.writer
         said = [m for m in writer.messages if not m.unsent] if writer else []
         # (a later restoration prompt takes the first one's place: ``restoration``)
-        return [*restoration.revised(said), *ahead, *self._queue]
+        return [*restoration.revised(said), *ahead, *self.lifecycle.queued]
 
     def describe(self) -> Status:
         """What this session is, for /info, the toolbar and tests."""
@@ -245,7 +247,7 @@ class ChatSession:
                     writer.path,
                     meta.parent_id or "",
                     chain_tokens=base + spent if meta.parent_id else 0,
-                    prepared=self._prepared_phase(),
+                    prepared=self.preparer.phase(writer.messages, MAX_CARRIED),
                 )
             case Closing(writer=writer):
                 meta = writer.meta
@@ -274,151 +276,40 @@ class ChatSession:
             system=self.agent.system_prompt if self.agent.system_given else None,
         )
 
-    def _summary_words(self) -> int:
-        """The words a summary may have here (``context.summary_cap``, in words)."""
-        return chain.summary_words(summary_cap(self.window(), self.settings.summary_max_tokens))
-
-    def _fit_summary(self, summary: str) -> str:
-        """The summary a restoration prompt carries: its text fitted to what the summary
-        cap leaves beside the ledger lines the prompt carries (``_summary_room``: the
-        model's prose gives way before what the person stated), in words, then, counted
-        as the model counts, shortened until it fits in tokens (identifiers and numbers
-        cost several tokens a word); its whole ledger kept after it. Beside a ledger (or
-        pins), which holds what was stated, the prose may shrink to its headings to fit
-        in tokens: a child's opening, counted before the summary is made
-        (``_carried``), is then never passed."""
-        summary, entries = ledger.split(summary)  # (the ledger is carried by its own rule)
-        cap = self._summary_room(entries)
-        stated = bool(entries or self.pins)
-        floor = PROSE_FLOOR * 2 // 3 if stated else chain.SUMMARY_MIN_WORDS
-        least = prompts.HEADING_WORDS if stated else floor
-        words = min(self._summary_words(), max(floor, cap * 3 // 4))
-        fitted = prompts.fit(summary, words)
-        while self.tokens.text(fitted) > cap and words > least:
-            words = max(least, words * 4 // 5)
-            fitted = prompts.fit(summary, words)
-        return ledger.join(fitted, entries)
-
-    def _summary_room(self, entries: Sequence[ledger.Entry]) -> int:
-        """The tokens a restoration prompt gives the summary's text: the summary cap,
-        less the pins and the ledger lines it carries of ``entries``
-        (``chain.carried_ledger`` within ``context.ledger_room``), counted as the model
-        counts, never under PROSE_FLOOR."""
-        cap = summary_cap(self.window(), self.settings.summary_max_tokens)
-        count = self.tokens.text  # (as the model counts: paths and numbers cost more)
-        kept, left = chain.carried_ledger(entries, self.pins, self._ledger_room(), count)
-        lines = [e.carried() for e in kept]
-        used = count(prompts.ledger_block(lines, left)) + chain.pins_cost(self.pins, count)
-        return max(PROSE_FLOOR, cap - used)
-
-    def _ledger_room(self) -> int:
-        """``context.ledger_room`` here: the pins' and the ledger's share of what a
-        restoration prompt may take, beside its own words (as long as they get, with
-        the template of a prompt of two messages) and the acknowledgment's cap."""
-        per_message, per_prompt = self.tokens.overhead()
-        frame = self.tokens.text(prompts.restoration_frame()) + 2 * per_message + per_prompt
-        return ledger_room(self.window(), self.settings.summary_max_tokens, frame, self._ack_cap())
-
-    def _ack_cap(self) -> int:
-        """The most tokens a restoration's acknowledgment takes here (``context.ack_cap``)."""
-        return ack_cap(self.window(), self.reply_options().get("max_tokens") or 0)
-
-    def _restoration(
+    def _build(
         self,
         parent: chain.Parent,
         summary: str,
         unanswered: str | None = None,
         carried: int = 0,
+        pins: tuple[str, ...] | None = None,
     ) -> str:
-        """``chain.restoration`` with this session's pins, its ledger within
-        ``context.ledger_room``, and the acknowledgment asked for in the words its cap
-        allows (about 9 words in 16 tokens: a reply cut at its cap ends mid-sentence);
-        one that answers ``unanswered`` is a reply, with no such bound."""
-        room = self._ledger_room()
-        ack_words = 0 if unanswered is not None else self._ack_cap() * 9 // 16
-        count = self.tokens.text
-        # Counted whole, as the model counts it: what the estimates missed (the prose
-        # at its floor, the template) is taken from the model's prose first, down to
-        # its headings, then from the ledger, entry by entry; never from the window.
-        per_message, per_prompt = self.tokens.overhead()  # (its template, as sent alone)
-        budget = restoration_budget(self.window(), self._ack_cap()) - per_message - per_prompt
-        budget += count(prompts.UNANSWERED.format(text=unanswered)) if unanswered else 0
-        whole, entries = ledger.split(summary)
-        prose, words = whole, len(whole.split())
-        while True:
-            text = chain.restoration(
-                parent,
-                ledger.join(prose, entries),
-                unanswered,
-                self.pins,
-                carried,
-                room,
-                ack_words,
-                count,
-            )
-            over = count(text) - budget
-            if over <= 0:
-                return text
-            if words > prompts.HEADING_WORDS:
-                words = max(prompts.HEADING_WORDS, words * 4 // 5)
-                prose = prompts.fit(whole, words)
-            elif room > 0:
-                room = max(0, room - over)
-            else:
-                return text
+        """``restoration.build`` with this session's pins (or ``pins``), as the meter
+        sizes it now."""
+        chosen = self.pins if pins is None else pins
+        return restoration.build(parent, summary, chosen, self.meter.sizes(), unanswered, carried)
+
+    def _fit_summary(self, summary: str, pins: tuple[str, ...] | None = None) -> str:
+        """``restoration.fit`` with this session's pins (or ``pins``), as the meter
+        sizes it now."""
+        return restoration.fit(summary, self.pins if pins is None else pins, self.meter.sizes())
 
     def window(self) -> int | None:
-        """The context window: the settings', else the server's, else unknown (None)."""
-        if self._window is None:
-            try:
-                self._window = self.settings.context_window or self.backend.context_window() or 0
-            except ChatloopError:
-                self._window = 0
-        return self._window or None
+        """The context window (``Meter.window``)."""
+        return self.meter.window()
 
     @property
     def tokens(self) -> TokenCount:
-        """How this backend's tokens are counted (``chatloop.chat.tokens``)."""
-        if self._tokens is None:
-            self._tokens = TokenCount(self.backend.count_tokens, self.backend.chat_overhead)
-        return self._tokens
-
-    def _learn(self, message: Message) -> None:
-        """A reply's reported prompt size corrects the counts of what follows; its
-        reported length is its count (a reply of text alone: the tokenizer is not
-        asked about it; the end-of-turn token it may include errs on the safe side)."""
-        sent = self._sent
-        if message.usage is not None and not message.usage.estimated and sent is not None:
-            self.tokens.learn(sent.wire, message.usage.input, sent.budget.tools, sent.content)
-        usage = message.usage
-        text_alone = not (message.thinking or message.tool_calls or message.interrupted)
-        if usage is not None and not usage.estimated and message.role == "assistant" and text_alone:
-            self.tokens.known(message.text, usage.output)
+        """How this model's tokens are counted (``Meter.tokens``)."""
+        return self.meter.tokens
 
     def reply_options(self) -> dict[str, Any]:
-        """Options for a reply: its ``max_tokens`` (``context.reply_cap``: the setting,
-        else the agent's, scaled down to the window)."""
-        agent = int(self.agent.options.get("max_tokens") or 0)
-        return {"max_tokens": reply_cap(self.window(), self.settings.max_tokens, agent)}
+        """Options for a reply (``Meter.reply_options``)."""
+        return self.meter.reply_options()
 
     def plan(self, extra: Sequence[Message] = ()) -> Plan:
         """What the next call would send: the --full prefix, this session, ``extra``."""
-        return self._plan([*self.messages, *extra], reuse=True)
-
-    def _plan(self, messages: Sequence[Message], history: bool = True, reuse: bool = False) -> Plan:
-        """The call for ``messages``, after the --full prefix unless ``history`` is False.
-        ``reuse``: ``messages`` are this conversation's (what earlier such plans made
-        is reused: a turn's cost does not grow with the conversation)."""
-        before = self.prefix if history else []
-        return plan(
-            self.agent.system_prompt,
-            [*before, *messages],
-            window=self.window(),
-            tools=self.agent.tool_specs() if self.agent.tools else None,
-            reserve=self.reply_options().get("max_tokens"),
-            count=self.tokens,
-            sent=self._made if reuse else None,
-        )
+        return self.meter.plan([*self.messages, *extra], self.prefix, reuse=True)
 
     # ------------------------------------------------------------------ saving
     def _ensure_file(self) -> SessionWriter:
@@ -429,7 +320,7 @@ class ChatSession:
                 return self._begin(continuation)
             case Fresh():
                 writer = self.store.create(self.meta())
-                self.state = Open(writer)
+                self.lifecycle.open(writer)
                 return writer
             case Open(writer=writer) | Closing(writer=writer):
                 return writer
@@ -438,27 +329,13 @@ class ChatSession:
         """Write every queued message, in order. Raises StoreError (the rest stay queued).
         A message is taken off the queue once the writer has it, even if Ctrl-C or a
         signal lands between the two, so nothing is written twice."""
-        if not self._queue:
+        if not self.lifecycle.queued:
             return
-        self._write_queue(self._ensure_file())
-
-    def _write_queue(self, writer: SessionWriter) -> int:
-        """Write every queued message to ``writer``, in order; how many were written.
-        Raises StoreError (the rest stay queued)."""
-        written = 0
-        while self._queue:
-            message = self._queue[0]
-            try:
-                writer.append(message)
-            finally:
-                if writer.last_message is message:
-                    self._queue.pop(0)
-                    written += 1
-        return written
+        self.lifecycle.write(self._ensure_file())
 
     def _queued_error(self, exc: StoreError) -> StoreError:
         """``exc`` with a hint that tells the truth about the queue."""
-        n = len(self._queue)
+        n = self.unsaved
         held = f"{n} message{'s' if n != 1 else ''} kept in memory, not yet saved"
         return StoreError(
             exc.message,
@@ -482,13 +359,14 @@ class ChatSession:
         StoreError when the message cannot be saved (it stays queued and is written and
         sent first next time), ChatloopError when the server failed (after the failure
         is recorded in the file)."""
-        self._overtake()  # the person goes first: a summary being prepared is given up
+        self.preparer.overtake()  # the person goes first: a summary being prepared is given up
         self.take_title(wait=False)  # and a title not come yet
         self._revise()  # a parent's model summary written since: it takes its place now
         message = Message.create("user", self.clock(), text=text)
         begins = self.state.continuation if isinstance(self.state, Waiting) else None
-        self._queue.append(message)  # in hand: from here on it is on disk or visibly queued
-        typed = len(self._queue)  # (a child not written yet is written with all of them)
+        # in hand: from here on it is on disk or visibly queued (a child not written yet
+        # is written with all of them)
+        typed = self.lifecycle.hold(message)
         try:
             self.flush()
         except StoreError as exc:
@@ -507,7 +385,7 @@ class ChatSession:
         message = writer.last_message
         if not isinstance(self.state, Fresh) or message is None or message.role != "user":
             raise ValueError("send_saved takes a new session's file holding one message")
-        self.state = Open(writer)
+        self.lifecycle.open(writer)
         fresh = self._new_meta()
         try:
             writer.update_meta(
@@ -532,7 +410,7 @@ class ChatSession:
         text = message.text
         if not self.plan().fits:
             try:
-                self._check_room(self._plan([message], history=False))
+                self._check_room(self.meter.plan([message]))
             except ChatloopError as exc:
                 if self._set_aside(message):
                     raise self._kept_unsent(exc) from None
@@ -618,8 +496,8 @@ class ChatSession:
         failures: list[StoreError] = []
 
         def record(message: Message) -> None:
-            self._learn(message)
-            self._queue.append(message)
+            self.meter.learn(message)
+            self.lifecycle.hold(message)
             try:
                 self.flush()
             except StoreError as exc:
@@ -629,7 +507,7 @@ class ChatSession:
 
         def draft(reply: Message) -> None:
             writer = self.writer
-            if writer is None or self._queue:  # nothing goes before what is queued
+            if writer is None or self.unsaved:  # nothing goes before what is queued
                 return
             with contextlib.suppress(StoreError):  # appended whole at its end, told then
                 writer.draft(reply)
@@ -655,7 +533,7 @@ class ChatSession:
             return result
         error = result.error
         if isinstance(error, ContextOverflow) and error.window:
-            self._window = error.window  # the server told us its real window
+            self.meter.told(error.window)  # the server told us its real window
         if isinstance(error, ContextOverflow) and self.settings.auto_compact != "off":
             self.host.notice(
                 "The server says the context window is full: compacting; the new "
@@ -673,8 +551,7 @@ class ChatSession:
 
     def wire(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
         """The call for ``messages`` (the turn's view of this session) within the budget."""
-        self._sent = self._plan(messages, reuse=True)
-        return self._sent.wire
+        return self.meter.wire(messages, self.prefix)
 
     def _after_turn(self) -> None:
         """Past the threshold: warn, then compact (on), ask (ask) or only hint (off)."""
@@ -761,9 +638,9 @@ class ChatSession:
         Cut short (Ctrl-C), or while leaving on a signal, the one built from the
         transcript is used. What a fork carried over counts as said
         (``prompts.as_said``, in ``chain``: ``messages`` go as marked, for the ledger)."""
-        self._overtake()  # one summary at a time: a preparation under way gives way
+        self.preparer.overtake()  # one summary at a time: a preparation under way gives way
         if self.leaving:
-            return chain.fallback(messages, previous, self._summary_words())
+            return chain.fallback(messages, previous, self.meter.summary_words())
         try:
             with self.host.working("Generating session summary...") as progress:
                 outcome = chain.summarize(
@@ -771,7 +648,7 @@ class ChatSession:
                     messages,
                     previous=previous,
                     window=self.window(),
-                    max_tokens=summary_cap(self.window(), self.settings.summary_max_tokens),
+                    max_tokens=self.meter.summary_cap(),
                     timeout=self.settings.summary_timeout,
                     progress=progress,
                     instructions=instructions,
@@ -779,7 +656,7 @@ class ChatSession:
                 )
         except KeyboardInterrupt:
             self.host.notice("Summary cut short: using one built from the transcript.", "warn")
-            return chain.fallback(messages, previous, self._summary_words())
+            return chain.fallback(messages, previous, self.meter.summary_words())
         if outcome.fallback and outcome.error:
             self.host.notice(
                 f"The model could not summarize ({outcome.error}); wrote a summary "
@@ -815,16 +692,16 @@ class ChatSession:
                     state = "as it was (its summary is made again when it is resumed)."
                 self.host.notice(f"Nothing new to save; session {parent.meta.id} is {state}", "ok")
             self._release()
-            return Closed(None, tuple(self._queue))
+            return Closed(None, self.lifecycle.queued)
         try:
-            return Closed(self._let_go(writer), tuple(self._queue))
+            return Closed(self._let_go(writer), self.lifecycle.queued)
         except StoreError as exc:
             self.host.notice(
                 f"Could not finalize {writer.path.name}: {exc.message}. It stays "
                 "open and is recovered at the next start.",
                 "warn",
             )
-            return Closed(None, tuple(self._queue))
+            return Closed(None, self.lifecycle.queued)
         finally:
             self._release()
 
@@ -839,13 +716,12 @@ class ChatSession:
         ours. ``leave``: its last messages the summary does not cover (the child carries
         them word for word); ``outcome``: the summary, when it was prepared already.
         Raises StoreError, and the session is then open as it was."""
-        was = self.state
-        assert isinstance(was, Open) and was.writer is writer
-        self.state = Closing(writer, was.previous)
+        was = self.lifecycle.closing()
+        assert was.writer is writer
         try:
             return self._write_summary(writer, instructions, leave, outcome)
         except BaseException:
-            self.state = was
+            self.lifecycle.reopen(was)
             raise
 
     def _let_go(self, writer: SessionWriter) -> chain.Parent:
@@ -854,7 +730,7 @@ class ChatSession:
         when the settings and the backend allow, so nobody waits for the model, and the
         parent returned has no summary yet; else it is summarized and finalized here.
         Raises StoreError, and the session is then open as it was."""
-        self._overtake()  # leaving: what was being prepared is of no use now
+        self.preparer.overtake()  # leaving: what was being prepared is of no use now
         if self.settings.summaries == "background":
             late = self._late_title(writer, wait=False)  # (leaving is never held by it)
             # as the worker will write it: the totals and a late title (a fork takes it)
@@ -865,7 +741,7 @@ class ChatSession:
             )
             if pid is not None:
                 self.host.notice(
-                    f"Saved session {meta.id} ({_queries(meta.queries)}) → {writer.path}; "
+                    f"Saved session {meta.id} ({builders.queries(meta.queries)}) → {writer.path}; "
                     "its summary is being written in the background.",
                     "ok",
                 )
@@ -902,7 +778,7 @@ class ChatSession:
         meta = writer.finalize(outcome.message(self.clock()), **changes)
         kind = "fallback summary" if outcome.fallback else "summary"
         self.host.notice(
-            f"Saved session {meta.id} with its {kind}: {_queries(meta.queries)}, "
+            f"Saved session {meta.id} with its {kind}: {builders.queries(meta.queries)}, "
             f"{meta.tokens_in + meta.tokens_out:,} tokens → {writer.path}",
             "ok",
         )
@@ -911,13 +787,12 @@ class ChatSession:
     def _release(self) -> None:
         """Let go of the file (if any): the session is fresh again, with no title or pins,
         and nothing prepared for it."""
-        self._overtake()
-        self._prepared = None
+        self.preparer.forget()
         self._awaited = None
         writer = self.writer
         if writer is not None:
             writer.close()
-        self.state = Fresh()
+        self.lifecycle.fresh()
         self.pins = ()
         self.title = ""
         self.naming = "untried"
@@ -938,14 +813,14 @@ class ChatSession:
         The child is written with the next message (``Waiting``)."""
         if not any(m.is_query for m in [*self.prefix, *self.messages]):
             raise ChatloopError("Nothing to compact yet", "Send a message first.")
-        self._overtake()  # a summary still being prepared is not waited for
+        self.preparer.overtake()  # a summary still being prepared is not waited for
         match self.state:
             case Waiting(continuation=Branch() as branch):  # the fork's history condensed
-                self.state = Waiting(self._fork_summarized(branch))
+                self.lifecycle.wait(self._fork_summarized(branch))
                 return
             case Waiting(continuation=WithHistory() as full):  # --full given up for the summary
                 self.host.notice("Continuing from the summary instead of the full history.", "ok")
-                self.state = Waiting(
+                self.lifecycle.wait(
                     self._from_summary(full.parent, full.summary or "", full.template)
                 )
                 return
@@ -957,7 +832,7 @@ class ChatSession:
             case Fresh():
                 self.flush()  # a new session whose file could not be made yet: they make it
         writer = self._ensure_file()
-        held, self._queue = self._queue, []  # never sent: they belong to the child
+        held = self.lifecycle.take_all()  # never sent: they belong to the child
         try:
             template = self.meta()
             # the child carries the last exchanges word for word and the summary covers
@@ -986,7 +861,7 @@ class ChatSession:
                 raise StoreError("Could not compact: the summary is missing", "")
             self.begin_child(parent, parent.summary, template, unanswered, carried)
         finally:
-            self._queue[0:0] = held
+            self.lifecycle.put_back(held)
 
     def _defer(self, writer: SessionWriter, leave: int) -> chain.Parent | None:
         """A compaction that does not wait for the model: ``writer``'s session is handed
@@ -1002,7 +877,7 @@ class ChatSession:
             return None
         messages = writer.messages
         covered = messages[: len(messages) - leave]
-        made = chain.fallback(covered, self.previous, self._summary_words())
+        made = chain.fallback(covered, self.previous, self.meter.summary_words())
         late = self._late_title(writer, wait=False)  # (as leaving: never held by a title)
         changes: dict[str, Any] = {**late, "summary_leaves": leave} if leave else dict(late)
         totals: dict[str, Any] = {**writer.totals.fields(), **late}
@@ -1041,15 +916,15 @@ class ChatSession:
             return
         summary = self._fit_summary(parent.summary)
         carried = sum(1 for m in writer.messages if m.copy)
-        text = self._restoration(parent, summary, awaited.unanswered, carried)
+        text = self._build(parent, summary, awaited.unanswered, carried)
         revision = Message.create("user", self.clock(), text=text, restore=True)
         try:
-            self._queue.append(revision)
+            self.lifecycle.hold(revision)
             self.flush()
         except StoreError:
-            self._queue.remove(revision)  # (the first restoration stays: nothing lost)
+            self.lifecycle.drop(revision)  # (the first restoration stays: nothing lost)
             return
-        self.state = replace(self.state, previous=summary)
+        self.lifecycle.revise(summary)
         self.host.notice(
             f"The model's summary of {parent.meta.id} is written: it takes the place of "
             "the one built from the transcript from this message on.",
@@ -1063,12 +938,10 @@ class ChatSession:
         carried, made = waiting.carried, waiting
         while carried:
             carried = chain.without_oldest(carried)
-            text = self._restoration(
-                waiting.parent, waiting.summary, waiting.unanswered, len(carried)
-            )
+            text = self._build(waiting.parent, waiting.summary, waiting.unanswered, len(carried))
             preview = Message.create("user", self.clock(), text=text, restore=True)
             made = replace(waiting, carried=carried, preview=preview)
-            if self._plan([preview, *carried, *typed], history=False).fits:
+            if self.meter.plan([preview, *carried, *typed]).fits:
                 break
         left = len(waiting.carried) - len(carried)
         self.host.notice(
@@ -1087,35 +960,11 @@ class ChatSession:
         # the ledger its summary will end with is known now (it is not the model's)
         inherited = ledger.split(self.previous)[1]
         known = chain.ledger_of(inherited, writer.messages)
-        text = self._restoration(parent, ledger.join("", known), None, carried=MAX_CARRIED)
-        room = self._summary_room(known)  # the summary's text at the most it may take
-        return self._carry(list(exchanges(writer.messages)), self._opening(text, room))
-
-    def _opening(self, restoration: str, summary: int = 0) -> int:
-        """The tokens a child begins with before what it carries: its restoration prompt
-        (``restoration``, and ``summary`` tokens more for a summary not made yet) and its
-        acknowledgment at its cap, each counted as it is sent, with the prompt's own
-        template."""
-        now = self.clock()
-        prompt = Message.create("user", now, text=restoration, restore=True)
-        ack = Message.create("assistant", now, restore=True)
-        sent = self._plan([prompt, ack], history=False).messages_tokens
-        return sent + self.tokens.overhead()[1] + summary + self._ack_cap()
-
-    def _carry(
-        self, recent: list[list[Message]], opening: int, keep_first: bool = True
-    ) -> tuple[Message, ...]:
-        """``chain.carry`` of ``recent`` within ``context.carry_budget`` after an opening
-        of ``opening`` tokens (an upper bound already: the summary at its most), each
-        exchange counted as its messages would be sent, with the margin a plan gives
-        its counts (``Plan.margin``)."""
-
-        def cost(exchange: Sequence[Message]) -> int:
-            planned = self._plan(list(exchange), history=False)
-            return math.ceil(planned.messages_tokens * planned.margin)
-
-        budget = carry_budget(self.window(), opening)
-        return chain.carry(recent, budget, cost, keep_first)
+        text = self._build(parent, ledger.join("", known), None, carried=MAX_CARRIED)
+        # the summary's text at the most it may take
+        room = restoration.summary_room(known, self.pins, self.meter.sizes())
+        opening = self.meter.opening(text, self.clock(), room)
+        return self.meter.carry(list(exchanges(writer.messages)), opening)
 
     # ------------------------------------------------------------------ prepared ahead
     def _prepare(self, used: int, window: int) -> None:
@@ -1142,13 +991,11 @@ class ChatSession:
             return
         messages = tuple(writer.messages)
         recent = list(exchanges(messages))[-PREPARE_LOOKBACK:]
-        step = max((self._plan(e, history=False).messages_tokens for e in recent), default=0)
+        step = max((self.meter.plan(e).messages_tokens for e in recent), default=0)
         if used + step < threshold:
             return
-        self._harvest()
-        if any(p is not None and p.messages == messages for p in (self._preparing, self._prepared)):
+        if self.preparer.covers(messages):
             return
-        self._overtake()
         backend, previous = self.backend, self.previous
         cap = summary_cap(window, settings.summary_max_tokens)
         chat, beginning = self._next_turn_kept(messages, cap)
@@ -1169,7 +1016,7 @@ class ChatSession:
                 prime(backend, beginning, cancel)
             return made
 
-        self._preparing = Preparation(messages, make, self.prepare_after, self.host.refresh)
+        self.preparer.start(messages, make, self.prepare_after, self.host.refresh)
 
     def _next_turn_kept(
         self, messages: Sequence[Message], cap: int
@@ -1185,55 +1032,14 @@ class ChatSession:
         file (the turn's beginning differs from any request made here)."""
         if self.agent.tools or self.prefix:
             return None, None
-        beginning = self._plan(list(messages), reuse=True).wire
+        beginning = self.meter.plan(list(messages), reuse=True).wire
         words = chain.asked_words(chain.summary_words(cap))
         ask = prompts.summary_in_chat(self.previous is not None, "", words)
         request = Message.create("user", self.clock(), text=ask)
-        planned = plan(
-            self.agent.system_prompt,
-            [*messages, request],
-            window=self.window(),
-            reserve=cap,
-            count=self.tokens,
-            sent=self._made,
-        )
+        planned = self.meter.plan([*messages, request], reuse=True, reserve=cap)
         if planned.pruned or not planned.fits:
             return None, beginning
         return planned.wire[:-1], None
-
-    def _prepared_phase(self) -> str:
-        """``preparing`` while the next compaction's summary is being made, ``ready`` when
-        one is made that the file still begins with, with no more after it than a child
-        carries, else ""."""
-        running = self._preparing
-        if running is not None and running.phase == "preparing":
-            return "preparing"
-        made = running.prepared if running is not None else None
-        made = made or self._prepared
-        writer = self.writer
-        if made is None or writer is None:
-            return ""
-        newer = made.newer(writer.messages)
-        return "ready" if newer is not None and len(newer) <= MAX_CARRIED else ""
-
-    def _harvest(self) -> None:
-        """A preparation that has ended: its summary (if it made one) is the prepared one."""
-        running = self._preparing
-        if running is not None and running.phase != "preparing":
-            self._preparing = None
-            if running.prepared is not None:
-                self._prepared = running.prepared
-
-    def _overtake(self) -> None:
-        """Stop a preparation under way (the person goes first); one made stays. A
-        child's beginning being read into the server's cache (``_warm``) is let go."""
-        self._harvest()
-        if self._preparing is not None:
-            self._preparing.stop()
-            self._preparing = None
-        if self._warming is not None:
-            self._warming.set()
-            self._warming = None
 
     def _use_prepared(
         self, writer: SessionWriter
@@ -1242,8 +1048,7 @@ class ChatSession:
         messages the summary leaves out, when it covers the file's first messages as they
         are now and what came after them, whole exchanges, fits in what a child carries
         word for word (``_carry``); else None (summarized as before)."""
-        self._harvest()
-        prepared = self._prepared
+        prepared = self.preparer.ready()
         if prepared is None:
             return None
         newer = prepared.newer(writer.messages)
@@ -1255,8 +1060,9 @@ class ChatSession:
         if recent:  # the child carries exactly what came after, or it is not used
             parent = chain.Parent(writer.path, writer.meta, None)
             summary = self._fit_summary(prepared.outcome.text)
-            text = self._restoration(parent, summary, None, MAX_CARRIED)
-            carried = self._carry(recent, self._opening(text), keep_first=False)
+            text = self._build(parent, summary, None, MAX_CARRIED)
+            opening = self.meter.opening(text, self.clock())
+            carried = self.meter.carry(recent, opening, keep_first=False)
             if len(carried) != len(newer):
                 return None
             leave = len(carried)
@@ -1278,7 +1084,7 @@ class ChatSession:
         written at once when the child must answer ``unanswered`` (a message the
         parent's window could not take)."""
         continuation = self._from_summary(parent, summary, template, unanswered, carried)
-        self.state = Waiting(continuation)
+        self.lifecycle.wait(continuation)
         if unanswered is not None:
             writer = self._begin(continuation)
             if not self.leaving:
@@ -1286,7 +1092,7 @@ class ChatSession:
         else:
             self.host.notice(
                 f"Continuing session {parent.meta.id} "
-                f"({_queries(parent.meta.queries)}) from its summary: the new "
+                f"({builders.queries(parent.meta.queries)}) from its summary: the new "
                 "session begins with your next message.",
                 "restored",
             )
@@ -1298,20 +1104,17 @@ class ChatSession:
         acknowledgment and the copies it carries, as its first request will send
         them: ``turn.prime``), so that a server that caches one prompt has read them
         when the first message comes, which then costs what a turn costs. The
-        person's message stops it (``_overtake``: a server that was still reading
-        keeps what it read). Only with ``acknowledgment: written`` (the model's
+        person's message stops it (``Preparer.overtake``: a server that was still
+        reading keeps what it read). Only with ``acknowledgment: written`` (the model's
         acknowledgment is that reading) and a server over HTTP (not the embedded
         model, whose one copy the chat uses); best effort, nothing recorded."""
         if self.settings.acknowledgment != "written" or self.backend.kind not in KINDS_WARMED:
             return
         now = self.clock()
         ack = restoration.acknowledgment(waiting.parent.meta.id, now)
-        wire = self._plan([waiting.preview, ack, *waiting.carried], history=False).wire
-        cancel, backend = Cancel(), self.backend
-        self._warming = cancel
-        threading.Thread(
-            target=prime, args=(backend, wire, cancel), name="chatloop-warm", daemon=True
-        ).start()
+        wire = self.meter.plan([waiting.preview, ack, *waiting.carried]).wire
+        backend = self.backend
+        self.preparer.warm(lambda cancel: prime(backend, wire, cancel))
 
     def _from_summary(
         self,
@@ -1324,11 +1127,12 @@ class ChatSession:
         """The continuation of ``parent`` from ``summary`` (fitted to its budget), its
         pins merged into this session's."""
         summary = self._fit_summary(summary)  # the restoration stays in budget
-        self.pins = _merged(parent.meta.pins, self.pins)
-        base = replace(template or self.meta(), pins=self.pins)
-        text = self._restoration(parent, summary, unanswered, len(carried))
-        preview = Message.create("user", self.clock(), text=text, restore=True)
-        return FromSummary(parent, summary, base, preview, unanswered, carried)
+        self.pins = builders.merged(parent.meta.pins, self.pins)
+        template = template or self.meta()
+        sizes, now = self.meter.sizes(), self.clock()
+        return builders.from_summary(
+            parent, summary, template, self.pins, sizes, now, unanswered, carried
+        )
 
     def _begin(self, continuation: Continuation) -> SessionWriter:
         """Write the waiting child and what is queued, in one write (``_child``): a kill
@@ -1336,25 +1140,14 @@ class ChatSession:
         cannot be made, the continuation stays waiting (and the messages queued) for
         the next try."""
         child = self._child(continuation)
-        typed = list(self._queue)
+        typed = list(self.lifecycle.queued)
         folder = self.store.project_of(continuation.parent.path)
         writer = self.store.create(child.meta, carried=[*child.opening, *typed], folder=folder)
-        del self._queue[: len(typed)]
+        self.lifecycle.written(len(typed))
         base = chain.tokens_through(self.store, continuation.parent)
-        self.state = Open(writer, child.previous, child.prefix, base)
+        self.lifecycle.open(writer, child.previous, child.prefix, base)
         parent = continuation.parent
-        if isinstance(continuation, Branch):
-            said = f"Forked: {writer.meta.id} branches from {parent.meta.id} " + _carrying(
-                continuation
-            )
-        else:
-            carried = len(continuation.carried) if isinstance(continuation, FromSummary) else 0
-            said = (
-                f"Session Restored: {writer.meta.id} continues {parent.meta.id} "
-                f"({_queries(parent.meta.queries)})"
-            )
-            said += f", carrying its last {carried} messages word for word." if carried else "."
-        self.host.notice(said, "restored")
+        self.host.notice(builders.begun(continuation, writer.meta.id), "restored")
         left = self.ledger_left_out() if isinstance(continuation, FromSummary) else []
         if left:  # (a fork carries its history, whose restorations said it)
             self.host.notice(
@@ -1366,38 +1159,13 @@ class ChatSession:
         return writer
 
     def _child(self, continuation: Continuation) -> Child:
-        """What the child of ``continuation`` is written with: its front matter (what
-        was pinned or renamed while it waited included) and the messages it opens with:
-        the restoration prompt (with ``acknowledgment: written``, chatloop's
-        acknowledgment after it, unless the child answers a message at once) and the
-        copies it carries, a fork's copies (or the restoration of their summary),
-        nothing but the link for ``--full``."""
-        parent = continuation.parent
-        template = replace(
-            continuation.template,
-            pins=self.pins,
-            model=self.backend.model,
-            title=self.title or continuation.template.title,
-        )
-        now, folder = self.clock(), self.store.project_of(parent.path)
-        if isinstance(continuation, Branch):  # linked, ``forked_at`` in its front matter
-            meta = chain.child_meta(template, parent, now, folder)
-            return Child(meta, continuation.copies, continuation.previous)
-        # how the parent was made (a fork of its own parent, a full restoration) is not
-        # how this child is: a continuation of a fork is a continuation, not a fork
-        extra = {k: v for k, v in template.extra.items() if k not in ("forked_at", "restored")}
-        meta = chain.child_meta(replace(template, extra=extra), parent, now, folder)
-        if isinstance(continuation, WithHistory):
-            meta = replace(meta, extra={**meta.extra, "restored": "full"})
-            return Child(meta, (), continuation.summary, continuation.history)
-        summary, carried = continuation.summary, continuation.carried
-        text = self._restoration(parent, summary, continuation.unanswered, len(carried))
-        prompt = Message.create("user", now, text=text, restore=True)
-        if continuation.unanswered is None and self.settings.acknowledgment == "written":
-            # chatloop's acknowledgment, written with the child: no call, no second write
-            ack = restoration.acknowledgment(parent.meta.id, now)
-            return Child(meta, (prompt, ack, *carried), summary)
-        return Child(meta, (prompt, *carried), summary)
+        """``builders.child_of`` with what this session has now (its pins, model and
+        title: pinned, switched or renamed while the continuation waited)."""
+        folder = self.store.project_of(continuation.parent.path)
+        model, title = self.backend.model, self.title
+        acknowledged = self.settings.acknowledgment == "written"
+        now = self.clock()
+        return builders.child_of(continuation, self.pins, model, title, now, folder, acknowledged)
 
     def _first_of_child(self, begins: Continuation, message: Message, typed: int) -> TurnResult:
         """``message``, just written (the last of ``typed`` messages) with the child of
@@ -1413,7 +1181,7 @@ class ChatSession:
         assert writer is not None
         while not self.plan().fits:
             try:
-                self._check_room(self._plan([message], history=False))
+                self._check_room(self.meter.plan([message]))
                 begins = self._begin_otherwise(begins, writer, typed)
             except StoreError:
                 raise  # the message stays saved in the child (the error says so)
@@ -1467,7 +1235,7 @@ class ChatSession:
                 f"{writer.path.name} was changed by someone else before its first reply",
                 "Your message is saved there but was not sent; send it again (Up recalls it).",
             )
-        self.state = Open(writer, child.previous, child.prefix, self.chain_base)
+        self.lifecycle.open(writer, child.previous, child.prefix, self.chain_base)
         return made
 
     def _unbegin(self, begins: Continuation, writer: SessionWriter, typed: int) -> None:
@@ -1476,8 +1244,8 @@ class ChatSession:
         waits again; messages typed before the refused one go back to the queue."""
         earlier = writer.messages[len(writer.messages) - typed : -1]
         self.store.discard(writer, unsent=True)
-        self._queue[0:0] = earlier
-        self.state = Waiting(begins)
+        self.lifecycle.put_back(earlier)
+        self.lifecycle.wait(begins)
 
     def _acknowledge(self, writer: SessionWriter, answers: bool = False, after: int = 0) -> None:
         """Stream the model's short acknowledgment of the restoration prompt and write it
@@ -1491,7 +1259,7 @@ class ChatSession:
         restoration = restoration[: len(restoration) - after]
         try:
             reply_limit = self.reply_options()["max_tokens"]
-            cap = reply_limit if answers else ack_cap(self.window(), reply_limit)
+            cap = reply_limit if answers else self.meter.ack_cap()
             reply = respond(
                 self.backend,
                 self.wire(restoration),
@@ -1499,7 +1267,7 @@ class ChatSession:
                 on_event=view.on_event,
                 options={**self.agent.options, "max_tokens": cap},
             )
-            self._learn(reply)
+            self.meter.learn(reply)
         except KeyboardInterrupt:
             view.close(False, False)
             self.host.notice("Acknowledgment skipped; the summary is in place.")
@@ -1530,7 +1298,7 @@ class ChatSession:
         try:
             writer.append(ack)
         except StoreError:
-            self._queue.insert(0, ack)  # written before anything else, as every message
+            self.lifecycle.hold_first(ack)  # written before anything else, as every message
             raise
 
     # ------------------------------------------------------------------ resume
@@ -1589,7 +1357,7 @@ class ChatSession:
                 self.use_backend(connected.backend)
         if agent is not None:
             self.agent = agent
-            self._sent = None
+            self.meter = self.meter.for_agent(agent)
             self._take_model(agent)
 
     def _take_model(self, agent: Agent) -> None:
@@ -1610,12 +1378,12 @@ class ChatSession:
         ``continuation.agent_for`` and ``server.connect``. The child is written with
         the next message (``Waiting``)."""
         self._refuse_own(located)
-        if self._queue:  # they belong to this conversation: saved here first, or no resume
+        if self.unsaved:  # they belong to this conversation: saved here first, or no resume
             try:
                 self.flush()
             except StoreError as exc:
                 raise ChatloopError(
-                    f"Not resumed: {len(self._queue)} message(s) of this session are not saved "
+                    f"Not resumed: {self.unsaved} message(s) of this session are not saved "
                     f"yet ({exc.message})",
                     "Free some space and send again; leaving shows them to copy.",
                 ) from exc
@@ -1676,12 +1444,11 @@ class ChatSession:
     ) -> tuple[Message, ...]:
         """What a child resumed from ``summary`` carries of ``recent``, the parent's last
         exchanges (``_carry``, counted against the restoration prompt it will have)."""
-        pins = _merged(parent.meta.pins, self.pins)
-        room = self._ledger_room()
-        text = chain.restoration(
-            parent, self._fit_summary(summary), None, pins, MAX_CARRIED, room, 0, self.tokens.text
-        )
-        return self._carry(recent, self._opening(text), keep_first=False)
+        pins = builders.merged(parent.meta.pins, self.pins)
+        # fitted as ``_from_summary`` fits it (with this session's pins), built with the
+        # chain's: the text the child will have
+        text = self._build(parent, self._fit_summary(summary), None, MAX_CARRIED, pins)
+        return self.meter.carry(recent, self.meter.opening(text, self.clock()), keep_first=False)
 
     def _summarized_whole(self, parent: chain.Parent) -> str:
         """A summary of all ``parent``'s messages, made now and not written: its
@@ -1779,7 +1546,7 @@ class ChatSession:
         )
         messages = list(self.store.read(parent.path).session.messages)  # (as marked)
         previous = chain.began_from(self.store, parent)
-        outcome = chain.fallback(messages, previous, self._summary_words())
+        outcome = chain.fallback(messages, previous, self.meter.summary_words())
         totals = Totals()  # (the worker writes them into the file at its end: counted here)
         for message in messages:
             totals = totals.plus(message)
@@ -1789,7 +1556,7 @@ class ChatSession:
     def _full_history(self, parent: chain.Parent) -> list[Message] | None:
         session = self.store.read(parent.path).session
         history = [m for m in session.messages if m.role != "summary"]
-        fit = self._plan(history)
+        fit = self.meter.plan(history, self.prefix)
         if fit.fits:
             return history
         self.host.notice(
@@ -1804,10 +1571,8 @@ class ChatSession:
     ) -> None:
         """Continue ``parent`` with its whole history sent before this session's messages;
         the child file is written with the next message."""
-        self.pins = _merged(parent.meta.pins, self.pins)
-        self.state = Waiting(
-            WithHistory(parent, parent.summary, replace(template, pins=self.pins), tuple(history))
-        )
+        self.pins = builders.merged(parent.meta.pins, self.pins)
+        self.lifecycle.wait(builders.with_history(parent, history, template, self.pins))
         self.host.notice(
             f"Continuing session {parent.meta.id} with its full history "
             f"({len(history)} messages): the new session begins with your next "
@@ -1826,7 +1591,9 @@ class ChatSession:
             raise ChatloopError("Nothing to fork yet", "Send a message first.")
         self.flush()  # queued messages belong to this session (StoreError if not yet)
         own = [m for m in writer.messages if m.role != "summary"]
-        cut, at = _fork_point(own, upto)  # numbered in this session; --full's prefix goes too
+        cut, at = builders.fork_point(
+            own, upto
+        )  # numbered in this session; --full's prefix goes too
         history = [*(m for m in self.prefix if m.role != "summary"), *own[:cut]]
         previous = self.previous  # what the carried history itself began from
         template = replace(self.meta(), title="")
@@ -1862,7 +1629,7 @@ class ChatSession:
                 "`chatloop reindex` refreshes the list.",
             ) from None
         messages = [m for m in session.messages if m.role != "summary"]
-        cut, at = _fork_point(messages, None)
+        cut, at = builders.fork_point(messages, None)
         template = replace(self.meta(), title="")
         self.close()
         self._show_last_exchange(parent)
@@ -1879,20 +1646,11 @@ class ChatSession:
         """Make the fork wait for the next message: ``history`` copied (written marked
         as restored) when it fits, else a restoration prompt built from a summary of it.
         ``previous``: the summary the carried history began from."""
-        self.pins = _merged(parent.meta.pins, self.pins)
-        base = replace(
-            template,
-            pins=self.pins,
-            title=parent.meta.title,
-            extra={**template.extra, "forked_at": at},
-        )
-        # what was said is copied as a copy; what was brought in (a restoration and its
-        # acknowledgment, an earlier fork's copies) is carried as it was marked
-        copies = tuple(m if m.restore else m._replace(restore=True, copy=True) for m in history)
-        branch = Branch(parent, previous, base, copies, at)
-        self.state = Waiting(branch)
-        if not self._plan(list(branch.copies), history=False).fits:
-            self.state = Waiting(self._fork_summarized(branch))
+        self.pins = builders.merged(parent.meta.pins, self.pins)
+        branch = builders.branch(parent, history, at, template, self.pins, previous)
+        self.lifecycle.wait(branch)
+        if not self.meter.plan(list(branch.copies)).fits:
+            self.lifecycle.wait(self._fork_summarized(branch))
             return
         self.host.notice(
             f"Forking session {parent.meta.id} "
@@ -1907,7 +1665,7 @@ class ChatSession:
         history = list(branch.copies)
         outcome = self.summarize(history, branch.previous)
         summary = self._fit_summary(outcome.text)
-        text = self._restoration(branch.parent, summary)
+        text = self._build(branch.parent, summary)
         restoration = Message.create("user", self.clock(), text=text, restore=True)
         self.host.notice(
             f"The history up to query {branch.forked_at} does not fit whole: the "
@@ -1943,19 +1701,16 @@ class ChatSession:
                 f"Did you mean {close[0]}?" if close else f"It offers: {names}",
             )
         self.backend.model = name
-        self._forget_counts()
+        self.meter = Meter.of(self.backend, self.agent, self.settings)  # the model's, anew
+        self._restate()
         return unchecked
 
     def use_backend(self, backend: Backend) -> None:
         """Send the next requests to ``backend`` (a ``/resume`` whose session the server
         rule sends elsewhere); the caller closes the one it replaces."""
         self.backend = backend
-        self._forget_counts()
-
-    def _forget_counts(self) -> None:
-        """The window and token counts are the model's: counted anew for another."""
-        self._window, self._tokens, self._sent = None, None, None
-        self._made = Sent()
+        self.meter = Meter.of(backend, self.agent, self.settings)  # the model's, anew
+        self._restate()
 
     def use_agent(self, agent: Agent) -> bool:
         """Go on with ``agent``. A session under way stays with the agent that answered
@@ -1967,12 +1722,13 @@ class ChatSession:
             self.fork()
         self.agent = agent
         self.agent_named = True  # chosen: a later /resume goes on with it
-        self._sent = None
+        self.meter = self.meter.for_agent(agent)
         self._take_model(agent)
         if isinstance(self.state, Waiting):
             waiting = self.state.continuation
             template = replace(waiting.template, agent=agent.name, agent_name=Path(agent.path).stem)
-            self.state = Waiting(replace(waiting, template=template))
+            self.lifecycle.wait(replace(waiting, template=template))
+            self._restate()
         return branched
 
     # ------------------------------------------------------------------ small edits
@@ -2004,7 +1760,7 @@ class ChatSession:
             )
         if len(self.pins) >= MAX_PINS:
             raise ChatloopError(f"{MAX_PINS} facts are pinned already", "/unpin N frees one.")
-        room = self._ledger_room()  # pins go first in the ledger's room
+        room = self.meter.sizes().ledger_room  # pins go first in the ledger's room
         count = self.tokens.text
         if chain.pins_cost((*self.pins, fact), count) > room:
             left = max(0, room - chain.pins_cost(self.pins, count))
@@ -2035,7 +1791,20 @@ class ChatSession:
             with self.store.open(self.state.continuation.parent.path) as parent:
                 parent.update_meta(pins=pins)
         self.pins = pins
+        self._restate()
         return pins
+
+    def _restate(self) -> None:
+        """A waiting child's restoration prompt built again when what it is built with
+        changed while it waited (the pins, the model, the agent): the preview it is
+        planned with is the prompt its file is written with (``_child``)."""
+        match self.state:
+            case Waiting(continuation=FromSummary() as waiting):
+                text = self._build(
+                    waiting.parent, waiting.summary, waiting.unanswered, len(waiting.carried)
+                )
+                preview = waiting.preview._replace(text=text)
+                self.lifecycle.wait(replace(waiting, preview=preview))
 
     def ledger_left_out(self) -> list[str]:
         """The ledger entries of the summary this session continues from that its
@@ -2067,42 +1836,6 @@ def _no_room(parent: chain.Parent) -> ChatloopError:
     )
 
 
-def _carrying(branch: Branch) -> str:
-    """Where ``branch`` begins and what it carries, as its notice says it: a branch at
-    the start of a session that began from another carries what it began with (its
-    restoration, or an earlier fork's copies)."""
-    at, carried = branch.forked_at, len(branch.copies)
-    if at:
-        return f"after query {at} ({carried} message{'s' * (carried != 1)} carried)."
-    if carried:
-        return f"at its start, carrying the {carried} message{'s' * (carried != 1)} it began with."
-    return "at its start (none of its exchanges carried)."
-
-
-def _queries(count: int) -> str:
-    """``count`` queries, in words ("1 query", "2 queries")."""
-    return f"{count:,} {'query' if count == 1 else 'queries'}"
-
-
-def _fork_point(messages: Sequence[Message], upto: int | None) -> tuple[int, int]:
-    """Where a fork after query ``upto`` cuts ``messages`` (after that query's answer
-    and tool results: before the next query; 0: before the first; None: after all of
-    them, a session that holds no query yet included), and the query it branches
-    after."""
-    starts = [i for i, m in enumerate(messages) if m.is_query]
-    if not messages:
-        raise ChatloopError("Nothing to fork yet", "Send a message first.")
-    if upto is None:  # all of it (a restoration prompt and its answer, when no query yet)
-        return len(messages), len(starts)
-    if not 0 <= upto <= len(starts):
-        raise ChatloopError(
-            f"There is no query {upto} here (this session has {len(starts)})",
-            "/fork N branches after query N; /fork alone, after the last.",
-        )
-    cut = starts[upto] if upto < len(starts) else len(messages)
-    return cut, upto
-
-
 def git_branch(cwd: Path) -> str | None:
     """The current branch from .git/HEAD (no subprocess), or None."""
     for folder in (cwd, *cwd.parents):
@@ -2126,11 +1859,6 @@ def _no_text(message: Message) -> str:
 def _short(text: str, limit: int = 300) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def _merged(first: Sequence[str], second: Sequence[str]) -> tuple[str, ...]:
-    """The facts of both, in order, each once."""
-    return tuple(dict.fromkeys([*first, *second]))
 
 
 def _first_request(writer: SessionWriter) -> str:

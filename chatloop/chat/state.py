@@ -12,8 +12,10 @@ A session is always in exactly one state:
   what that file continues: the summary it began from (``previous``), a
   ``--full`` history sent before its own messages (``prefix``) and the tokens
   of its ancestors (``chain_base``).
-- ``Closing``: the open file is being finalized: its summary is being written.
-  (A summary written in the background will be this state, held by a worker.)
+- ``Closing``: the open file is being finalized here: its summary is being written.
+  A summary written in the background is not a state of the session: the file is
+  handed to a worker (``chat.background``), which holds its lock, and the session
+  is let go (``Fresh``, or ``Waiting`` for the child of a compaction).
 
 The continuations (what ``Waiting`` holds) are the kinds of
 ``chat.continuation.Kind`` made concrete: ``FromSummary``, ``WithHistory``

@@ -210,7 +210,7 @@ class SessionMeta:
     ``FORMAT_VERSION``). ``agent_name`` is the name the agent is found by
     (format 2); format 1 recorded ``agent_path`` instead. ``parent_file`` is
     as written: absolute in format 1, relative to the session's own folder in
-    format 2 (``resolve_link`` turns it into a path). ``summary_key`` and
+    format 2 (``parent_path`` turns it into a path). ``summary_key`` and
     ``summary_at`` locate the summary frame that finalize wrote (its key, and
     its byte offset from the start of the body): content can never reach the
     front matter, so this is how a summary is known to be structure.
