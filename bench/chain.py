@@ -1,10 +1,10 @@
 """Chains on a small window: replay a scripted chat through ChatSession at default settings.
 
-    python bench/chain.py                  60 messages, the real 2,048-token server
-    python bench/chain.py --summarizer competent    summaries by a scripted extractive
+    python -m bench.chain                  60 messages, the real 2,048-token server
+    python -m bench.chain --summarizer competent    summaries by a scripted extractive
                                            summarizer, replies by the real model
-    python bench/chain.py --scripted --messages 24  no model at all (CI's quick run)
-    python bench/chain.py --base-url URL --window N    another server
+    python -m bench.chain --scripted --messages 24  no model at all (CI's quick run)
+    python -m bench.chain --base-url URL --window N    another server
 
 Starts ``llama_cpp.server`` (Gemma 3 270M, ``--n_ctx`` = the window) unless
 ``--base-url`` or ``--scripted`` is given, then sends the messages through
@@ -39,7 +39,7 @@ files and the server's own usage counts:
 Targets (issues 14, 32 and 33): restoration + acknowledgment <= 25% of the window,
 with the carried exchanges <= 35%, >= 8 messages of its own in every file, 0
 requests over the window, 0 messages lost. The exit status is 0 when they are all
-met (``tests/test_e2e_chain.py`` runs it, marked slow; ``bench/run.py --quick`` runs
+met (``tests/test_e2e_chain.py`` runs it, marked slow; ``python -m bench.run --quick`` runs
 a short ``--scripted`` chain).
 """
 
@@ -60,11 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from llama import llama_server
-
+from bench.llama import llama_server
 from chatloop.backends.base import (
     Event,
     Finish,
@@ -313,7 +309,7 @@ class TimedSession(ChatSession):
 
 @dataclass
 class Figures:
-    """What a run measured (``report`` prints them; ``bench/run.py`` makes rows)."""
+    """What a run measured (``report`` prints them; ``bench.figures.chain`` makes rows)."""
 
     files: int
     lost: int

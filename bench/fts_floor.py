@@ -13,8 +13,8 @@ word). Nothing of chatloop is timed: no skim, no frame scanner, no Python per
 word. A design that tokenizes every word with FTS5 cannot index faster than the
 fastest row, nor smaller than the smallest row that ranks.
 
-    python bench/fts_floor.py                 # 1,000 sessions, 3 rounds (medians)
-    python bench/fts_floor.py --sessions 300 --rounds 1
+    python -m bench.fts_floor                 # 1,000 sessions, 3 rounds (medians)
+    python -m bench.fts_floor --sessions 300 --rounds 1
 """
 
 from __future__ import annotations
@@ -29,10 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from search import COMMON, write_sessions  # the same corpus as bench/search.py
-
+from bench.corpus import COMMON, write_sessions  # the same corpus as bench/search.py
 from chatloop.format import skim
 
 TABLES = {  # label: the options of the FTS5 table after its column

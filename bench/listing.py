@@ -23,11 +23,11 @@ project (``--corpus DIR`` makes them once and reuses them), then:
 chatloop runs as ``python -m chatloop`` with this checkout first on PYTHONPATH,
 its bytecode compiled first (as installed). ``--also TREE`` times the chatloop
 of another tree (a checkout before a change) in the same rounds, A B C A B C.
-bench/run.py --quick runs all of it at 300 sessions (CI).
+python -m bench.run --quick runs all of it at 300 sessions (CI).
 
-    python bench/listing.py --sizes 1000 10000 --corpus /tmp/corpus
-    python bench/listing.py --sizes 30000 --rounds 9 --corpus /tmp/corpus
-    python bench/listing.py --kinds format1-closed --also /tmp/before
+    python -m bench.listing --sizes 1000 10000 --corpus /tmp/corpus
+    python -m bench.listing --sizes 30000 --rounds 9 --corpus /tmp/corpus
+    python -m bench.listing --kinds format1-closed --also /tmp/before
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import contextlib
+import dataclasses
 import os
 import resource
 import shutil
@@ -43,19 +44,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from bench.corpus import closed, make_sessions, session
+from bench.rows import Report, print_row
+from chatloop.format import render_markdown
+from chatloop.store.store import Store
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-
-from search import print_row  # noqa: E402  (bench/search.py, beside this script)
-
-from chatloop.store.store import Store  # noqa: E402
 
 TARGET = 1.5  # chatloop sessions <= 1.5x ls -l
-Report = Callable[[str, str, str, "float | None", str, "bool | None"], None]
 
 
 def chatloop_env(tree: Path, home: Path) -> dict[str, str]:
@@ -84,16 +83,10 @@ WORD = "zebracornqq"
 
 def make_kind(store: Store, count: int, kind: str) -> None:
     """``count`` sessions of ``kind`` in ``store``'s project: format 2 closed as
-    chatloop closes them (a third continuing the one before, bench/run.py's
+    chatloop closes them (a third continuing the one before, bench/corpus.py's
     ``make_sessions``), format 1 closed (with its summary, no pointer: the format
     has none), or left ``open`` with no summary (a chat or worker that died: read as
     interrupted), in format 1 or 2. Every 97th holds WORD."""
-    import dataclasses
-
-    from run import closed, make_sessions, session  # bench/run.py
-
-    from chatloop.format import render_markdown
-
     if kind == "format2-closed":
         make_sessions(store, count, 2, WORD, every=97, continued=3)
         return

@@ -10,8 +10,8 @@ Also checks, on every resume: the parent's last exchange is on screen before the
 prompt, and leaving at once adds no session to the listing. Prints the medians,
 the ratio and whether the target (at most 1.2x) is met.
 
-    python bench/resume.py                 # 7 pairs
-    python bench/resume.py --runs 3        # fewer
+    python -m bench.resume                 # 7 pairs
+    python -m bench.resume --runs 3        # fewer
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pexpect
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llama import llama_server
-from stream import CHATLOOP, leave
+from bench.llama import llama_server
+from bench.stream import leave
+from bench.timing import CHATLOOP
 
 
 def prompt_time(

@@ -22,8 +22,8 @@ word (in 1%). The chatloop timed is the one installed beside this interpreter
 
 The listing (`chatloop sessions` against `ls -l`) is bench/listing.py's.
 
-    python bench/search.py                    # 1,000 and 10,000 sessions, 5 rounds
-    python bench/search.py --sessions 500 --rounds 3
+    python -m bench.search                    # 1,000 and 10,000 sessions, 5 rounds
+    python -m bench.search --sessions 500 --rounds 3
 """
 
 from __future__ import annotations
@@ -39,140 +39,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from chatloop.format import Message, Session, SessionMeta, Usage, render_markdown, reseal
+from bench.corpus import COMMON, RARE, write_sessions
+from bench.fts_floor import measure as fts
+from bench.rows import Report, print_row
+from bench.timing import CHATLOOP
+from chatloop.format import skim
 from chatloop.store.store import Store
-
-COMMON, RARE = "harbourmaster", "zebracornqq"
-FILLER = [
-    "the",
-    "and",
-    "of",
-    "to",
-    "a",
-    "in",
-    "is",
-    "that",
-    "it",
-    "for",
-    "on",
-    "with",
-    "as",
-    "was",
-    "at",
-    "by",
-    "this",
-    "be",
-    "from",
-    "or",
-    "have",
-    "not",
-    "are",
-    "but",
-    "an",
-    "they",
-    "which",
-    "one",
-    "you",
-    "were",
-    "all",
-    "we",
-    "can",
-    "her",
-    "has",
-    "there",
-    "been",
-    "if",
-    "more",
-    "when",
-    "will",
-    "would",
-    "who",
-    "so",
-    "no",
-]
-
-
-def vocabulary(rng: random.Random) -> list[str]:
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    return ["".join(rng.choice(letters) for _ in range(rng.randint(4, 10))) for _ in range(20000)]
-
-
-def texts(rng: random.Random, words: list[str], count: int) -> list[str]:
-    """``count`` message texts of 80-400 words: filler and Zipf-weighted vocabulary."""
-    weights = [1 / (rank + 1) for rank in range(len(words))]
-    out = []
-    for _ in range(count):
-        n = rng.randint(80, 400)
-        picked = rng.choices(words, weights, k=n)
-        out.append(" ".join(w if rng.random() < 0.6 else rng.choice(FILLER) for w in picked))
-    return out
-
-
-def prose(rng: random.Random, count: int) -> list[str]:
-    """``count`` message texts of real English: runs of sentences from this project's
-    documentation (docs/, README.md), for the index size of natural text."""
-    root = Path(__file__).resolve().parent.parent
-    sentences = [
-        s.strip()
-        for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))]
-        for s in p.read_text(encoding="utf-8").replace("\n", " ").split(". ")
-        if len(s.split()) > 3
-    ]
-    out = []
-    for _ in range(count):
-        start = rng.randrange(len(sentences))
-        out.append(". ".join(sentences[start : start + rng.randint(3, 15)]))
-    return out
-
-
-SUMMARY = (  # every session's summary: the words of neither search
-    "## Background Context\nA bench session.\n\n## Topics Discussed\n- words\n\n"
-    "## Decisions Made\n- none\n\n## Pending\n- none"
-)
-
-
-def write_sessions(folder: Path, count: int, rng: random.Random, natural: bool = False) -> int:
-    """``count`` sessions closed with their summary, as chatloop's finalize leaves
-    them (the summary's pointer in the front matter); returns their bytes."""
-    pool = prose(rng, 400) if natural else texts(rng, vocabulary(rng), 400)
-    folder.mkdir(parents=True)
-    total = 0
-    start = datetime(2026, 1, 1, tzinfo=UTC)
-    for i in range(count):
-        at = start + timedelta(minutes=i)
-        messages = []
-        for q in range(rng.randint(20, 45)):
-            user = rng.choice(pool)[:600]
-            if q == 3 and rng.random() < 0.8:
-                user = f"{user} {COMMON}"
-            if q == 5 and i % 100 == 0:
-                user = f"{user} {RARE}"
-            messages.append(Message.create("user", at, text=user))
-            messages.append(
-                Message.create(
-                    "assistant", at, text=rng.choice(pool), usage=Usage(300, 120), duration=1.0
-                )
-            )
-        queries = len(messages) // 2
-        messages.append(Message.create("summary", at, text=SUMMARY))
-        meta = SessionMeta(
-            id=f"{at:%Y%m%d-%H%M%S}-{i:08x}",
-            created=at,
-            updated=at,
-            agent="Bench",
-            status="closed",
-            queries=queries,
-            summary_key=messages[-1].key,  # its offset set by reseal, as finalize does
-            summary_at=0,
-        )
-        data = reseal(render_markdown(Session(meta, tuple(messages))))[0]
-        (folder / f"{meta.id}.md").write_bytes(data)
-        total += len(data)
-    return total
 
 
 def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, str]:
@@ -203,18 +77,6 @@ def interleaved(
     return walls, cpus, outs
 
 
-Report = Callable[[str, str, str, "float | None", str, "bool | None"], None]
-
-
-def print_row(
-    figure: str, ours: str, baseline: str, ratio: float | None, target: str, met: bool | None
-) -> None:
-    """A ``Report`` that prints one row: the figure, both sides, the ratio, the verdict."""
-    shown = "" if ratio is None else f" → {ratio:.2f}x"
-    mark = "n/a" if met is None else ("met" if met else "MISSED")
-    print(f"{figure}: {ours} vs {baseline}{shown} ({target}: {mark})", flush=True)
-
-
 TIME = Path("/usr/bin/time")  # GNU time: one child's peak RSS
 
 
@@ -238,10 +100,6 @@ def floor_cpu(folder: Path) -> float:
     (bench/fts_floor.py): reading their words with the format's skim, inserting them
     into a contentless ``detail=full`` FTS5 table in one transaction, one merge; no
     journal, nothing of the index's own rows or batches."""
-    from fts_floor import measure as fts  # bench/fts_floor.py
-
-    from chatloop.format import skim
-
     started = time.process_time()
     texts = [skim(p.read_bytes(), p.stem).text for p in sorted(folder.iterdir())]
     read = time.process_time() - started
@@ -267,8 +125,6 @@ def measure(sessions: int, rounds: int, text: str, report: Report) -> None:
     against their baselines; each figure goes to ``report(figure, ours, baseline,
     ratio, target, met)``, the ratio chatloop ÷ baseline (below 1: chatloop is
     faster), each taken pair by pair from interleaved runs."""
-    from stream import CHATLOOP  # bench/stream.py: the one beside this interpreter
-
     chatloop, rg = [CHATLOOP], shutil.which("rg")
     if rg is None:
         raise SystemExit("needs rg (ripgrep): `apt install ripgrep` (Debian)")

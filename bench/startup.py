@@ -12,8 +12,8 @@ The chat talks to bench/stream.py's scripted OpenAI-compatible server on
 127.0.0.1 (it lists one model), so what is timed is chatloop's own start, not a
 model's.
 
-    python bench/startup.py              # 15 pairs each
-    python bench/startup.py --pairs 5
+    python -m bench.startup              # 15 pairs each
+    python -m bench.startup --pairs 5
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pexpect
-from stream import CHATLOOP, Script, leave, serve  # bench/stream.py, beside this script
+
+from bench.stream import Script, leave, serve
+from bench.timing import CHATLOOP
 
 BARE = """\
 from prompt_toolkit import PromptSession

@@ -9,8 +9,8 @@ bench notes when the first token's text appears on the screen. For CPU, a
 (/proc/PID/stat, in 10 ms ticks: hence windows of 1,200 tokens) is read at tokens
 200 and 1,400 and at tokens 2,600 and 3,800.
 
-    python bench/stream.py            # 7 replies for latency, one long reply for CPU
-    python bench/stream.py --runs 3
+    python -m bench.stream            # 7 replies for latency, one long reply for CPU
+    python -m bench.stream --runs 3
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import socket
 import statistics
 import sys
@@ -27,14 +26,11 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pexpect
 
-# The chatloop installed beside this interpreter (a venv's or a pyenv version's own
-# bin), never a shim found first on PATH: a pyenv shim is a shell script that costs
-# more than a listing. Every bench times this one.
-CHATLOOP = shutil.which("chatloop", path=str(Path(sys.executable).parent)) or "chatloop"
+from bench.timing import CHATLOOP, cpu_seconds
+
 FIRST = "Zanzibar"  # the first token of every reply: what the bench waits to see
 Marks = dict[int, Callable[[], None]]
 
@@ -111,11 +107,6 @@ def serve(script: Script) -> tuple[ThreadingHTTPServer, str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_prompt(child: pexpect.spawn) -> None:

@@ -8,8 +8,8 @@ recording). The chatloop process's CPU time (/proc/PID/stat) is read before the
 first turn of each window and after its last; the ratio is the late window's
 CPU per turn ÷ the early window's. Bytecode is compiled first.
 
-    python bench/turns.py               # 510 turns
-    python bench/turns.py --turns 120   # a quick look (turns 6-25 and the last 20)
+    python -m bench.turns               # 510 turns
+    python -m bench.turns --turns 120   # a quick look (turns 6-25 and the last 20)
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ import tempfile
 from pathlib import Path
 
 import pexpect
-from stream import CHATLOOP, Script, cpu_seconds, leave, serve, wait_prompt
+
+from bench.stream import Script, leave, serve, wait_prompt
+from bench.timing import CHATLOOP, cpu_seconds
 
 WINDOW = 20  # turns per measured window
 

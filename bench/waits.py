@@ -6,9 +6,9 @@ writes the summary, in the chat), runs interleaved A B A B, against a scripted
 OpenAI-compatible server whose summary requests take ``--summary-seconds`` (a slow
 local model; 30 s by default) and whose other replies come at once.
 
-    python bench/waits.py                       # 3 pairs, 30 s summaries
-    python bench/waits.py --pairs 1 --summary-seconds 2    # a quick look
-    python bench/waits.py --requests            # what each process asks of the server
+    python -m bench.waits                       # 3 pairs, 30 s summaries
+    python -m bench.waits --pairs 1 --summary-seconds 2    # a quick look
+    python -m bench.waits --requests            # what each process asks of the server
 
 Times are wall-clock seconds of the person's wait: Ctrl-D to the shell; the
 answer's last word to the end of ``chatloop "q"`` (its pipeline); ``/fork`` to
@@ -38,7 +38,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -49,12 +48,11 @@ from typing import Any
 
 import pexpect
 
+from bench.stream import wait_prompt
+from bench.timing import CHATLOOP
+from chatloop.store.fsio import wait_for_lock
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-
-from stream import CHATLOOP, wait_prompt  # noqa: E402  (bench/stream.py)
-
-from chatloop.store.fsio import wait_for_lock  # noqa: E402
 
 ANSWER = "Zanzibar has warm water all year."
 LAST = "year."

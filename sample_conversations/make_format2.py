@@ -4,7 +4,7 @@
 
 Times are taken to the second and the front matter's model is the model that
 answered, as chatloop writes them now; the summary pointer is filled in the
-way finalize does. Prints the markup ratio of both formats (bench/run.py
+way finalize does. Prints the markup ratio of both formats (python -m bench.run
 measures it too).
 """
 import sys
@@ -13,7 +13,7 @@ from pathlib import Path, PurePath
 import chatloop.format as f
 from chatloop.format.front_matter import front_matter_end
 
-from bench.run import content_bytes as content_len  # one definition of "content"
+from bench.samples import content_bytes as content_len  # one definition of "content"
 
 def to_f2(s):
     meta=s.meta

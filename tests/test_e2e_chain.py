@@ -148,9 +148,18 @@ def test_sixty_messages_at_default_settings_meet_the_chain_targets(llama_server:
     import subprocess
     import sys
 
-    bench = Path(__file__).resolve().parent.parent / "bench" / "chain.py"
+    root = Path(__file__).resolve().parent.parent  # bench is a package run from here
     done = subprocess.run(
-        [sys.executable, str(bench), "--base-url", llama_server, "--window", str(E2E_WINDOW)],
+        [
+            sys.executable,
+            "-m",
+            "bench.chain",
+            "--base-url",
+            llama_server,
+            "--window",
+            str(E2E_WINDOW),
+        ],
+        cwd=root,
         capture_output=True,
         text=True,
         timeout=3600,

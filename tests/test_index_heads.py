@@ -310,7 +310,7 @@ def said_so(rows: list[SessionRow]) -> None:
 
 
 def few_thousand(store: Store, kind: str, tmp_path: Path) -> list[Path]:
-    """A home of a few thousand files of ``kind``, written whole (as bench/run.py)."""
+    """A home of a few thousand files of ``kind``, written whole (as bench/corpus.py)."""
     store.project_dir.mkdir(parents=True, exist_ok=True)
     if kind == "seed":
         return imported(store, tmp_path, 2000)

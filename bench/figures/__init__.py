@@ -1,0 +1,1 @@
+"""The figures of ``bench.run``, one module each (``bench.figure``)."""
