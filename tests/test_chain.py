@@ -687,3 +687,52 @@ def test_a_restoration_summary_fits_its_cap_in_the_models_tokens(store: Store) -
     start, last = text.find(prompts.HEADINGS[0]), text.rfind(prompts.HEADINGS[4])
     carried = text[start : text.find("\n\n", last)] if start >= 0 and last >= 0 else ""
     assert carried and len(carried) // 2 <= summary_cap(2048)
+
+
+def _read_ahead_run(
+    when: object = None,
+) -> tuple[FakeBackend, list[str], BaseException | None]:
+    """A summary of 12 exchanges asked with ``read_ahead=32`` (a worker's) of a scripted
+    backend: the calls it made, the last user text of each, and what it raised."""
+    from chatloop.backends.base import Cancel
+
+    messages = [m for n in range(12) for m in exchange(n)]
+    backend = FakeBackend(default=STRUCTURED)
+    cancel = Cancel(when=when)  # type: ignore[arg-type]
+    raised: BaseException | None = None
+    try:
+        chain.summarize(backend, messages, previous=None, window=8192, cancel=cancel, read_ahead=32)
+    except BaseException as exc:  # (Cancelled, asserted by the caller)
+        raised = exc
+    return backend, backend.prompts(), raised
+
+
+def test_a_workers_prompt_is_read_in_pieces_each_a_beginning_of_the_next() -> None:
+    """Issue 45: a summary worker's prompt goes to the server in pieces first (one-token
+    requests of longer and longer beginnings of it), so that a server that reads a
+    prompt without looking up keeps the person's request waiting for one piece at
+    most; then the whole prompt is asked, as before."""
+    backend, texts, raised = _read_ahead_run()
+    assert raised is None
+    *pieces, whole = texts
+    assert len(pieces) >= 5, len(pieces)
+    assert [c["options"] for c in backend.calls[:-1]] == [{"max_tokens": 1}] * len(pieces)
+    assert backend.calls[-1]["options"]["max_tokens"] > 1
+    ends = [len(p) for p in pieces] + [len(whole)]
+    assert all(whole.startswith(p) for p in pieces) and ends == sorted(set(ends))
+    steps = [ends[0]] + [b - a for a, b in itertools.pairwise(ends)]
+    size = len(whole) * 32 // estimate_tokens(whole)  # characters in 32 tokens, here
+    assert max(steps[:-1]) <= size and max(steps) <= size * 2  # (the last: the request's)
+    assert all(p[-1].isspace() for p in pieces)  # cut between words
+
+
+def test_no_piece_is_sent_once_the_person_marked_the_server() -> None:
+    """The worker's ``Cancel`` looks at the person's mark each time it is checked: the
+    piece after the mark is never sent, nor the request; the summary is given up."""
+    from chatloop.backends.base import Cancelled
+
+    looks = itertools.count()
+    _, texts, raised = _read_ahead_run(when=lambda: next(looks) >= 3)
+    assert isinstance(raised, Cancelled)
+    whole = _read_ahead_run()[1][-1]
+    assert 1 <= len(texts) <= 3 and all(len(t) < len(whole) for t in texts)

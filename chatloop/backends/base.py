@@ -106,8 +106,13 @@ class Cancel:
     answer (a prompt still being read sends nothing for as long as that takes): a
     backend also registers, with ``on_set``, how to close the request's connection,
     and ``set`` runs that at once, from whatever thread sets it. The reading thread
-    then sees its connection end and raises ``Cancelled``."""
+    then sees its connection end and raises ``Cancelled``.
 
+    ``when``: a condition that sets it, looked at on each ``is_set`` (so a caller that
+    checks before each request never sends one once the condition holds, whatever
+    else watches it: a summary worker's, the person's mark on the server)."""
+
+    when: Callable[[], bool] | None = None
     _event: threading.Event = field(default_factory=threading.Event)
     _stops: list[Callable[[], None]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -121,6 +126,8 @@ class Cancel:
 
     @property
     def is_set(self) -> bool:
+        if not self._event.is_set() and self.when is not None and self.when():
+            self.set()
         return self._event.is_set()
 
     def on_set(self, stop: Callable[[], None]) -> Callable[[], None]:

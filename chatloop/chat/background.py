@@ -178,6 +178,9 @@ def finish(
             # request, a count included), and only the summary's own request yields
             count=estimate_tokens,
             cancel=cancel,
+            # in pieces the person's request waits for at most one of (rule 4); an
+            # in-process model reads no request but its own
+            read_ahead=0 if backend.kind == "embedded" else sharing.READ_AHEAD_TOKENS,
         )
 
     shared = sharing.Shared(home, backend, settings.background_idle)
@@ -209,7 +212,7 @@ def _when_free(
             left = deadline - time.monotonic()
             if since is None or left <= 0:
                 return None
-            cancel = Cancel()
+            cancel = Cancel(when=functools.partial(shared.marked_since, since))
             with shared.watch(since, cancel) as seen:
                 try:
                     outcome = within(

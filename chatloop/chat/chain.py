@@ -21,6 +21,7 @@ summary").
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -98,6 +99,7 @@ def summarize(
     count: Callable[[str], int] = estimate_tokens,
     cancel: Cancel | None = None,
     chat: Sequence[ChatMessage] | None = None,
+    read_ahead: int = 0,
 ) -> SummaryOutcome:
     """The progressive summary of ``messages`` (``previous``: the parent's summary),
     given as their file marks them: what a fork carried counts as said in the
@@ -117,6 +119,9 @@ def summarize(
     when they and ``prompts.summary_in_chat`` fit the window with the summary: the
     summary is then asked as the conversation's next message, so that a server's
     prompt cache keeps the conversation (the next turn is not read again whole).
+    ``read_ahead``: each request's prompt is first read into the server in pieces of
+    about that many tokens (``_read_in_pieces``), ``cancel`` looked at before each; 0: sent
+    whole at once.
     """
     stated = messages  # as marked: the ledger reads what they are (``ledger_of``)
     messages = prompts.as_said(messages)  # the summary takes a fork's copies as said
@@ -139,6 +144,15 @@ def summarize(
     lines = prompts.transcript_lines(messages)
     calls = 0
     options = {"max_tokens": reserve, "temperature": 0.2}
+    ask = functools.partial(
+        _ask,
+        backend,
+        options=options,
+        timeout=timeout,
+        cancel=cancel,
+        piece=read_ahead,
+        count=count,
+    )
     try:
         text, notes = "\n".join(lines), False
         depth = 0
@@ -150,7 +164,7 @@ def summarize(
                 if progress:
                     progress(f"part {i} of {len(pieces)}")
                 prompt = prompts.notes_prompt(piece, i, len(pieces), instructions)
-                answer, used, _ = _ask(backend, prompt, options, timeout, cancel)
+                answer, used, _ = ask(prompt)
                 calls += used
                 made.append(f"Part {i}:\n{prompts.cap_words(prompts.clean(answer), 150)}")
             text, notes, depth = "\n\n".join(made), True, depth + 1
@@ -158,10 +172,10 @@ def summarize(
             progress("summary")
         if chat is not None:
             request = prompts.summary_in_chat(previous is not None, instructions, asked)
-            answer, used, cut = _ask(backend, request, options, timeout, cancel, chat)
+            answer, used, cut = ask(request, history=chat)
         else:
             request = prompts.summary_prompt(text, previous, notes, instructions, asked)
-            answer, used, cut = _ask(backend, request, options, timeout, cancel)
+            answer, used, cut = ask(request)
         calls += used
     except BackendError as exc:
         text = prompts.fallback_summary(messages, previous, goal)
@@ -221,18 +235,25 @@ def asked_words(words: int) -> int:
 def _ask(
     backend: Backend,
     prompt: str,
+    *,
     options: dict[str, Any],
     timeout: float,
     cancel: Cancel | None = None,
     history: Sequence[ChatMessage] = (),
+    piece: int = 0,
+    count: Callable[[str], int] = estimate_tokens,
 ) -> tuple[str, int, bool]:
     """One summary request (after ``history``, when given), retried once: its text, the
     requests made, and whether its cap cut it. Empty output, or output that echoes the
     prompt's template, counts as a failure. ``cancel`` set: Cancelled, no retry. A
     stream the server cut (``StreamCut``) raises at once, no retry: what came is not
-    the summary, and the request that took the server's place goes first."""
+    the summary, and the request that took the server's place goes first. ``piece``
+    (tokens, by ``count``): the prompt read into the server in pieces first."""
     from chatloop.chat.turn import complete
 
+    if piece > 0 and cancel is not None:
+        size = max(1, len(prompt) * piece // max(1, count(prompt)))  # characters a piece
+        _read_in_pieces(backend, history, prompt, size, cancel)
     last: BackendError | None = None
     for attempt in (1, 2):
         if cancel is not None and cancel.is_set:
@@ -259,6 +280,30 @@ def _ask(
             last = exc
     assert last is not None
     raise last
+
+
+def _read_in_pieces(
+    backend: Backend, history: Sequence[ChatMessage], prompt: str, size: int, cancel: Cancel
+) -> None:
+    """Have the server read ``history`` then ``prompt`` a piece of about ``size``
+    characters at a time (cut after a space or a line's end): one one-token request
+    for each longer beginning of ``prompt`` (``turn.prime``), each read on top of
+    the last by a server that caches the prompt it read. A server that reads a
+    prompt without looking up (llama-cpp-python: a request that arrives, even its
+    model list, waits for the whole prompt) then keeps a request that comes
+    meanwhile waiting for one piece, not for the whole prompt. ``cancel`` is looked
+    at before each piece (none is sent once it is set); best effort: a piece that
+    fails only means the request reads the rest itself."""
+    from chatloop.chat.turn import prime
+
+    start = 0
+    while len(prompt) - start > size + size // 2:  # (the last piece is the request's own)
+        end = start + size
+        cut = max(prompt.rfind(" ", start, end), prompt.rfind("\n", start, end))
+        start = cut + 1 if cut > start else end
+        if cancel.is_set:
+            return
+        prime(backend, [*history, {"role": "user", "content": prompt[:start]}], cancel)
 
 
 class _Attempt(Cancel):

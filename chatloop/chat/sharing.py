@@ -30,7 +30,15 @@ Background work is, today, the summary worker of a chat that ended
    processing, which sends nothing to check between pieces), so the server drops
    it and takes the person's. What that request brought is thrown away, never
    saved (a cut summary is never the model's); the worker waits for idle again
-   and asks again, whole.
+   and asks again, whole. The request's ``Cancel`` also looks at the mark itself
+   each time it is checked (``Cancel.when``), so nothing is sent after a mark the
+   watch has not seen yet. And a server that reads a prompt without looking up
+   (llama-cpp-python: a request that arrives, its model list included, waits until
+   the whole prompt is read, however it was cancelled) is given the worker's
+   prompt in pieces of ``READ_AHEAD_TOKENS`` first (one-token requests of longer
+   and longer beginnings, each read on top of the last: ``chain.summarize``'s
+   ``read_ahead``), the mark looked at before each: the person waits for one piece
+   at most, not for the whole prompt.
 5. **Nothing waits for ever.** A worker's whole life (its turn, its idle waits,
    every try) is bounded by ``summary_worker_patience``; each try that is not
    yielded by ``summary_worker_timeout``. Past either it writes the summary built
@@ -68,11 +76,24 @@ from chatloop.backends.base import Backend, Cancel
 
 FOLDER = ".sharing"
 POLL_SECONDS = 0.1  # how often a worker's request looks at the person's mark
+# a worker's prompt is read in pieces of this many tokens (about): what a person's request
+# waits at most behind it on a server that reads a prompt without looking up (a few tenths
+# of a second with a small model on two cores; a few seconds with a 7B one on a laptop)
+READ_AHEAD_TOKENS = 128
 EMBEDDED = "embedded"
 
 HOLD_TRIES = 5  # a worker's look at the hold (an instant) can refuse the person's: again
 
-__all__ = ["POLL_SECONDS", "Shared", "Watch", "key", "step_back", "use", "using"]
+__all__ = [
+    "POLL_SECONDS",
+    "READ_AHEAD_TOKENS",
+    "Shared",
+    "Watch",
+    "key",
+    "step_back",
+    "use",
+    "using",
+]
 
 
 def key(kind: str, base_url: str) -> str:
@@ -169,6 +190,10 @@ class Shared:
     def _mark(self) -> Path:
         return self.folder / f"{self.name}.use"
 
+    def marked_since(self, since: int) -> bool:
+        """True when the person marked the server after ``since`` (``last_use``)."""
+        return self.last_use() > since
+
     def last_use(self) -> int:
         """When the person last marked the server (ns since the epoch); 0 for never, and
         for a mark stepped back."""
@@ -249,7 +274,7 @@ class Shared:
 
         def look() -> None:
             while not done.wait(POLL_SECONDS):
-                if self.last_use() > since:
+                if self.marked_since(since):
                     seen.yielded.set()
                     cancel.set()
                     return
@@ -263,5 +288,5 @@ class Shared:
             watcher.join()
             # a server that cuts the running request for the person's (llama.cpp's) ends
             # it before the next look: a mark newer than ``since`` is a yield all the same
-            if self.last_use() > since:
+            if self.marked_since(since):
                 seen.yielded.set()
