@@ -27,9 +27,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chatloop.errors import ChatloopError
 from chatloop.format import Message, Thinking, ToolCall, ToolResult, Usage
 from chatloop.store.store import Store
-from chatloop.ui import as_html, commands
+from chatloop.ui import as_html
+from chatloop.ui.commands import this_session
 from chatloop.ui.terminal_text import visible
 from tests.conftest import T0, new_meta
 from tests.pty_driver import run
@@ -368,7 +370,7 @@ def test_the_lineage_links_every_session_of_the_page_and_draws_the_rest(
 
 
 def test_export_args_choose_the_format_by_flag_or_suffix() -> None:
-    split = commands._export_args
+    split = this_session.export_args
     assert split("") == ("md", "")
     assert split("notes.md") == ("md", "notes.md")
     assert split("page.HTML") == ("html", "page.HTML")
@@ -376,7 +378,7 @@ def test_export_args_choose_the_format_by_flag_or_suffix() -> None:
     assert split("--format=html out file.txt") == ("html", "out file.txt")
     assert split("--format md x.html") == ("md", "x.html")
     for bad in ("--format", "--format pdf", "--formats html"):
-        with pytest.raises(commands.ChatloopError):
+        with pytest.raises(ChatloopError):
             split(bad)
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from chatloop.config import DRAFT_SECONDS
 from chatloop.format import UNFINISHED, Message, Usage, parse_markdown, render_unfinished
+from chatloop.store.recovery import UNFINISHED_KEPT
 from chatloop.store.store import Store
-from chatloop.store.writer import UNFINISHED_KEPT
 from tests.conftest import T0, exchange, new_meta
 from tests.pty_driver import chatloop_bin, environment
 from tests.scripted_server import scripted_server

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from chatloop.backends.base import Event, TextDelta
+from chatloop.chat.naming import Naming
 from chatloop.errors import StoreError
 from chatloop.format.front_matter import MAX_MODEL_CHARS, MAX_TITLE_CHARS
 from chatloop.store.store import Store
@@ -25,7 +26,7 @@ def test_a_70kb_model_id_and_title_compact_into_a_finalized_readable_child(
     backend = FakeBackend("A.", "B.", STRUCTURED, "Acknowledged.", "C.", STRUCTURED)
     backend.model = "m" * 70_000  # what a server answered
     session, _ = chat(store, backend)
-    session.title = "t" * 70_000  # as a parent's title is inherited, uncut
+    session.naming = Naming(title="t" * 70_000)  # as a parent's title is inherited, uncut
     session.send("one")
     session.send("two")
     session.compact()

@@ -27,15 +27,16 @@ Promises (docs/durability.md, docs/chains.md):
   boundary shows them); the session stays usable after any of them.
 
 Why one module of this size: it is one object's behaviour. Sending, closing,
-compacting, resuming and forking all move the same state (``state``, the
-queue, the title, the pins) through the same transitions, and each relies on
+compacting, resuming and forking all move the same state (``state`` and the
+queue, through the lifecycle) through the same transitions, and each relies on
 the others' invariants (a message queued before a compaction belongs to the
 child; a fork's parent is finalized like a close). What does not touch that
 state lives elsewhere: the states themselves (``chat.state``), where a
 continuation comes from and its agent and server (``chat.continuation``,
 ``chat.server``), summaries (``chat.chain``), the window, the counts and the
-plans (``chat.meter``), the restoration text (``chat.restoration``), one turn
-(``chat.turn``).
+plans (``chat.meter``), the restoration text (``chat.restoration``), the title
+and its naming (``chat.naming``), the pins' checks and the ledger left out
+(``chat.pins``), one turn (``chat.turn``).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from chatloop.backends.base import (
     Backend,
@@ -76,6 +77,8 @@ from chatloop.chat.context import (
 from chatloop.chat.host import Host
 from chatloop.chat.lifecycle import Lifecycle
 from chatloop.chat.meter import Meter
+from chatloop.chat.naming import Naming, given
+from chatloop.chat.pins import Pins, added, inherited, left_out, removed
 from chatloop.chat.preparation import Preparer
 from chatloop.chat.restoration import Awaited
 from chatloop.chat.state import (
@@ -97,7 +100,6 @@ from chatloop.chat.turn import TurnResult, prime, respond, run_turn
 from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_LOOKBACK, Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta, Totals, exchanges, no_text
-from chatloop.format.front_matter import MAX_PIN_CHARS, MAX_PINS, MAX_TITLE_CHARS
 from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder, wait_for_lock
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
@@ -120,7 +122,10 @@ class ChatSession:
     It coordinates owners, each the only writer of its state: the ``lifecycle``
     (``chat.lifecycle``: the state, fresh, waiting for a continuation, open, closing,
     and the unsaved queue), the ``meter`` (``chat.meter``: the window, the counts, the
-    plans) and the ``preparer`` (``chat.preparation``: the next compaction's summary);
+    plans), the ``preparer`` (``chat.preparation``: the next compaction's summary) and
+    the ``naming`` (``chat.naming``: the title, how far its naming has gone, the title
+    request under way); the pins are a value checked and made by ``chat.pins`` and
+    written by ``_set_pins``;
     the restoration text is built by ``chat.restoration`` alone. ``describe`` tells what
     it is to the UI. Every field is read and written by the caller's thread only: the
     one thread it starts (a preparation) works on values handed to it and answers
@@ -132,18 +137,16 @@ class ChatSession:
     settings: Settings
     host: Host
     clock: Clock = None  # type: ignore[assignment]  # None: the store's (__post_init__)
-    title: str = ""
     agent_named: bool = False  # the person chose the agent (--agent, /agent): it goes on
     leaving: bool = False  # set when a signal asked chatloop to leave: no model calls now
     # the state and the unsaved queue: assigned by the lifecycle alone (``chat.lifecycle``)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
-    pins: tuple[str, ...] = ()  # facts pinned in this chain: in every restoration prompt
-    # the title: "untried" (to be made after the first good exchange), "asking" (asked of
-    # the model off the person's path: ``_titling``), "done" (made and saved, given, or
-    # could not be made), "unsaved" (made; the file refused it: written with the summary
-    # at close)
-    naming: Literal["untried", "asking", "done", "unsaved"] = "untried"
-    _titling: titles.Asking | None = None  # the title request under way ("asking")
+    # facts pinned in this chain, in every restoration prompt (``chat.pins`` checks and
+    # makes them; assigned by ``_set_pins``, ``_inherit_pins`` and ``_release`` alone)
+    pins: Pins = ()
+    # the title, its naming and the title request under way (``chat.naming``): made
+    # anew for a new session
+    naming: Naming = field(default_factory=Naming)
     prepare_after: float = PREPARE_IDLE_S  # a preparation waits this long before asking
     # the next compaction's summary: being made, and the last one made
     preparer: Preparer = field(default_factory=Preparer)
@@ -167,6 +170,11 @@ class ChatSession:
     def state(self) -> State:
         """Where this session is (``Lifecycle.state``)."""
         return self.lifecycle.state
+
+    @property
+    def title(self) -> str:
+        """This session's title ("" for none yet: ``Naming.title``)."""
+        return self.naming.title
 
     @property
     def unsaved(self) -> int:
@@ -574,61 +582,48 @@ class ChatSession:
     # ------------------------------------------------------------------ the title
     def _name(self, reply: str) -> None:
         """After an exchange that ended well, give a new conversation without a title one, by
-        ``settings.titles``: ``model`` asks the model, off the person's path
-        (``titles.Asking``: the prompt comes back at once; ``take_title`` writes it),
+        ``settings.titles`` (``Naming.after_exchange``): ``model`` asks the model, off
+        the person's path (the prompt comes back at once; ``take_title`` writes it),
         ``first`` takes the first request's line, ``off`` makes none. A title the person
-        gave (/rename), one a continuation or a branch took from its parent (any
-        session with a parent), and an earlier title are never replaced. Cosmetic: a
-        title the file refuses now stays in memory and is written when the session is
-        finalized. A session that ends before any exchange ended well is given its
-        first request's line then (``_untitled``)."""
-        writer, mode = self.writer, self.settings.titles
-        if writer is None or not self._untitled(writer):
+        gave (/rename), one a continuation or a branch took from its parent, and an
+        earlier title are never replaced. Cosmetic: a title the file refuses now stays
+        in memory and is written when the session is finalized (``Naming.late``)."""
+        writer, settings = self.writer, self.settings
+        if writer is None:
             return
-        self.naming = "done"  # once a session: a conversation no title fits asks no more
-        first = _first_request(writer)
-        if mode == "model" and self.backend.kind != "embedded":  # in process: not in a thread
-            self.naming = "asking"
-            self._titling = titles.Asking(
-                self.backend, first, reply, timeout=self.settings.title_timeout
-            )
-            return
-        self._write_title(titles.Title(titles.fallback(first), True))
+        made = self.naming.after_exchange(
+            writer.meta,
+            writer.messages,
+            reply,
+            settings.titles,
+            self.backend,
+            timeout=settings.title_timeout,
+        )
+        if made is not None:
+            self._write_title(made)
 
     def take_title(self, wait: bool = True) -> None:
-        """Write the title being asked (``_name``) once it has come. Before the person's
-        next request (``wait`` False) one not come yet is cancelled, so a one-slot server
-        is free for that request, and asked again after the next exchange that ends
-        well; at close (``wait``) it is waited for, within its bound."""
-        asking, self._titling = self._titling, None
-        if asking is None:
-            return
-        made = asking.take(wait and self.naming == "asking")
-        if self.naming != "asking":  # the person named it meanwhile (/rename): theirs wins
-            return
-        if made is None:
-            self.naming = "untried"
-            return
-        self.naming = "done"
-        self._write_title(made)
+        """Write the title being asked (``_name``) once it has come (``Naming.take``).
+        Before the person's next request (``wait`` False) one not come yet is cancelled,
+        so a one-slot server is free for that request, and asked again after the next
+        exchange that ends well; at close (``wait``) it is waited for, within its
+        bound."""
+        made = self.naming.take(wait)
+        if made is not None:
+            self._write_title(made)
 
     def _write_title(self, made: titles.Title) -> None:
+        """Write ``made`` into the file being written; the naming learns whether the
+        file took it (a refusal: written with the summary at close)."""
         writer = self.writer
         if not made.text or writer is None:
             return
-        self.title = made.text
         try:
             writer.update_meta(title=made.text)
         except StoreError:
-            self.naming = "unsaved"  # written with the summary at close (or never: cosmetic)
-
-    def _untitled(self, writer: SessionWriter) -> bool:
-        """Whether ``writer``'s session is still to be named: titles are on, it has none
-        and no parent, and ``_name`` has not tried yet. At close, that means no exchange
-        ended well (cut short by Ctrl-C, or by a reader of a one-shot run who left)."""
-        if self.settings.titles == "off" or self.title or writer.meta.title:
-            return False
-        return writer.meta.parent_id is None and self.naming == "untried"
+            self.naming.written(made.text, saved=False)
+        else:
+            self.naming.written(made.text, saved=True)
 
     # ------------------------------------------------------------------ summaries
     def summarize(
@@ -749,18 +744,12 @@ class ChatSession:
         return self._finalize(writer)
 
     def _late_title(self, writer: SessionWriter, wait: bool = True) -> dict[str, str]:
-        """The title to write at close, if any: one made when the file refused it (if
-        none came since), else a first request's line for a session never named. A
-        title being asked is taken if it has come; with ``wait``, waited for first
-        (within its bound): not when the person leaves at once (a hand-off to the
-        summary worker), where one not come yet is cancelled for the first line."""
+        """The title to write at close, if any (``Naming.late``). A title being asked is
+        taken if it has come; with ``wait``, waited for first (within its bound): not
+        when the person leaves at once (a hand-off to the summary worker), where one not
+        come yet is cancelled for the first line."""
         self.take_title(wait=wait)
-        if self.naming == "unsaved" and not writer.meta.title:
-            return {"title": self.title}
-        if self._untitled(writer):
-            named = titles.fallback(_first_request(writer))
-            return {"title": named} if named else {}
-        return {}
+        return self.naming.late(writer.meta, writer.messages, self.settings.titles)
 
     def _write_summary(
         self,
@@ -794,9 +783,7 @@ class ChatSession:
             writer.close()
         self.lifecycle.fresh()
         self.pins = ()
-        self.title = ""
-        self.naming = "untried"
-        self._titling = None  # (taken by ``_late_title`` when the session was let go)
+        self.naming = Naming()  # (its request taken by ``_late_title`` as it was let go)
 
     # ------------------------------------------------------------------ compact
     def compact(self, unanswered: str | None = None, instructions: str = "") -> None:
@@ -958,8 +945,8 @@ class ChatSession:
         against a restoration prompt whose summary takes all the room it may have."""
         parent = chain.Parent(writer.path, writer.meta, None)
         # the ledger its summary will end with is known now (it is not the model's)
-        inherited = ledger.split(self.previous)[1]
-        known = chain.ledger_of(inherited, writer.messages)
+        earlier = ledger.split(self.previous)[1]
+        known = chain.ledger_of(earlier, writer.messages)
         text = self._build(parent, ledger.join("", known), None, carried=MAX_CARRIED)
         # the summary's text at the most it may take
         room = restoration.summary_room(known, self.pins, self.meter.sizes())
@@ -1127,7 +1114,7 @@ class ChatSession:
         """The continuation of ``parent`` from ``summary`` (fitted to its budget), its
         pins merged into this session's."""
         summary = self._fit_summary(summary)  # the restoration stays in budget
-        self.pins = builders.merged(parent.meta.pins, self.pins)
+        self._inherit_pins(parent)
         template = template or self.meta()
         sizes, now = self.meter.sizes(), self.clock()
         return builders.from_summary(
@@ -1444,7 +1431,7 @@ class ChatSession:
     ) -> tuple[Message, ...]:
         """What a child resumed from ``summary`` carries of ``recent``, the parent's last
         exchanges (``_carry``, counted against the restoration prompt it will have)."""
-        pins = builders.merged(parent.meta.pins, self.pins)
+        pins = inherited(parent.meta.pins, self.pins)
         # fitted as ``_from_summary`` fits it (with this session's pins), built with the
         # chain's: the text the child will have
         text = self._build(parent, self._fit_summary(summary), None, MAX_CARRIED, pins)
@@ -1571,7 +1558,7 @@ class ChatSession:
     ) -> None:
         """Continue ``parent`` with its whole history sent before this session's messages;
         the child file is written with the next message."""
-        self.pins = builders.merged(parent.meta.pins, self.pins)
+        self._inherit_pins(parent)
         self.lifecycle.wait(builders.with_history(parent, history, template, self.pins))
         self.host.notice(
             f"Continuing session {parent.meta.id} with its full history "
@@ -1646,7 +1633,7 @@ class ChatSession:
         """Make the fork wait for the next message: ``history`` copied (written marked
         as restored) when it fits, else a restoration prompt built from a summary of it.
         ``previous``: the summary the carried history began from."""
-        self.pins = builders.merged(parent.meta.pins, self.pins)
+        self._inherit_pins(parent)
         branch = builders.branch(parent, history, at, template, self.pins, previous)
         self.lifecycle.wait(branch)
         if not self.meter.plan(list(branch.copies)).fits:
@@ -1733,57 +1720,33 @@ class ChatSession:
 
     # ------------------------------------------------------------------ small edits
     def rename(self, title: str) -> str:
-        """Give the session a title (cut to the longest a title may be); returns it."""
-        if not title:
-            raise ChatloopError("Give the new title", "For example: /rename Balcony garden plan")
-        title = title[:MAX_TITLE_CHARS]
+        """Give the session a title (cut to the longest a title may be: ``naming.given``);
+        returns it. Written first: a refusal of the file changes nothing."""
+        title = given(title)
         writer = self.writer
         if writer is not None:
-            writer.update_meta(title=title)  # before self.title: a refusal changes nothing
-        self.naming = "done"  # (a title being asked is not taken: the person's wins)
-        self.title = title
+            writer.update_meta(title=title)
+        self.naming.named(title)  # (a title being asked is not taken: the person's wins)
         return title
 
+    # ------------------------------------------------------------------ pins
     def pin(self, fact: str) -> tuple[str, ...]:
         """Pin ``fact``: it is stored in the session's front matter and carried, word
         for word, in the restoration prompt of every later session of the chain. The
         pins live in the ledger's room of that prompt (``context.ledger_room``): one
-        that would not fit is refused, saying how much room is left."""
-        fact = " ".join(fact.split())
-        if not fact:
-            raise ChatloopError("Give the fact to pin", "For example: /pin The budget is 3,000 EUR")
-        if len(fact) > MAX_PIN_CHARS:
-            raise ChatloopError(
-                f"A pinned fact may have {MAX_PIN_CHARS} characters at most (this one has "
-                f"{len(fact)})",
-                "Pin the essential part.",
-            )
-        if len(self.pins) >= MAX_PINS:
-            raise ChatloopError(f"{MAX_PINS} facts are pinned already", "/unpin N frees one.")
+        that would not fit is refused, saying how much room is left (``pins.added``)."""
         room = self.meter.sizes().ledger_room  # pins go first in the ledger's room
-        count = self.tokens.text
-        if chain.pins_cost((*self.pins, fact), count) > room:
-            left = max(0, room - chain.pins_cost(self.pins, count))
-            raise ChatloopError(
-                f"No room to pin this: pinned facts may take about {room} tokens of the next "
-                f"restoration prompt, {left} are left and this one takes about "
-                f"{count(f'- {fact}')}",
-                "Pin a shorter fact, or /unpin N to free room (/pins lists them).",
-            )
-        return self._set_pins((*self.pins, fact))
+        return self._set_pins(added(self.pins, fact, room, self.tokens.text))
 
     def unpin(self, number: int) -> tuple[str, ...]:
         """Remove pinned fact ``number`` (1 = the first, as /pins lists them)."""
-        if not 1 <= number <= len(self.pins):
-            raise ChatloopError(
-                f"There is no pinned fact {number}", "/pins lists them with their numbers."
-            )
-        return self._set_pins(self.pins[: number - 1] + self.pins[number:])
+        return self._set_pins(removed(self.pins, number))
 
-    def _set_pins(self, pins: tuple[str, ...]) -> tuple[str, ...]:
+    def _set_pins(self, pins: Pins) -> Pins:
         """Write ``pins`` into the current file's front matter first (a refusal changes
         nothing); while a continuation waits, into the file it continues, the end of
-        the chain, so leaving before the next message keeps them too."""
+        the chain, so leaving before the next message keeps them too. Then hold them,
+        and build a waiting child's restoration prompt again with them."""
         writer = self.writer
         if writer is not None:
             writer.update_meta(pins=pins)
@@ -1793,6 +1756,11 @@ class ChatSession:
         self.pins = pins
         self._restate()
         return pins
+
+    def _inherit_pins(self, parent: chain.Parent) -> None:
+        """Hold ``parent``'s pins with this session's (``pins.inherited``): a continuation
+        of it carries them (its file is written with them)."""
+        self.pins = inherited(parent.meta.pins, self.pins)
 
     def _restate(self) -> None:
         """A waiting child's restoration prompt built again when what it is built with
@@ -1808,14 +1776,8 @@ class ChatSession:
 
     def ledger_left_out(self) -> list[str]:
         """The ledger entries of the summary this session continues from that its
-        restoration prompt had no room for (``chat.ledger``; ``/pins`` offers them): the
-        lines it does not hold."""
-        _, entries = ledger.split(self.previous)
-        prompt = next((m.text for m in self.messages if prompts.is_restoration(m)), None)
-        if prompt is None:
-            return []
-        lines = set(prompt.splitlines())
-        return [e.text for e in entries if e.carried() not in lines and e.text not in self.pins]
+        restoration prompt had no room for (``pins.left_out``; ``/pins`` offers them)."""
+        return left_out(self.previous, self.messages, self.pins)
 
     def last_reply(self) -> str | None:
         """The text of the latest reply (for /copy)."""
@@ -1859,8 +1821,3 @@ def _no_text(message: Message) -> str:
 def _short(text: str, limit: int = 300) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def _first_request(writer: SessionWriter) -> str:
-    """The text of the first message the person typed in ``writer``'s session, or ""."""
-    return next((m.text for m in writer.messages if m.is_query), "")

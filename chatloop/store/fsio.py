@@ -322,3 +322,12 @@ def take_lock(path: Path) -> int:
     except OSError:
         pass
     return fd
+
+
+def write_all(fd: int, data: bytes) -> int:
+    """One ``os.write`` of ``data``; a short write (the disk or a size limit full) is
+    the OSError ``ENOSPC``, and the caller undoes what was written."""
+    written = os.write(fd, data)
+    if written != len(data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return written

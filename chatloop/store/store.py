@@ -172,7 +172,7 @@ class Store:
         atomically. Returns how many frames were resealed, where the original is
         (None when nothing needed it), and the damage left as it is: frames that
         could not be read, and what is wrong with the front matter."""
-        from chatloop.store.writer import remove_strays
+        from chatloop.store.recovery import remove_strays
 
         lock_fd = take_lock(path)
         try:
@@ -337,7 +337,8 @@ class Store:
 
     def open(self, path: Path) -> SessionWriter:
         """Open an existing session for appending, after recovering it."""
-        from chatloop.store.writer import SessionWriter, recover_locked
+        from chatloop.store.recovery import recover_locked
+        from chatloop.store.writer import SessionWriter
 
         lock_fd = take_lock(path)
         try:
@@ -352,7 +353,8 @@ class Store:
         (``lock_fd``, inherited: ``chatloop.chat.background``), recovered first only
         if it needs it (a torn tail: its status stays as it is otherwise)."""
         from chatloop.format import parse_markdown
-        from chatloop.store.writer import SessionWriter, recover_locked
+        from chatloop.store.recovery import recover_locked
+        from chatloop.store.writer import SessionWriter
 
         result = parse_markdown(read_bytes(path), path.stem)
         if result.torn:
@@ -362,7 +364,7 @@ class Store:
     def recover(self, path: Path) -> ParseResult:
         """Repair a session nobody is writing: torn tail out, ``open`` becomes
         ``interrupted``, and what a killed rewrite left settled (a close completed)."""
-        from chatloop.store.writer import recover_locked
+        from chatloop.store.recovery import recover_locked
 
         lock_fd = take_lock(path)
         try:
@@ -372,7 +374,7 @@ class Store:
 
     def settle(self, path: Path) -> bool:
         """Recover the session at ``path`` when a killed rewrite left its temp file
-        beside it (a worker killed in the middle of its close: ``writer.remove_strays``
+        beside it (a worker killed in the middle of its close: ``recovery.remove_strays``
         completes that close), unless someone holds it. True when it was recovered."""
         if not temp_files(path):
             return False

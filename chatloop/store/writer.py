@@ -1,4 +1,5 @@
-"""The one open writer of a session, and recovery of a session nobody writes.
+"""The one open writer of a session (``SessionWriter``), and the rewrite of a session
+file's front matter it and the recovery share.
 
 ``SessionWriter.append`` either puts the whole record on disk (one
 ``os.write`` on an ``O_APPEND`` descriptor, then ``fsync``) and returns, or
@@ -8,13 +9,13 @@ usable either way. Its cost does not depend on the file's length.
 A reply still streaming is kept as the file's **unfinished last frame**
 (``SessionWriter.draft``): its open line and the text so far, no close
 marker, grown by appends. The reply's own ``append`` replaces it; after a
-crash, ``recover_locked`` closes it and keeps it as an interrupted reply.
+crash, ``store.recovery.recover_locked`` closes it and keeps it as an
+interrupted reply. A session nobody writes is settled there, not here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -25,14 +26,10 @@ from typing import Any
 from chatloop.errors import StoreError
 from chatloop.format import (
     Message,
-    ParseResult,
-    Problem,
     Session,
     SessionMeta,
     Totals,
-    close_unfinished,
     front_matter_end,
-    open_document,
     parse_markdown,
     render_frame,
     render_front_matter,
@@ -44,19 +41,16 @@ from chatloop.format.values import content_of as _content
 from chatloop.format.yaml_strict import MAX_FRONT_MATTER_BYTES
 from chatloop.store.fsio import (
     atomic_rewrite,
-    fsync_dir,
     io_error,
-    open_read,
     read_bytes,
-    temp_files,
-    write_new_file,
+    write_all,
 )
 
 Clock = Callable[[], datetime]
 _Stamp = tuple[int, int, int]
 KEPT_SIZES = 24  # the records a writer knows the sizes of (what take_back and insert reach)
 
-__all__ = ["SessionWriter", "recover_locked"]
+__all__ = ["Clock", "SessionWriter", "refuse_unreadable", "rewrite_meta"]
 
 
 class SessionWriter:
@@ -151,7 +145,7 @@ class SessionWriter:
         draft, self._draft = self._draft, b""  # gone from the file: the record replaces it
         written = 0
         try:
-            written = _write_all(self._fd, record[len(draft) :] if grows else record)
+            written = write_all(self._fd, record[len(draft) :] if grows else record)
             os.fsync(self._fd)
         except OSError as exc:
             self._draft = draft
@@ -293,10 +287,10 @@ class SessionWriter:
         before = size - len(self._draft)
         try:
             if grows:
-                _write_all(self._fd, record[len(self._draft) :])
+                write_all(self._fd, record[len(self._draft) :])
             else:
                 os.ftruncate(self._fd, before)
-                _write_all(self._fd, record)
+                write_all(self._fd, record)
             os.fsync(self._fd)
         except OSError as exc:
             if grows:
@@ -315,7 +309,7 @@ class SessionWriter:
         if not self._draft:
             return
         try:
-            _write_all(self._fd, self._draft)
+            write_all(self._fd, self._draft)
             os.fsync(self._fd)
         except OSError:
             with contextlib.suppress(OSError):
@@ -342,7 +336,7 @@ class SessionWriter:
         self._check_external_edit()
         meta = bounded(replace(self._meta, **changes, updated=self._clock()))
         data = read_bytes(self.path)
-        _rewrite_front_matter(self.path, data, meta, capped=True)
+        rewrite_meta(self.path, data, meta, capped=True)
         self._meta = meta
         os.close(self._fd)
         self._fd = self._open_append()
@@ -461,166 +455,7 @@ class SessionWriter:
             ) from exc
 
 
-def _write_all(fd: int, data: bytes) -> int:
-    """One ``os.write`` of ``data``; a short write (the disk or a size limit full) is
-    the OSError ``ENOSPC``, and the caller undoes what was written."""
-    written = os.write(fd, data)
-    if written != len(data):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    return written
-
-
-def remove_strays(path: Path) -> bool:
-    """With the lock held: settle what a rewrite of ``path`` killed before its rename
-    left beside it (its temp files, ``fsio.temp_files``; none can be in use, since
-    every rewrite of the file holds its lock). A close (``finalize``) killed after it
-    appended the summary and wrote the closed front matter to its temp file is
-    completed: that temp file takes the file's place (``_completes_close``). Every
-    other temp file is removed, which undoes its rewrite (the file is the old
-    version, whole). True when a close was completed."""
-    completed = False
-    temps = []
-    for temp in temp_files(path):
-        with contextlib.suppress(FileNotFoundError):
-            temps.append((os.stat(temp, follow_symlinks=False).st_mtime_ns, temp))
-    for _, temp in sorted(temps, reverse=True):  # the newest first: the last try
-        if not completed and _completes_close(path, temp):
-            try:
-                os.replace(temp, path)
-                fsync_dir(path.parent)
-            except OSError as exc:
-                raise io_error("finish closing", path, exc) from exc
-            completed = True
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-    return completed
-
-
-def _completes_close(path: Path, temp: Path) -> bool:
-    """True when ``temp`` is what a close of the session ``path`` (not closed: ``open``,
-    or ``interrupted`` when a resume was writing its summary) was about to put in its
-    place: it is not older than the file (no hand edit came after it), its front
-    matter reads whole and closes this very session, and its body is the file's,
-    byte for byte (a rewrite of the front matter changes nothing else; a temp file
-    cut short by the kill differs). Reads both a piece at a time."""
-    try:
-        with open_read(path) as mine, open_read(temp) as theirs:
-            if os.fstat(theirs.fileno()).st_mtime_ns < os.fstat(mine.fileno()).st_mtime_ns:
-                return False
-            now, then = open_document(mine, path.stem), open_document(theirs, path.stem)
-            if not (now.exact and then.exact) or now.legacy or then.legacy or then.problems:
-                return False
-            if now.meta.status == "closed" or then.meta.status != "closed":
-                return False
-            if then.meta.id != now.meta.id or now.body_start < 0 or then.body_start < 0:
-                return False
-            size = os.fstat(mine.fileno()).st_size - now.body_start
-            if os.fstat(theirs.fileno()).st_size - then.body_start != size:
-                return False
-            mine.seek(now.body_start)
-            theirs.seek(then.body_start)
-            while piece := mine.read(1 << 20):
-                if theirs.read(len(piece)) != piece:
-                    return False
-            return True
-    except (OSError, StoreError):
-        return False
-
-
-def recover_locked(path: Path, clock: Clock) -> ParseResult:
-    """With the lock held: set a torn tail aside and cut it, mark a dead open session.
-
-    The returned problems say what was repaired (``repaired``) instead of
-    ``torn_tail``. Legacy files are only read, never changed.
-    """
-    remove_strays(path)
-    data = read_bytes(path)
-    result = parse_markdown(data, path.stem)
-    if result.legacy:
-        return result
-    problems = list(result.problems)
-    if result.torn and result.exact:
-        kept = _close_unfinished(path, data, result)
-        if kept is not None:
-            data, result = kept
-            problems = [p for p in problems if p.kind != "torn_tail"]
-            problems.append(Problem("repaired", result.end, UNFINISHED_KEPT))
-    if result.torn and result.exact:
-        aside = path.with_name(f"{path.name}.corrupt-{clock().strftime('%Y%m%dT%H%M%S%f')}")
-        write_new_file(aside, data[result.end :])
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            try:
-                os.ftruncate(fd, result.end)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise io_error("repair", path, exc) from exc
-        data = data[: result.end]
-        problems = [p for p in problems if p.kind != "torn_tail"]
-        problems.append(
-            Problem("repaired", result.end, f"incomplete last record moved to {aside.name}")
-        )
-    if result.session.meta.status == "open":
-        messages = list(result.session.messages)
-        last = max([result.session.meta.updated, *(m.at for m in messages)])
-        fields: dict[str, Any] = {
-            "status": "interrupted",
-            "updated": last,
-            **Totals.of(messages).fields(),
-        }
-        meta = replace(result.session.meta, **fields)
-        _rewrite_front_matter(path, data, meta)
-        data = read_bytes(path)
-    return replace(parse_markdown(data, path.stem), problems=tuple(problems))
-
-
-UNFINISHED_KEPT = "the reply that was streaming when chatloop stopped is kept, marked interrupted"
-
-
-def _close_unfinished(
-    path: Path, data: bytes, result: ParseResult
-) -> tuple[bytes, ParseResult] | None:
-    """With the lock held: close the unfinished reply a crash left at the end of
-    ``data`` (a ``SessionWriter.draft``) with its close marker, so it reads as the
-    interrupted reply it is; the new bytes and their reading. None (the file
-    untouched) when the torn tail is not such a reply, or does not read back as one
-    message after the others (text with frames of its own in it, for one)."""
-    closed = close_unfinished(data[result.end :], result.session.meta.format)
-    if closed is None:
-        return None
-    fixed = data[: result.end] + closed
-    again = parse_markdown(fixed, path.stem)
-    before = len(result.session.messages)
-    messages = again.session.messages
-    if (
-        again.torn
-        or len(messages) != before + 1
-        or messages[-1].role != "assistant"
-        or not messages[-1].interrupted
-        or len(again.problems) != len(result.problems) - 1
-    ):
-        return None
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            tail = data[result.end :]
-            if closed.startswith(tail):  # the usual case: only the close marker is new
-                _write_all(fd, closed[len(tail) :])
-            else:  # a character cut in half is dropped first
-                os.ftruncate(fd, result.end)
-                _write_all(fd, closed)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise io_error("repair", path, exc) from exc
-    return fixed, again
-
-
-def _rewrite_front_matter(path: Path, data: bytes, meta: SessionMeta, capped: bool = False) -> None:
+def rewrite_meta(path: Path, data: bytes, meta: SessionMeta, capped: bool = False) -> None:
     """Replace the front matter of ``data`` with ``meta``'s, editing the person's block in
     place (``rewrite_front_matter``); the body is kept as is. ``capped``: refuse a block
     the reader would not load (over ``MAX_FRONT_MATTER_BYTES``)."""

@@ -1,0 +1,80 @@
+"""Pinned facts and what the ledger could not carry, as pure functions.
+
+A session's pins are a value, ``Pins`` (a tuple of facts, in the order pinned):
+``added`` and ``removed`` check a change and return the new pins, or raise
+``ChatloopError`` with what to do instead; ``inherited`` is what a continuation
+carries (its parent's and this session's, each once); ``left_out`` is the part of
+the ledger a restoration prompt had no room for (``/pins`` shows it). None of them
+writes anything: ``ChatSession`` writes the pins it is given into the front matter
+(the file being written, or the parent a waiting continuation continues) and only
+then holds them, so a refusal of the disk changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from chatloop.chat import builders, chain, ledger, prompts
+from chatloop.errors import ChatloopError
+from chatloop.format import Message
+from chatloop.format.front_matter import MAX_PIN_CHARS, MAX_PINS
+
+Pins = tuple[str, ...]  # pinned facts, in order, each once
+
+__all__ = ["Pins", "added", "inherited", "left_out", "removed"]
+
+
+def added(pins: Pins, fact: str, room: int, count: Callable[[str], int]) -> Pins:
+    """``pins`` with ``fact`` (its whitespace folded) at the end. The pins live in the
+    ledger's room of the restoration prompt (``room`` tokens, ``Sizes.ledger_room``;
+    ``count``: a text's tokens): a fact that is empty, longer than ``MAX_PIN_CHARS``,
+    one more than ``MAX_PINS``, or that would not fit the room is refused
+    (``ChatloopError``, saying how much room is left)."""
+    fact = " ".join(fact.split())
+    if not fact:
+        raise ChatloopError("Give the fact to pin", "For example: /pin The budget is 3,000 EUR")
+    if len(fact) > MAX_PIN_CHARS:
+        raise ChatloopError(
+            f"A pinned fact may have {MAX_PIN_CHARS} characters at most (this one has {len(fact)})",
+            "Pin the essential part.",
+        )
+    if len(pins) >= MAX_PINS:
+        raise ChatloopError(f"{MAX_PINS} facts are pinned already", "/unpin N frees one.")
+    if chain.pins_cost((*pins, fact), count) > room:
+        left = max(0, room - chain.pins_cost(pins, count))
+        raise ChatloopError(
+            f"No room to pin this: pinned facts may take about {room} tokens of the next "
+            f"restoration prompt, {left} are left and this one takes about "
+            f"{count(f'- {fact}')}",
+            "Pin a shorter fact, or /unpin N to free room (/pins lists them).",
+        )
+    return (*pins, fact)
+
+
+def removed(pins: Pins, number: int) -> Pins:
+    """``pins`` without fact ``number`` (1 = the first, as ``/pins`` lists them); a
+    number with no fact is refused (``ChatloopError``)."""
+    if not 1 <= number <= len(pins):
+        raise ChatloopError(
+            f"There is no pinned fact {number}", "/pins lists them with their numbers."
+        )
+    return pins[: number - 1] + pins[number:]
+
+
+def inherited(parent: Sequence[str], own: Pins) -> Pins:
+    """What a continuation of a session pinned with ``parent`` holds when this session
+    holds ``own``: the parent's first, then this session's, each once."""
+    return builders.merged(parent, own)
+
+
+def left_out(previous: str | None, messages: Sequence[Message], pins: Pins) -> list[str]:
+    """The ledger entries of the summary ``previous`` (the one a session continues
+    from, ``chat.ledger``) that its restoration prompt (the first of ``messages``
+    that is one) has no line for, and that are not pinned already: what the prompt
+    had no room for. Empty without a restoration prompt."""
+    _, entries = ledger.split(previous)
+    prompt = next((m.text for m in messages if prompts.is_restoration(m)), None)
+    if prompt is None:
+        return []
+    lines = set(prompt.splitlines())
+    return [e.text for e in entries if e.carried() not in lines and e.text not in pins]
