@@ -77,9 +77,10 @@ from chatloop.backends.base import Backend, Cancel
 FOLDER = ".sharing"
 POLL_SECONDS = 0.1  # how often a worker's request looks at the person's mark
 # a worker's prompt is read in pieces of this many tokens (about): what a person's request
-# waits at most behind it on a server that reads a prompt without looking up (a few tenths
-# of a second with a small model on two cores; a few seconds with a 7B one on a laptop)
-READ_AHEAD_TOKENS = 128
+# waits at most behind it on a server that reads a prompt without looking up (well under a
+# second with a small model on two busy cores; a few seconds with a 7B one on a laptop).
+# Smaller pieces cost the worker a request each (bench/read_ahead.py: 32 was no better)
+READ_AHEAD_TOKENS = 64
 EMBEDDED = "embedded"
 
 HOLD_TRIES = 5  # a worker's look at the hold (an instant) can refuse the person's: again
