@@ -274,25 +274,9 @@ def _write_html(
 def _write_json(paths: list[Path], sink: BinaryIO) -> Iterator[str]:
     """The sessions at ``paths`` as one JSON document on ``sink`` (bytes), read as they
     are written; then, for each, what ``show`` would note of it."""
-    import io
-
-    from chatloop.format import Document, Message, Plain, SessionMeta, open_document
-    from chatloop.store.fsio import open_read
+    from chatloop.store.export import write_documents
     from chatloop.ui import as_json
 
-    text = io.TextIOWrapper(sink, encoding="utf-8", write_through=False)
-    read: list[Document] = []
-
-    def documents() -> Iterator[tuple[SessionMeta, Iterator[Message | Plain]]]:
-        for path in paths:
-            with open_read(path) as handle:
-                doc = open_document(handle, path.stem)
-                read.append(doc)
-                yield doc.meta, doc.views()
-
-    as_json.write_sessions_json(documents(), text.write)
-    text.flush()
-    text.detach()
-    for doc in read:
+    for doc in write_documents(paths, sink, as_json.write_sessions_json):
         for problem in worth_noting(doc.problems):
             yield f"{doc.meta.id}: {problem}"

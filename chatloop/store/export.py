@@ -11,14 +11,19 @@ new (``O_EXCL``, mode 0600: a transcript is private wherever it is written).
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from chatloop.errors import ChatloopError
+from chatloop.format import Document, Message, Plain, SessionMeta, open_document
 from chatloop.store.fsio import FILE_MODE, open_read
+
+# what a document writer (JSON, HTML) is given: each session's front matter and views
+Sessions = Iterator[tuple[SessionMeta, Iterator[Message | Plain]]]
 
 
 def open_new(target: Path) -> BinaryIO:
@@ -43,6 +48,32 @@ class Sink(Protocol):
     def write(self, data: bytes, /) -> object: ...
 
     def flush(self) -> object: ...
+
+
+def write_documents(
+    paths: Iterable[Path],
+    sink: BinaryIO,
+    write: Callable[[Sessions, Callable[[str], object]], None],
+) -> list[Document]:
+    """The session files at ``paths``, in order, written as text (UTF-8) on ``sink`` by
+    ``write`` (``ui.as_json.write_sessions_json``, ``ui.as_html.write_html``), which is
+    given each file's front matter and views as the file is read (streamed: memory
+    does not grow with a file). Returns the documents read, whose ``problems`` say
+    what their reading met (the caller chooses what to note)."""
+    text = io.TextIOWrapper(sink, encoding="utf-8", write_through=False)
+    read: list[Document] = []
+
+    def sessions() -> Sessions:
+        for path in paths:
+            with open_read(path) as handle:
+                doc = open_document(handle, path.stem)
+                read.append(doc)
+                yield doc.meta, doc.views()
+
+    write(sessions(), text.write)
+    text.flush()
+    text.detach()
+    return read
 
 
 def write_markdown(paths: Iterable[Path], sink: Sink) -> int:

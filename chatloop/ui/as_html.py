@@ -107,25 +107,12 @@ def write_html_files(
     each read as it is written; then, for each, the problems its reading met (its id
     and the problem), for the caller to choose what to note. (A generator: nothing is
     written until it is iterated.)"""
-    import io
+    from chatloop.store.export import Sessions, write_documents
 
-    from chatloop.format import Document, open_document
-    from chatloop.store.fsio import open_read
+    def page(sessions: Sessions, write: Callable[[str], object]) -> None:
+        write_html(sessions, write, lineage)
 
-    text = io.TextIOWrapper(sink, encoding="utf-8", write_through=False)
-    read: list[Document] = []
-
-    def documents() -> Iterator[tuple[SessionMeta, Iterator[Message | Plain]]]:
-        for path in paths:
-            with open_read(path) as handle:
-                doc = open_document(handle, path.stem)
-                read.append(doc)
-                yield doc.meta, doc.views()
-
-    write_html(documents(), text.write, lineage)
-    text.flush()
-    text.detach()
-    for doc in read:
+    for doc in write_documents(paths, sink, page):
         for problem in doc.problems:
             yield doc.meta.id, problem
 
