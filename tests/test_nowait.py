@@ -11,6 +11,8 @@ restoration's place, once."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -88,63 +90,83 @@ def _read(path: Path) -> Any:
     return parse_markdown(path.read_bytes(), path.stem).session
 
 
+class Compacted:
+    """A chat of two exchanges compacted without waiting (``compacted``): its session
+    and host, the server's record, the store and the parent's file."""
+
+    def __init__(self, served: Served, store: Store, url: str) -> None:
+        self.served, self.store, self.url = served, store, url
+        self.session, self.host = _session(store, url)
+        self.session.send("How often should I water the basil on the north side?")
+        self.session.send("And the thyme beside it?")
+        self.parent_path: Path = self.session.writer.path
+        self.session.compact()  # /compact: returns with no summary answered
+
+
+@contextmanager
+def compacted(tmp_path: Path) -> Iterator[Compacted]:
+    """A ``Compacted`` chat against a scripted server that holds every summary until
+    ``served.release`` is set; at the end the summaries are let go and the chat closed."""
+    served = Served()
+    with scripted_server(served.reply) as url:
+        made = None
+        try:
+            made = Compacted(served, Store(Path(tmp_path / "home")), url)
+            yield made
+        finally:
+            served.release.set()
+            if made is not None:
+                made.session.close()
+                made.session.backend.close()
+
+
 def test_a_compaction_begins_the_child_at_once_and_the_model_summary_revises_it_later(
     tmp_path: Path,
 ) -> None:
-    served = Served()
-    store = Store(Path(tmp_path / "home"))
-    with scripted_server(served.reply) as url:
-        session, host = _session(store, url)
-        try:
-            session.send("How often should I water the basil on the north side?")
-            session.send("And the thyme beside it?")
-            parent_path = session.writer.path
-            session.compact()  # /compact: returns with no summary answered
-            assert served.summaries_served == 0
-            assert host.said("without waiting for the model")
-            assert lock_holder(parent_path) == SUMMARY_HOLDER  # the worker writes it
+    with compacted(tmp_path) as made:
+        served, store, session, host = made.served, made.store, made.session, made.host
+        parent_path = made.parent_path
+        assert served.summaries_served == 0
+        assert host.said("without waiting for the model")
+        assert lock_holder(parent_path) == SUMMARY_HOLDER  # the worker writes it
 
-            session.send("What about the mint?")  # the child's first message
-            child_path = session.writer.path
-            assert child_path != parent_path
-            assert served.summaries_served == 0  # still held: nothing waited for it
-            assert served.asked(ASK) == []  # no acknowledgment call before the reply
-            first = served.asked("What about the mint?")[0]
-            restoration = str(first[1]["content"])  # (after the system prompt)
-            assert restoration.startswith("We are continuing an earlier conversation")
-            assert "Water every 2 days" not in restoration  # the transcript's summary
-            child = _read(child_path)
-            ack = child.messages[1]
-            assert ack.role == "assistant" and ack.restore and ack.fallback
+        session.send("What about the mint?")  # the child's first message
+        child_path = session.writer.path
+        assert child_path != parent_path
+        assert served.summaries_served == 0  # still held: nothing waited for it
+        assert served.asked(ASK) == []  # no acknowledgment call before the reply
+        first = served.asked("What about the mint?")[0]
+        restoration = str(first[1]["content"])  # (after the system prompt)
+        assert restoration.startswith("We are continuing an earlier conversation")
+        assert "Water every 2 days" not in restoration  # the transcript's summary
+        child = _read(child_path)
+        ack = child.messages[1]
+        assert ack.role == "assistant" and ack.restore and ack.fallback
 
-            served.release.set()  # the model's summary may come now
-            assert wait_for_lock(parent_path, 120), "the worker never finished"
-            parent = _read(parent_path)
-            summary = parent.messages[-1]
-            assert summary.role == "summary" and not summary.fallback
-            assert "Water every 2 days" in summary.text
-            assert parent.meta.extra.get("summary_leaves") or parent.meta.summary_leaves
+        served.release.set()  # the model's summary may come now
+        assert wait_for_lock(parent_path, 120), "the worker never finished"
+        parent = _read(parent_path)
+        summary = parent.messages[-1]
+        assert summary.role == "summary" and not summary.fallback
+        assert "Water every 2 days" in summary.text
+        assert parent.meta.extra.get("summary_leaves") or parent.meta.summary_leaves
 
-            session.send("Should I cut the flowers?")
-            last = served.asked("Should I cut the flowers?")[0]
-            firsts = [str(m["content"]) for m in last if m["role"] == "user"]
-            assert "Water every 2 days" in firsts[0]  # the model's summary, in first place
-            restorations = [t for t in firsts if t.startswith("We are continuing")]
-            assert len(restorations) == 1  # sent once
-            assert host.said("takes the place")
-            child = _read(child_path)
-            prompts = [m for m in child.messages if m.role == "user" and m.restore and not m.copy]
-            assert len(prompts) == 2  # both kept in the file
-            assert "Water every 2 days" not in prompts[0].text
-            assert "Water every 2 days" in prompts[1].text
-            assert session.previous is not None and "Water every 2 days" in session.previous
-            shown = run("show", child_path.stem, home=store.root, cwd=store.cwd).stdout
-            assert "── Summary revised (" in shown  # the revision, labelled as one
-            assert "(written by chatloop): Understood" in shown  # not the model's words
-        finally:
-            served.release.set()
-            session.close()
-            session.backend.close()
+        session.send("Should I cut the flowers?")
+        last = served.asked("Should I cut the flowers?")[0]
+        firsts = [str(m["content"]) for m in last if m["role"] == "user"]
+        assert "Water every 2 days" in firsts[0]  # the model's summary, in first place
+        restorations = [t for t in firsts if t.startswith("We are continuing")]
+        assert len(restorations) == 1  # sent once
+        assert host.said("takes the place")
+        child = _read(child_path)
+        prompts = [m for m in child.messages if m.role == "user" and m.restore and not m.copy]
+        assert len(prompts) == 2  # both kept in the file
+        assert "Water every 2 days" not in prompts[0].text
+        assert "Water every 2 days" in prompts[1].text
+        assert session.previous is not None and "Water every 2 days" in session.previous
+        shown = run("show", child_path.stem, home=store.root, cwd=store.cwd).stdout
+        assert "── Summary revised (" in shown  # the revision, labelled as one
+        assert "(written by chatloop): Understood" in shown  # not the model's words
 
 
 def test_a_child_left_before_its_parents_summary_is_written_continues_from_it(
@@ -153,30 +175,19 @@ def test_a_child_left_before_its_parents_summary_is_written_continues_from_it(
     """The child of a compaction that did not wait is left (its summary handed to a
     worker) while the parent's model summary is still being written: the child's
     summary continues from the parent's model summary, not from nothing."""
-    served = Served()
-    store = Store(Path(tmp_path / "home"))
-    with scripted_server(served.reply) as url:
-        session, _ = _session(store, url)
-        try:
-            session.send("How often should I water the basil on the north side?")
-            session.send("And the thyme beside it?")
-            parent_path = session.writer.path
-            session.compact()
-            session.send("What about the mint?")
-            child_path = session.writer.path
-            session.close()  # the child's summary goes to a worker of its own
-            assert lock_holder(child_path) == SUMMARY_HOLDER
-            served.release.set()
-            assert wait_for_lock(parent_path, 120) and wait_for_lock(child_path, 120)
-            child = _read(child_path)
-            assert child.messages[-1].role == "summary" and not child.messages[-1].fallback
-            asked = [r for r in served.summary_requests if "What about the mint?" in r]
-            assert asked, served.summary_requests
-            assert all("Water every 2 days" in r for r in asked)  # the parent's, as its past
-        finally:
-            served.release.set()
-            session.close()
-            session.backend.close()
+    with compacted(tmp_path) as made:
+        served, session, parent_path = made.served, made.session, made.parent_path
+        session.send("What about the mint?")
+        child_path = session.writer.path
+        session.close()  # the child's summary goes to a worker of its own
+        assert lock_holder(child_path) == SUMMARY_HOLDER
+        served.release.set()
+        assert wait_for_lock(parent_path, 120) and wait_for_lock(child_path, 120)
+        child = _read(child_path)
+        assert child.messages[-1].role == "summary" and not child.messages[-1].fallback
+        asked = [r for r in served.summary_requests if "What about the mint?" in r]
+        assert asked, served.summary_requests
+        assert all("Water every 2 days" in r for r in asked)  # the parent's, as its past
 
 
 def test_leaving_and_continuing_right_after_such_a_compaction_say_what_is_so(
@@ -188,28 +199,18 @@ def test_leaving_and_continuing_right_after_such_a_compaction_say_what_is_so(
     matter gets only when the worker ends."""
     from tests.hosts import continue_file
 
-    served = Served()
-    store = Store(Path(tmp_path / "home"))
-    with scripted_server(served.reply) as url:
-        session, host = _session(store, url)
-        try:
-            session.send("How often should I water the basil on the north side?")
-            session.send("And the thyme beside it?")
-            parent_path = session.writer.path
-            session.compact()
-            session.close()
-            assert host.said("its summary is being written in the background")
-            assert not host.said("as it was")
-            again, told = _session(store, url, summary_wait=0.2)
-            continue_file(again, parent_path)
-            assert told.said("(2 queries) from its summary"), told.notices
-            again.close()
-            again.backend.close()
-        finally:
-            served.release.set()
-            session.close()
-            session.backend.close()
-        assert wait_for_lock(parent_path, 120)
+    with compacted(tmp_path) as made:
+        store, url, session, host = made.store, made.url, made.session, made.host
+        parent_path = made.parent_path
+        session.close()
+        assert host.said("its summary is being written in the background")
+        assert not host.said("as it was")
+        again, told = _session(store, url, summary_wait=0.2)
+        continue_file(again, parent_path)
+        assert told.said("(2 queries) from its summary"), told.notices
+        again.close()
+        again.backend.close()
+    assert wait_for_lock(parent_path, 120)
 
 
 def test_the_summary_worker_never_asks_the_server_to_count(tmp_path: Path) -> None:
