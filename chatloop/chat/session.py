@@ -33,7 +33,9 @@ the others' invariants (a message queued before a compaction belongs to the
 child; a fork's parent is finalized like a close). What does not touch that
 state lives elsewhere: the states themselves (``chat.state``), where a
 continuation comes from and its agent and server (``chat.continuation``,
-``chat.server``), summaries (``chat.chain``), the window, the counts and the
+``chat.server``), the decisions of a resume (``chat.resumption``: a parent's
+missing summary, ``--full``'s history, what a child carries), summaries
+(``chat.chain``), the window, the counts and the
 plans (``chat.meter``), the restoration text (``chat.restoration``), the title
 and its naming (``chat.naming``), the pins' checks and the ledger left out
 (``chat.pins``), one turn (``chat.turn``).
@@ -64,6 +66,7 @@ from chatloop.chat import (
     ledger,
     prompts,
     restoration,
+    resumption,
     sharing,
     titles,
 )
@@ -99,7 +102,7 @@ from chatloop.chat.tokens import TokenCount
 from chatloop.chat.turn import TurnResult, prime, respond, run_turn
 from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_LOOKBACK, Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
-from chatloop.format import Message, SessionMeta, Totals, exchanges, no_text
+from chatloop.format import Message, SessionMeta, Totals, exchanges
 from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder, wait_for_lock
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
@@ -1377,181 +1380,75 @@ class ChatSession:
         if kind is continuation.Kind.FORK:
             self._fork_file(located)
             return
-        parent = located.parent
-        if parent.meta.status != "closed" and self.store.settle(parent.path):
-            parent = chain.read_parent(self.store, parent.path)  # a close a kill cut, done
-        # a summary a worker is writing is said once, by the wait for it (it is neither
-        # missing nor interrupted)
-        being_written = parent.summary is None and lock_holder(parent.path) == SUMMARY_HOLDER
-        if parent.note and not being_written:
-            self.host.notice(f"Session {parent.meta.id}: {parent.note}.", "warn")
-        history = self._full_history(parent) if kind is continuation.Kind.FULL else None
+        readied = resumption.settled(self.store, located.parent)
+        self._say(readied.notes)
+        parent, history = readied.parent, None
+        if kind is continuation.Kind.FULL:
+            history, notes = resumption.full_history(self.store, parent, self.meter, self.prefix)
+            self._say(notes)
         if parent.summary is None:  # with --full too: a later compaction condenses it
             parent = self._summarize_parent(parent)
         template = replace(self.meta(), title="")  # the child takes the parent's title
         self.close()
-        recent = self._recent_exchanges(parent)
+        recent = resumption.recent_exchanges(self.store, parent)
         self._show_last_exchange(parent, recent[-1] if recent else [])
-        self._say_if_continued(located)
+        again = resumption.continued_already(located)
+        if again:
+            self.host.notice(again, "warn")
         if history is not None:
             self._continue_full(parent, history, template)
-        else:
-            summary = parent.summary
-            assert summary is not None
-            carried = self._carried_from(parent, summary, recent)
-            if len(carried) < parent.meta.summary_leaves:
-                summary = self._summarized_whole(parent)  # what it left out does not fit here
-                carried = self._carried_from(parent, summary, recent)
-            self.begin_child(parent, summary, template, carried=carried)
+            return
+        summary = parent.summary
+        assert summary is not None
+        now = self.clock()
+        carried = resumption.carried(parent, summary, recent, self.pins, self.meter, now)
+        if len(carried) < parent.meta.summary_leaves:  # what it left out does not fit here
+            self.host.notice(resumption.leaves_too_many(parent), "warn")
+            summary = resumption.summarized_whole(self.store, parent, self.summarize)
+            carried = resumption.carried(parent, summary, recent, self.pins, self.meter, now)
+        self.begin_child(parent, summary, template, carried=carried)
 
-    def _say_if_continued(self, located: continuation.Located) -> None:
-        """Resuming a session that another already continues (an older file of a chain,
-        found by its handle or by a search) starts a second line from it: say so, and
-        where the first one went on."""
-        later = located.continued_by
-        if later:
-            session_id = located.parent.meta.id
-            self.host.notice(
-                f"Session {session_id} was continued already, in {later[-1]}: this resume "
-                "starts a second line from it (`chatloop tree` shows both; `chatloop -r "
-                f"{later[-1]}` goes on with the later one).",
-                "warn",
-            )
-
-    def _recent_exchanges(self, parent: chain.Parent) -> list[list[Message]]:
-        """The last exchanges of ``parent``'s file, as many as a child may carry ([] for
-        a file too large to walk for them, or unreadable)."""
-        try:
-            return self.store.recent_exchanges(parent.path, MAX_CARRIED)
-        except (ChatloopError, OSError):
-            return []
-
-    def _carried_from(
-        self, parent: chain.Parent, summary: str, recent: list[list[Message]]
-    ) -> tuple[Message, ...]:
-        """What a child resumed from ``summary`` carries of ``recent``, the parent's last
-        exchanges (``_carry``, counted against the restoration prompt it will have)."""
-        pins = inherited(parent.meta.pins, self.pins)
-        # fitted as ``_from_summary`` fits it (with this session's pins), built with the
-        # chain's: the text the child will have
-        text = self._build(parent, self._fit_summary(summary), None, MAX_CARRIED, pins)
-        return self.meter.carry(recent, self.meter.opening(text, self.clock()), keep_first=False)
-
-    def _summarized_whole(self, parent: chain.Parent) -> str:
-        """A summary of all ``parent``'s messages, made now and not written: its
-        own summary leaves its last messages to the child that carries them, and more of
-        them than this child can carry (a smaller window, a file too large to walk)."""
-        self.host.notice(
-            f"The summary of {parent.meta.id} leaves its last {parent.meta.summary_leaves} "
-            "messages to be carried word for word, and they do not all fit here: "
-            "summarizing the whole session for this continuation.",
-            "warn",
-        )
-        try:
-            messages = [m for m in self.store.read(parent.path).session.messages]
-        except (ChatloopError, OSError) as exc:
-            raise ChatloopError(
-                f"The session file {parent.path} is gone or unreadable",
-                "`chatloop reindex` refreshes the list.",
-            ) from exc
-        said = [m for m in messages if m.role != "summary"]
-        return self.summarize(said, chain.began_from(self.store, parent)).text
+    def _say(self, notes: Sequence[resumption.Note]) -> None:
+        """Show ``notes`` (an owner's, returned as values), in order."""
+        for text, tone in notes:
+            self.host.notice(text, tone)
 
     def _show_last_exchange(self, parent: chain.Parent, last: list[Message] | None = None) -> None:
         """Where ``parent`` ended: its last exchange (``last``, read here when None)."""
         if last is None:
-            recent = self._recent_exchanges(parent)
+            recent = resumption.recent_exchanges(self.store, parent)
             last = recent[-1] if recent else []
-        if last:
-            lines = [
-                f"{'You' if m.role == 'user' else parent.meta.agent or 'Agent'}: "
-                f"{_short(m.text) or _no_text(m)}"
-                for m in last
-                if m.role != "tool"
-            ]
-            self.host.notice("Where it ended:\n" + "\n".join(lines))
+        said = resumption.last_exchange(parent, last)
+        if said:
+            self.host.notice(said)
 
     def _summarize_parent(self, parent: chain.Parent) -> chain.Parent:
-        """A parent without a usable summary gets one now, written into its file when it
-        can. One whose summary a background worker is writing (a chat that just ended)
-        is waited for, ``summary_wait`` seconds at most: that worker writes the very
-        summary wanted. Past that wait (a model that is slow, or stuck) this
-        continuation goes on from the summary built from the transcript, said in one
-        line, and the worker goes on writing the file's own; Ctrl-C in the wait makes
-        one here instead, as for a parent another chatloop holds."""
-        if lock_holder(parent.path) == SUMMARY_HOLDER:
+        """``parent`` with a summary (``resumption.summarized``), its notes shown. The wait
+        for a background worker writing it is this session's: the worker is asked to go
+        now (``sharing.step_back``), the wait is shown and Ctrl-C ends it."""
+
+        def wait(parent: chain.Parent) -> bool | None:
             sharing.step_back(self.arming.home, self.backend)  # (the worker goes now)
             try:
                 with self.host.working(
                     f"Waiting for the summary of {parent.meta.id}, being written in the "
                     "background (Ctrl-C: make one now)..."
                 ):
-                    free = wait_for_lock(parent.path, self.settings.summary_wait)
+                    return wait_for_lock(parent.path, self.settings.summary_wait)
             except KeyboardInterrupt:
-                pass
-            else:
-                again = chain.read_parent(self.store, parent.path)
-                if again.summary is not None:
-                    return again
-                parent = again
-                if not free:
-                    return self._unwaited(parent)
-        found = self.store.read(parent.path)
-        writer = None
-        if not found.legacy:  # (a legacy copy gets its summary in the seed's markers)
-            try:
-                writer = self.store.open(parent.path)
-            except ChatloopError:  # open in another chatloop: summarize without writing
-                writer = None
-        messages = writer.messages if writer else list(found.session.messages)
-        outcome = self.summarize(messages, chain.began_from(self.store, parent))
-        if found.legacy and not outcome.fallback:  # made once, kept (not a stand-in)
-            try:
-                self.store.add_legacy_summary(parent.path, outcome.text)
-                self.host.notice(f"Wrote the missing summary into {parent.path.name}.")
-            except ChatloopError:  # locked, or changed meanwhile: this resume uses it
-                pass
-        if writer is None:
-            return replace(parent, summary=outcome.text)
-        try:
-            writer.finalize(outcome.message(self.clock()))
-            self.host.notice(f"Wrote the missing summary into {parent.path.name}.")
-            return chain.closed_parent(writer)
-        finally:
-            writer.close()
+                return None
 
-    def _unwaited(self, parent: chain.Parent) -> chain.Parent:
-        """``parent``, whose summary a worker is still writing past ``summary_wait``,
-        with the summary built from its transcript (``chain.fallback``; nothing asked of
-        the model, which may be the one still busy with it; nothing written: the
-        worker holds the file)."""
-        self.host.notice(
-            f"The summary of {parent.meta.id} is still being written in the background "
-            f"after {self.settings.summary_wait:g} s: continuing from one built from its "
-            "transcript.",
-            "warn",
+        readied = resumption.summarized(
+            self.store,
+            parent,
+            summarize=self.summarize,
+            wait=wait,
+            summary_words=self.meter.summary_words(),
+            summary_wait=self.settings.summary_wait,
+            now=self.clock,
         )
-        messages = list(self.store.read(parent.path).session.messages)  # (as marked)
-        previous = chain.began_from(self.store, parent)
-        outcome = chain.fallback(messages, previous, self.meter.summary_words())
-        totals = Totals()  # (the worker writes them into the file at its end: counted here)
-        for message in messages:
-            totals = totals.plus(message)
-        counted: dict[str, Any] = totals.fields()
-        return replace(parent, meta=replace(parent.meta, **counted), summary=outcome.text)
-
-    def _full_history(self, parent: chain.Parent) -> list[Message] | None:
-        session = self.store.read(parent.path).session
-        history = [m for m in session.messages if m.role != "summary"]
-        fit = self.meter.plan(history, self.prefix)
-        if fit.fits:
-            return history
-        self.host.notice(
-            f"The full history of {parent.meta.id} (about {fit.messages_tokens:,} tokens) does "
-            f"not fit the budget ({fit.budget.available:,}); using its summary instead.",
-            "warn",
-        )
-        return None
+        self._say(readied.notes)
+        return readied.parent
 
     def _continue_full(
         self, parent: chain.Parent, history: list[Message], template: SessionMeta
@@ -1806,18 +1703,3 @@ def git_branch(cwd: Path) -> str | None:
             text = head.read_text(encoding="utf-8", errors="replace").strip()
             return text.removeprefix("ref: refs/heads/") if text.startswith("ref:") else None
     return None
-
-
-def _no_text(message: Message) -> str:
-    """What a message without text did: called tools, else what the chat and ``show``
-    say of a reply without text (``format.no_text``)."""
-    if message.role != "assistant":
-        return "(an empty message)"
-    if message.tool_calls and not message.interrupted:
-        return "(called " + ", ".join(dict.fromkeys(c.name for c in message.tool_calls)) + ")"
-    return no_text(message)
-
-
-def _short(text: str, limit: int = 300) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
