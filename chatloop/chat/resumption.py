@@ -8,7 +8,7 @@ for a background worker writing one, or writing one here), decide whether its wh
 history fits (``--full``) and how many of its last exchanges the child carries word
 for word. Each of those is a function here over what it needs (the store, the meter,
 a ``summarize`` callable, a ``wait`` callable, the clock's time); none holds a
-session, and what is to be said comes back as notes (``Note``: a text and its tone)
+session, and what is to be said comes back as notes (``host.Note``: a text and its tone)
 for the caller to show, in order.
 """
 
@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from chatloop.chat import chain, continuation, restoration
-from chatloop.chat.host import Tone
+from chatloop.chat.host import Note
 from chatloop.chat.meter import Meter
 from chatloop.chat.pins import inherited
 from chatloop.config import MAX_CARRIED
@@ -30,7 +30,6 @@ from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder
 from chatloop.store.store import Store
 
 __all__ = [
-    "Note",
     "Readied",
     "Summarize",
     "Wait",
@@ -46,7 +45,6 @@ __all__ = [
     "unwaited",
 ]
 
-Note = tuple[str, Tone]
 # the summary of some messages (``ChatSession.summarize``: never raises for the model)
 Summarize = Callable[[list[Message], "str | None"], chain.SummaryOutcome]
 # waits for the background worker writing a parent's summary to let go of its file:

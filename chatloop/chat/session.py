@@ -34,7 +34,8 @@ child; a fork's parent is finalized like a close). What does not touch that
 state lives elsewhere: the states themselves (``chat.state``), where a
 continuation comes from and its agent and server (``chat.continuation``,
 ``chat.server``), the decisions of a resume (``chat.resumption``: a parent's
-missing summary, ``--full``'s history, what a child carries), summaries
+missing summary, ``--full``'s history, what a child carries) and of a fork
+(``chat.forking``), summaries
 (``chat.chain``), the window, the counts and the
 plans (``chat.meter``), the restoration text (``chat.restoration``), the title
 and its naming (``chat.naming``), the pins' checks and the ledger left out
@@ -63,6 +64,7 @@ from chatloop.chat import (
     builders,
     chain,
     continuation,
+    forking,
     ledger,
     prompts,
     restoration,
@@ -77,7 +79,7 @@ from chatloop.chat.context import (
     summary_cap,
     tool_costs,
 )
-from chatloop.chat.host import Host
+from chatloop.chat.host import Host, Note
 from chatloop.chat.lifecycle import Lifecycle
 from chatloop.chat.meter import Meter
 from chatloop.chat.naming import Naming, given
@@ -806,7 +808,11 @@ class ChatSession:
         self.preparer.overtake()  # a summary still being prepared is not waited for
         match self.state:
             case Waiting(continuation=Branch() as branch):  # the fork's history condensed
-                self.lifecycle.wait(self._fork_summarized(branch))
+                condensed, notes = forking.summarized(
+                    branch, self.meter, self.summarize, self.clock
+                )
+                self.lifecycle.wait(condensed)
+                self._say(notes)
                 return
             case Waiting(continuation=WithHistory() as full):  # --full given up for the summary
                 self.host.notice("Continuing from the summary instead of the full history.", "ok")
@@ -1205,7 +1211,8 @@ class ChatSession:
             case Branch(parent=parent, copies=(only,)) if prompts.is_restoration(only):
                 raise _no_room(parent)  # its history is a summary already
             case Branch() as branch:
-                made = self._fork_summarized(branch)
+                made, notes = forking.summarized(branch, self.meter, self.summarize, self.clock)
+                self._say(notes)
             case WithHistory() as full:
                 self.host.notice(
                     "The full history no longer fits: continuing from the summary.", "warn"
@@ -1408,7 +1415,7 @@ class ChatSession:
             carried = resumption.carried(parent, summary, recent, self.pins, self.meter, now)
         self.begin_child(parent, summary, template, carried=carried)
 
-    def _say(self, notes: Sequence[resumption.Note]) -> None:
+    def _say(self, notes: Sequence[Note]) -> None:
         """Show ``notes`` (an owner's, returned as values), in order."""
         for text, tone in notes:
             self.host.notice(text, tone)
@@ -1474,11 +1481,7 @@ class ChatSession:
         if writer is None:
             raise ChatloopError("Nothing to fork yet", "Send a message first.")
         self.flush()  # queued messages belong to this session (StoreError if not yet)
-        own = [m for m in writer.messages if m.role != "summary"]
-        cut, at = builders.fork_point(
-            own, upto
-        )  # numbered in this session; --full's prefix goes too
-        history = [*(m for m in self.prefix if m.role != "summary"), *own[:cut]]
+        history, at = forking.of_session(writer.messages, self.prefix, upto)
         previous = self.previous  # what the carried history itself began from
         template = replace(self.meta(), title="")
         try:
@@ -1505,19 +1508,11 @@ class ChatSession:
         """Branch the session ``located`` after its last query (``chatloop -r N --fork``):
         it stays as it is; the next message begins the branch."""
         parent = located.parent
-        try:
-            session = self.store.read(parent.path).session
-        except (ChatloopError, OSError):
-            raise ChatloopError(
-                f"The session file {parent.path} is gone or unreadable",
-                "`chatloop reindex` refreshes the list.",
-            ) from None
-        messages = [m for m in session.messages if m.role != "summary"]
-        cut, at = builders.fork_point(messages, None)
+        history, at = forking.of_file(self.store, parent)
         template = replace(self.meta(), title="")
         self.close()
         self._show_last_exchange(parent)
-        self._fork_from(parent, messages[:cut], at, template, chain.began_from(self.store, parent))
+        self._fork_from(parent, history, at, template, chain.began_from(self.store, parent))
 
     def _fork_from(
         self,
@@ -1527,36 +1522,17 @@ class ChatSession:
         template: SessionMeta,
         previous: str | None,
     ) -> None:
-        """Make the fork wait for the next message: ``history`` copied (written marked
-        as restored) when it fits, else a restoration prompt built from a summary of it.
-        ``previous``: the summary the carried history began from."""
+        """Make the fork wait for the next message, with the chain's pins: ``history``
+        copied (written marked as restored) when it fits, else a restoration prompt
+        built from a summary of it (``forking.carried``). ``previous``: the summary the
+        carried history began from."""
         self._inherit_pins(parent)
         branch = builders.branch(parent, history, at, template, self.pins, previous)
         self.lifecycle.wait(branch)
-        if not self.meter.plan(list(branch.copies)).fits:
-            self.lifecycle.wait(self._fork_summarized(branch))
-            return
-        self.host.notice(
-            f"Forking session {parent.meta.id} "
-            + (f"after query {at} ({len(history)} messages carried)" if at else "at its start")
-            + ": the branch begins with your next message; "
-            f"{parent.meta.id} stays as it is.",
-            "restored",
-        )
-
-    def _fork_summarized(self, branch: Branch) -> Branch:
-        """``branch`` carrying a summary of its history instead of the history itself."""
-        history = list(branch.copies)
-        outcome = self.summarize(history, branch.previous)
-        summary = self._fit_summary(outcome.text)
-        text = self._build(branch.parent, summary)
-        restoration = Message.create("user", self.clock(), text=text, restore=True)
-        self.host.notice(
-            f"The history up to query {branch.forked_at} does not fit whole: the "
-            "branch carries a summary of it.",
-            "warn",
-        )
-        return replace(branch, copies=(restoration,), previous=summary)
+        carried, notes = forking.carried(branch, self.meter, self.summarize, self.clock)
+        if carried is not branch:
+            self.lifecycle.wait(carried)
+        self._say(notes)
 
     # ------------------------------------------------------------------ switches
     def use_model(self, name: str) -> str | None:
