@@ -35,7 +35,7 @@ state lives elsewhere: the states themselves (``chat.state``), where a
 continuation comes from and its agent and server (``chat.continuation``,
 ``chat.server``), the decisions of a resume (``chat.resumption``: a parent's
 missing summary, ``--full``'s history, what a child carries) and of a fork
-(``chat.forking``), summaries
+(``chat.forking``), what an ending does with the file (``chat.ending``), summaries
 (``chat.chain``), the window, the counts and the
 plans (``chat.meter``), the restoration text (``chat.restoration``), the title
 and its naming (``chat.naming``), the pins' checks and the ledger left out
@@ -64,6 +64,7 @@ from chatloop.chat import (
     builders,
     chain,
     continuation,
+    ending,
     forking,
     ledger,
     prompts,
@@ -639,30 +640,17 @@ class ChatSession:
         transcript is used. What a fork carried over counts as said
         (``prompts.as_said``, in ``chain``: ``messages`` go as marked, for the ledger)."""
         self.preparer.overtake()  # one summary at a time: a preparation under way gives way
-        if self.leaving:
-            return chain.fallback(messages, previous, self.meter.summary_words())
-        try:
-            with self.host.working("Generating session summary...") as progress:
-                outcome = chain.summarize(
-                    self.backend,
-                    messages,
-                    previous=previous,
-                    window=self.window(),
-                    max_tokens=self.meter.summary_cap(),
-                    timeout=self.settings.summary_timeout,
-                    progress=progress,
-                    instructions=instructions,
-                    count=self.tokens.text,
-                )
-        except KeyboardInterrupt:
-            self.host.notice("Summary cut short: using one built from the transcript.", "warn")
-            return chain.fallback(messages, previous, self.meter.summary_words())
-        if outcome.fallback and outcome.error:
-            self.host.notice(
-                f"The model could not summarize ({outcome.error}); wrote a summary "
-                "built from the transcript.",
-                "warn",
-            )
+        outcome, notes = ending.summary(
+            self.backend,
+            messages,
+            previous,
+            meter=self.meter,
+            settings=self.settings,
+            working=self.host.working,
+            leaving=self.leaving,
+            instructions=instructions,
+        )
+        self._say(notes)
         return outcome
 
     def close(self) -> Closed:
@@ -679,18 +667,7 @@ class ChatSession:
         writer = self.writer
         if writer is None:  # nothing written: a pending continuation leaves no file
             if isinstance(self.state, Waiting):
-                parent = self.state.continuation.parent
-                try:
-                    kept = chain.read_parent(self.store, parent.path).summary is not None
-                except (ChatloopError, OSError):  # (gone meanwhile: said as not kept)
-                    kept = False
-                if kept:
-                    state = "closed with its summary, ready to resume."
-                elif lock_holder(parent.path) == SUMMARY_HOLDER:  # (a compaction's: _defer)
-                    state = "closed; its summary is being written in the background."
-                else:
-                    state = "as it was (its summary is made again when it is resumed)."
-                self.host.notice(f"Nothing new to save; session {parent.meta.id} is {state}", "ok")
+                self._say((ending.left_unused(self.store, self.state.continuation.parent),))
             self._release()
             return Closed(None, self.lifecycle.queued)
         try:
@@ -733,19 +710,12 @@ class ChatSession:
         self.preparer.overtake()  # leaving: what was being prepared is of no use now
         if self.settings.summaries == "background":
             late = self._late_title(writer, wait=False)  # (leaving is never held by it)
-            # as the worker will write it: the totals and a late title (a fork takes it)
-            totals: dict[str, Any] = {**writer.totals.fields(), **late}
-            meta = replace(writer.meta, **totals)
-            pid = background.hand_off(
-                writer, self.store, self.backend, self.settings, late, self.arming.home
-            )
-            if pid is not None:
-                self.host.notice(
-                    f"Saved session {meta.id} ({builders.queries(meta.queries)}) → {writer.path}; "
-                    "its summary is being written in the background.",
-                    "ok",
-                )
-                return chain.Parent(writer.path, meta, None)
+            home = self.arming.home
+            handed = ending.handed_off(writer, self.store, self.backend, self.settings, late, home)
+            if handed is not None:
+                parent, said = handed
+                self._say((said,))
+                return parent
         return self._finalize(writer)
 
     def _late_title(self, writer: SessionWriter, wait: bool = True) -> dict[str, str]:
@@ -766,17 +736,10 @@ class ChatSession:
         messages = writer.messages
         if outcome is None:
             outcome = self.summarize(messages[: len(messages) - leave], self.previous, instructions)
-        changes: dict[str, Any] = {**self._late_title(writer)}
-        if leave:  # what the child carries word for word: a later resume must carry it too
-            changes["summary_leaves"] = leave
-        meta = writer.finalize(outcome.message(self.clock()), **changes)
-        kind = "fallback summary" if outcome.fallback else "summary"
-        self.host.notice(
-            f"Saved session {meta.id} with its {kind}: {builders.queries(meta.queries)}, "
-            f"{meta.tokens_in + meta.tokens_out:,} tokens → {writer.path}",
-            "ok",
-        )
-        return chain.closed_parent(writer)
+        late = self._late_title(writer)
+        parent, said = ending.finalized(writer, outcome, late, leave, self.clock())
+        self._say((said,))
+        return parent
 
     def _release(self) -> None:
         """Let go of the file (if any): the session is fresh again, with no title or pins,
