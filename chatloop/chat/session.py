@@ -1316,9 +1316,15 @@ class ChatSession:
                 self.backend.close()
                 self.use_backend(connected.backend)
         if agent is not None:
-            self.agent = agent
-            self.meter = self.meter.for_agent(agent)
-            self._take_model(agent)
+            self._take_agent(agent)
+
+    def _take_agent(self, agent: Agent) -> None:
+        """Go on with ``agent``: the meter keeps the model's window and counts and plans
+        with its system prompt and tools (``Meter.for_agent``), and its model is taken
+        when it names one (``_take_model``)."""
+        self.agent = agent
+        self.meter = self.meter.for_agent(agent)
+        self._take_model(agent)
 
     def _take_model(self, agent: Agent) -> None:
         """Switch to ``agent``'s model (a markdown agent's ``model:``) when none was
@@ -1504,35 +1510,24 @@ class ChatSession:
         a continuation names it). Returns None when the server's list had it, else why
         it could not be checked (its list failed: the switch is made unchecked).
         Raises ChatloopError when the server lists models and ``name`` is not one."""
-        import difflib
+        from chatloop.chat import server
 
-        if self.backend.kind == "embedded":
-            raise ChatloopError(
-                "The embedded model cannot be switched mid-chat",
-                "Start a server for several models, or chatloop --model PATH for another file.",
-            )
-        unchecked = None
-        try:
-            offered = self.backend.models()
-        except BackendError as exc:
-            offered, unchecked = [], exc.message
-        if offered and name not in offered:
-            close = difflib.get_close_matches(name, offered, 1, 0.5)
-            names = ", ".join(offered[:8]) + (", ..." if len(offered) > 8 else "")
-            raise ChatloopError(
-                f"The server offers no model {name!r}",
-                f"Did you mean {close[0]}?" if close else f"It offers: {names}",
-            )
+        unchecked = server.offered(self.backend, name)
         self.backend.model = name
-        self.meter = Meter.of(self.backend, self.agent, self.settings)  # the model's, anew
-        self._restate()
+        self._model_changed()
         return unchecked
 
     def use_backend(self, backend: Backend) -> None:
         """Send the next requests to ``backend`` (a ``/resume`` whose session the server
         rule sends elsewhere); the caller closes the one it replaces."""
         self.backend = backend
-        self.meter = Meter.of(backend, self.agent, self.settings)  # the model's, anew
+        self._model_changed()
+
+    def _model_changed(self) -> None:
+        """Another model answers (another name, or another backend): its meter made anew
+        (what was learnt of a model is that model's) and a waiting child's restoration
+        built again within its sizes."""
+        self.meter = Meter.of(self.backend, self.agent, self.settings)
         self._restate()
 
     def use_agent(self, agent: Agent) -> bool:
@@ -1543,10 +1538,8 @@ class ChatSession:
         branched = self.writer is not None
         if branched:
             self.fork()
-        self.agent = agent
         self.agent_named = True  # chosen: a later /resume goes on with it
-        self.meter = self.meter.for_agent(agent)
-        self._take_model(agent)
+        self._take_agent(agent)
         if isinstance(self.state, Waiting):
             waiting = self.state.continuation
             template = replace(waiting.template, agent=agent.name, agent_name=Path(agent.path).stem)
