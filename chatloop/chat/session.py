@@ -35,7 +35,8 @@ state lives elsewhere: the states themselves (``chat.state``), where a
 continuation comes from and its agent and server (``chat.continuation``,
 ``chat.server``), the decisions of a resume (``chat.resumption``: a parent's
 missing summary, ``--full``'s history, what a child carries) and of a fork
-(``chat.forking``), what an ending does with the file (``chat.ending``), summaries
+(``chat.forking``), what an ending does with the file (``chat.ending``), a compaction's
+carries and deferral (``chat.compaction``), summaries
 (``chat.chain``), the window, the counts and the
 plans (``chat.meter``), the restoration text (``chat.restoration``), the title
 and its naming (``chat.naming``), the pins' checks and the ledger left out
@@ -60,13 +61,12 @@ from chatloop.backends.base import (
     estimate_tokens,
 )
 from chatloop.chat import (
-    background,
     builders,
     chain,
+    compaction,
     continuation,
     ending,
     forking,
-    ledger,
     prompts,
     restoration,
     resumption,
@@ -834,25 +834,23 @@ class ChatSession:
         backend a worker cannot build."""
         if self.settings.summaries != "background" or self.backend.kind == "embedded":
             return None
-        messages = writer.messages
-        covered = messages[: len(messages) - leave]
-        made = chain.fallback(covered, self.previous, self.meter.summary_words())
         late = self._late_title(writer, wait=False)  # (as leaving: never held by a title)
-        changes: dict[str, Any] = {**late, "summary_leaves": leave} if leave else dict(late)
-        totals: dict[str, Any] = {**writer.totals.fields(), **late}
-        meta = replace(writer.meta, **totals)
-        pid = background.hand_off(
-            writer, self.store, self.backend, self.settings, changes, self.arming.home
+        handed = compaction.deferred(
+            writer,
+            self.store,
+            self.backend,
+            self.settings,
+            previous=self.previous,
+            late=late,
+            leave=leave,
+            summary_words=self.meter.summary_words(),
+            home=self.arming.home,
         )
-        if pid is None:
+        if handed is None:
             return None
-        self.host.notice(
-            f"Compacting without waiting for the model: the new session begins from a "
-            f"summary built from the transcript of {meta.id}; the model's summary is "
-            "written in the background when you pause, and takes its place then.",
-            "ok",
-        )
-        return chain.Parent(writer.path, meta, made.text)
+        parent, said = handed
+        self._say((said,))
+        return parent
 
     def _revise(self) -> None:
         """When the model's summary of the parent this child began without (``_defer``)
@@ -894,36 +892,14 @@ class ChatSession:
         """``waiting`` carrying fewer copies (the oldest exchanges go first) until the
         messages ``typed`` for its child fit after them, and said; with none left and
         still no room, the message is refused (ChatloopError: nothing sent)."""
-        carried, made = waiting.carried, waiting
-        while carried:
-            carried = chain.without_oldest(carried)
-            text = self._build(waiting.parent, waiting.summary, waiting.unanswered, len(carried))
-            preview = Message.create("user", self.clock(), text=text, restore=True)
-            made = replace(waiting, carried=carried, preview=preview)
-            if self.meter.plan([preview, *carried, *typed]).fits:
-                break
-        left = len(waiting.carried) - len(carried)
-        self.host.notice(
-            f"Your message leaves no room for all the messages the new session was to carry "
-            f"word for word: {left} of {len(waiting.carried)} left out (they stay in "
-            f"{waiting.parent.meta.id}).",
-            "warn",
-        )
+        made, said = compaction.carry_less(waiting, typed, self.pins, self.meter, self.clock)
+        self._say((said,))
         return made
 
     def _carried(self, writer: SessionWriter) -> tuple[Message, ...]:
         """The last exchanges of ``writer``'s session that its child carries word for
-        word (``chain.carry`` within ``context.carry_budget``; docs/chains.md): counted
-        against a restoration prompt whose summary takes all the room it may have."""
-        parent = chain.Parent(writer.path, writer.meta, None)
-        # the ledger its summary will end with is known now (it is not the model's)
-        earlier = ledger.split(self.previous)[1]
-        known = chain.ledger_of(earlier, writer.messages)
-        text = self._build(parent, ledger.join("", known), None, carried=MAX_CARRIED)
-        # the summary's text at the most it may take
-        room = restoration.summary_room(known, self.pins, self.meter.sizes())
-        opening = self.meter.opening(text, self.clock(), room)
-        return self.meter.carry(list(exchanges(writer.messages)), opening)
+        word (``compaction.carried``, with this session's pins)."""
+        return compaction.carried(writer, self.previous, self.pins, self.meter, self.clock())
 
     # ------------------------------------------------------------------ prepared ahead
     def _prepare(self, used: int, window: int) -> None:
@@ -989,16 +965,11 @@ class ChatSession:
         cannot: that beginning is asked for once more after the summary (``prime``);
         ``(None, None)`` for an agent with tools or a ``--full`` history before the
         file (the turn's beginning differs from any request made here)."""
-        if self.agent.tools or self.prefix:
-            return None, None
-        beginning = self.meter.plan(list(messages), reuse=True).wire
-        words = chain.asked_words(chain.summary_words(cap))
-        ask = prompts.summary_in_chat(self.previous is not None, "", words)
-        request = Message.create("user", self.clock(), text=ask)
-        planned = self.meter.plan([*messages, request], reuse=True, reserve=cap)
-        if planned.pruned or not planned.fits:
-            return None, beginning
-        return planned.wire[:-1], None
+        plain = not (self.agent.tools or self.prefix)
+        previous = self.previous
+        return compaction.next_turn_kept(
+            messages, previous, cap, self.meter, self.clock, plain=plain
+        )
 
     def _use_prepared(
         self, writer: SessionWriter
