@@ -8,7 +8,7 @@ on its stdin) and returns at once. The worker inherits the session's lock: the l
 description is passed to it, so the session is never unlocked between the two
 processes, and the lock file then names the worker (``fsio.mark_summary``), so
 listings say ``summarizing`` and number it (``-c`` right after an exit
-continues it: ``ChatSession._summarize_parent`` waits for the worker,
+continues it: ``resumption.summarized`` waits for the worker,
 ``summary_wait`` seconds at most, then goes on from the summary built from the
 transcript while the worker writes the file's own).
 

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from chatloop.store.rows import SessionRow
 
 Tone = Literal["info", "warn", "ok", "restored"]
+# what an owner returns for the caller to show: a text and its tone (``Host.notice``)
+Note = tuple[str, Tone]
 Progress = Callable[[str], None]
 
 

@@ -31,7 +31,7 @@ from chatloop.backends.base import Backend
 from chatloop.backends.detect import Candidate
 from chatloop.chat.bounded import within
 from chatloop.config import STARTUP_CHECK_S, Settings
-from chatloop.errors import BackendError, Unreachable
+from chatloop.errors import BackendError, ChatloopError, Unreachable
 from chatloop.format import SessionMeta
 
 
@@ -174,6 +174,33 @@ def same_server(backend: Backend, settings: Settings, held: Held) -> bool:
     if configured(settings) or not held.url:
         return True
     return held.url.rstrip("/") == backend.base_url.rstrip("/")
+
+
+def offered(backend: Backend, name: str) -> str | None:
+    """Whether ``backend``'s server offers the model ``name``, for a switch in a chat
+    (``/model NAME``): None when its list has it, else why it could not be checked (the
+    list failed: the switch goes on unchecked). Raises ChatloopError when the server
+    lists models and ``name`` is not one (with the closest, or some it offers), or
+    when ``backend`` is the embedded model (its one file is not switched mid-chat)."""
+    import difflib
+
+    if backend.kind == "embedded":
+        raise ChatloopError(
+            "The embedded model cannot be switched mid-chat",
+            "Start a server for several models, or chatloop --model PATH for another file.",
+        )
+    try:
+        listed = backend.models()
+    except BackendError as exc:
+        return exc.message
+    if listed and name not in listed:
+        close = difflib.get_close_matches(name, listed, 1, 0.5)
+        names = ", ".join(listed[:8]) + (", ..." if len(listed) > 8 else "")
+        raise ChatloopError(
+            f"The server offers no model {name!r}",
+            f"Did you mean {close[0]}?" if close else f"It offers: {names}",
+        )
+    return None
 
 
 def _choose_model(backend: Backend, held_model: str, seconds: float) -> list[str] | None:

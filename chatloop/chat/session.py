@@ -33,7 +33,11 @@ the others' invariants (a message queued before a compaction belongs to the
 child; a fork's parent is finalized like a close). What does not touch that
 state lives elsewhere: the states themselves (``chat.state``), where a
 continuation comes from and its agent and server (``chat.continuation``,
-``chat.server``), summaries (``chat.chain``), the window, the counts and the
+``chat.server``), the decisions of a resume (``chat.resumption``: a parent's
+missing summary, ``--full``'s history, what a child carries) and of a fork
+(``chat.forking``), what an ending does with the file (``chat.ending``), a compaction's
+carries and deferral (``chat.compaction``), summaries
+(``chat.chain``), the window, the counts and the
 plans (``chat.meter``), the restoration text (``chat.restoration``), the title
 and its naming (``chat.naming``), the pins' checks and the ledger left out
 (``chat.pins``), one turn (``chat.turn``).
@@ -57,13 +61,15 @@ from chatloop.backends.base import (
     estimate_tokens,
 )
 from chatloop.chat import (
-    background,
     builders,
     chain,
+    compaction,
     continuation,
-    ledger,
+    ending,
+    forking,
     prompts,
     restoration,
+    resumption,
     sharing,
     titles,
 )
@@ -74,7 +80,7 @@ from chatloop.chat.context import (
     summary_cap,
     tool_costs,
 )
-from chatloop.chat.host import Host
+from chatloop.chat.host import Host, Note
 from chatloop.chat.lifecycle import Lifecycle
 from chatloop.chat.meter import Meter
 from chatloop.chat.naming import Naming, given
@@ -99,7 +105,7 @@ from chatloop.chat.tokens import TokenCount
 from chatloop.chat.turn import TurnResult, prime, respond, run_turn
 from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_LOOKBACK, Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
-from chatloop.format import Message, SessionMeta, Totals, exchanges, no_text
+from chatloop.format import Message, SessionMeta, Totals, exchanges
 from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder, wait_for_lock
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
@@ -634,30 +640,17 @@ class ChatSession:
         transcript is used. What a fork carried over counts as said
         (``prompts.as_said``, in ``chain``: ``messages`` go as marked, for the ledger)."""
         self.preparer.overtake()  # one summary at a time: a preparation under way gives way
-        if self.leaving:
-            return chain.fallback(messages, previous, self.meter.summary_words())
-        try:
-            with self.host.working("Generating session summary...") as progress:
-                outcome = chain.summarize(
-                    self.backend,
-                    messages,
-                    previous=previous,
-                    window=self.window(),
-                    max_tokens=self.meter.summary_cap(),
-                    timeout=self.settings.summary_timeout,
-                    progress=progress,
-                    instructions=instructions,
-                    count=self.tokens.text,
-                )
-        except KeyboardInterrupt:
-            self.host.notice("Summary cut short: using one built from the transcript.", "warn")
-            return chain.fallback(messages, previous, self.meter.summary_words())
-        if outcome.fallback and outcome.error:
-            self.host.notice(
-                f"The model could not summarize ({outcome.error}); wrote a summary "
-                "built from the transcript.",
-                "warn",
-            )
+        outcome, notes = ending.summary(
+            self.backend,
+            messages,
+            previous,
+            meter=self.meter,
+            settings=self.settings,
+            working=self.host.working,
+            leaving=self.leaving,
+            instructions=instructions,
+        )
+        self._say(notes)
         return outcome
 
     def close(self) -> Closed:
@@ -674,18 +667,7 @@ class ChatSession:
         writer = self.writer
         if writer is None:  # nothing written: a pending continuation leaves no file
             if isinstance(self.state, Waiting):
-                parent = self.state.continuation.parent
-                try:
-                    kept = chain.read_parent(self.store, parent.path).summary is not None
-                except (ChatloopError, OSError):  # (gone meanwhile: said as not kept)
-                    kept = False
-                if kept:
-                    state = "closed with its summary, ready to resume."
-                elif lock_holder(parent.path) == SUMMARY_HOLDER:  # (a compaction's: _defer)
-                    state = "closed; its summary is being written in the background."
-                else:
-                    state = "as it was (its summary is made again when it is resumed)."
-                self.host.notice(f"Nothing new to save; session {parent.meta.id} is {state}", "ok")
+                self._say((ending.left_unused(self.store, self.state.continuation.parent),))
             self._release()
             return Closed(None, self.lifecycle.queued)
         try:
@@ -728,19 +710,12 @@ class ChatSession:
         self.preparer.overtake()  # leaving: what was being prepared is of no use now
         if self.settings.summaries == "background":
             late = self._late_title(writer, wait=False)  # (leaving is never held by it)
-            # as the worker will write it: the totals and a late title (a fork takes it)
-            totals: dict[str, Any] = {**writer.totals.fields(), **late}
-            meta = replace(writer.meta, **totals)
-            pid = background.hand_off(
-                writer, self.store, self.backend, self.settings, late, self.arming.home
-            )
-            if pid is not None:
-                self.host.notice(
-                    f"Saved session {meta.id} ({builders.queries(meta.queries)}) → {writer.path}; "
-                    "its summary is being written in the background.",
-                    "ok",
-                )
-                return chain.Parent(writer.path, meta, None)
+            home = self.arming.home
+            handed = ending.handed_off(writer, self.store, self.backend, self.settings, late, home)
+            if handed is not None:
+                parent, said = handed
+                self._say((said,))
+                return parent
         return self._finalize(writer)
 
     def _late_title(self, writer: SessionWriter, wait: bool = True) -> dict[str, str]:
@@ -761,17 +736,10 @@ class ChatSession:
         messages = writer.messages
         if outcome is None:
             outcome = self.summarize(messages[: len(messages) - leave], self.previous, instructions)
-        changes: dict[str, Any] = {**self._late_title(writer)}
-        if leave:  # what the child carries word for word: a later resume must carry it too
-            changes["summary_leaves"] = leave
-        meta = writer.finalize(outcome.message(self.clock()), **changes)
-        kind = "fallback summary" if outcome.fallback else "summary"
-        self.host.notice(
-            f"Saved session {meta.id} with its {kind}: {builders.queries(meta.queries)}, "
-            f"{meta.tokens_in + meta.tokens_out:,} tokens → {writer.path}",
-            "ok",
-        )
-        return chain.closed_parent(writer)
+        late = self._late_title(writer)
+        parent, said = ending.finalized(writer, outcome, late, leave, self.clock())
+        self._say((said,))
+        return parent
 
     def _release(self) -> None:
         """Let go of the file (if any): the session is fresh again, with no title or pins,
@@ -803,7 +771,11 @@ class ChatSession:
         self.preparer.overtake()  # a summary still being prepared is not waited for
         match self.state:
             case Waiting(continuation=Branch() as branch):  # the fork's history condensed
-                self.lifecycle.wait(self._fork_summarized(branch))
+                condensed, notes = forking.summarized(
+                    branch, self.meter, self.summarize, self.clock
+                )
+                self.lifecycle.wait(condensed)
+                self._say(notes)
                 return
             case Waiting(continuation=WithHistory() as full):  # --full given up for the summary
                 self.host.notice("Continuing from the summary instead of the full history.", "ok")
@@ -862,25 +834,23 @@ class ChatSession:
         backend a worker cannot build."""
         if self.settings.summaries != "background" or self.backend.kind == "embedded":
             return None
-        messages = writer.messages
-        covered = messages[: len(messages) - leave]
-        made = chain.fallback(covered, self.previous, self.meter.summary_words())
         late = self._late_title(writer, wait=False)  # (as leaving: never held by a title)
-        changes: dict[str, Any] = {**late, "summary_leaves": leave} if leave else dict(late)
-        totals: dict[str, Any] = {**writer.totals.fields(), **late}
-        meta = replace(writer.meta, **totals)
-        pid = background.hand_off(
-            writer, self.store, self.backend, self.settings, changes, self.arming.home
+        handed = compaction.deferred(
+            writer,
+            self.store,
+            self.backend,
+            self.settings,
+            previous=self.previous,
+            late=late,
+            leave=leave,
+            summary_words=self.meter.summary_words(),
+            home=self.arming.home,
         )
-        if pid is None:
+        if handed is None:
             return None
-        self.host.notice(
-            f"Compacting without waiting for the model: the new session begins from a "
-            f"summary built from the transcript of {meta.id}; the model's summary is "
-            "written in the background when you pause, and takes its place then.",
-            "ok",
-        )
-        return chain.Parent(writer.path, meta, made.text)
+        parent, said = handed
+        self._say((said,))
+        return parent
 
     def _revise(self) -> None:
         """When the model's summary of the parent this child began without (``_defer``)
@@ -922,36 +892,14 @@ class ChatSession:
         """``waiting`` carrying fewer copies (the oldest exchanges go first) until the
         messages ``typed`` for its child fit after them, and said; with none left and
         still no room, the message is refused (ChatloopError: nothing sent)."""
-        carried, made = waiting.carried, waiting
-        while carried:
-            carried = chain.without_oldest(carried)
-            text = self._build(waiting.parent, waiting.summary, waiting.unanswered, len(carried))
-            preview = Message.create("user", self.clock(), text=text, restore=True)
-            made = replace(waiting, carried=carried, preview=preview)
-            if self.meter.plan([preview, *carried, *typed]).fits:
-                break
-        left = len(waiting.carried) - len(carried)
-        self.host.notice(
-            f"Your message leaves no room for all the messages the new session was to carry "
-            f"word for word: {left} of {len(waiting.carried)} left out (they stay in "
-            f"{waiting.parent.meta.id}).",
-            "warn",
-        )
+        made, said = compaction.carry_less(waiting, typed, self.pins, self.meter, self.clock)
+        self._say((said,))
         return made
 
     def _carried(self, writer: SessionWriter) -> tuple[Message, ...]:
         """The last exchanges of ``writer``'s session that its child carries word for
-        word (``chain.carry`` within ``context.carry_budget``; docs/chains.md): counted
-        against a restoration prompt whose summary takes all the room it may have."""
-        parent = chain.Parent(writer.path, writer.meta, None)
-        # the ledger its summary will end with is known now (it is not the model's)
-        earlier = ledger.split(self.previous)[1]
-        known = chain.ledger_of(earlier, writer.messages)
-        text = self._build(parent, ledger.join("", known), None, carried=MAX_CARRIED)
-        # the summary's text at the most it may take
-        room = restoration.summary_room(known, self.pins, self.meter.sizes())
-        opening = self.meter.opening(text, self.clock(), room)
-        return self.meter.carry(list(exchanges(writer.messages)), opening)
+        word (``compaction.carried``, with this session's pins)."""
+        return compaction.carried(writer, self.previous, self.pins, self.meter, self.clock())
 
     # ------------------------------------------------------------------ prepared ahead
     def _prepare(self, used: int, window: int) -> None:
@@ -1017,16 +965,11 @@ class ChatSession:
         cannot: that beginning is asked for once more after the summary (``prime``);
         ``(None, None)`` for an agent with tools or a ``--full`` history before the
         file (the turn's beginning differs from any request made here)."""
-        if self.agent.tools or self.prefix:
-            return None, None
-        beginning = self.meter.plan(list(messages), reuse=True).wire
-        words = chain.asked_words(chain.summary_words(cap))
-        ask = prompts.summary_in_chat(self.previous is not None, "", words)
-        request = Message.create("user", self.clock(), text=ask)
-        planned = self.meter.plan([*messages, request], reuse=True, reserve=cap)
-        if planned.pruned or not planned.fits:
-            return None, beginning
-        return planned.wire[:-1], None
+        plain = not (self.agent.tools or self.prefix)
+        previous = self.previous
+        return compaction.next_turn_kept(
+            messages, previous, cap, self.meter, self.clock, plain=plain
+        )
 
     def _use_prepared(
         self, writer: SessionWriter
@@ -1202,7 +1145,8 @@ class ChatSession:
             case Branch(parent=parent, copies=(only,)) if prompts.is_restoration(only):
                 raise _no_room(parent)  # its history is a summary already
             case Branch() as branch:
-                made = self._fork_summarized(branch)
+                made, notes = forking.summarized(branch, self.meter, self.summarize, self.clock)
+                self._say(notes)
             case WithHistory() as full:
                 self.host.notice(
                     "The full history no longer fits: continuing from the summary.", "warn"
@@ -1343,9 +1287,15 @@ class ChatSession:
                 self.backend.close()
                 self.use_backend(connected.backend)
         if agent is not None:
-            self.agent = agent
-            self.meter = self.meter.for_agent(agent)
-            self._take_model(agent)
+            self._take_agent(agent)
+
+    def _take_agent(self, agent: Agent) -> None:
+        """Go on with ``agent``: the meter keeps the model's window and counts and plans
+        with its system prompt and tools (``Meter.for_agent``), and its model is taken
+        when it names one (``_take_model``)."""
+        self.agent = agent
+        self.meter = self.meter.for_agent(agent)
+        self._take_model(agent)
 
     def _take_model(self, agent: Agent) -> None:
         """Switch to ``agent``'s model (a markdown agent's ``model:``) when none was
@@ -1377,181 +1327,75 @@ class ChatSession:
         if kind is continuation.Kind.FORK:
             self._fork_file(located)
             return
-        parent = located.parent
-        if parent.meta.status != "closed" and self.store.settle(parent.path):
-            parent = chain.read_parent(self.store, parent.path)  # a close a kill cut, done
-        # a summary a worker is writing is said once, by the wait for it (it is neither
-        # missing nor interrupted)
-        being_written = parent.summary is None and lock_holder(parent.path) == SUMMARY_HOLDER
-        if parent.note and not being_written:
-            self.host.notice(f"Session {parent.meta.id}: {parent.note}.", "warn")
-        history = self._full_history(parent) if kind is continuation.Kind.FULL else None
+        readied = resumption.settled(self.store, located.parent)
+        self._say(readied.notes)
+        parent, history = readied.parent, None
+        if kind is continuation.Kind.FULL:
+            history, notes = resumption.full_history(self.store, parent, self.meter, self.prefix)
+            self._say(notes)
         if parent.summary is None:  # with --full too: a later compaction condenses it
             parent = self._summarize_parent(parent)
         template = replace(self.meta(), title="")  # the child takes the parent's title
         self.close()
-        recent = self._recent_exchanges(parent)
+        recent = resumption.recent_exchanges(self.store, parent)
         self._show_last_exchange(parent, recent[-1] if recent else [])
-        self._say_if_continued(located)
+        again = resumption.continued_already(located)
+        if again:
+            self.host.notice(again, "warn")
         if history is not None:
             self._continue_full(parent, history, template)
-        else:
-            summary = parent.summary
-            assert summary is not None
-            carried = self._carried_from(parent, summary, recent)
-            if len(carried) < parent.meta.summary_leaves:
-                summary = self._summarized_whole(parent)  # what it left out does not fit here
-                carried = self._carried_from(parent, summary, recent)
-            self.begin_child(parent, summary, template, carried=carried)
+            return
+        summary = parent.summary
+        assert summary is not None
+        now = self.clock()
+        carried = resumption.carried(parent, summary, recent, self.pins, self.meter, now)
+        if len(carried) < parent.meta.summary_leaves:  # what it left out does not fit here
+            self.host.notice(resumption.leaves_too_many(parent), "warn")
+            summary = resumption.summarized_whole(self.store, parent, self.summarize)
+            carried = resumption.carried(parent, summary, recent, self.pins, self.meter, now)
+        self.begin_child(parent, summary, template, carried=carried)
 
-    def _say_if_continued(self, located: continuation.Located) -> None:
-        """Resuming a session that another already continues (an older file of a chain,
-        found by its handle or by a search) starts a second line from it: say so, and
-        where the first one went on."""
-        later = located.continued_by
-        if later:
-            session_id = located.parent.meta.id
-            self.host.notice(
-                f"Session {session_id} was continued already, in {later[-1]}: this resume "
-                "starts a second line from it (`chatloop tree` shows both; `chatloop -r "
-                f"{later[-1]}` goes on with the later one).",
-                "warn",
-            )
-
-    def _recent_exchanges(self, parent: chain.Parent) -> list[list[Message]]:
-        """The last exchanges of ``parent``'s file, as many as a child may carry ([] for
-        a file too large to walk for them, or unreadable)."""
-        try:
-            return self.store.recent_exchanges(parent.path, MAX_CARRIED)
-        except (ChatloopError, OSError):
-            return []
-
-    def _carried_from(
-        self, parent: chain.Parent, summary: str, recent: list[list[Message]]
-    ) -> tuple[Message, ...]:
-        """What a child resumed from ``summary`` carries of ``recent``, the parent's last
-        exchanges (``_carry``, counted against the restoration prompt it will have)."""
-        pins = inherited(parent.meta.pins, self.pins)
-        # fitted as ``_from_summary`` fits it (with this session's pins), built with the
-        # chain's: the text the child will have
-        text = self._build(parent, self._fit_summary(summary), None, MAX_CARRIED, pins)
-        return self.meter.carry(recent, self.meter.opening(text, self.clock()), keep_first=False)
-
-    def _summarized_whole(self, parent: chain.Parent) -> str:
-        """A summary of all ``parent``'s messages, made now and not written: its
-        own summary leaves its last messages to the child that carries them, and more of
-        them than this child can carry (a smaller window, a file too large to walk)."""
-        self.host.notice(
-            f"The summary of {parent.meta.id} leaves its last {parent.meta.summary_leaves} "
-            "messages to be carried word for word, and they do not all fit here: "
-            "summarizing the whole session for this continuation.",
-            "warn",
-        )
-        try:
-            messages = [m for m in self.store.read(parent.path).session.messages]
-        except (ChatloopError, OSError) as exc:
-            raise ChatloopError(
-                f"The session file {parent.path} is gone or unreadable",
-                "`chatloop reindex` refreshes the list.",
-            ) from exc
-        said = [m for m in messages if m.role != "summary"]
-        return self.summarize(said, chain.began_from(self.store, parent)).text
+    def _say(self, notes: Sequence[Note]) -> None:
+        """Show ``notes`` (an owner's, returned as values), in order."""
+        for text, tone in notes:
+            self.host.notice(text, tone)
 
     def _show_last_exchange(self, parent: chain.Parent, last: list[Message] | None = None) -> None:
         """Where ``parent`` ended: its last exchange (``last``, read here when None)."""
         if last is None:
-            recent = self._recent_exchanges(parent)
+            recent = resumption.recent_exchanges(self.store, parent)
             last = recent[-1] if recent else []
-        if last:
-            lines = [
-                f"{'You' if m.role == 'user' else parent.meta.agent or 'Agent'}: "
-                f"{_short(m.text) or _no_text(m)}"
-                for m in last
-                if m.role != "tool"
-            ]
-            self.host.notice("Where it ended:\n" + "\n".join(lines))
+        said = resumption.last_exchange(parent, last)
+        if said:
+            self.host.notice(said)
 
     def _summarize_parent(self, parent: chain.Parent) -> chain.Parent:
-        """A parent without a usable summary gets one now, written into its file when it
-        can. One whose summary a background worker is writing (a chat that just ended)
-        is waited for, ``summary_wait`` seconds at most: that worker writes the very
-        summary wanted. Past that wait (a model that is slow, or stuck) this
-        continuation goes on from the summary built from the transcript, said in one
-        line, and the worker goes on writing the file's own; Ctrl-C in the wait makes
-        one here instead, as for a parent another chatloop holds."""
-        if lock_holder(parent.path) == SUMMARY_HOLDER:
+        """``parent`` with a summary (``resumption.summarized``), its notes shown. The wait
+        for a background worker writing it is this session's: the worker is asked to go
+        now (``sharing.step_back``), the wait is shown and Ctrl-C ends it."""
+
+        def wait(parent: chain.Parent) -> bool | None:
             sharing.step_back(self.arming.home, self.backend)  # (the worker goes now)
             try:
                 with self.host.working(
                     f"Waiting for the summary of {parent.meta.id}, being written in the "
                     "background (Ctrl-C: make one now)..."
                 ):
-                    free = wait_for_lock(parent.path, self.settings.summary_wait)
+                    return wait_for_lock(parent.path, self.settings.summary_wait)
             except KeyboardInterrupt:
-                pass
-            else:
-                again = chain.read_parent(self.store, parent.path)
-                if again.summary is not None:
-                    return again
-                parent = again
-                if not free:
-                    return self._unwaited(parent)
-        found = self.store.read(parent.path)
-        writer = None
-        if not found.legacy:  # (a legacy copy gets its summary in the seed's markers)
-            try:
-                writer = self.store.open(parent.path)
-            except ChatloopError:  # open in another chatloop: summarize without writing
-                writer = None
-        messages = writer.messages if writer else list(found.session.messages)
-        outcome = self.summarize(messages, chain.began_from(self.store, parent))
-        if found.legacy and not outcome.fallback:  # made once, kept (not a stand-in)
-            try:
-                self.store.add_legacy_summary(parent.path, outcome.text)
-                self.host.notice(f"Wrote the missing summary into {parent.path.name}.")
-            except ChatloopError:  # locked, or changed meanwhile: this resume uses it
-                pass
-        if writer is None:
-            return replace(parent, summary=outcome.text)
-        try:
-            writer.finalize(outcome.message(self.clock()))
-            self.host.notice(f"Wrote the missing summary into {parent.path.name}.")
-            return chain.closed_parent(writer)
-        finally:
-            writer.close()
+                return None
 
-    def _unwaited(self, parent: chain.Parent) -> chain.Parent:
-        """``parent``, whose summary a worker is still writing past ``summary_wait``,
-        with the summary built from its transcript (``chain.fallback``; nothing asked of
-        the model, which may be the one still busy with it; nothing written: the
-        worker holds the file)."""
-        self.host.notice(
-            f"The summary of {parent.meta.id} is still being written in the background "
-            f"after {self.settings.summary_wait:g} s: continuing from one built from its "
-            "transcript.",
-            "warn",
+        readied = resumption.summarized(
+            self.store,
+            parent,
+            summarize=self.summarize,
+            wait=wait,
+            summary_words=self.meter.summary_words(),
+            summary_wait=self.settings.summary_wait,
+            now=self.clock,
         )
-        messages = list(self.store.read(parent.path).session.messages)  # (as marked)
-        previous = chain.began_from(self.store, parent)
-        outcome = chain.fallback(messages, previous, self.meter.summary_words())
-        totals = Totals()  # (the worker writes them into the file at its end: counted here)
-        for message in messages:
-            totals = totals.plus(message)
-        counted: dict[str, Any] = totals.fields()
-        return replace(parent, meta=replace(parent.meta, **counted), summary=outcome.text)
-
-    def _full_history(self, parent: chain.Parent) -> list[Message] | None:
-        session = self.store.read(parent.path).session
-        history = [m for m in session.messages if m.role != "summary"]
-        fit = self.meter.plan(history, self.prefix)
-        if fit.fits:
-            return history
-        self.host.notice(
-            f"The full history of {parent.meta.id} (about {fit.messages_tokens:,} tokens) does "
-            f"not fit the budget ({fit.budget.available:,}); using its summary instead.",
-            "warn",
-        )
-        return None
+        self._say(readied.notes)
+        return readied.parent
 
     def _continue_full(
         self, parent: chain.Parent, history: list[Message], template: SessionMeta
@@ -1577,11 +1421,7 @@ class ChatSession:
         if writer is None:
             raise ChatloopError("Nothing to fork yet", "Send a message first.")
         self.flush()  # queued messages belong to this session (StoreError if not yet)
-        own = [m for m in writer.messages if m.role != "summary"]
-        cut, at = builders.fork_point(
-            own, upto
-        )  # numbered in this session; --full's prefix goes too
-        history = [*(m for m in self.prefix if m.role != "summary"), *own[:cut]]
+        history, at = forking.of_session(writer.messages, self.prefix, upto)
         previous = self.previous  # what the carried history itself began from
         template = replace(self.meta(), title="")
         try:
@@ -1608,19 +1448,11 @@ class ChatSession:
         """Branch the session ``located`` after its last query (``chatloop -r N --fork``):
         it stays as it is; the next message begins the branch."""
         parent = located.parent
-        try:
-            session = self.store.read(parent.path).session
-        except (ChatloopError, OSError):
-            raise ChatloopError(
-                f"The session file {parent.path} is gone or unreadable",
-                "`chatloop reindex` refreshes the list.",
-            ) from None
-        messages = [m for m in session.messages if m.role != "summary"]
-        cut, at = builders.fork_point(messages, None)
+        history, at = forking.of_file(self.store, parent)
         template = replace(self.meta(), title="")
         self.close()
         self._show_last_exchange(parent)
-        self._fork_from(parent, messages[:cut], at, template, chain.began_from(self.store, parent))
+        self._fork_from(parent, history, at, template, chain.began_from(self.store, parent))
 
     def _fork_from(
         self,
@@ -1630,36 +1462,17 @@ class ChatSession:
         template: SessionMeta,
         previous: str | None,
     ) -> None:
-        """Make the fork wait for the next message: ``history`` copied (written marked
-        as restored) when it fits, else a restoration prompt built from a summary of it.
-        ``previous``: the summary the carried history began from."""
+        """Make the fork wait for the next message, with the chain's pins: ``history``
+        copied (written marked as restored) when it fits, else a restoration prompt
+        built from a summary of it (``forking.carried``). ``previous``: the summary the
+        carried history began from."""
         self._inherit_pins(parent)
         branch = builders.branch(parent, history, at, template, self.pins, previous)
         self.lifecycle.wait(branch)
-        if not self.meter.plan(list(branch.copies)).fits:
-            self.lifecycle.wait(self._fork_summarized(branch))
-            return
-        self.host.notice(
-            f"Forking session {parent.meta.id} "
-            + (f"after query {at} ({len(history)} messages carried)" if at else "at its start")
-            + ": the branch begins with your next message; "
-            f"{parent.meta.id} stays as it is.",
-            "restored",
-        )
-
-    def _fork_summarized(self, branch: Branch) -> Branch:
-        """``branch`` carrying a summary of its history instead of the history itself."""
-        history = list(branch.copies)
-        outcome = self.summarize(history, branch.previous)
-        summary = self._fit_summary(outcome.text)
-        text = self._build(branch.parent, summary)
-        restoration = Message.create("user", self.clock(), text=text, restore=True)
-        self.host.notice(
-            f"The history up to query {branch.forked_at} does not fit whole: the "
-            "branch carries a summary of it.",
-            "warn",
-        )
-        return replace(branch, copies=(restoration,), previous=summary)
+        carried, notes = forking.carried(branch, self.meter, self.summarize, self.clock)
+        if carried is not branch:
+            self.lifecycle.wait(carried)
+        self._say(notes)
 
     # ------------------------------------------------------------------ switches
     def use_model(self, name: str) -> str | None:
@@ -1668,35 +1481,24 @@ class ChatSession:
         a continuation names it). Returns None when the server's list had it, else why
         it could not be checked (its list failed: the switch is made unchecked).
         Raises ChatloopError when the server lists models and ``name`` is not one."""
-        import difflib
+        from chatloop.chat import server
 
-        if self.backend.kind == "embedded":
-            raise ChatloopError(
-                "The embedded model cannot be switched mid-chat",
-                "Start a server for several models, or chatloop --model PATH for another file.",
-            )
-        unchecked = None
-        try:
-            offered = self.backend.models()
-        except BackendError as exc:
-            offered, unchecked = [], exc.message
-        if offered and name not in offered:
-            close = difflib.get_close_matches(name, offered, 1, 0.5)
-            names = ", ".join(offered[:8]) + (", ..." if len(offered) > 8 else "")
-            raise ChatloopError(
-                f"The server offers no model {name!r}",
-                f"Did you mean {close[0]}?" if close else f"It offers: {names}",
-            )
+        unchecked = server.offered(self.backend, name)
         self.backend.model = name
-        self.meter = Meter.of(self.backend, self.agent, self.settings)  # the model's, anew
-        self._restate()
+        self._model_changed()
         return unchecked
 
     def use_backend(self, backend: Backend) -> None:
         """Send the next requests to ``backend`` (a ``/resume`` whose session the server
         rule sends elsewhere); the caller closes the one it replaces."""
         self.backend = backend
-        self.meter = Meter.of(backend, self.agent, self.settings)  # the model's, anew
+        self._model_changed()
+
+    def _model_changed(self) -> None:
+        """Another model answers (another name, or another backend): its meter made anew
+        (what was learnt of a model is that model's) and a waiting child's restoration
+        built again within its sizes."""
+        self.meter = Meter.of(self.backend, self.agent, self.settings)
         self._restate()
 
     def use_agent(self, agent: Agent) -> bool:
@@ -1707,10 +1509,8 @@ class ChatSession:
         branched = self.writer is not None
         if branched:
             self.fork()
-        self.agent = agent
         self.agent_named = True  # chosen: a later /resume goes on with it
-        self.meter = self.meter.for_agent(agent)
-        self._take_model(agent)
+        self._take_agent(agent)
         if isinstance(self.state, Waiting):
             waiting = self.state.continuation
             template = replace(waiting.template, agent=agent.name, agent_name=Path(agent.path).stem)
@@ -1806,18 +1606,3 @@ def git_branch(cwd: Path) -> str | None:
             text = head.read_text(encoding="utf-8", errors="replace").strip()
             return text.removeprefix("ref: refs/heads/") if text.startswith("ref:") else None
     return None
-
-
-def _no_text(message: Message) -> str:
-    """What a message without text did: called tools, else what the chat and ``show``
-    say of a reply without text (``format.no_text``)."""
-    if message.role != "assistant":
-        return "(an empty message)"
-    if message.tool_calls and not message.interrupted:
-        return "(called " + ", ".join(dict.fromkeys(c.name for c in message.tool_calls)) + ")"
-    return no_text(message)
-
-
-def _short(text: str, limit: int = 300) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -1,0 +1,152 @@
+"""A compaction's decisions, as functions: what the child carries word for word,
+what it gives up when the first message needs the room, how a summary made ahead
+keeps the next turn in a server's cache, and a compaction that does not wait for the
+model.
+
+``ChatSession.compact`` moves the state (the queue set aside, the parent let go,
+the child waiting); what it decides with the meter, the pins and the store is here,
+over parameters, with the notes to show returned as values (``host.Note``). The
+restoration a carry is counted against is built by ``restoration.build``, as the
+child's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from chatloop.backends.base import Backend, ChatMessage
+from chatloop.chat import background, chain, ledger, prompts, restoration
+from chatloop.chat.host import Note
+from chatloop.chat.meter import Meter
+from chatloop.chat.state import FromSummary
+from chatloop.config import MAX_CARRIED, Settings
+from chatloop.format import Message, exchanges
+from chatloop.store.store import Store
+from chatloop.store.writer import SessionWriter
+
+__all__ = ["carried", "carry_less", "deferred", "next_turn_kept"]
+
+
+def carried(
+    writer: SessionWriter,
+    previous: str | None,
+    pins: tuple[str, ...],
+    meter: Meter,
+    now: datetime,
+) -> tuple[Message, ...]:
+    """The last exchanges of ``writer``'s session that its child carries word for word
+    (``chain.carry`` within ``context.carry_budget``; docs/chains.md), counted against
+    a restoration prompt (with ``pins``) whose summary takes all the room it may have;
+    ``previous``: the summary the session began from, whose ledger its own ends with."""
+    parent = chain.Parent(writer.path, writer.meta, None)
+    # the ledger its summary will end with is known now (it is not the model's)
+    earlier = ledger.split(previous)[1]
+    known = chain.ledger_of(earlier, writer.messages)
+    sizes = meter.sizes()
+    text = restoration.build(parent, ledger.join("", known), pins, sizes, None, MAX_CARRIED)
+    # the summary's text at the most it may take
+    room = restoration.summary_room(known, pins, sizes)
+    opening = meter.opening(text, now, room)
+    return meter.carry(list(exchanges(writer.messages)), opening)
+
+
+def carry_less(
+    waiting: FromSummary,
+    typed: Sequence[Message],
+    pins: tuple[str, ...],
+    meter: Meter,
+    now: Callable[[], datetime],
+) -> tuple[FromSummary, Note]:
+    """``waiting`` carrying fewer copies (the oldest exchanges go first) until the
+    messages ``typed`` for its child fit after them (its restoration built again with
+    ``pins`` for each count), and what to say of those left out; with none left the
+    caller finds it still does not fit."""
+    carried, made = waiting.carried, waiting
+    sizes = meter.sizes()
+    while carried:
+        carried = chain.without_oldest(carried)
+        text = restoration.build(
+            waiting.parent, waiting.summary, pins, sizes, waiting.unanswered, len(carried)
+        )
+        preview = Message.create("user", now(), text=text, restore=True)
+        made = replace(waiting, carried=carried, preview=preview)
+        if meter.plan([preview, *carried, *typed]).fits:
+            break
+    left = len(waiting.carried) - len(carried)
+    note: Note = (
+        f"Your message leaves no room for all the messages the new session was to carry "
+        f"word for word: {left} of {len(waiting.carried)} left out (they stay in "
+        f"{waiting.parent.meta.id}).",
+        "warn",
+    )
+    return made, note
+
+
+def next_turn_kept(
+    messages: Sequence[Message],
+    previous: str | None,
+    cap: int,
+    meter: Meter,
+    now: Callable[[], datetime],
+    *,
+    plain: bool,
+) -> tuple[list[ChatMessage] | None, list[ChatMessage] | None]:
+    """How a summary of ``messages`` (a file's) made ahead keeps the next turn's
+    beginning (its system prompt and those messages, as it will send them) in a
+    one-slot server's prompt cache, which a summary request would otherwise push
+    out: ``(chat, None)`` when the summary can be asked as the conversation's next
+    message (``chain.summarize``'s ``chat``: the request and a summary of ``cap``
+    tokens fit the window, nothing left out of it); ``(None, beginning)`` when it
+    cannot: that beginning is asked for once more after the summary (``prime``);
+    ``(None, None)`` unless ``plain`` (an agent with tools, or a ``--full`` history
+    before the file: the turn's beginning differs from any request made here)."""
+    if not plain:
+        return None, None
+    beginning = meter.plan(list(messages), reuse=True).wire
+    words = chain.asked_words(chain.summary_words(cap))
+    ask = prompts.summary_in_chat(previous is not None, "", words)
+    request = Message.create("user", now(), text=ask)
+    planned = meter.plan([*messages, request], reuse=True, reserve=cap)
+    if planned.pruned or not planned.fits:
+        return None, beginning
+    return planned.wire[:-1], None
+
+
+def deferred(
+    writer: SessionWriter,
+    store: Store,
+    backend: Backend,
+    settings: Settings,
+    *,
+    previous: str | None,
+    late: dict[str, str],
+    leave: int,
+    summary_words: int,
+    home: Path,
+) -> tuple[chain.Parent, Note] | None:
+    """A compaction that does not wait for the model: ``writer``'s session handed to
+    the background worker (``chat.background``), which writes the model's summary of
+    all but its last ``leave`` messages (with ``late``, a late title) when the person
+    pauses; the parent returned carries the summary built from the transcript
+    (``chain.fallback`` within ``summary_words``, ``previous``'s ledger included),
+    which the child begins from at once. None, with nothing done, when the worker
+    cannot start (the caller summarizes here)."""
+    messages = writer.messages
+    covered = messages[: len(messages) - leave]
+    made = chain.fallback(covered, previous, summary_words)
+    changes: dict[str, Any] = {**late, "summary_leaves": leave} if leave else dict(late)
+    totals: dict[str, Any] = {**writer.totals.fields(), **late}
+    meta = replace(writer.meta, **totals)
+    if background.hand_off(writer, store, backend, settings, changes, home) is None:
+        return None
+    note: Note = (
+        f"Compacting without waiting for the model: the new session begins from a "
+        f"summary built from the transcript of {meta.id}; the model's summary is "
+        "written in the background when you pause, and takes its place then.",
+        "ok",
+    )
+    return chain.Parent(writer.path, meta, made.text), note

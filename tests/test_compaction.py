@@ -1,0 +1,90 @@
+"""A compaction's decisions on their own, without a session (``chat.compaction``):
+what a child carries, what it gives up for a first message, how a summary made
+ahead keeps the next turn's beginning, and a deferral a worker cannot take."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from itertools import count
+from pathlib import Path
+
+from chatloop.chat import builders, chain, compaction
+from chatloop.chat.agent import load_agent
+from chatloop.chat.meter import Meter
+from chatloop.format import Message
+from chatloop.store.store import Store
+from tests.conftest import T0, Clock, exchange, new_meta
+from tests.fakes import STRUCTURED, FakeBackend
+from tests.hosts import AGENTS, TEST_SETTINGS
+
+
+def meter(window: int) -> Meter:
+    agent = load_agent(AGENTS / "simple_sally.py")
+    return Meter.of(FakeBackend(window=window), agent, TEST_SETTINGS)
+
+
+def said(queries: int) -> list[Message]:
+    return [m for n in range(queries) for m in exchange(n)]
+
+
+def test_a_child_carries_the_last_exchanges_that_fit_beside_its_restoration(
+    store: Store,
+) -> None:
+    with store.create(new_meta()) as writer:
+        for message in said(4):
+            writer.append(message)
+        roomy = compaction.carried(writer, None, (), meter(32_000), T0)
+        narrow = compaction.carried(writer, None, (), meter(1_200), T0)
+    assert roomy and len(narrow) < len(roomy)
+    assert roomy[-1].text == said(4)[-1].text  # the last exchange, word for word
+
+
+def test_a_first_message_that_needs_the_room_leaves_out_the_oldest_copies() -> None:
+    parent = chain.Parent(Path("/sessions/projects/garden/p1.md"), new_meta(id="p1"), STRUCTURED)
+    copies = tuple(m._replace(restore=True, copy=True) for m in said(3))
+    sizes = meter(2_000).sizes()
+    waiting = builders.from_summary(parent, STRUCTURED, new_meta(), (), sizes, T0, None, copies)
+    typed = [Message.create("user", T0, text="a long question " * 120)]
+    clock = Clock()
+    made, (text, tone) = compaction.carry_less(waiting, typed, (), meter(2_000), clock)
+    assert len(made.carried) < len(copies) and tone == "warn"
+    assert made.carried == copies[len(copies) - len(made.carried) :]  # the oldest went
+    assert f"left out (they stay in {parent.meta.id})" in text
+    assert made.preview.text != waiting.preview.text  # built again for what it carries
+
+
+def test_a_summary_made_ahead_is_asked_in_the_chat_only_when_it_fits() -> None:
+    ticks = count()
+
+    def now() -> datetime:  # (the clock is asked only when a request is planned)
+        next(ticks)
+        return T0
+
+    messages = said(2)
+    assert compaction.next_turn_kept(messages, None, 200, meter(32_000), now, plain=False) == (
+        None,
+        None,
+    )
+    assert next(ticks) == 0
+    chat, beginning = compaction.next_turn_kept(messages, None, 200, meter(32_000), now, plain=True)
+    assert chat is not None and beginning is None
+    chat, beginning = compaction.next_turn_kept(messages, None, 200, meter(500), now, plain=True)
+    assert chat is None and beginning is not None
+
+
+def test_a_deferral_no_worker_can_take_does_nothing(store: Store) -> None:
+    with store.create(new_meta()) as writer:
+        for message in said(2):
+            writer.append(message)
+        handed = compaction.deferred(
+            writer,
+            store,
+            FakeBackend(),  # (a fake: no worker can build it)
+            TEST_SETTINGS,
+            previous=None,
+            late={},
+            leave=2,
+            summary_words=200,
+            home=store.root,
+        )
+        assert handed is None and writer.meta.status != "closed"
