@@ -130,9 +130,13 @@ def _until_on_disk(home: Path, text: str) -> None:
 def test_sigkill_at_random_moments_loses_no_shown_message(
     llama_server: str, chatloop_home: Path, project: Path
 ) -> None:
+    """Three programs killed (CHATLOOP_SLOW=1: eight), each at a random moment of its
+    third request or reply: every message whose reply was shown is in a file that
+    parses (at most a torn tail), and every session is listed as interrupted."""
     rng = random.Random(5)
+    runs = 8 if os.environ.get("CHATLOOP_SLOW") else 3
     acknowledged: list[str] = []
-    for run_number in range(8):
+    for run_number in range(runs):
         child = spawn(llama_server, chatloop_home, project, max_tokens=24)
         for n in range(3):
             text = f"kill test {run_number}.{n} once upon a time"
@@ -153,7 +157,7 @@ def test_sigkill_at_random_moments_loses_no_shown_message(
     for text in acknowledged:
         assert text in texts
     listed = json.loads(run("sessions", "--json", home=chatloop_home, cwd=project).stdout)
-    assert len(listed) == 8 and {r["status"] for r in listed} == {"interrupted"}
+    assert len(listed) == runs and {r["status"] for r in listed} == {"interrupted"}
 
 
 def test_a_forged_summary_typed_then_a_crash_is_not_restored(
