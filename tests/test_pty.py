@@ -449,10 +449,15 @@ def test_a_wheel_in_a_fresh_venv_chats_with_the_real_server(
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     (wheel,) = wheels.glob("chatloop_local-*.whl")  # the distribution's name: chatloop-local
+    # nothing of the source tree on the fresh venv's path: a PYTHONPATH naming the tree
+    # (its egg-info, left by the build) made pip take the wheel as installed already,
+    # and the program would import the tree instead of the wheel
+    fresh = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(wheel)],
         check=True,
         timeout=900,
+        env=fresh,
     )
     program = str(venv / "bin" / "chatloop")
     shown = subprocess.run(
@@ -460,9 +465,11 @@ def test_a_wheel_in_a_fresh_venv_chats_with_the_real_server(
         capture_output=True,
         text=True,
         timeout=120,
+        env=fresh,
     )
     assert "Name: chatloop-local" in shown.stdout  # the name of our own on the index
     env = environment(chatloop_home, 12)
+    env.pop("PYTHONPATH", None)
     version = subprocess.run([program, "--version"], capture_output=True, text=True, env=env)
     assert version.returncode == 0 and version.stdout.startswith("chatloop ")
     doctor = subprocess.run(
@@ -478,7 +485,7 @@ def test_a_wheel_in_a_fresh_venv_chats_with_the_real_server(
         program,
         ["--base-url", llama_server],
         cwd=str(project),
-        env=environment(chatloop_home, 12),
+        env=env,
         encoding="utf-8",
         timeout=120,
         dimensions=(30, 100),
