@@ -1,10 +1,13 @@
 """Shared fixtures: every test gets its own CHATLOOP_HOME under tmp_path.
 
-Hypothesis runs in one of two profiles, named by CHATLOOP_HYPOTHESIS_PROFILE:
+Hypothesis runs in one of three profiles, named by CHATLOOP_HYPOTHESIS_PROFILE:
 
-- ``ci``: the full counts (hypothesis' 100 examples, or the ``examples(n)`` a
-  property test names: ``n``). The default when ``CI`` or
-  ``CHATLOOP_REQUIRE_E2E`` is set (``.ci/run`` sets the latter; CI sets both).
+- ``slow``: the full counts (hypothesis' 100 examples, or the ``examples(n)`` a
+  property test names: ``n``). The default when ``CHATLOOP_SLOW`` is set (the
+  long variants, see README.md).
+- ``ci``: a quarter of every count, so the whole suite fits CI's time. The default
+  when ``CI`` or ``CHATLOOP_REQUIRE_E2E`` is set (``.ci/run`` sets the latter; CI
+  sets both).
 - ``dev``: a tenth of every count, for a quick run while working. The default
   otherwise.
 
@@ -27,15 +30,18 @@ from hypothesis import settings
 from chatloop.format import Message, SessionMeta, ToolCall, ToolResult, Usage
 from chatloop.store.store import Store
 
-CI_EXAMPLES = 100  # hypothesis' own default, as before the profiles
-settings.register_profile("ci", max_examples=CI_EXAMPLES)
-settings.register_profile("dev", max_examples=CI_EXAMPLES // 10)
+FULL_EXAMPLES = 100  # hypothesis' own default, as before the profiles
+settings.register_profile("slow", max_examples=FULL_EXAMPLES)
+settings.register_profile("ci", max_examples=FULL_EXAMPLES // 4)
+settings.register_profile("dev", max_examples=FULL_EXAMPLES // 10)
 
 
 def _profile() -> str:
     named = os.environ.get("CHATLOOP_HYPOTHESIS_PROFILE")
     if named:
         return named
+    if os.environ.get("CHATLOOP_SLOW"):
+        return "slow"
     in_ci = any(
         os.environ.get(name, "").lower() not in ("", "0", "false")
         for name in ("CI", "CHATLOOP_REQUIRE_E2E")

@@ -2,9 +2,10 @@
 model, tool or person may send, messages and sessions made of it, and the
 damaged files a disk or an editor may leave.
 
-Every count of examples is given as ``examples(n)``: ``n`` in the ``ci`` profile,
-a tenth of it in ``dev`` (see ``tests/conftest.py``), so a ``@settings`` on a
-test never overrides the profile's choice.
+Every count of examples is given as ``examples(n)``: ``n`` in the ``slow`` profile
+(CHATLOOP_SLOW=1), a quarter of it in ``ci`` and a tenth in ``dev`` (see
+``tests/conftest.py``), so a ``@settings`` on a test never overrides the profile's
+choice.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ from chatloop.format import (
     render_markdown,
 )
 from chatloop.format.front_matter import MAX_TITLE_CHARS
-from tests.conftest import CI_EXAMPLES, new_meta
+from tests.conftest import FULL_EXAMPLES, new_meta
 
 
 def examples(n: int) -> int:
-    """``n`` examples scaled to the loaded profile (``n`` itself in ``ci``)."""
-    return max(1, n * settings().max_examples // CI_EXAMPLES)
+    """``n`` examples scaled to the loaded profile (``n`` itself in ``slow``)."""
+    return max(1, n * settings().max_examples // FULL_EXAMPLES)
 
 
 HOSTILE = [

@@ -4,9 +4,11 @@ The base model's words are nonsense; this checks the machinery, driving
 ``ChatSession`` directly: automatic compaction keeps the conversation going,
 the files form a linked chain that `chatloop tree` shows, every file parses,
 nothing typed is lost or doubled, no request (by the server's count) passes the
-window, and `chatloop --resume 1` continues the chain. The default run chats 12
-messages, compacting early (at 30% of the window); CHATLOOP_SLOW=1 adds the 40
-messages at the default threshold (20 minutes on a loaded two-core machine).
+window, and `chatloop --resume 1` continues the chain. The default run chats 6
+messages, compacting very early (at 15% of the window: a few compactions, so a
+chain of several files); CHATLOOP_SLOW=1 adds 12 messages compacted at 30% (the
+former default run, 85-109 s in CI) and 40 at the default threshold (20 minutes
+on a loaded two-core machine).
 """
 
 from __future__ import annotations
@@ -60,6 +62,14 @@ class Counted(OpenAICompatBackend):
             yield event
 
 
+def test_six_messages_compacted_very_early_form_a_linked_chain(
+    store: Store, llama_server: str
+) -> None:
+    _chain(store, llama_server, typed_lines(6), compact_threshold=0.15)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("CHATLOOP_SLOW"), reason="set CHATLOOP_SLOW=1 to run")
 def test_twelve_messages_compacted_early_form_a_linked_chain(
     store: Store, llama_server: str
 ) -> None:
