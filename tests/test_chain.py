@@ -723,7 +723,7 @@ def test_a_workers_prompt_is_read_in_pieces_each_a_beginning_of_the_next() -> No
     steps = [ends[0]] + [b - a for a, b in itertools.pairwise(ends)]
     size = len(whole) * 32 // estimate_tokens(whole)  # characters in 32 tokens, here
     assert max(steps[:-1]) <= size and max(steps) <= size * 2  # (the last: the request's)
-    assert all(p[-1].isspace() for p in pieces)  # cut between words
+    assert all(whole[len(p)].isspace() for p in pieces)  # cut between words
 
 
 def test_no_piece_is_sent_once_the_person_marked_the_server() -> None:

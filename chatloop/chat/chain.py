@@ -286,7 +286,7 @@ def _read_in_pieces(
     backend: Backend, history: Sequence[ChatMessage], prompt: str, size: int, cancel: Cancel
 ) -> None:
     """Have the server read ``history`` then ``prompt`` a piece of about ``size``
-    characters at a time (cut after a space or a line's end): one one-token request
+    characters at a time (cut before a space or a line's end): one one-token request
     for each longer beginning of ``prompt`` (``turn.prime``), each read on top of
     the last by a server that caches the prompt it read. A server that reads a
     prompt without looking up (llama-cpp-python: a request that arrives, even its
@@ -299,8 +299,8 @@ def _read_in_pieces(
     start = 0
     while len(prompt) - start > size + size // 2:  # (the last piece is the request's own)
         end = start + size
-        cut = max(prompt.rfind(" ", start, end), prompt.rfind("\n", start, end))
-        start = cut + 1 if cut > start else end
+        cut = max(prompt.rfind(" ", start + 1, end), prompt.rfind("\n", start + 1, end))
+        start = cut if cut > 0 else end  # (before the space: its last word ends as it will)
         if cancel.is_set:
             return
         prime(backend, [*history, {"role": "user", "content": prompt[:start]}], cancel)

@@ -70,7 +70,8 @@ def _one_snapshot(
         try:
             return method(self, *args, **kwargs)
         finally:
-            self._db.execute("COMMIT")
+            if self._db.in_transaction:  # (an error may have ended it: theirs is raised)
+                self._db.execute("COMMIT")
 
     return in_one
 
