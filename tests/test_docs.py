@@ -193,3 +193,19 @@ def test_every_public_name_the_architecture_names_exists() -> None:
         if not known:
             missing.append(token)
     assert missing == []
+
+
+def test_every_sub_package_is_in_the_wheel() -> None:
+    """pyproject.toml lists the packages by hand (its package-dir mapping turns
+    setuptools' discovery off): every folder of ``chatloop/`` with an ``__init__.py``
+    is listed, or the installed program fails to import (a wheel without
+    ``chatloop.ui.commands`` did)."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(init.parent.relative_to(ROOT).parts) for init in CHATLOOP.rglob("__init__.py")
+    }
+    assert found and found - listed == set(), found - listed

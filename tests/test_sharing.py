@@ -122,6 +122,8 @@ def one_slot_server() -> Iterator[tuple[str, OneSlot]]:
                 self._send(404, b'{"detail": "Not Found"}', "application/json")
                 return
             what = _what(request)
+            if what.startswith("summary of ") and request.get("max_tokens") == 1:
+                what = f"read ahead: {what}"  # (a piece of a worker's prompt: short, not held)
             summary = what.startswith("summary of ")
             if summary:
                 with state.changed:
