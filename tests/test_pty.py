@@ -316,17 +316,12 @@ def test_a_session_file_never_runs_code(
     assert "not in your agent folders" in shown.getvalue()
 
 
-def test_an_empty_reply_is_said_and_an_acknowledgment_is_labelled(
-    chatloop_home: Path, project: Path
-) -> None:
-    """Through the installed program and a scripted server: after ``-c``, the
-    acknowledgment of the restoration prompt is labelled as such, and the answer
-    after it as the answer (they differ only in style otherwise); an empty reply is
-    said to be empty, where before the screen showed nothing."""
+def _herb_session(chatloop_home: Path, project: Path) -> tuple[Path, str]:
+    """One closed session of ``project`` to resume (a question, its answer, its
+    summary): the project's folder and the session's id."""
     from chatloop.format import Message, render_markdown
     from chatloop.store.store import Store
     from tests.conftest import T0, new_meta
-    from tests.scripted_server import scripted_server
 
     folder = Store(chatloop_home, cwd=project).project_dir
     folder.mkdir(parents=True)
@@ -337,6 +332,19 @@ def test_an_empty_reply_is_said_and_an_acknowledgment_is_labelled(
         Message.create("summary", T0, text="**Pending:** pot sizes"),
     )
     (folder / f"{meta.id}.md").write_bytes(render_markdown(Session(meta, messages)))
+    return folder, meta.id
+
+
+def test_an_empty_reply_is_said_and_an_acknowledgment_is_labelled(
+    chatloop_home: Path, project: Path
+) -> None:
+    """Through the installed program and a scripted server: after ``-c``, the
+    acknowledgment of the restoration prompt is labelled as such, and the answer
+    after it as the answer (they differ only in style otherwise); an empty reply is
+    said to be empty, where before the screen showed nothing."""
+    from tests.scripted_server import scripted_server
+
+    _herb_session(chatloop_home, project)
 
     answers = iter(["Thirty centimetres.", ""])
 
@@ -382,20 +390,10 @@ def test_a_resume_is_acknowledged_by_chatloop_before_the_first_reply_without_a_c
     it that only acknowledges the summary; the child file holds chatloop's
     acknowledgment after the restoration prompt, flagged as its own, and the screen
     says so."""
-    from chatloop.format import Message, parse_markdown, render_markdown
-    from chatloop.store.store import Store
-    from tests.conftest import T0, new_meta
+    from chatloop.format import parse_markdown
     from tests.scripted_server import scripted_server
 
-    folder = Store(chatloop_home, cwd=project).project_dir
-    folder.mkdir(parents=True)
-    meta = new_meta(id="20261121-143045-0e0e0e0e", status="closed", queries=1)
-    messages = (
-        Message.create("user", T0, text="Plan the herb pots"),
-        Message.create("assistant", T0, text="Mint and parsley."),
-        Message.create("summary", T0, text="**Pending:** pot sizes"),
-    )
-    (folder / f"{meta.id}.md").write_bytes(render_markdown(Session(meta, messages)))
+    folder, parent_id = _herb_session(chatloop_home, project)
     lasts: list[str] = []
 
     def reply(request: dict[str, object]) -> str:
@@ -417,7 +415,7 @@ def test_a_resume_is_acknowledged_by_chatloop_before_the_first_reply_without_a_c
     assert "Acknowledged by chatloop" in screen and "The model acknowledges" not in screen
     assert not [last for last in lasts if last.startswith("We are continuing")]  # none acked
     assert lasts[0] == "How deep should the pots be?"
-    (path,) = [p for p in folder.glob("*.md") if p.stem != meta.id]
+    (path,) = [p for p in folder.glob("*.md") if p.stem != parent_id]
     opened = parse_markdown(path.read_bytes()).session.messages
     assert opened[0].restore and opened[0].role == "user"
     assert opened[1].role == "assistant" and opened[1].restore and opened[1].fallback

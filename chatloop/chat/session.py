@@ -956,15 +956,9 @@ class ChatSession:
     def _next_turn_kept(
         self, messages: Sequence[Message], cap: int
     ) -> tuple[list[ChatMessage] | None, list[ChatMessage] | None]:
-        """How a summary of ``messages`` (this file's) made ahead keeps the next turn's
-        beginning (its system prompt and those messages, as it will send them) in a
-        one-slot server's prompt cache, which a summary request would otherwise push
-        out: ``(chat, None)`` when the summary can be asked as the conversation's next
-        message (``chain.summarize``'s ``chat``: the request and a summary of ``cap``
-        tokens fit the window, nothing left out of it); ``(None, beginning)`` when it
-        cannot: that beginning is asked for once more after the summary (``prime``);
-        ``(None, None)`` for an agent with tools or a ``--full`` history before the
-        file (the turn's beginning differs from any request made here)."""
+        """``compaction.next_turn_kept`` for this file's ``messages``: plain (its
+        ``(None, None)`` otherwise) unless the agent has tools or a ``--full`` history
+        comes before the file."""
         plain = not (self.agent.tools or self.prefix)
         previous = self.previous
         return compaction.next_turn_kept(
