@@ -394,3 +394,31 @@ def test_continue_goes_on_from_the_transcript_when_the_summary_being_written_han
     assert restoration.restore and "water basil" in restoration.text
     assert [m.text for m in child.messages if m.is_query] == ["And in winter?"]
     assert _read(parent).meta.status == "closed"  # and the worker wrote the file's own
+
+
+def test_a_try_stopped_by_the_mark_before_the_watch_looks_is_asked_again(tmp_path: Path) -> None:
+    """The worker's ``Cancel`` looks at the person's mark itself (``Cancel.when``), so
+    a try can stop before the watch's thread has seen the mark: that try was yielded
+    all the same and is asked again, never taken for a failure (CI: the worker gave
+    up and left the session open)."""
+    from types import SimpleNamespace
+
+    from chatloop.backends.base import Cancel, Cancelled
+    from chatloop.chat import background, sharing
+    from tests.hosts import TEST_SETTINGS
+
+    server = SimpleNamespace(kind="openai", base_url="http://127.0.0.1:9/v1")
+    shared = sharing.Shared(tmp_path, server, idle=0)  # type: ignore[arg-type]
+    settings = TEST_SETTINGS._replace(summary_worker_patience=60, summary_worker_timeout=60)
+    tries: list[bool] = []
+
+    def ask(cancel: Cancel) -> str:
+        tries.append(True)
+        if len(tries) == 1:
+            sharing.use(tmp_path, server)  # type: ignore[arg-type]  # the person comes
+            assert cancel.is_set  # at once: the Cancel looked at the mark itself
+            raise Cancelled("given up for the person")
+        return "the summary"
+
+    assert background._when_free(shared, settings, ask) == "the summary"
+    assert len(tries) == 2

@@ -220,8 +220,8 @@ def _when_free(
                         functools.partial(ask, cancel),
                         cancel.set,
                     )
-                except Cancelled:
-                    if not seen.yielded.is_set():
+                except Cancelled:  # (the mark's, seen by the watch or by the Cancel itself)
+                    if not (seen.yielded.is_set() or shared.marked_since(since)):
                         raise
                     outcome = None
             if not seen.yielded.is_set():
