@@ -41,6 +41,10 @@ DEFAULT_RETRIES = 2  # retries of a request that failed before any reply arrived
 DRAFT_SECONDS = 1.0  # a streaming reply is put on disk at most this often (and at its start)
 DEFAULT_MAX_TOOL_ROUNDS = 8  # rounds of tool calls in one turn, then a reply without tools
 DEFAULT_AUTO_COMPACT = "ask"  # ask | on | off
+DEFAULT_RECALL = "auto"  # auto | off: recall in continued chats (chat.recall)
+# recall brings back at most window // RECALL_SHARE tokens for one message (2,048 -> 256),
+# and never more than the window has free beside it and the reply's room
+RECALL_SHARE = 8
 DEFAULT_COMPACT_THRESHOLD = 0.8  # share of the window after which compaction is offered
 DEFAULT_SUMMARY_MAX_TOKENS = 700  # the longest summary reply (about 500 words)
 # Shares of the context window, so that the defaults work from 2K to 128K tokens
@@ -126,6 +130,7 @@ class Settings(NamedTuple):
     summaries: str = DEFAULT_SUMMARIES  # background | wait
     acknowledgment: str = DEFAULT_ACKNOWLEDGMENT  # written | model
     prepare_compaction: str = DEFAULT_PREPARE_COMPACTION  # on | off
+    recall: str = DEFAULT_RECALL  # auto | off
     sessions_dir: str = ""
     # MCP servers every agent is offered (chat.mcp_servers): the config file's mapping,
     # kept as JSON text (a setting is a plain value); an agent's own of the same name win
@@ -232,6 +237,12 @@ CHOICES: dict[str, tuple[tuple[str, ...], str]] = {  # the words a key takes, an
         "background writes a chat's summary after it ends, in a worker; wait writes it "
         "before chatloop returns; background also lets a compaction begin the new "
         "session at once, its model summary written behind.",
+    ),
+    "recall": (
+        ("auto", "off"),
+        "auto brings back, in front of a message in a continued chat, the earlier "
+        "exchanges of its chain that match it and that the new session no longer holds "
+        '(docs/chains.md, "Recall"); off never does. /norecall skips one message.',
     ),
     "acknowledgment": (
         ("written", "model"),

@@ -123,6 +123,7 @@ def messages(draw: st.DrawFn) -> Message:
         fallback=draw(st.booleans()),
         copy=draw(st.booleans()),
         unsent=draw(st.booleans()),
+        recalled=draw(st.booleans()),
     )
 
 

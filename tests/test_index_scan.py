@@ -33,8 +33,10 @@ def test_scan_gives_what_a_full_parse_gives(session: Session) -> None:
     assert fast == slow
     words = text.decode("utf-8")
     for message in session.messages:
-        assert message.text in words
         assert message.key not in words  # no frame or part marker is indexed
+        if message.recalled:  # indexed where it was said, never again as new words
+            continue
+        assert message.text in words
         for result in message.tool_results:
             assert result.content in words
 

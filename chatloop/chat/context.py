@@ -58,6 +58,7 @@ __all__ = [
     "summary_cap",
     "to_wire",
     "tool_costs",
+    "with_recalled",
 ]
 
 
@@ -227,6 +228,7 @@ def plan(
     reused (the same plan, made faster).
     """
     count = count or TokenCount()
+    messages = with_recalled(messages)
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
     budget = Budget(
         window=window or DEFAULT_WINDOW,
@@ -280,12 +282,32 @@ def tool_costs(
     return sorted(costs, key=lambda cost: -cost[2])
 
 
+def with_recalled(messages: Sequence[Message]) -> Sequence[Message]:
+    """``messages`` as a request sends them: what recall brought back for the last
+    message sent as the person's (``Message.recalled``, written just after it: a query,
+    or the restoration prompt that carries a query the full window could not take) goes
+    in front of that message's text, in one user message (a chat template may refuse
+    two in a row), in the sent copy only. What was recalled for an earlier one is not
+    sent again (``to_wire`` leaves every recalled message out): recall serves the query
+    it was made for."""
+    last = max(
+        (i for i, m in enumerate(messages) if m.role == "user" and not (m.unsent or m.recalled)),
+        default=-1,
+    )
+    if last < 0 or last + 1 >= len(messages) or not messages[last + 1].recalled:
+        return messages
+    query = messages[last]
+    merged = query._replace(text=f"{messages[last + 1].text}\n\n{query.text}")
+    return [*messages[:last], merged, *messages[last + 1 :]]
+
+
 def to_wire(system_prompt: str, messages: Iterable[Message]) -> list[ChatMessage]:
     """Chat messages for ``messages``, after the system prompt (if any); a message the
-    person typed that was never sent (``Message.unsent``) is none of them."""
+    person typed that was never sent (``Message.unsent``) is none of them, nor what
+    recall brought back (``Message.recalled``: ``with_recalled`` sends it)."""
     out: list[ChatMessage] = [{"role": "system", "content": system_prompt}] if system_prompt else []
     for m in messages:
-        if m.unsent:
+        if m.unsent or m.recalled:
             continue
         if m.role == "user":
             out.append({"role": "user", "content": m.text})

@@ -68,6 +68,7 @@ from chatloop.chat import (
     ending,
     forking,
     prompts,
+    recall,
     restoration,
     resumption,
     sharing,
@@ -103,7 +104,13 @@ from chatloop.chat.state import (
 )
 from chatloop.chat.tokens import TokenCount
 from chatloop.chat.turn import TurnResult, prime, respond, run_turn
-from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_LOOKBACK, Settings
+from chatloop.config import (
+    MAX_CARRIED,
+    PREPARE_IDLE_S,
+    PREPARE_LOOKBACK,
+    RECALL_SHARE,
+    Settings,
+)
 from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta, Totals, exchanges
 from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder, wait_for_lock
@@ -162,6 +169,8 @@ class ChatSession:
     # the window, the counts and the plans of this model with this agent: made anew on a
     # switch of model, backend or agent (``chat.meter``)
     meter: Meter = field(init=False)
+    # the memory of the chain this session continues, read in a thread (``chat.recall``)
+    recalls: recall.Recall = field(init=False)
 
     # ------------------------------------------------------------------ state
     def __post_init__(self) -> None:
@@ -171,6 +180,7 @@ class ChatSession:
             self.arming = Arming.of(self.settings, say=lambda line: self.host.notice(line, "warn"))
             self.arming.ask = self.host.ask
         self.meter = Meter.of(self.backend, self.agent, self.settings)
+        self.recalls = recall.Recall(self.store)
 
     @property
     def state(self) -> State:
@@ -358,7 +368,7 @@ class ChatSession:
         )
 
     # ------------------------------------------------------------------ a turn
-    def send(self, text: str) -> TurnResult:
+    def send(self, text: str, recalling: bool = True) -> TurnResult:
         """One exchange: save ``text``, make room if needed, stream the reply, run tools;
         then compact if the window is past the threshold.
 
@@ -372,7 +382,9 @@ class ChatSession:
         saying where it is kept; Up recalls it). Raises
         StoreError when the message cannot be saved (it stays queued and is written and
         sent first next time), ChatloopError when the server failed (after the failure
-        is recorded in the file)."""
+        is recorded in the file). In a session that continues another, what the chain
+        said earlier that matches ``text`` is written and sent in front of it
+        (``_recalled``), unless ``recalling`` is False (``/norecall``)."""
         self.preparer.overtake()  # the person goes first: a summary being prepared is given up
         self.take_title(wait=False)  # and a title not come yet
         self._revise()  # a parent's model summary written since: it takes its place now
@@ -386,8 +398,55 @@ class ChatSession:
         except StoreError as exc:
             raise self._queued_error(exc) from exc
         if begins is not None:
-            return self._first_of_child(begins, message, typed)
-        return self._go_on(message)
+            return self._first_of_child(begins, message, typed, recalling)
+        return self._go_on(message, recalling)
+
+    def _recall(self, text: str) -> None:
+        """What recall brings back for the query ``text``, just saved and given its room
+        (``chat.recall``): the chain's earlier exchanges that match it and that this
+        session does not hold, within window // RECALL_SHARE tokens and the room the
+        window has left beside the query and the reply; written after it (sent in front
+        of it: ``context.with_recalled``) and told in one line. Nothing when the session
+        continues no chain, recall is off, nothing matches, there is no room, or it
+        cannot be saved: recall never makes a query wait, compact or fail."""
+        if self.settings.recall != "auto":
+            return
+        self.follow_chain()
+        planned = self.plan()
+        room = int(planned.budget.available / planned.margin) - planned.messages_tokens
+        budget = min(room, planned.budget.window // RECALL_SHARE)
+        held = [*self.prefix, *self.messages]
+        found = self.recalls.before(text, held, budget, estimate_tokens)
+        if found is None:
+            return
+        made = recall.recalled_message(found, self.clock())
+        while not self.plan([made]).fits:  # (counted by the server: the estimate ran low)
+            found = found.without_last()
+            if found is None:
+                return
+            made = recall.recalled_message(found, made.at)
+        self.lifecycle.hold(made)
+        try:
+            self.flush()
+        except StoreError:
+            self.lifecycle.drop(made)  # the query goes alone (it is saved: the error said)
+            return
+        self.host.notice(found.notice(estimate_tokens(made.text)), "info")
+
+    def follow_chain(self) -> None:
+        """Have recall read the chain this session continues (in a thread: a lookup
+        then waits for it only if it is not read yet)."""
+        match self.state:
+            case Waiting(continuation=Branch(parent=parent, forked_at=at)):
+                self.recalls.follow(parent.path, at)
+            case Waiting(continuation=FromSummary(parent=parent) | WithHistory(parent=parent)):
+                self.recalls.follow(parent.path)
+            case Open(writer=writer) | Closing(writer=writer):
+                forked = writer.meta.extra.get("forked_at")
+                upto = forked if isinstance(forked, int) and not isinstance(forked, bool) else None
+                self.recalls.follow(self.store.parent_of(writer.path, writer.meta), upto)
+            case _:
+                self.recalls.follow(None)
 
     def send_saved(self, writer: SessionWriter) -> TurnResult:
         """``send`` for the first message of a new chat, saved before this session was
@@ -417,7 +476,7 @@ class ChatSession:
             self.host.notice(note, "warn")
         return self._go_on(message)
 
-    def _go_on(self, message: Message) -> TurnResult:
+    def _go_on(self, message: Message, recalling: bool = True) -> TurnResult:
         """``message``, the open file's last, sent: compacting first when the history
         does not leave it room (the child answers it), refused and kept in the file
         marked as not sent (``_set_aside``) when it cannot be sent at all."""
@@ -442,7 +501,7 @@ class ChatSession:
                     "space, then send it again (Up recalls it).",
                 ) from exc
             return TurnResult()
-        return self._answer(text)
+        return self._answer(text, recalling)
 
     def _set_aside(self, message: Message) -> bool:
         """``message``, just saved, cannot be sent: it stays in the file marked as not
@@ -505,7 +564,9 @@ class ChatSession:
             hint,
         )
 
-    def _answer(self, text: str) -> TurnResult:
+    def _answer(self, text: str, recalling: bool = True) -> TurnResult:
+        if recalling:
+            self._recall(text)
         view = self.host.reply_view()
         failures: list[StoreError] = []
 
@@ -766,6 +827,12 @@ class ChatSession:
         for the next try. Nothing typed is lost either way. ``instructions``: what
         the person wants the summary to keep ("/compact keep the budget figures").
         The child is written with the next message (``Waiting``)."""
+        try:
+            self._compact(unanswered, instructions)
+        finally:
+            self.follow_chain()  # the child's chain is read while the person types
+
+    def _compact(self, unanswered: str | None, instructions: str) -> None:
         if not any(m.is_query for m in [*self.prefix, *self.messages]):
             raise ChatloopError("Nothing to compact yet", "Send a message first.")
         self.preparer.overtake()  # a summary still being prepared is not waited for
@@ -1012,6 +1079,7 @@ class ChatSession:
         if unanswered is not None:
             writer = self._begin(continuation)
             if not self.leaving:
+                self._recall(unanswered)  # (sent within the restoration prompt it follows)
                 self._acknowledge(writer, answers=True)
         else:
             self.host.notice(
@@ -1091,7 +1159,9 @@ class ChatSession:
         now = self.clock()
         return builders.child_of(continuation, self.pins, model, title, now, folder, acknowledged)
 
-    def _first_of_child(self, begins: Continuation, message: Message, typed: int) -> TurnResult:
+    def _first_of_child(
+        self, begins: Continuation, message: Message, typed: int, recalling: bool = True
+    ) -> TurnResult:
         """``message``, just written (the last of ``typed`` messages) with the child of
         ``begins``, sent: when the count
         says the child cannot take it as it begins, the child is made over in place
@@ -1121,7 +1191,7 @@ class ChatSession:
                 self.host.notice(
                     "Acknowledged by chatloop (no model call before your reply).", "restored"
                 )
-        return self._answer(message.text)
+        return self._answer(message.text, recalling)
 
     def _begin_otherwise(
         self, begins: Continuation, writer: SessionWriter, typed: int
@@ -1308,6 +1378,12 @@ class ChatSession:
         its summary), or as a fork. The agent and server are the caller's: chosen by
         ``continuation.agent_for`` and ``server.connect``. The child is written with
         the next message (``Waiting``)."""
+        try:
+            self._continue_from(located, kind)
+        finally:
+            self.follow_chain()  # the chain is read while the person types
+
+    def _continue_from(self, located: continuation.Located, kind: continuation.Kind) -> None:
         self._refuse_own(located)
         if self.unsaved:  # they belong to this conversation: saved here first, or no resume
             try:

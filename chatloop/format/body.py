@@ -51,7 +51,7 @@ __all__ = [
 
 _LEAD_RE = {
     1: re.compile(r"## (?:Query \d+|Session Restored) \([^)\n]*\)\n\n"),
-    2: re.compile(r"## (?:Query \d+|Session restored|Carried over)\n"),
+    2: re.compile(r"## (?:Query \d+|Session restored|Carried over|Recalled)\n"),
 }
 _SPEAKER_RE = {1: re.compile(r"\*\*[^\n]*?:\*\* "), 2: re.compile(r"### [^\n]*\n")}
 _FOOTER_RE = re.compile(r"\n\n\*[^\n]*\*\Z")
@@ -95,6 +95,8 @@ def _lead(message: Message, query: int, version: int) -> str:
         title = "Session Restored" if message.restore else f"Query {query}"
         return f"## {title} ({message.at.strftime('%H:%M:%S')})\n\n"
     if message.restore:  # a copy of what was said before, or what a session brought in
+        if message.recalled:
+            return "## Recalled\n"
         return "## Carried over\n" if message.copy else "## Session restored\n"
     return f"## Query {query}\n"
 

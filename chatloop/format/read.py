@@ -78,7 +78,7 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
         duration = _duration(secs, notes)
         interrupted, fallback = get("interrupted") is True, get("fallback") is True
         restore, copy = get("restore") is True, get("copy") is True
-        unsent = get("unsent") is True
+        unsent, recalled = get("unsent") is True, get("recalled") is True
         footer = has_footer(1, secs is not None, usage_raw is not None, interrupted, fallback)
         model, stop = _opt_str(get("model")), _opt_str(get("stop"))
     else:
@@ -97,8 +97,9 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
             fallback = info.get("fallback") is True
             copy = info.get("copy") is True
             unsent = info.get("unsent") is True
+            recalled = info.get("recalled") is True
         else:
-            interrupted = restore = fallback = copy = unsent = False
+            interrupted = restore = fallback = copy = unsent = recalled = False
     body_notes: list[str] = []
     try:
         body = raw_body.decode("utf-8")
@@ -139,6 +140,7 @@ def message_from(frame: Frame, meta: SessionMeta, problems: list[Problem]) -> Me
         fallback,
         copy,
         unsent,
+        recalled,
     )
 
 

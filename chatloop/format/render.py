@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 # The flags an open line carries (``"flag":true``) when set; ``read`` reads them back.
-MESSAGE_FLAGS = ("interrupted", "restore", "fallback", "copy", "unsent")
+MESSAGE_FLAGS = ("interrupted", "restore", "fallback", "copy", "unsent", "recalled")
 
 
 def render_markdown(session: Session) -> bytes:

@@ -159,9 +159,10 @@ def skim(
         elif role == "summary":
             has_summary = True
         footer = any(k in info for k in footer_keys)
-        piece = searchable(role, frame.key.encode(), frame.body, footer, version)
-        bodies.append(piece)
-        held += len(piece) + 1
+        if b'"recalled":true' not in info:  # (recalled words are indexed where first said)
+            piece = searchable(role, frame.key.encode(), frame.body, footer, version)
+            bodies.append(piece)
+            held += len(piece) + 1
         if words is not None and held >= SEARCH_CHUNK_BYTES:
             words(_utf8(b"\n".join(bodies)))
             bodies, held = [], 0
@@ -198,7 +199,7 @@ def skim_of(result: ParseResult) -> Skim:
     kept = [m for m in messages if m.role == "user" and m.unsent and not m.restore]
     said = [m for m in messages if m.is_query] or kept
     preview = _previewed(said[-1]) if said else ""
-    text = "\n".join(words_of(m) for m in messages).encode()
+    text = "\n".join(words_of(m) for m in messages if not m.recalled).encode()
     problems = len([p for p in result.problems if p.kind not in ("unknown_key",)])
     return Skim(
         session.meta,

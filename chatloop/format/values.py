@@ -163,6 +163,10 @@ class Message(NamedTuple):
     ``unsent`` marks a message the person typed that could not be sent (too long for
     the context window, or the window full with compaction off): kept in the file,
     it is never a query, never counted and never part of the conversation sent.
+    ``recalled`` marks what chatloop brought back from the chain's earlier files for
+    the query just before it (``chatloop.chat.recall``): also ``restore`` (brought in,
+    never said), sent only in front of that query (``context.with_recalled``), never
+    summarized, never a source of the ledger.
     ``key`` is the frame key: use ``Message.create`` or ``new_key`` so that it does
     not occur in the content. ``message._replace(text=...)`` makes a changed copy.
 
@@ -189,6 +193,7 @@ class Message(NamedTuple):
     fallback: bool = False
     copy: bool = False
     unsent: bool = False
+    recalled: bool = False
 
     @classmethod
     def create(cls, role: Role, at: datetime, **fields: Any) -> Message:

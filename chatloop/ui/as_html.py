@@ -250,6 +250,9 @@ class _Page:
         return self._summary(message)
 
     def _user(self, meta: SessionMeta, m: Message) -> str:
+        if m.recalled:  # (chatloop's lookup in the chain's earlier files, for the next query)
+            body = _fold("Recalled (sent in front of the query above)", _pre(m.text), "restore")
+            return self._card("restore", "Recalled from earlier sessions", m, body)
         if m.restore and not m.copy:  # (a restoration prompt, also where a fork carries one)
             body = _fold("Restoration prompt (what the model was given)", _pre(m.text), "restore")
             self._restorations += 1  # a later one revises the first (chat.restoration)

@@ -89,6 +89,7 @@ def message_dict(m: Message) -> dict[str, object]:
         "fallback": m.fallback,
         "copy": m.copy,
         "unsent": m.unsent,
+        "recalled": m.recalled,
     }
 
 
@@ -131,6 +132,7 @@ def _plain_dict(p: Plain, facts: Facts) -> dict[str, object]:
         "fallback": False,
         "copy": False,
         "unsent": False,
+        "recalled": False,
     }
 
 

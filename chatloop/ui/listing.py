@@ -194,10 +194,12 @@ def transcript_lines(
         role = m.role
         if role == "user":
             query += m.is_query
-            prompt = m.restore and not m.copy
+            prompt = m.restore and not m.copy and not m.recalled
             restorations += prompt
             label = (
-                (carried if m.copy else "Summary revised" if restorations > 1 else restored)
+                "Recalled"
+                if m.recalled
+                else (carried if m.copy else "Summary revised" if restorations > 1 else restored)
                 if m.restore
                 else "Not sent"
                 if m.unsent

@@ -306,13 +306,17 @@ def as_said(messages: Sequence[Message]) -> list[Message]:
     they are never numbered as its queries), and a summary leaves out what is
     marked so: the restoration prompt, whose summary is given apart, and the
     acknowledgment that answers it. The other copies are the branch's own past,
-    and its summary must cover them, or resuming the branch loses them."""
+    and its summary must cover them, or resuming the branch loses them. What recall
+    brought back (``recalled``) stays brought in: it was said where it came from."""
     out: list[Message] = []
     after_prompt = False  # the message before was a restoration prompt
     for m in messages:
         prompt = is_restoration(m)
         copy = m.copy or (
-            m.restore and not prompt and not (after_prompt and m.role == "assistant")
+            m.restore
+            and not m.recalled  # (brought back for a query, never said here)
+            and not prompt
+            and not (after_prompt and m.role == "assistant")
         )  # (a file written before copies were marked: neither a prompt nor its answer)
         out.append(m._replace(restore=False, copy=False) if copy else m)
         after_prompt = prompt

@@ -174,6 +174,12 @@ TABLE: tuple[Spec, ...] = (
         this_session.file,
     ),
     Spec(
+        "norecall",
+        "/norecall TEXT",
+        "send TEXT without what recall would bring back from the chain's earlier sessions",
+        this_session.norecall,
+    ),
+    Spec(
         "model", "/model [NAME]", "list the server's models, or switch to NAME", next_session.model
     ),
     Spec(

@@ -223,6 +223,16 @@ def unpin(shell: Shell, arg: str) -> None:
     render.note(shell.console, f"Unpinned fact {int(arg)}.")
 
 
+def norecall(shell: Shell, arg: str) -> None:
+    """Send ``arg`` as a message, without recall (``chat.recall``) for it."""
+    if not arg.strip():
+        raise ChatloopError(
+            "Give the message to send without recall",
+            "For example: /norecall what did we decide about the proxy?",
+        )
+    shell.session.send(arg.strip(), recalling=False)
+
+
 def file(shell: Shell, arg: str) -> None:
     from chatloop.chat.attachments import attachment, with_attachments
 
