@@ -4,18 +4,29 @@ never summarized again, never a source of the ledger."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
-from chatloop.backends.base import ChatMessage, estimate_tokens
+from chatloop.backends.base import (
+    Cancel,
+    ChatMessage,
+    Event,
+    Finish,
+    ToolCallEvent,
+    estimate_tokens,
+)
 from chatloop.chat import recall
 from chatloop.chat.context import to_wire, with_recalled
 from chatloop.chat.session import ChatSession
-from chatloop.format import Message
+from chatloop.errors import ChatloopError
+from chatloop.format import Message, exchanges
 from chatloop.store.store import Store
 from tests.conftest import T0, new_meta
 from tests.fakes import STRUCTURED, FakeBackend
 from tests.hosts import chat, files
+from tests.repl_driver import drive
 
 FACT = "The staging proxy listens on port 8443 behind gateway gw-east-7."
 QUESTION = "Which port did we give the staging proxy again?"
@@ -192,3 +203,122 @@ def test_a_query_the_full_window_hands_to_a_new_session_gets_its_recall(store: S
     assert sent.startswith(recall.HEAD) and ANSWER in sent  # in front of the restoration
     child = files(store)[-1]
     assert [m.recalled for m in child.messages[:2]] == [False, True]
+
+
+def test_recall_words_lists_this_chain_then_other_sessions_and_brings_in_the_picked(
+    store: Store,
+) -> None:
+    other_backend = FakeBackend()
+    other, _ = chat(store, other_backend)
+    other.send("The staging proxy on gateway gw-west-2 uses port 9443 in the old setup.")
+    other.close()
+    other_path = files(store)[-1].meta.id
+
+    backend = FakeBackend(default=model)
+    session, _ = chat(store, backend, recall="off")
+    session.send("Pick a port for the staging proxy.")
+    talk(session, "lunch", "coffee", "tea")
+    session.compact()
+    talk(session, "snacks")
+    session.follow_chain()
+    elsewhere = [p for p in store.project_dir.glob("*.md") if p.stem == other_path]
+    shown = session.recalls.search("staging proxy port", elsewhere)
+    lines = [line for _, line in shown]
+    assert ANSWER in lines[0] and "(session " in lines[0]  # this chain's first
+    assert any("(another session " in line and "9443" in line for line in lines[1:])
+    assert session.recalls.pick([1, len(lines)]) == [shown[0], shown[-1]]
+
+    session.send("Which of those should we keep?")  # recall is off: only what was picked
+    sent = str(backend.calls[-1]["messages"][-1]["content"])
+    assert ANSWER in sent and "9443" in sent and sent.endswith("Which of those should we keep?")
+    session.send("And the lunch plans?")  # picked ones go with one message only
+    assert "9443" not in str(backend.calls[-1]["messages"][-1]["content"])
+    try:
+        session.recalls.pick([99])
+    except ChatloopError as exc:
+        assert "no recalled exchange number 99" in exc.message
+    else:
+        raise AssertionError("a number /recall did not show was taken")
+
+
+def test_the_chat_commands_recall_and_norecall(store: Store) -> None:
+    backend = FakeBackend(default=model)
+    lines = [
+        "Pick a port for the staging proxy.",
+        *(f"Tell me something about {topic} for the team." for topic in ("lunch", "tea", "jam")),
+        "/compact",
+        "Tell me something about snacks for the team.",
+        f"/norecall {QUESTION}",
+        "/recall staging proxy",
+        "/recall 1",
+        "What now?",
+        "/recall 7",
+        "exit",
+    ]
+    _, out = drive(store, backend, "\n".join(lines) + "\n")
+    asked = [str(c["messages"][-1]["content"]) for c in backend.calls]
+    assert QUESTION in asked and not any(ANSWER in a for a in asked if a.endswith(QUESTION))
+    assert "  1. (session " in out and ANSWER in out
+    assert "1 exchange will go with your next message" in out
+    (now,) = [a for a in asked if a.endswith("What now?")]
+    assert now.startswith(recall.HEAD) and ANSWER in now
+    assert "There is no recalled exchange number 7" in out
+
+
+class Calling(FakeBackend):
+    """The scripted model, that calls the recall tool when asked which port."""
+
+    def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[dict[str, Any]] | None = None,
+        options: dict[str, Any] | None = None,
+        cancel: Cancel | None = None,
+    ) -> Iterator[Event]:
+        if tools and messages[-1]["role"] == "user" and "Which port" in str(messages[-1]):
+            self.calls.append({"messages": list(messages), "tools": tools, "options": options})
+            yield ToolCallEvent("call_1", "recall", '{"query": "staging proxy port"}')
+            yield Finish("tool_calls")
+            return
+        yield from super().stream(messages, tools=tools, options=options, cancel=cancel)
+
+
+def test_an_agent_that_calls_tools_gets_a_read_only_recall_tool(store: Store) -> None:
+    backend = Calling(default=model)
+    session, _ = chat(store, backend, agent="file_fiona.py", recall="off")
+    assert "recall" in [tool.name for tool in session.agent.tools]
+    session.send("Pick a port for the staging proxy.")
+    talk(session, "lunch", "coffee", "tea")
+    session.compact()
+    session.send(QUESTION)
+    (result,) = [m for m in files(store)[-1].messages if m.role == "tool"]
+    (answer,) = result.tool_results
+    assert answer.name == "recall" and not answer.is_error and ANSWER in answer.content
+    plain, _ = chat(store, FakeBackend())  # an agent without tools is offered none
+    assert plain.agent.tools == ()
+
+
+def test_what_was_recalled_is_no_part_of_an_exchange_carried_or_shown() -> None:
+    query = Message.create("user", T0, text=QUESTION)
+    memo = Message.create("user", T0, text=f"{recall.HEAD}\n- a line", restore=True, recalled=True)
+    reply = Message.create("assistant", T0, text="Port 8443.")
+    assert list(exchanges([query, memo, reply])) == [[query, reply]]
+
+
+def test_search_recall_needs_a_terminal_and_says_so(tmp_path: Path) -> None:
+    from tests.test_cli import run
+
+    (tmp_path / "project").mkdir()
+    done = run("search", "proxy", "--recall", cwd=tmp_path / "project", home=tmp_path / "home")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "search --recall lists the exchanges in a chat, which needs a terminal" in done.stderr
+
+
+def test_a_new_chat_opened_on_recall_lists_the_projects_exchanges(store: Store) -> None:
+    backend = FakeBackend(default=model)
+    session, _ = chat(store, backend)
+    session.send("Pick a port for the staging proxy.")
+    session.close()
+    _, out = drive(store, FakeBackend(), "exit\n", run_args={"opening": ("/recall staging proxy",)})
+    assert "  1. (another session " in out and ANSWER in out

@@ -94,6 +94,8 @@ def test_the_repl_shows_hostile_replies_and_titles_as_text(store: Store) -> None
         "pin": HOSTILE,
         "unpin": "1",
         "search": HOSTILE,
+        "recall": HOSTILE,
+        "norecall": HOSTILE,
     }
     skipped = {
         "exit",

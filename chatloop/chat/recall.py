@@ -46,6 +46,7 @@ message; it is never a path, markup or structure.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sqlite3
 import threading
@@ -55,6 +56,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from chatloop.chat.agent import Agent, tool_from_function
 from chatloop.errors import ChatloopError
 from chatloop.format import Message, exchanges
 from chatloop.ids import tail_of
@@ -69,6 +71,7 @@ __all__ = [
     "chain_exchanges",
     "exchanges_of",
     "recalled_message",
+    "with_tool",
 ]
 
 HEAD = (
@@ -80,6 +83,7 @@ DISTINCT_MIN = 3  # ...but a word held by this many is, however short the chain
 COMMON_SHARE = 0.5  # a word held by more is not even ranked by
 SENTENCE_CHARS = 300  # a recalled sentence is cut here
 MAX_FOUND = 12  # exchanges ranked per lookup (the budget takes the best of them)
+MAX_SHOWN = 10  # exchanges /recall lists from the chain, and from other sessions
 RELEVANT_SHARE = 0.5  # an exchange ranked below this share of the best one's is left
 MAX_CHAIN = 10_000  # parent links followed at most (a loop guard)
 
@@ -269,10 +273,24 @@ class Memory:
             return set()
         return {term for term, doc in rows if doc <= max(DISTINCT_MIN, count * COMMON_SHARE)}
 
-    def find(self, text: str, limit: int = MAX_FOUND) -> tuple[list[Exchange], set[str]]:
+    def searched(self, text: str) -> set[str]:
+        """The words of ``text`` that are no common word and that some exchange holds."""
+        wanted = sorted(_candidates(text))
+        if not wanted:
+            return set()
+        marks = ",".join("?" * len(wanted))
+        with self._lock:
+            rows = self._db.execute(f"SELECT term FROM vocab WHERE term IN ({marks})", wanted)
+            return {term for (term,) in rows.fetchall()}
+
+    def find(
+        self, text: str, limit: int = MAX_FOUND, asked: bool = False
+    ) -> tuple[list[Exchange], set[str]]:
         """The exchanges that hold a distinctive word of ``text``, best first (bm25),
-        at most ``limit``, and those words."""
-        terms = self.distinctive(text)
+        at most ``limit``, and those words. ``asked``: the person looks them up
+        (``/recall WORDS``): every word of ``text`` that is no common word is looked up,
+        distinctive or not, and every exchange that holds one is kept."""
+        terms = self.searched(text) if asked else self.distinctive(text)
         if not terms:
             return [], terms
         match = " OR ".join(f'"{term}"' for term in sorted(terms))
@@ -281,16 +299,17 @@ class Memory:
                 "SELECT rowid, rank FROM ex WHERE ex MATCH ? ORDER BY rank LIMIT ?",
                 (match, limit),
             ).fetchall()
-        best = rows[0][1] if rows else 0.0  # (bm25 ranks are negative: lower is better)
+        best = rows[0][1] if rows and not asked else 0.0  # (bm25 ranks are negative)
         kept = [row for row, rank in rows if rank <= best * RELEVANT_SHARE]
         return [self.exchanges[row] for row in kept], terms
 
 
-def excerpt(exchange: Exchange, terms: set[str], held: str) -> str | None:
+def excerpt(exchange: Exchange, terms: set[str], held: str, elsewhere: bool = False) -> str | None:
     """The line ``exchange`` is recalled as: its provenance, then the statements of its
     query and replies that hold one of ``terms`` and that ``held`` (the session's
     messages, in ``_held_form``) does not quote (a query that states none is given by its
-    first sentence); None when no such statement is left."""
+    first sentence); None when no such statement is left. ``elsewhere``: the exchange is
+    not of this chain (``/recall`` found it in another session), and says so."""
 
     def kept(text: str) -> list[str]:
         return [_cut(s) for s in statements(text) if words(s) & terms and _held_form(s) not in held]
@@ -299,7 +318,8 @@ def excerpt(exchange: Exchange, terms: set[str], held: str) -> str | None:
     if not asked and not answered:
         return None
     when = exchange.at.date().isoformat()
-    line = f"- (session {exchange.handle}, query {exchange.number}, {when}) User:"
+    session = "another session" if elsewhere else "session"
+    line = f"- ({session} {exchange.handle}, query {exchange.number}, {when}) User:"
     first = _sentences(exchange.query)[:1] or [""]
     line += f" {' '.join(asked)}" if asked else f" {_cut(first[0])}"
     if answered:
@@ -313,15 +333,22 @@ def choose(
     held: Sequence[Message],
     budget: int,
     cost: Callable[[str], int],
+    picked: Sequence[tuple[Exchange, str]] = (),
 ) -> Recalled | None:
     """The excerpts of ``found`` (best first) that fit ``budget`` tokens with HEAD, as
     ``cost`` counts them, leaving out what ``held`` (the session's messages) holds; what
-    was recalled for an earlier query is not held (it is not sent again)."""
+    was recalled for an earlier query is not held (it is not sent again). ``picked``
+    (what the person chose with ``/recall``, as lines) go first, as they are."""
     held = [m for m in held if not m.recalled]
     keys = {m.key for m in held}
     said = " ".join(_held_form(m.text) for m in held if m.text)
     spent = cost(HEAD)
     items: list[tuple[Exchange, str]] = []
+    for exchange, chosen in picked:
+        if spent + cost(chosen) <= budget:
+            items.append((exchange, chosen))
+            spent += cost(chosen)
+            keys.add(exchange.key)
     for exchange in found:
         if exchange.key in keys:
             continue
@@ -357,6 +384,8 @@ class Recall:
         self._ready = threading.Event()
         self._ready.set()
         self._guard = threading.Lock()
+        self._shown: tuple[tuple[Exchange, str], ...] = ()  # what /recall listed last
+        self._picked: tuple[tuple[Exchange, str], ...] = ()  # to go with the next message
 
     def follow(self, first: Path | None, upto: int | None = None) -> None:
         """Recall from the chain whose latest earlier file is ``first`` (None: the
@@ -394,15 +423,102 @@ class Recall:
             return self._memory
 
     def before(
-        self, text: str, held: Sequence[Message], budget: int, cost: Callable[[str], int]
+        self,
+        text: str,
+        held: Sequence[Message],
+        budget: int,
+        cost: Callable[[str], int],
+        automatic: bool = True,
     ) -> Recalled | None:
-        """What to bring back in front of the query ``text``: the chain's exchanges that
+        """What to bring back in front of the query ``text``: what the person picked
+        (``pick``: taken, whatever fits), then (``automatic``) the chain's exchanges that
         match it and that ``held`` (the session's messages, as sent) does not hold, within
         ``budget`` tokens as ``cost`` counts them. None when nothing is."""
+        picked, self._picked = self._picked, ()
         if budget <= cost(HEAD):
             return None
+        memory = self.memory() if automatic else None
+        found, terms = memory.find(text) if memory is not None else ([], set())
+        return choose(found, terms, held, budget, cost, picked)
+
+    def lookup(self, text: str) -> list[str]:
+        """The lines of this chain's exchanges that hold a word of ``text`` (no common
+        word), best first: the ``recall`` tool's answer (``with_tool``)."""
         memory = self.memory()
         if memory is None:
-            return None
-        found, terms = memory.find(text)
-        return choose(found, terms, held, budget, cost)
+            return []
+        found, terms = memory.find(text, MAX_SHOWN, asked=True)
+        return [line for e in found if (line := excerpt(e, terms, "")) is not None]
+
+    def search(self, text: str, elsewhere: Sequence[Path]) -> list[tuple[Exchange, str]]:
+        """``/recall WORDS``: the exchanges that hold a word of ``text`` (no common
+        word), this chain's first, best first, then those of the sessions at
+        ``elsewhere`` (found by the index; this chain's files are left out), each as the
+        line it would be recalled as. They are kept, numbered from 1, for ``pick``."""
+        memory = self.memory()
+        shown: list[tuple[Exchange, str]] = []
+        mine: set[str] = set()
+        if memory is not None:
+            mine = {e.session for e in memory.exchanges}
+            found, terms = memory.find(text, MAX_SHOWN, asked=True)
+            shown += [(e, line) for e in found if (line := excerpt(e, terms, "")) is not None]
+        others: list[Exchange] = []
+        for path in elsewhere:
+            try:
+                session = self._store.read(path).session
+            except (OSError, ChatloopError):
+                continue
+            if session.meta.id not in mine:
+                others += exchanges_of(session.meta.id, session.messages)
+        if others:
+            found, terms = Memory(others).find(text, MAX_SHOWN, asked=True)
+            shown += [(e, line) for e in found if (line := excerpt(e, terms, "", True)) is not None]
+        with self._guard:
+            self._shown = tuple(shown)
+        return shown
+
+    def pick(self, numbers: Sequence[int]) -> list[tuple[Exchange, str]]:
+        """Bring in the exchanges of the last ``search`` numbered ``numbers`` with the
+        next message (``before`` takes them). Raises ChatloopError for a number it did
+        not show."""
+        with self._guard:
+            shown = self._shown
+        wrong = [n for n in numbers if not 1 <= n <= len(shown)]
+        if not shown or wrong:
+            raise ChatloopError(
+                f"There is no recalled exchange number {wrong[0] if wrong else numbers[0]}",
+                f"/recall WORDS lists them first ({len(shown)} shown by the last one).",
+            )
+        picked = [shown[n - 1] for n in dict.fromkeys(numbers)]
+        self._picked = (*self._picked, *picked)
+        return picked
+
+    @property
+    def picked(self) -> int:
+        """How many exchanges wait to go with the next message."""
+        return len(self._picked)
+
+
+TOOL_NAME = "recall"
+NOTHING = "No earlier exchange of this conversation holds those words."
+
+
+def with_tool(agent: Agent, recalls: Recall) -> Agent:
+    """``agent`` with the read-only ``recall`` tool (``Recall.lookup``, this chain's
+    exchanges) when it calls tools (it has some) and none of its own has that name; as
+    it is otherwise. The tool acts without asking: it reads the chain's own files."""
+    if not agent.tools or any(tool.name == TOOL_NAME for tool in agent.tools):
+        return agent
+
+    def recall(query: str) -> str:
+        """Look up what was said earlier in this conversation, in its sessions before it
+        was compacted or resumed, that the context no longer holds; returns the matching
+        exchanges quoted with where they were said.
+
+        Args:
+            query: the words to look for: an id, a name, a path, a number, a topic
+        """
+        lines = recalls.lookup(query)
+        return "\n".join([HEAD, *lines]) if lines else NOTHING
+
+    return dataclasses.replace(agent, tools=(*agent.tools, tool_from_function(recall)))

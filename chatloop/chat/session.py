@@ -179,8 +179,9 @@ class ChatSession:
         if self.arming is None:
             self.arming = Arming.of(self.settings, say=lambda line: self.host.notice(line, "warn"))
             self.arming.ask = self.host.ask
-        self.meter = Meter.of(self.backend, self.agent, self.settings)
         self.recalls = recall.Recall(self.store)
+        self.agent = recall.with_tool(self.agent, self.recalls)
+        self.meter = Meter.of(self.backend, self.agent, self.settings)
 
     @property
     def state(self) -> State:
@@ -408,16 +409,21 @@ class ChatSession:
         window has left beside the query and the reply; written after it (sent in front
         of it: ``context.with_recalled``) and told in one line. Nothing when the session
         continues no chain, recall is off, nothing matches, there is no room, or it
-        cannot be saved: recall never makes a query wait, compact or fail."""
-        if self.settings.recall != "auto":
+        cannot be saved: recall never makes a query wait, compact or fail. What the
+        person picked with ``/recall`` goes first, recall off or not."""
+        automatic = self.settings.recall == "auto"
+        picked = self.recalls.picked
+        if not automatic and not picked:
             return
         self.follow_chain()
         planned = self.plan()
         room = int(planned.budget.available / planned.margin) - planned.messages_tokens
         budget = min(room, planned.budget.window // RECALL_SHARE)
         held = [*self.prefix, *self.messages]
-        found = self.recalls.before(text, held, budget, estimate_tokens)
+        found = self.recalls.before(text, held, budget, estimate_tokens, automatic)
         if found is None:
+            if picked:
+                self.host.notice("The exchanges picked with /recall do not fit here.", "warn")
             return
         made = recall.recalled_message(found, self.clock())
         while not self.plan([made]).fits:  # (counted by the server: the estimate ran low)
@@ -1356,7 +1362,9 @@ class ChatSession:
     def _take_agent(self, agent: Agent) -> None:
         """Go on with ``agent``: the meter keeps the model's window and counts and plans
         with its system prompt and tools (``Meter.for_agent``), and its model is taken
-        when it names one (``_take_model``)."""
+        when it names one (``_take_model``). An agent that calls tools gets the recall
+        tool (``recall.with_tool``)."""
+        agent = recall.with_tool(agent, self.recalls)
         self.agent = agent
         self.meter = self.meter.for_agent(agent)
         self._take_model(agent)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from chatloop.cli import wiring
@@ -76,11 +77,16 @@ def _picker() -> Pick:
 
 
 def chat(
-    args: argparse.Namespace, ref: str | SessionRow | None, kind: Kind, latest: bool = False
+    args: argparse.Namespace,
+    ref: str | SessionRow | None,
+    kind: Kind,
+    latest: bool = False,
+    opening: Sequence[str] = (),
 ) -> int:
     """Continue ``ref`` (None: a new session) in the REPL, or answer a one-shot question
     there. The session is found before anything slow (a wrong ref fails first), then
-    its agent and server are chosen by the rules every resume uses."""
+    its agent and server are chosen by the rules every resume uses. ``opening``: lines
+    the chat acts on first, as if typed (``search --recall``'s ``/recall WORDS``)."""
     from chatloop.chat import continuation, server
     from chatloop.chat.agent import agent_dirs, find_agent_file
     from chatloop.chat.arming import with_model
@@ -139,7 +145,7 @@ def chat(
             repl = Repl(
                 agent, backend, store, settings, agent_named=args.agent is not None, arming=arming
             )
-            return repl.run(resume=located, kind=kind)
+            return repl.run(resume=located, kind=kind, opening=opening)
         finally:
             backend.close()
     finally:

@@ -115,6 +115,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     from chatloop.store.index import Index
     from chatloop.ui import listing
 
+    if args.search_recall:
+        return _search_and_recall(args)
     if args.search_resume or args.search_fork:
         return _search_and_resume(args)
     query = " ".join(args.query)
@@ -140,6 +142,23 @@ def cmd_search(args: argparse.Namespace) -> int:
         said = "1 more session matches" if more == 1 else f"{more:,} more sessions match"
         print(f"… {said}; `--limit {total}` lists them all")
     return 0
+
+
+def _search_and_recall(args: argparse.Namespace) -> int:
+    """``search WORDS --recall``: a new chat that begins with ``/recall WORDS`` (this
+    project's exchanges holding them, ``--all``: every project's), to pick from."""
+    from chatloop.chat.continuation import Kind
+    from chatloop.cli.chat import chat
+
+    if args.json or args.search_resume or args.search_fork:
+        raise UsageError("--recall starts a new chat: it takes no --json, --resume or --fork", "")
+    if not sys.stdin.isatty():
+        raise UsageError(
+            "search --recall lists the exchanges in a chat, which needs a terminal",
+            "`chatloop search WORDS` lists the sessions that hold them.",
+        )
+    opening = f"/recall {' '.join(args.query)}{' --all' if args.all else ''}"
+    return chat(args, None, Kind.SUMMARY, opening=(opening,))
 
 
 def _search_and_resume(args: argparse.Namespace) -> int:

@@ -35,6 +35,7 @@ examples:
   chatloop show 1               print the most recent session
   chatloop search error budget  find sessions holding every word
   chatloop search tomato --resume   continue the session that matched (pick if several)
+  chatloop search tomato --recall   a new chat with the exchanges that hold it, to bring in
   chatloop tree 1               show the compact/resume lineage of a session
   chatloop export 1 --chain -o chain.md   write a session and its ancestors
   chatloop reseal 2             accept your hand edits to session 2 (new checksums)
@@ -317,6 +318,13 @@ def build_parser() -> Parser:
         action="store_true",
         help="like --resume, but branch the session (it stays as it is)",
     )
+    p.add_argument(
+        "--recall",
+        dest="search_recall",
+        action="store_true",
+        help="start a new chat that lists the exchanges holding the words (/recall WORDS): "
+        "/recall N [N...] brings those in with your first message",
+    )
     _session_ref(made["tree"])
     p = made["export"]
     _session_ref(p)
@@ -496,7 +504,7 @@ def _one_edit(a: str, b: str) -> bool:
 
 # The options of `chatloop search` (as built above), for ``_search_words``.
 _SEARCH_TAKES = {"--all": "flag", "--limit": "value", "--json": "flag"}
-_SEARCH_TAKES.update({"--resume": "flag", "--fork": "flag"})
+_SEARCH_TAKES.update({"--resume": "flag", "--fork": "flag", "--recall": "flag"})
 
 
 def _search_words(argv: list[str], at: int) -> list[str]:

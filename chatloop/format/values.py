@@ -338,14 +338,15 @@ def exchanges(messages: Iterable[Message]) -> Iterator[list[Message]]:
     """The exchanges of ``messages``, in order: each a message the person typed
     (``is_query``) and what followed it up to the next one. What comes before the first
     (a restoration prompt and its acknowledgment, the copies a fork or a child carries)
-    belongs to none, nor does a summary or a message never sent (``unsent``)."""
+    belongs to none, nor does a summary, a message never sent (``unsent``) or what
+    recall brought back (``recalled``: said in another exchange)."""
     current: list[Message] = []
     for message in messages:
         if message.is_query:
             if current:
                 yield current
             current = [message]
-        elif current and message.role != "summary" and not message.unsent:
+        elif current and message.role != "summary" and not (message.unsent or message.recalled):
             current.append(message)
     if current:
         yield current

@@ -206,7 +206,8 @@ def transcript_lines(
                 else f"Query {query}"
             )
             clock = m.at.isoformat()[11:19]  # HH:MM:SS (strftime costs three times this)
-            out += ["", f"── {label} ({clock}) ──{cut}", f"You: {v(m.text)}"]
+            said = v(m.text) if m.recalled else f"You: {v(m.text)}"  # (chatloop's, not yours)
+            out += ["", f"── {label} ({clock}) ──{cut}", said]
         elif role == "assistant":
             out += [f"  [thinking] {v(t.text)}" for t in m.thinking]
             if m.text and not m.text.isspace():  # (blank text: as the chat, "empty")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import datetime
 from types import FrameType
@@ -138,13 +138,15 @@ class Repl:
         kind: Kind | None = None,
         first: Callable[[], str] | None = None,
         saved: SessionWriter | None = None,
+        opening: Sequence[str] = (),
     ) -> int:
         """Chat until the person leaves. ``resume``: a session to continue first, as
         ``kind`` says (``chatloop.chat.continuation``: its agent and server were chosen
         by the caller). ``first``: the outcome of a first prompt read before this loop
         was made (``chatloop.ui.start``, which printed the banner too); ``saved``: the
         new session file that already holds it, when it is a message (it is answered
-        first, with ``ChatSession.send_saved``). Returns the exit code."""
+        first, with ``ChatSession.send_saved``). ``opening``: lines acted on before the
+        first prompt, as if typed. Returns the exit code."""
         self._first = first
         if first is None:
             self.banner()
@@ -159,6 +161,8 @@ class Repl:
                 except ChatloopError as exc:
                     render.error(self.console, exc)
                     return 1
+            for typed in opening:
+                self.handle(typed)
             while not self._leave and not self.signalled:
                 line = self._next_line()
                 if line is not None and line.strip():

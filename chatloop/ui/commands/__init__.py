@@ -174,6 +174,13 @@ TABLE: tuple[Spec, ...] = (
         this_session.file,
     ),
     Spec(
+        "recall",
+        "/recall WORDS",
+        "list the earlier exchanges holding WORDS, this chain's first, then this project's "
+        "(--all: every project's); /recall N [N...] brings those in with your next message",
+        this_session.recall,
+    ),
+    Spec(
         "norecall",
         "/norecall TEXT",
         "send TEXT without what recall would bring back from the chain's earlier sessions",

@@ -17,6 +17,7 @@ from chatloop.ui import render
 from chatloop.ui.commands.shell import Shell
 from chatloop.ui.terminal_text import visible
 
+RECALL_FILES = 20  # other sessions /recall reads (the index's best matches)
 PREPARED_INFO = {
     "preparing": "its summary is being prepared in the background (a message you send goes first)",
     "ready": "its summary is ready, made while you read (used when the threshold comes)",
@@ -221,6 +222,49 @@ def unpin(shell: Shell, arg: str) -> None:
         raise ChatloopError("Give the number of the fact to unpin", "/pins lists them.")
     shell.session.unpin(int(arg))
     render.note(shell.console, f"Unpinned fact {int(arg)}.")
+
+
+def recall(shell: Shell, arg: str) -> None:
+    """``/recall WORDS [--all]`` lists the earlier exchanges holding WORDS (this chain's,
+    then other sessions' found by the index); ``/recall N [N...]`` picks from that list
+    what goes with the next message (``chat.recall.Recall``)."""
+    from chatloop.store.index import Index
+
+    words = arg.split()
+    everywhere = "--all" in words
+    words = [w for w in words if w != "--all"]
+    if not words:
+        raise ChatloopError(
+            "Give the words to look for, or the numbers to bring in",
+            "For example: /recall staging proxy, then /recall 1 3",
+        )
+    recalls = shell.session.recalls
+    if all(w.isdigit() for w in words):
+        picked = recalls.pick([int(w) for w in words])
+        count = len(picked)
+        render.note(
+            shell.console,
+            f"{count} exchange{'s' if count != 1 else ''} will go with your next message "
+            "(as recalled context, within an eighth of the window).",
+        )
+        return
+    text = " ".join(words)
+    shell.session.follow_chain()
+    with Index(shell.session.store) as index:
+        index.sync(all_projects=everywhere)
+        rows = index.search_sessions(text, all_projects=everywhere, limit=RECALL_FILES)
+    shown = recalls.search(text, [Path(row.path) for row in rows])
+    if not shown:
+        render.note(shell.console, "No earlier exchange holds those words.")
+        return
+    for number, (_, line) in enumerate(shown, 1):
+        shell.console.print(
+            f"{number:>3}. {visible(line.removeprefix('- '))}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+    render.note(shell.console, "/recall N [N...] brings those in with your next message.")
 
 
 def norecall(shell: Shell, arg: str) -> None:
