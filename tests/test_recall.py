@@ -322,3 +322,17 @@ def test_a_new_chat_opened_on_recall_lists_the_projects_exchanges(store: Store) 
     session.close()
     _, out = drive(store, FakeBackend(), "exit\n", run_args={"opening": ("/recall staging proxy",)})
     assert "  1. (another session " in out and ANSWER in out
+
+
+def test_recall_all_looks_in_every_project(store: Store, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "another-project"
+    elsewhere.mkdir()
+    there = Store(store.root, cwd=elsewhere, clock=store.clock)
+    session, _ = chat(there, FakeBackend(default=model))
+    session.send("Pick a port for the staging proxy.")
+    session.close()
+    _, here = drive(store, FakeBackend(), "exit\n", run_args={"opening": ("/recall staging",)})
+    assert "No earlier exchange holds those words." in here
+    opening = ("/recall staging --all",)
+    _, everywhere = drive(store, FakeBackend(), "exit\n", run_args={"opening": opening})
+    assert "  1. (another session " in everywhere and ANSWER in everywhere
