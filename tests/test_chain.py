@@ -736,3 +736,19 @@ def test_no_piece_is_sent_once_the_person_marked_the_server() -> None:
     assert isinstance(raised, Cancelled)
     whole = _read_ahead_run()[1][-1]
     assert 1 <= len(texts) <= 3 and all(len(t) < len(whole) for t in texts)
+
+
+def test_the_ledger_a_restoration_carries_is_counted_as_one_text_not_line_by_line() -> None:
+    entries = [ledger.Entry("fact", f"FACT-{n:03d} the pump runs at {n} rpm.") for n in range(80)]
+    asked: list[str] = []
+
+    def server_count(text: str) -> int:  # a server that counts a third more than estimates
+        asked.append(text)
+        return estimate_tokens(text) * 4 // 3
+
+    kept, left = chain.carried_ledger(entries, [], 300, server_count)
+    assert 0 < len(kept) < len(entries) and left == len(entries) - len(kept)
+    assert len(asked) <= 6  # the frame, then what was chosen (a few times at most)
+    lines = "\n".join(e.carried() for e in kept)
+    frame = server_count(prompts.ledger_block([], 1))
+    assert server_count(lines) <= 300 - frame  # within the room, as the server counts

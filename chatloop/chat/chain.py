@@ -529,11 +529,23 @@ def carried_ledger(
 ) -> tuple[list[ledger.Entry], int]:
     """The ledger entries a restoration prompt carries, and how many it leaves out: the
     pins go first within ``room`` tokens (an entry that is a pin goes as the pin),
-    then ``ledger.carry`` of the rest in what they leave (``cost``: a line's tokens)."""
+    then ``ledger.carry`` of the rest in what they leave (``cost``: a text's tokens).
+
+    The entries are chosen by estimate, then what was chosen is counted by ``cost`` as
+    one text, and chosen again in less room while that is over: a server's count per
+    entry would be one request each (77 of them, 10 s on a busy one-slot server, when a
+    chain's first turn was measured), on the person's path."""
     entries = [e for e in entries if e.text not in pins]
     # the ledger's heading and its "N more" line are paid from the room too
     frame = cost(prompts.ledger_block([], 1)) if entries else 0
-    return ledger.carry(entries, max(0, room - pins_cost(pins, cost) - frame), cost)
+    budget = max(0, room - pins_cost(pins, cost) - frame)
+    rough = budget
+    while True:
+        kept, left = ledger.carry(entries, rough, estimate_tokens)
+        counted = cost("\n".join(e.carried() for e in kept)) if kept else 0
+        if counted <= budget or rough == 0:
+            return kept, left
+        rough = min(rough - 1, rough * budget // counted)  # (smaller each time: it ends)
 
 
 def pins_cost(pins: Sequence[str], cost: Callable[[str], int] = estimate_tokens) -> int:
