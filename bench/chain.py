@@ -323,6 +323,26 @@ class Figures:
     met: bool
 
 
+def play(
+    session: ChatSession, messages: Sequence[str], stated: Sequence[Stated], say: Callable[[], str]
+) -> None:
+    """Send the script's ``messages`` through ``session``, each pin pinned as it is sent,
+    with a progress line on stderr (``say``: what it adds)."""
+    pins = {s.at: s.text for s in stated if s.kind == "pin"}
+    started = time.monotonic()
+    for i, text in enumerate(messages):
+        if i in pins:
+            session.pin(pins[i])
+        session.send(text)
+        print(
+            f"\r  message {i + 1}/{len(messages)} · {say()} · {time.monotonic() - started:.0f} s",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(file=sys.stderr)
+
+
 def run(url: str | None, window: int, count: int, summarizer: str) -> Figures:
     """Replay ``count`` messages of the script against the server at ``url`` (None: no
     model, ``Scripted``), summaries by the model or by ``extract`` (``summarizer``:
@@ -339,21 +359,9 @@ def run(url: str | None, window: int, count: int, summarizer: str) -> Figures:
     session = TimedSession(agent, backend, store, settings, Host())
     session.compactions = []
     messages, stated = script(count)
-    pins = {s.at: s.text for s in stated if s.kind == "pin"}
     started = time.monotonic()
-    for i, text in enumerate(messages):
-        if i in pins:
-            session.pin(pins[i])
-        session.send(text)
-        print(
-            f"\r  message {i + 1}/{count} · {len(session.compactions)} compactions · "
-            f"{time.monotonic() - started:.0f} s",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
+    play(session, messages, stated, lambda: f"{len(session.compactions)} compactions")
     session.close()
-    print(file=sys.stderr)
     wall = time.monotonic() - started
     sessions = [parse_markdown(Path(e.path).read_bytes()).session for e in store.session_files()]
     chain = _in_order(sessions)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.chain import Competent, Host, Scripted, Stated, script
+from bench.chain import Competent, Host, Scripted, Stated, play, script
 from bench.llama import llama_server
 from chatloop.backends.base import Event, UsageEvent, estimate_tokens
 from chatloop.backends.openai_compat import OpenAICompatBackend
@@ -120,14 +120,7 @@ def run(url: str | None, window: int, count: int) -> Figures:
     agent = load_agent(bundled_agents() / "simple_sally.py")
     session = ChatSession(agent, backend, store, settings, Host())
     messages, stated = script(count)
-    pins = {s.at: s.text for s in stated if s.kind == "pin"}
-    started = time.monotonic()
-    for i, text in enumerate(messages):
-        if i in pins:
-            session.pin(pins[i])
-        session.send(text)
-        if sys.stderr.isatty():
-            print(f"\r  message {i + 1}/{count} · {time.monotonic() - started:.0f} s", end="")
+    play(session, messages, stated, lambda: f"{sum(1 for _ in store.session_files())} files")
     compactions = sum(1 for _ in store.session_files()) - 1
     session.follow_chain()
     began = time.perf_counter()
