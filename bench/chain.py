@@ -70,6 +70,7 @@ from chatloop.backends.base import (
     estimate_tokens,
 )
 from chatloop.backends.openai_compat import OpenAICompatBackend
+from chatloop.chat import prompts
 from chatloop.chat.agent import bundled_agents, load_agent
 from chatloop.chat.session import ChatSession
 from chatloop.config import Settings
@@ -430,9 +431,13 @@ def report(
     openings = []  # restoration + acknowledgment + the carried exchanges
     for parent, child in itertools.pairwise(chain):
         ack = next((m for m in child.messages if m.restore and m.role == "assistant"), None)
-        if ack is not None and ack.usage is not None:
+        prompt = next((m for m in child.messages if prompts.is_restoration(m)), None)
+        if prompt is not None:
             last = _last_context(parent)
-            spent = ack.usage.total - system  # the restoration prompt and the acknowledgment
+            if ack is not None and ack.usage is not None:  # the model's: its request's count
+                spent = ack.usage.total - system  # the restoration prompt and the acknowledgment
+            else:  # chatloop's own acknowledgment (the default): no request, so counted here
+                spent = count(prompt.text) + (count(ack.text) if ack is not None else 0)
             overheads.append((spent / window, spent / max(1, last)))
             carried = sum(count(m.text) for m in child.messages if m.copy)
             opening = spent + carried
