@@ -494,6 +494,12 @@ class Recall:
         return picked
 
     @property
+    def following(self) -> bool:
+        """Whether a chain is followed (the session continues another)."""
+        with self._guard:
+            return self._first is not None
+
+    @property
     def picked(self) -> int:
         """How many exchanges wait to go with the next message."""
         return len(self._picked)

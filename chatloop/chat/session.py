@@ -416,6 +416,8 @@ class ChatSession:
         if not automatic and not picked:
             return
         self.follow_chain()
+        if not picked and not self.recalls.following:  # (a chat that continues none)
+            return
         planned = self.plan()
         room = int(planned.budget.available / planned.margin) - planned.messages_tokens
         budget = min(room, planned.budget.window // RECALL_SHARE)
