@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.chain import Competent, Host, Scripted, Stated, play, script
+from bench.corpus import make_sessions
 from bench.llama import llama_server
 from chatloop.backends.base import Event, UsageEvent, estimate_tokens
 from chatloop.backends.openai_compat import OpenAICompatBackend
@@ -110,10 +111,14 @@ class Figures:
         )
 
 
-def run(url: str | None, window: int, count: int) -> Figures:
+def run(url: str | None, window: int, count: int, others: int = 0) -> Figures:
+    """Replay the script, ask the questions, report and return the figures. ``others``:
+    sessions of other chats written into the same project first (a large home)."""
     home = Path(tempfile.mkdtemp(prefix="chatloop-recall-bench-"))
     (home / "project").mkdir()
     store = Store(home / "home", cwd=home / "project")
+    if others:
+        make_sessions(store, others, 4, "harbourmaster", 50)
     inner: Any = Scripted() if url is None else OpenAICompatBackend(url)
     backend = Requests(Competent(inner))
     settings = Settings(context_window=window, summaries="wait")
@@ -121,7 +126,7 @@ def run(url: str | None, window: int, count: int) -> Figures:
     session = ChatSession(agent, backend, store, settings, Host())
     messages, stated = script(count)
     play(session, messages, stated, lambda: f"{sum(1 for _ in store.session_files())} files")
-    compactions = sum(1 for _ in store.session_files()) - 1
+    compactions = sum(1 for _ in store.session_files()) - others - 1
     session.follow_chain()
     began = time.perf_counter()
     session.recalls.memory()
@@ -186,8 +191,30 @@ def run(url: str | None, window: int, count: int) -> Figures:
         missed=missed,
     )
     report(figures, url, window, count, len(sessions))
+    if others:
+        project_search(store, session, "staging proxy pump")
     print(f"  the chain's files: {store.project_dir} (CHATLOOP_HOME={store.root})")
     return figures
+
+
+def project_search(store: Store, session: ChatSession, words: str) -> None:
+    """``/recall WORDS`` over the project as the chat runs it, timed: the index brought
+    up to date and searched, then the sessions it found read and ranked."""
+    from chatloop.store.index import Index
+
+    for attempt in ("first (the index built)", "again"):
+        began = time.perf_counter()
+        with Index(store) as index:
+            index.sync(all_projects=False)
+            rows = index.search_sessions(words, limit=20)
+        found = time.perf_counter()
+        shown = session.recalls.search(words, [Path(row.path) for row in rows])
+        done = time.perf_counter()
+        print(
+            f"  /recall {words!r} over {sum(1 for _ in store.session_files()):,} sessions, "
+            f"{attempt}: index {found - began:.2f} s, then {len(shown)} exchanges read and "
+            f"ranked in {(done - found) * 1000:.0f} ms"
+        )
 
 
 def report(f: Figures, url: str | None, window: int, count: int, files: int) -> None:
@@ -219,15 +246,18 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=2048, help="context window (2048)")
     parser.add_argument("--base-url", help="an already running OpenAI-compatible server")
     parser.add_argument("--scripted", action="store_true", help="no model: scripted replies")
+    parser.add_argument(
+        "--home", type=int, default=0, metavar="N", help="N other sessions in the project first"
+    )
     args = parser.parse_args()
     os.environ.pop("CHATLOOP_CONFIG", None)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.scripted:
-        return 0 if run(None, args.window, args.messages).met else 1
+        return 0 if run(None, args.window, args.messages, args.home).met else 1
     if args.base_url:
-        return 0 if run(args.base_url, args.window, args.messages).met else 1
+        return 0 if run(args.base_url, args.window, args.messages, args.home).met else 1
     with llama_server(args.window) as url:
-        return 0 if run(url, args.window, args.messages).met else 1
+        return 0 if run(url, args.window, args.messages, args.home).met else 1
 
 
 if __name__ == "__main__":
