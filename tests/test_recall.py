@@ -370,3 +370,20 @@ def test_a_hostile_ancestor_is_recalled_as_data_only(store: Store) -> None:
     assert QUESTION in last_summary_request and "dropped" not in last_summary_request
     shown = transcript_text(latest)
     assert "\x1b" not in shown and "── Recalled" in shown
+
+
+class Failing(Store):
+    """A store whose reads fail in a way nothing expects (fault injection)."""
+
+    def read(self, path: Path) -> Any:
+        raise RuntimeError("a read that fails unexpectedly")
+
+
+def test_a_chain_that_cannot_be_read_recalls_nothing_and_never_hangs(store: Store) -> None:
+    with store.create(new_meta()) as writer:
+        writer.append(Message.create("user", T0, text=FACT))
+        path = writer.path
+    memory = recall.Recall(Failing(store.root, cwd=store.cwd))
+    memory.follow(path)
+    assert memory.memory(wait=10) is not None  # read (as nothing), not waited for forever
+    assert memory.before(QUESTION, [], 500, estimate_tokens) is None

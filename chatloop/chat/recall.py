@@ -84,6 +84,7 @@ COMMON_SHARE = 0.5  # a word held by more is not even ranked by
 SENTENCE_CHARS = 300  # a recalled sentence is cut here
 MAX_FOUND = 12  # exchanges ranked per lookup (the budget takes the best of them)
 MAX_SHOWN = 10  # exchanges /recall lists from the chain, and from other sessions
+READ_WAIT = 2.0  # seconds a message waits for its chain to be read, then goes without
 RELEVANT_SHARE = 0.5  # an exchange ranked below this share of the best one's is left
 MAX_CHAIN = 10_000  # parent links followed at most (a loop guard)
 
@@ -404,14 +405,16 @@ class Recall:
         ).start()
 
     def _read(self, wanted: tuple[Path, int | None], ready: threading.Event) -> None:
+        memory = Memory(())
         try:
             memory = Memory(chain_exchanges(self._store, wanted[0], wanted[1], self._known))
-        except (OSError, sqlite3.Error):
-            memory = Memory(())
-        with self._guard:
-            if self._first == wanted:
-                self._memory = memory
-        ready.set()
+        except Exception:  # (recall is an aid: a chain it cannot read recalls nothing)
+            pass
+        finally:
+            with self._guard:
+                if self._first == wanted:
+                    self._memory = memory
+            ready.set()  # (whatever happened: a lookup never waits for a thread that died)
 
     def memory(self, wait: float | None = None) -> Memory | None:
         """The chain's memory once read (waiting up to ``wait`` seconds; None: until
@@ -437,7 +440,7 @@ class Recall:
         picked, self._picked = self._picked, ()
         if budget <= cost(HEAD):
             return None
-        memory = self.memory() if automatic else None
+        memory = self.memory(READ_WAIT) if automatic else None
         found, terms = memory.find(text) if memory is not None else ([], set())
         return choose(found, terms, held, budget, cost, picked)
 
