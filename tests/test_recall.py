@@ -44,7 +44,7 @@ def filler(count: int) -> list[recall.Exchange]:
 def test_a_query_finds_the_exchange_that_shares_its_distinctive_words() -> None:
     memory = recall.Memory([exchange_at(1, FACT), *filler(30)])
     found, terms = memory.find(QUESTION)
-    assert [e.number for e in found] == [1]
+    assert [e.number for e, _ in found] == [1]
     assert {"staging", "proxy", "port"} <= terms
     assert "which" not in terms and "again" not in terms  # (common words find nothing)
 

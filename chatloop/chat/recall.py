@@ -23,8 +23,9 @@ The rule, stated once here:
   digit), held by at least one exchange and by at most a DISTINCT_SHARE of them (never
   fewer than DISTINCT_MIN): a query without one recalls nothing (a word every exchange
   holds finds nothing). With one, the exchanges holding any of the query's words that
-  at most COMMON_SHARE of them hold are ranked by bm25, best first; one whose score is under
-  RELEVANT_SHARE of the best one's is left (a word in passing is no match).
+  at most COMMON_SHARE of them hold are ranked by bm25, best first; of those not
+  already held (below), one whose score is under RELEVANT_SHARE of the best one's is
+  left (a word in passing is no match).
 - **Statements only**: an exchange is found and brought back by what it states; a
   question (a sentence ending in "?") states nothing, as in the ledger, so a question
   asked before does not outrank the answer it asked about.
@@ -55,6 +56,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from chatloop.chat.agent import Agent, tool_from_function
 from chatloop.errors import ChatloopError
@@ -85,7 +87,7 @@ SENTENCE_CHARS = 300  # a recalled sentence is cut here
 MAX_FOUND = 12  # exchanges ranked per lookup (the budget takes the best of them)
 MAX_SHOWN = 10  # exchanges /recall lists from the chain, and from other sessions
 READ_WAIT = 2.0  # seconds a message waits for its chain to be read, then goes without
-RELEVANT_SHARE = 0.5  # an exchange ranked below this share of the best one's is left
+RELEVANT_SHARE = 0.75  # an exchange ranked below this share of the best one's is left
 MAX_CHAIN = 10_000  # parent links followed at most (a loop guard)
 
 # Words too common to find anything: the function words of English questions.
@@ -164,6 +166,13 @@ class Exchange:
     def handle(self) -> str:
         """The session's handle as any command takes it (the random part of its id)."""
         return tail_of(self.session) or self.session
+
+
+class Ranked(NamedTuple):
+    """An exchange a lookup found, and its bm25 rank (negative: lower is better)."""
+
+    exchange: Exchange
+    rank: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,11 +295,11 @@ class Memory:
 
     def find(
         self, text: str, limit: int = MAX_FOUND, asked: bool = False
-    ) -> tuple[list[Exchange], set[str]]:
-        """The exchanges that hold a distinctive word of ``text``, best first (bm25),
-        at most ``limit``, and those words. ``asked``: the person looks them up
-        (``/recall WORDS``): every word of ``text`` that is no common word is looked up,
-        distinctive or not, and every exchange that holds one is kept."""
+    ) -> tuple[list[Ranked], set[str]]:
+        """The exchanges that hold a distinctive word of ``text``, best first (bm25:
+        lower is better), at most ``limit``, and those words. ``asked``: the person looks
+        them up (``/recall WORDS``): every word of ``text`` that is no common word is
+        looked up, distinctive or not."""
         terms = self.searched(text) if asked else self.distinctive(text)
         if not terms:
             return [], terms
@@ -300,9 +309,7 @@ class Memory:
                 "SELECT rowid, rank FROM ex WHERE ex MATCH ? ORDER BY rank LIMIT ?",
                 (match, limit),
             ).fetchall()
-        best = rows[0][1] if rows and not asked else 0.0  # (bm25 ranks are negative)
-        kept = [row for row, rank in rows if rank <= best * RELEVANT_SHARE]
-        return [self.exchanges[row] for row in kept], terms
+        return [Ranked(self.exchanges[row], rank) for row, rank in rows], terms
 
 
 def excerpt(exchange: Exchange, terms: set[str], held: str, elsewhere: bool = False) -> str | None:
@@ -329,7 +336,7 @@ def excerpt(exchange: Exchange, terms: set[str], held: str, elsewhere: bool = Fa
 
 
 def choose(
-    found: Sequence[Exchange],
+    found: Sequence[Ranked],
     terms: set[str],
     held: Sequence[Message],
     budget: int,
@@ -338,7 +345,8 @@ def choose(
 ) -> Recalled | None:
     """The excerpts of ``found`` (best first) that fit ``budget`` tokens with HEAD, as
     ``cost`` counts them, leaving out what ``held`` (the session's messages) holds; what
-    was recalled for an earlier query is not held (it is not sent again). ``picked``
+    was recalled for an earlier query is not held (it is not sent again). Of what is
+    left, one ranked under RELEVANT_SHARE of the best one's is no match. ``picked``
     (what the person chose with ``/recall``, as lines) go first, as they are."""
     held = [m for m in held if not m.recalled]
     keys = {m.key for m in held}
@@ -350,12 +358,14 @@ def choose(
             items.append((exchange, chosen))
             spent += cost(chosen)
             keys.add(exchange.key)
-    for exchange in found:
-        if exchange.key in keys:
+    best: float | None = None
+    for exchange, rank in found:
+        if exchange.key in keys or (best is not None and rank > best * RELEVANT_SHARE):
             continue
         line = excerpt(exchange, terms, said)
         if line is None:
             continue
+        best = rank if best is None else best
         price = cost(line)
         if spent + price > budget:
             continue  # a shorter one further down may fit
@@ -451,7 +461,7 @@ class Recall:
         if memory is None:
             return []
         found, terms = memory.find(text, MAX_SHOWN, asked=True)
-        return [line for e in found if (line := excerpt(e, terms, "")) is not None]
+        return [line for e, _ in found if (line := excerpt(e, terms, "")) is not None]
 
     def search(self, text: str, elsewhere: Sequence[Path]) -> list[tuple[Exchange, str]]:
         """``/recall WORDS``: the exchanges that hold a word of ``text`` (no common
@@ -464,7 +474,7 @@ class Recall:
         if memory is not None:
             mine = {e.session for e in memory.exchanges}
             found, terms = memory.find(text, MAX_SHOWN, asked=True)
-            shown += [(e, line) for e in found if (line := excerpt(e, terms, "")) is not None]
+            shown += [(e, line) for e, _ in found if (line := excerpt(e, terms, "")) is not None]
         others: list[Exchange] = []
         for path in elsewhere:
             try:
@@ -475,7 +485,9 @@ class Recall:
                 others += exchanges_of(session.meta.id, session.messages)
         if others:
             found, terms = Memory(others).find(text, MAX_SHOWN, asked=True)
-            shown += [(e, line) for e in found if (line := excerpt(e, terms, "", True)) is not None]
+            shown += [
+                (e, line) for e, _ in found if (line := excerpt(e, terms, "", True)) is not None
+            ]
         with self._guard:
             self._shown = tuple(shown)
         return shown
