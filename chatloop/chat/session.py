@@ -36,7 +36,8 @@ continuation comes from and its agent and server (``chat.continuation``,
 ``chat.server``), the decisions of a resume (``chat.resumption``: a parent's
 missing summary, ``--full``'s history, what a child carries) and of a fork
 (``chat.forking``), what an ending does with the file (``chat.ending``), a compaction's
-carries and deferral (``chat.compaction``), summaries
+carries and deferral (``chat.compaction``), the revision a deferral's child awaits
+(``chat.revision``), summaries
 (``chat.chain``), the window, the counts and the
 plans (``chat.meter``), the restoration text (``chat.restoration``), the title
 and its naming (``chat.naming``), the pins' checks and the ledger left out
@@ -86,7 +87,7 @@ from chatloop.chat.meter import Meter
 from chatloop.chat.naming import Naming, given
 from chatloop.chat.pins import Pins, added, inherited, left_out, removed
 from chatloop.chat.preparation import Preparer
-from chatloop.chat.restoration import Awaited
+from chatloop.chat.revision import Reviser
 from chatloop.chat.state import (
     Branch,
     Child,
@@ -106,7 +107,7 @@ from chatloop.chat.turn import TurnResult, prime, respond, run_turn
 from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_LOOKBACK, Settings
 from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta, Totals, exchanges
-from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder, wait_for_lock
+from chatloop.store.fsio import wait_for_lock
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
@@ -156,7 +157,8 @@ class ChatSession:
     prepare_after: float = PREPARE_IDLE_S  # a preparation waits this long before asking
     # the next compaction's summary: being made, and the last one made
     preparer: Preparer = field(default_factory=Preparer)
-    _awaited: Awaited | None = None  # a parent whose model summary is written behind
+    # the parent whose model summary a deferred compaction's child awaits (``chat.revision``)
+    reviser: Reviser = field(default_factory=Reviser)
     # what arms another agent (/resume to a session of another): the command line's
     arming: Arming = None  # type: ignore[assignment]  # None: the environment's (__post_init__)
     # the window, the counts and the plans of this model with this agent: made anew on a
@@ -745,7 +747,7 @@ class ChatSession:
         """Let go of the file (if any): the session is fresh again, with no title or pins,
         and nothing prepared for it."""
         self.preparer.forget()
-        self._awaited = None
+        self.reviser.forget()
         writer = self.writer
         if writer is not None:
             writer.close()
@@ -806,7 +808,7 @@ class ChatSession:
             deferred = None if outcome or instructions else self._defer(writer, leave)
             if deferred is not None:  # the child begins now; the model's summary comes later
                 self._release()
-                self._awaited = Awaited(deferred.path, unanswered)
+                self.reviser.expect(deferred.path, unanswered)
                 self.begin_child(deferred, deferred.summary or "", template, unanswered, carried)
                 return
             try:
@@ -853,40 +855,24 @@ class ChatSession:
         return parent
 
     def _revise(self) -> None:
-        """When the model's summary of the parent this child began without (``_defer``)
-        has been written, record the restoration prompt it makes (after everything said
-        so far, at its time): from this request on it is sent in the first one's place
-        (``restoration.revised``), and it is what this session continues from. One
-        the worker gave up on (its summary built from the transcript) changes nothing."""
-        awaited, writer = self._awaited, self.writer
-        if awaited is None or writer is None or not isinstance(self.state, Open):
+        """A parent's model summary written since this child began without it
+        (``_defer``): its restoration prompt (``Reviser.due``) is recorded after
+        everything said so far, sent from this request on in the first one's place, and
+        what this session continues from. One the file refuses leaves the first."""
+        writer = self.writer
+        if writer is None or not isinstance(self.state, Open):
             return
-        if lock_holder(awaited.path) == SUMMARY_HOLDER:
-            return  # still being written
-        self._awaited = None
+        revision = self.reviser.due(self.store, writer, self.pins, self.meter, self.clock)
+        if revision is None:
+            return
         try:
-            found = self.store.summary_of(awaited.path)
-            parent = chain.read_parent(self.store, awaited.path)
-        except (ChatloopError, OSError):
-            return
-        if found.message is None or found.message.fallback or parent.summary is None:
-            return
-        summary = self._fit_summary(parent.summary)
-        carried = sum(1 for m in writer.messages if m.copy)
-        text = self._build(parent, summary, awaited.unanswered, carried)
-        revision = Message.create("user", self.clock(), text=text, restore=True)
-        try:
-            self.lifecycle.hold(revision)
+            self.lifecycle.hold(revision.message)
             self.flush()
         except StoreError:
-            self.lifecycle.drop(revision)  # (the first restoration stays: nothing lost)
+            self.lifecycle.drop(revision.message)  # (the first restoration stays: nothing lost)
             return
-        self.lifecycle.revise(summary)
-        self.host.notice(
-            f"The model's summary of {parent.meta.id} is written: it takes the place of "
-            "the one built from the transcript from this message on.",
-            "restored",
-        )
+        self.lifecycle.revise(revision.summary)
+        self._say((revision.note,))
 
     def _carry_less(self, waiting: FromSummary, typed: Sequence[Message]) -> FromSummary:
         """``waiting`` carrying fewer copies (the oldest exchanges go first) until the
