@@ -11,6 +11,7 @@ from pathlib import Path
 from chatloop.chat import builders, chain, compaction
 from chatloop.chat.agent import load_agent
 from chatloop.chat.meter import Meter
+from chatloop.chat.preparation import Prepared
 from chatloop.format import Message
 from chatloop.store.store import Store
 from tests.conftest import T0, Clock, exchange, new_meta
@@ -88,3 +89,26 @@ def test_a_deferral_no_worker_can_take_does_nothing(store: Store) -> None:
             home=store.root,
         )
         assert handed is None and writer.meta.status != "closed"
+
+
+def test_a_summary_prepared_ahead_is_used_only_while_it_covers_the_files_beginning(
+    store: Store,
+) -> None:
+    outcome = chain.SummaryOutcome(STRUCTURED, fallback=False, calls=1)
+    with store.create(new_meta()) as writer:
+        for message in said(2):
+            writer.append(message)
+        covering = Prepared(tuple(writer.messages), outcome)
+        whole = compaction.from_prepared(covering, writer, None, (), meter(32_000), Clock())
+        assert whole is not None and whole.leave == 0  # it covers all: the end carried too
+        assert whole.carried == compaction.carried(writer, None, (), meter(32_000), T0)
+        for message in exchange(2):
+            writer.append(message)
+        used = compaction.from_prepared(covering, writer, None, (), meter(32_000), Clock())
+        assert used is not None and used.outcome is outcome
+        assert used.leave == len(exchange(2))
+        assert [m.text for m in used.carried] == [m.text for m in writer.messages[-2:]]
+        assert all(m.copy for m in used.carried)
+        assert used.note == ("Using the summary prepared while you read.", "info")
+        stale = Prepared((exchange(7)[0], *writer.messages[1:4]), outcome)  # (a hand edit)
+        assert compaction.from_prepared(stale, writer, None, (), meter(32_000), Clock()) is None

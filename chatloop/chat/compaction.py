@@ -13,7 +13,7 @@ child's own.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,13 +22,14 @@ from chatloop.backends.base import Backend, ChatMessage
 from chatloop.chat import background, chain, ledger, prompts, restoration
 from chatloop.chat.host import Note
 from chatloop.chat.meter import Meter
+from chatloop.chat.preparation import Prepared
 from chatloop.chat.state import FromSummary
 from chatloop.config import MAX_CARRIED, Settings
 from chatloop.format import Message, exchanges
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
-__all__ = ["carried", "carry_less", "deferred", "next_turn_kept"]
+__all__ = ["Used", "carried", "carry_less", "deferred", "from_prepared", "next_turn_kept"]
 
 
 def carried(
@@ -150,3 +151,48 @@ def deferred(
         "ok",
     )
     return chain.Parent(writer.path, meta, made.text), note
+
+
+@dataclass(frozen=True)
+class Used:
+    """A summary prepared ahead, as a compaction uses it: its ``outcome``, what the
+    child ``carried`` with it, how many of the file's last messages it ``leave``s out,
+    and what to say of it."""
+
+    outcome: chain.SummaryOutcome
+    carried: tuple[Message, ...]
+    leave: int
+    note: Note = ("Using the summary prepared while you read.", "info")
+
+
+def from_prepared(
+    prepared: Prepared,
+    writer: SessionWriter,
+    previous: str | None,
+    pins: tuple[str, ...],
+    meter: Meter,
+    now: Callable[[], datetime],
+) -> Used | None:
+    """``prepared`` as ``writer``'s compaction uses it, when it covers the file's first
+    messages as they are now and what came after them, whole exchanges, fits in what a
+    child carries word for word (``Meter.carry`` after a restoration built with
+    ``pins``); nothing said since: it covers all, and the child carries the end as
+    ``carried`` chooses (``previous``: the summary the session began from). Else None:
+    summarized as before."""
+    newer = prepared.newer(writer.messages)
+    if newer is None:
+        return None
+    recent = list(exchanges(newer))
+    if sum(len(exchange) for exchange in recent) != len(newer):
+        return None
+    if recent:  # the child carries exactly what came after, or it is not used
+        parent = chain.Parent(writer.path, writer.meta, None)
+        sizes = meter.sizes()
+        summary = restoration.fit(prepared.outcome.text, pins, sizes)
+        text = restoration.build(parent, summary, pins, meter.sizes(), None, MAX_CARRIED)
+        opening = meter.opening(text, now())
+        kept = meter.carry(recent, opening, keep_first=False)
+        if len(kept) != len(newer):
+            return None
+        return Used(prepared.outcome, kept, len(kept))
+    return Used(prepared.outcome, carried(writer, previous, pins, meter, now()), 0)

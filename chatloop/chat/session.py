@@ -36,7 +36,8 @@ continuation comes from and its agent and server (``chat.continuation``,
 ``chat.server``), the decisions of a resume (``chat.resumption``: a parent's
 missing summary, ``--full``'s history, what a child carries) and of a fork
 (``chat.forking``), what an ending does with the file (``chat.ending``), a compaction's
-carries and deferral (``chat.compaction``), the revision a deferral's child awaits
+carries, deferral and prepared summary (``chat.compaction``), a child's beginning
+(``chat.beginning``), the revision a deferral's child awaits
 (``chat.revision``), summaries
 (``chat.chain``), the window, the counts and the
 plans (``chat.meter``), the restoration text (``chat.restoration``), the title
@@ -56,19 +57,18 @@ from typing import Any
 from chatloop.backends.base import (
     Backend,
     Cancel,
-    Cancelled,
     ChatMessage,
     ContextOverflow,
     estimate_tokens,
 )
 from chatloop.chat import (
+    beginning,
     builders,
     chain,
     compaction,
     continuation,
     ending,
     forking,
-    prompts,
     restoration,
     resumption,
     sharing,
@@ -90,7 +90,6 @@ from chatloop.chat.preparation import Preparer
 from chatloop.chat.revision import Reviser
 from chatloop.chat.state import (
     Branch,
-    Child,
     Closing,
     Continuation,
     Fresh,
@@ -103,9 +102,9 @@ from chatloop.chat.state import (
     how,
 )
 from chatloop.chat.tokens import TokenCount
-from chatloop.chat.turn import TurnResult, prime, respond, run_turn
+from chatloop.chat.turn import TurnResult, prime, run_turn
 from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_LOOKBACK, Settings
-from chatloop.errors import BackendError, ChatloopError, StoreError
+from chatloop.errors import ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta, Totals, exchanges
 from chatloop.store.fsio import wait_for_lock
 from chatloop.store.store import Store
@@ -799,9 +798,16 @@ class ChatSession:
             # the child carries the last exchanges word for word and the summary covers
             # the rest (a message the child must answer goes in its restoration prompt:
             # then it carries none, as that answer sees the restoration prompt alone)
-            ready = None if unanswered is not None or instructions else self._use_prepared(writer)
-            if ready is not None:
-                outcome, carried, leave = ready
+            prepared = None if unanswered is not None or instructions else self.preparer.ready()
+            used = None
+            if prepared is not None:
+                previous = self.previous
+                used = compaction.from_prepared(
+                    prepared, writer, previous, self.pins, self.meter, self.clock
+                )
+            if used:
+                self._say((used.note,))
+                outcome, carried, leave = used.outcome, used.carried, used.leave
             else:
                 outcome, carried = None, () if unanswered is not None else self._carried(writer)
                 leave = len(carried)
@@ -874,14 +880,6 @@ class ChatSession:
         self.lifecycle.revise(revision.summary)
         self._say((revision.note,))
 
-    def _carry_less(self, waiting: FromSummary, typed: Sequence[Message]) -> FromSummary:
-        """``waiting`` carrying fewer copies (the oldest exchanges go first) until the
-        messages ``typed`` for its child fit after them, and said; with none left and
-        still no room, the message is refused (ChatloopError: nothing sent)."""
-        made, said = compaction.carry_less(waiting, typed, self.pins, self.meter, self.clock)
-        self._say((said,))
-        return made
-
     def _carried(self, writer: SessionWriter) -> tuple[Message, ...]:
         """The last exchanges of ``writer``'s session that its child carries word for
         word (``compaction.carried``, with this session's pins)."""
@@ -951,36 +949,6 @@ class ChatSession:
             messages, previous, cap, self.meter, self.clock, plain=plain
         )
 
-    def _use_prepared(
-        self, writer: SessionWriter
-    ) -> tuple[chain.SummaryOutcome, tuple[Message, ...], int] | None:
-        """The prepared summary, what the child carries with it and how many of the last
-        messages the summary leaves out, when it covers the file's first messages as they
-        are now and what came after them, whole exchanges, fits in what a child carries
-        word for word (``_carry``); else None (summarized as before)."""
-        prepared = self.preparer.ready()
-        if prepared is None:
-            return None
-        newer = prepared.newer(writer.messages)
-        if newer is None:
-            return None
-        recent = list(exchanges(newer))
-        if sum(len(exchange) for exchange in recent) != len(newer):
-            return None
-        if recent:  # the child carries exactly what came after, or it is not used
-            parent = chain.Parent(writer.path, writer.meta, None)
-            summary = self._fit_summary(prepared.outcome.text)
-            text = self._build(parent, summary, None, MAX_CARRIED)
-            opening = self.meter.opening(text, self.clock())
-            carried = self.meter.carry(recent, opening, keep_first=False)
-            if len(carried) != len(newer):
-                return None
-            leave = len(carried)
-        else:  # nothing said since: it covers all, and the child carries the end too
-            carried, leave = self._carried(writer), 0
-        self.host.notice("Using the summary prepared while you read.", "info")
-        return prepared.outcome, carried, leave
-
     def begin_child(
         self,
         parent: chain.Parent,
@@ -1006,25 +974,12 @@ class ChatSession:
                 "session begins with your next message.",
                 "restored",
             )
-            self._warm(continuation)
-
-    def _warm(self, waiting: FromSummary) -> None:
-        """While the person reads and types, ask the server for one token after the
-        child's beginning (its system prompt, restoration prompt, chatloop's
-        acknowledgment and the copies it carries, as its first request will send
-        them: ``turn.prime``), so that a server that caches one prompt has read them
-        when the first message comes, which then costs what a turn costs. The
-        person's message stops it (``Preparer.overtake``: a server that was still
-        reading keeps what it read). Only with ``acknowledgment: written`` (the model's
-        acknowledgment is that reading) and a server over HTTP (not the embedded
-        model, whose one copy the chat uses); best effort, nothing recorded."""
-        if self.settings.acknowledgment != "written" or self.backend.kind not in KINDS_WARMED:
-            return
-        now = self.clock()
-        ack = restoration.acknowledgment(waiting.parent.meta.id, now)
-        wire = self.meter.plan([waiting.preview, ack, *waiting.carried]).wire
-        backend = self.backend
-        self.preparer.warm(lambda cancel: prime(backend, wire, cancel))
+            # its beginning read into the server while the person reads and types
+            read = beginning.warming(
+                continuation, self.settings.acknowledgment, self.backend, self.meter, self.clock
+            )
+            if read is not None:
+                self.preparer.warm(read)
 
     def _from_summary(
         self,
@@ -1034,48 +989,31 @@ class ChatSession:
         unanswered: str | None = None,
         carried: tuple[Message, ...] = (),
     ) -> FromSummary:
-        """The continuation of ``parent`` from ``summary`` (fitted to its budget), its
-        pins merged into this session's."""
-        summary = self._fit_summary(summary)  # the restoration stays in budget
-        self._inherit_pins(parent)
+        """``beginning.from_summary`` with this session's pins, which then hold the
+        chain's (``_inherit_pins``)."""
         template = template or self.meta()
-        sizes, now = self.meter.sizes(), self.clock()
-        return builders.from_summary(
-            parent, summary, template, self.pins, sizes, now, unanswered, carried
+        made = beginning.from_summary(
+            parent, summary, template, self.pins, self.meter, self.clock, unanswered, carried
         )
+        self._inherit_pins(parent)
+        return made
 
     def _begin(self, continuation: Continuation) -> SessionWriter:
-        """Write the waiting child and what is queued, in one write (``_child``): a kill
-        leaves the child whole with the messages typed for it, or no child. If the file
-        cannot be made, the continuation stays waiting (and the messages queued) for
-        the next try."""
-        child = self._child(continuation)
-        typed = list(self.lifecycle.queued)
-        folder = self.store.project_of(continuation.parent.path)
-        writer = self.store.create(child.meta, carried=[*child.opening, *typed], folder=folder)
-        self.lifecycle.written(len(typed))
-        base = chain.tokens_through(self.store, continuation.parent)
-        self.lifecycle.open(writer, child.previous, child.prefix, base)
-        parent = continuation.parent
-        self.host.notice(builders.begun(continuation, writer.meta.id), "restored")
-        left = self.ledger_left_out() if isinstance(continuation, FromSummary) else []
-        if left:  # (a fork carries its history, whose restorations said it)
-            self.host.notice(
-                f"{len(left)} earlier statement{'s' if len(left) != 1 else ''} of the ledger "
-                f"did not fit its restoration (they stay in {parent.meta.id}'s summary; "
-                "/pins lists them).",
-                "warn",
-            )
+        """Write the waiting child and what is queued, in one write (``beginning.written``):
+        a kill leaves the child whole with the messages typed for it, or no child. If
+        the file cannot be made, the continuation stays waiting (and the messages
+        queued) for the next try."""
+        writer, notes = beginning.written(
+            continuation, self._terms(), self.store, self.lifecycle, self.clock
+        )
+        self._say(notes)
         return writer
 
-    def _child(self, continuation: Continuation) -> Child:
-        """``builders.child_of`` with what this session has now (its pins, model and
-        title: pinned, switched or renamed while the continuation waited)."""
-        folder = self.store.project_of(continuation.parent.path)
-        model, title = self.backend.model, self.title
+    def _terms(self) -> beginning.Terms:
+        """What a child is written with now: this session's pins, model and title
+        (pinned, switched or renamed while the continuation waited)."""
         acknowledged = self.settings.acknowledgment == "written"
-        now = self.clock()
-        return builders.child_of(continuation, self.pins, model, title, now, folder, acknowledged)
+        return beginning.Terms(self.pins, self.backend.model, self.title, acknowledged)
 
     def _first_of_child(self, begins: Continuation, message: Message, typed: int) -> TurnResult:
         """``message``, just written (the last of ``typed`` messages) with the child of
@@ -1098,12 +1036,12 @@ class ChatSession:
             except ChatloopError as exc:
                 if self._set_aside(message):  # the child stays, with the message unsent
                     raise self._kept_unsent(exc) from None
-                self._unbegin(begins, writer, typed)
+                beginning.unbegun(begins, writer, typed, self.store, self.lifecycle)
                 raise
         if isinstance(begins, FromSummary) and not self.leaving:
             if self.settings.acknowledgment == "model":
                 self._acknowledge(writer, after=len(begins.carried) + typed)
-            else:  # written with the child (``_child``): the reply waits for no other call
+            else:  # written with the child (``beginning.child``): the reply waits for no other call
                 self.host.notice(
                     "Acknowledged by chatloop (no model call before your reply).", "restored"
                 )
@@ -1115,48 +1053,17 @@ class ChatSession:
         """The child of ``begins``, written with ``typed`` messages that do not fit in
         it, made over as the continuation that takes them: fewer copies carried (the
         oldest go first), a fork's history as a summary, ``--full`` from the summary.
-        Raises ChatloopError when nothing can give way."""
-        made: Continuation
-        match begins:
-            case FromSummary(carried=carried) if carried:
-                made = self._carry_less(begins, writer.messages[-typed:])
-            case FromSummary(parent=parent):
-                raise _no_room(parent)
-            case Branch(parent=parent, copies=(only,)) if prompts.is_restoration(only):
-                raise _no_room(parent)  # its history is a summary already
-            case Branch() as branch:
-                made, notes = forking.summarized(branch, self.meter, self.summarize, self.clock)
-                self._say(notes)
-            case WithHistory() as full:
-                self.host.notice(
-                    "The full history no longer fits: continuing from the summary.", "warn"
-                )
-                made = self._from_summary(full.parent, full.summary or "", full.template)
-        child = self._child(made)
-        try:
-            done = writer.rebuild(child.meta, [*child.opening, *writer.messages[-typed:]])
-        except StoreError as exc:
-            raise StoreError(
-                exc.message,
-                "Your message is saved in the new session but was not sent: free some "
-                "disk space, then send it again (Up recalls it).",
-            ) from exc
-        if not done:
-            raise StoreError(
-                f"{writer.path.name} was changed by someone else before its first reply",
-                "Your message is saved there but was not sent; send it again (Up recalls it).",
-            )
+        Raises ChatloopError when nothing can give way (``beginning.otherwise``)."""
+        made, notes = beginning.otherwise(
+            begins, writer.messages[-typed:], self.pins, self.meter, self.summarize, self.clock
+        )
+        if isinstance(begins, WithHistory):  # from the summary: the chain's pins held
+            self._inherit_pins(begins.parent)
+        self._say(notes)
+        child = beginning.child(made, self._terms(), self.store, self.clock())
+        beginning.made_over(child, writer, typed)
         self.lifecycle.open(writer, child.previous, child.prefix, self.chain_base)
         return made
-
-    def _unbegin(self, begins: Continuation, writer: SessionWriter, typed: int) -> None:
-        """The child's first message is refused: the child, which holds only what was
-        written with it, is removed (a continuation left unused leaves no file) and
-        waits again; messages typed before the refused one go back to the queue."""
-        earlier = writer.messages[len(writer.messages) - typed : -1]
-        self.store.discard(writer, unsent=True)
-        self.lifecycle.put_back(earlier)
-        self.lifecycle.wait(begins)
 
     def _acknowledge(self, writer: SessionWriter, answers: bool = False, after: int = 0) -> None:
         """Stream the model's short acknowledgment of the restoration prompt and write it
@@ -1166,51 +1073,26 @@ class ChatSession:
         what the person typed): the acknowledgment is asked without them and put before
         them in the file. One cut by its cap ends at its last whole sentence."""
         view = self.host.reply_view(acknowledgment=not answers)
-        restoration = writer.messages
-        restoration = restoration[: len(restoration) - after]
-        try:
+        written = writer.messages
+        written = written[: len(written) - after]
+
+        def options() -> dict[str, Any]:
             reply_limit = self.reply_options()["max_tokens"]
             cap = reply_limit if answers else self.meter.ack_cap()
-            reply = respond(
-                self.backend,
-                self.wire(restoration),
-                clock=self.clock,
-                on_event=view.on_event,
-                options={**self.agent.options, "max_tokens": cap},
-            )
-            self.meter.learn(reply)
-        except KeyboardInterrupt:
-            view.close(False, False)
-            self.host.notice("Acknowledgment skipped; the summary is in place.")
-            return
-        except (BackendError, Cancelled) as exc:  # (Cancelled: the output's reader left)
-            view.close(False, False)
-            self.host.notice(f"No acknowledgment ({exc.message}); the summary is in place.", "warn")
-            return
-        view.close(False, False)
-        ack = reply._replace(restore=True)
-        if not answers and reply.stop_reason == "length":
-            ack = ack._replace(text=prompts.whole_sentences(ack.text))
-        self._keep_acknowledgment(writer, ack, after)
+            return {**self.agent.options, "max_tokens": cap}
 
-    def _keep_acknowledgment(self, writer: SessionWriter, ack: Message, after: int) -> None:
-        """Write ``ack`` after the restoration prompt: before the ``after`` messages saved
-        after it (left out, and said, when the file changed or cannot be written), else
-        at the end (queued when it cannot be written: StoreError)."""
-        if after:  # what follows is saved: only the acknowledgment may be left out
-            try:
-                if not writer.insert(ack, before=after):
-                    self.host.notice(
-                        "The acknowledgment was not saved: the file changed meanwhile.", "warn"
-                    )
-            except StoreError as exc:
-                self.host.notice(f"The acknowledgment was not saved: {exc.message}", "warn")
-            return
-        try:
-            writer.append(ack)
-        except StoreError:
-            self.lifecycle.hold_first(ack)  # written before anything else, as every message
-            raise
+        ack, notes = beginning.acknowledged(
+            self.backend,
+            self.meter,
+            view,
+            wire=lambda: self.meter.wire(written, self.prefix),
+            options=options,
+            now=self.clock,
+            answers=answers,
+        )
+        self._say(notes)
+        if ack is not None:
+            self._say(beginning.kept(writer, ack, after, self.lifecycle))
 
     # ------------------------------------------------------------------ resume
     def resume(self, ref: str, full: bool = False, fork: bool = False) -> bool:
@@ -1545,7 +1427,7 @@ class ChatSession:
     def _restate(self) -> None:
         """A waiting child's restoration prompt built again when what it is built with
         changed while it waited (the pins, the model, the agent): the preview it is
-        planned with is the prompt its file is written with (``_child``)."""
+        planned with is the prompt its file is written with (``beginning.child``)."""
         match self.state:
             case Waiting(continuation=FromSummary() as waiting):
                 text = self._build(
@@ -1564,18 +1446,6 @@ class ChatSession:
         return next(
             (m.text for m in reversed(self.messages) if m.role == "assistant" and m.text), None
         )
-
-
-KINDS_WARMED = ("openai", "ollama")  # servers a child's beginning is read into (``_warm``)
-
-
-def _no_room(parent: chain.Parent) -> ChatloopError:
-    """The refusal of a message that does not fit beside the restoration of ``parent``."""
-    return ChatloopError(
-        f"This message and the restoration of session {parent.meta.id} do not fit the "
-        "context window together; nothing was sent",
-        "Shorten it (Up recalls it), or use a model with a larger window.",
-    )
 
 
 def git_branch(cwd: Path) -> str | None:
