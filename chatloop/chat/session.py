@@ -42,12 +42,12 @@ carries, deferral and prepared summary (``chat.compaction``), a child's beginnin
 (``chat.chain``), the window, the counts and the
 plans (``chat.meter``), the restoration text (``chat.restoration``), the title
 and its naming (``chat.naming``), the pins' checks and the ledger left out
-(``chat.pins``), one turn (``chat.turn``).
+(``chat.pins``), the turn path's decisions (``chat.turning``: the request a
+person's message goes in, ``turning.wire_messages``), one turn (``chat.turn``).
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -56,10 +56,7 @@ from typing import Any
 
 from chatloop.backends.base import (
     Backend,
-    Cancel,
     ChatMessage,
-    ContextOverflow,
-    estimate_tokens,
 )
 from chatloop.chat import (
     beginning,
@@ -73,13 +70,12 @@ from chatloop.chat import (
     resumption,
     sharing,
     titles,
+    turning,
 )
 from chatloop.chat.agent import Agent
 from chatloop.chat.arming import Arming, with_model
 from chatloop.chat.context import (
     Plan,
-    summary_cap,
-    tool_costs,
 )
 from chatloop.chat.host import Host, Note
 from chatloop.chat.lifecycle import Lifecycle
@@ -102,10 +98,10 @@ from chatloop.chat.state import (
     how,
 )
 from chatloop.chat.tokens import TokenCount
-from chatloop.chat.turn import TurnResult, prime, run_turn
-from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, PREPARE_LOOKBACK, Settings
+from chatloop.chat.turn import TurnResult
+from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, Settings
 from chatloop.errors import ChatloopError, StoreError
-from chatloop.format import Message, SessionMeta, Totals, exchanges
+from chatloop.format import Message, SessionMeta, Totals
 from chatloop.store.fsio import wait_for_lock
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
@@ -350,13 +346,7 @@ class ChatSession:
 
     def _queued_error(self, exc: StoreError) -> StoreError:
         """``exc`` with a hint that tells the truth about the queue."""
-        n = self.unsaved
-        held = f"{n} message{'s' if n != 1 else ''} kept in memory, not yet saved"
-        return StoreError(
-            exc.message,
-            f"{held}: chatloop writes them before anything else "
-            "and sends nothing until they are saved.",
-        )
+        return turning.queued_error(exc, self.unsaved)
 
     # ------------------------------------------------------------------ a turn
     def send(self, text: str) -> TurnResult:
@@ -421,15 +411,14 @@ class ChatSession:
     def _go_on(self, message: Message) -> TurnResult:
         """``message``, the open file's last, sent: compacting first when the history
         does not leave it room (the child answers it), refused and kept in the file
-        marked as not sent (``_set_aside``) when it cannot be sent at all."""
+        marked as not sent (``turning.set_aside``) when it cannot be sent at all."""
         text = message.text
         if not self.plan().fits:
-            try:
-                self._check_room(self.meter.plan([message]))
-            except ChatloopError as exc:
-                if self._set_aside(message):
-                    raise self._kept_unsent(exc) from None
-                raise
+            refused = self._refusal(message)
+            if refused is not None:
+                if turning.set_aside(self.writer, message):
+                    raise turning.kept_unsent(self.writer, refused) from None
+                raise refused
             self.host.notice(
                 "The context window is full: compacting; the new session answers your message.",
                 "warn",
@@ -443,130 +432,47 @@ class ChatSession:
                     "space, then send it again (Up recalls it).",
                 ) from exc
             return TurnResult()
-        return self._answer(text)
+        return self._answer(message)
 
-    def _set_aside(self, message: Message) -> bool:
-        """``message``, just saved, cannot be sent: it stays in the file marked as not
-        sent (``Message.unsent``: out of the conversation, never a query), so what the
-        person typed is never only in their input history. False when it cannot be
-        marked (someone changed the file, or it cannot be rewritten)."""
-        writer = self.writer
-        try:
-            return writer is not None and writer.set_aside(message)
-        except StoreError:
-            return False
+    def _refusal(self, message: Message) -> ChatloopError | None:
+        """Why ``message`` cannot be sent (``turning.refusal``: it does not fit even
+        alone, or the history does not fit and compaction is off), or None."""
+        alone = self.meter.plan([message])
+        return turning.refusal(alone, self.agent, self.tokens, self.settings.auto_compact)
 
-    def _kept_unsent(self, refusal: ChatloopError) -> ChatloopError:
-        """``refusal`` of a message ``_set_aside`` kept, saying where it is kept."""
-        writer = self.writer
-        name = writer.meta.id if writer is not None else "this session"
-        where = f"It is kept in session {name}, marked as not sent. "
-        return ChatloopError(refusal.message, where + refusal.hint)
-
-    def _check_room(self, alone: Plan) -> None:
-        """Raise when the message cannot be sent: it does not fit even alone, or the
-        history does not fit and compaction is off. Nothing is saved then."""
-        if alone.crowded_by_tools:
-            raise self._crowded(alone)
-        if not alone.fits:
-            raise ChatloopError(
-                f"This message alone (about {alone.messages_tokens:,} tokens) does not fit the "
-                f"context window ({alone.budget.available:,} tokens for messages); nothing "
-                "was sent",
-                "Shorten it (Up recalls it), or use a model with a larger window.",
-            )
-        if self.settings.auto_compact == "off":
-            raise ChatloopError(
-                "The conversation no longer fits the context window; the message was not sent",
-                "/compact continues in a new session from a summary; then send it again "
-                "(Up recalls it).",
-            )
-
-    def _crowded(self, alone: Plan) -> ChatloopError:
-        """The refusal of a message that only the tool definitions leave no room for,
-        naming whose tools take the window (``context.tool_costs``: largest first)."""
-        costs = tool_costs(((t.server, t.spec()) for t in self.agent.tools), self.tokens)
-        named = "; ".join(
-            f"{'MCP server ' + source if source else 'the agent itself'}: "
-            f"{tools:,} tools, about {tokens:,} tokens"
-            for source, tools, tokens in costs[:3]
+    def _answer(self, message: Message) -> TurnResult:
+        """``message``, the open file's last, answered (``turning.answered``): each
+        request made by ``turning.wire_messages``; then a full window compacts (the
+        child answers it), a failure is raised, and a turn that ended well is named and
+        measured against the threshold (``_after_turn``)."""
+        text = message.text
+        result, failure = turning.answered(
+            text,
+            self.messages,
+            self.prefix,
+            agent=self.agent,
+            backend=self.backend,
+            meter=self.meter,
+            lifecycle=self.lifecycle,
+            flush=self.flush,
+            view=self.host.reply_view(),
+            settings=self.settings,
+            home=self.arming.home,
+            clock=self.clock,
         )
-        servers = [source for source, _, _ in costs if source]
-        hint = (
-            f"Remove the MCP server {servers[0]} (the agent's mcp, or mcp_servers in the "
-            "config), or use a model with a larger window."
-            if servers
-            else "Give the agent fewer tools, or use a model with a larger window."
-        )
-        budget = alone.budget
-        return ChatloopError(
-            f"The tool definitions take about {budget.tools:,} tokens of the "
-            f"{budget.window:,}-token context window and leave no room for messages "
-            f"({named}); nothing was sent",
-            hint,
-        )
-
-    def _answer(self, text: str) -> TurnResult:
-        view = self.host.reply_view()
-        failures: list[StoreError] = []
-
-        def record(message: Message) -> None:
-            self.meter.learn(message)
-            self.lifecycle.hold(message)
-            try:
-                self.flush()
-            except StoreError as exc:
-                failures.append(exc)
-            if message.role == "tool":
-                view.tool_results(message)
-
-        def draft(reply: Message) -> None:
-            writer = self.writer
-            if writer is None or self.unsaved:  # nothing goes before what is queued
-                return
-            with contextlib.suppress(StoreError):  # appended whole at its end, told then
-                writer.draft(reply)
-
-        with sharing.using(self.arming.home, self.backend):  # (background work yields)
-            result = run_turn(
-                self.agent,
-                self.backend,
-                self.messages,
-                build_context=self.wire,
-                record=record,
-                clock=self.clock,
-                on_event=view.on_event,
-                max_rounds=self.settings.max_tool_rounds,
-                options=self.reply_options(),
-                draft=draft,
-            )
-        kept = any(m.interrupted and (m.text or m.thinking) for m in result.messages)
-        view.close(result.interrupted, saved=kept)
-        if failures:
-            raise self._queued_error(failures[-1])
+        if failure is not None:
+            raise self._queued_error(failure)
         if self.leaving:
             return result
-        error = result.error
-        if isinstance(error, ContextOverflow) and error.window:
-            self.meter.told(error.window)  # the server told us its real window
-        if isinstance(error, ContextOverflow) and self.settings.auto_compact != "off":
-            self.host.notice(
-                "The server says the context window is full: compacting; the new "
-                "session answers your message.",
-                "warn",
-            )
+        full = turning.overflowed(result, self.meter, self.settings.auto_compact)
+        if full is not None:
+            self._say((full,))
             self.compact(unanswered=text)
-        elif error is not None:
-            raise error
         else:
             if not result.interrupted:  # after Ctrl-C the person wants the prompt, not a title
                 self._name(result.reply)
             self._after_turn()
         return result
-
-    def wire(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
-        """The call for ``messages`` (the turn's view of this session) within the budget."""
-        return self.meter.wire(messages, self.prefix)
 
     def _after_turn(self) -> None:
         """Past the threshold: warn, then compact (on), ask (ask) or only hint (off)."""
@@ -575,11 +481,11 @@ class ChatSession:
             return
         now = self.plan()
         used = max(now.tokens, self.totals.last_call)
-        share = used / window
-        if share < self.settings.compact_threshold:
+        full = turning.threshold(used, window, self.settings.compact_threshold)
+        if full is None:
             self._prepare(used, window)
             return
-        self.host.notice(f"Context {share:.0%} full ({used:,} of {window:,} tokens).", "warn")
+        self._say((full,))
         mode = self.settings.auto_compact
         if mode == "off":
             self.host.notice("/compact continues in a new session from a summary.")
@@ -888,66 +794,23 @@ class ChatSession:
     # ------------------------------------------------------------------ prepared ahead
     def _prepare(self, used: int, window: int) -> None:
         """After an exchange that left ``used`` tokens of the ``window`` taken, below the
-        threshold: when one more exchange as large as the largest of the last
-        PREPARE_LOOKBACK would pass the threshold, start
-        preparing the summary of every message of the file (``chat.preparation``) for
-        the compaction to come, unless one covers them already or is being made. Once a
-        compaction, not earlier: on a one-slot server a summary request pushes the
-        chat's own prompt out of the server's cache, and the next turn reads it again.
-        Not for the embedded model (one model in this process) nor when compaction is
-        off or ``prepare_compaction`` is."""
+        threshold: start preparing the summary of every message of the file
+        (``chat.preparation``) when the compaction is near (``compaction.prepare_due``),
+        unless one covers them already or is being made (``compaction.ahead``)."""
         writer = self.writer
-        settings = self.settings
-        if (
-            writer is None
-            or settings.prepare_compaction != "on"
-            or settings.auto_compact == "off"
-            or self.backend.kind == "embedded"
-        ):
-            return
-        threshold = settings.compact_threshold * window
-        if used < threshold / 2:  # (far from it: nothing counted)
+        if writer is None:
             return
         messages = tuple(writer.messages)
-        recent = list(exchanges(messages))[-PREPARE_LOOKBACK:]
-        step = max((self.meter.plan(e).messages_tokens for e in recent), default=0)
-        if used + step < threshold:
+        settings, backend = self.settings, self.backend
+        if not compaction.prepare_due(messages, used, window, settings, backend, self.meter):
             return
         if self.preparer.covers(messages):
             return
-        backend, previous = self.backend, self.previous
-        cap = summary_cap(window, settings.summary_max_tokens)
-        chat, beginning = self._next_turn_kept(messages, cap)
-
-        def make(cancel: Cancel) -> chain.SummaryOutcome:
-            made = chain.summarize(
-                backend,
-                messages,  # (as marked: chain.summarize reads them, ledger_of too)
-                previous=previous,
-                window=window,
-                max_tokens=cap,
-                timeout=settings.summary_timeout,
-                count=estimate_tokens,  # (never the chat's server counts: nothing shared)
-                cancel=cancel,
-                chat=chat,
-            )
-            if beginning is not None:  # the next turn's beginning back in the server's cache
-                prime(backend, beginning, cancel)
-            return made
-
-        self.preparer.start(messages, make, self.prepare_after, self.host.refresh)
-
-    def _next_turn_kept(
-        self, messages: Sequence[Message], cap: int
-    ) -> tuple[list[ChatMessage] | None, list[ChatMessage] | None]:
-        """``compaction.next_turn_kept`` for this file's ``messages``: plain (its
-        ``(None, None)`` otherwise) unless the agent has tools or a ``--full`` history
-        comes before the file."""
         plain = not (self.agent.tools or self.prefix)
-        previous = self.previous
-        return compaction.next_turn_kept(
-            messages, previous, cap, self.meter, self.clock, plain=plain
+        make = compaction.ahead(
+            messages, window, settings, backend, self.meter, self.previous, self.clock, plain=plain
         )
+        self.preparer.start(messages, make, self.prepare_after, self.host.refresh)
 
     def begin_child(
         self,
@@ -966,7 +829,7 @@ class ChatSession:
         if unanswered is not None:
             writer = self._begin(continuation)
             if not self.leaving:
-                self._acknowledge(writer, answers=True)
+                self._acknowledge(writer, answers=unanswered)
         else:
             self.host.notice(
                 f"Continuing session {parent.meta.id} "
@@ -1029,13 +892,15 @@ class ChatSession:
         assert writer is not None
         while not self.plan().fits:
             try:
-                self._check_room(self.meter.plan([message]))
+                refused = self._refusal(message)
+                if refused is not None:
+                    raise refused
                 begins = self._begin_otherwise(begins, writer, typed)
             except StoreError:
                 raise  # the message stays saved in the child (the error says so)
             except ChatloopError as exc:
-                if self._set_aside(message):  # the child stays, with the message unsent
-                    raise self._kept_unsent(exc) from None
+                if turning.set_aside(writer, message):  # the child stays, the message unsent
+                    raise turning.kept_unsent(writer, exc) from None
                 beginning.unbegun(begins, writer, typed, self.store, self.lifecycle)
                 raise
         if isinstance(begins, FromSummary) and not self.leaving:
@@ -1045,7 +910,7 @@ class ChatSession:
                 self.host.notice(
                     "Acknowledged by chatloop (no model call before your reply).", "restored"
                 )
-        return self._answer(message.text)
+        return self._answer(message)
 
     def _begin_otherwise(
         self, begins: Continuation, writer: SessionWriter, typed: int
@@ -1065,30 +930,39 @@ class ChatSession:
         self.lifecycle.open(writer, child.previous, child.prefix, self.chain_base)
         return made
 
-    def _acknowledge(self, writer: SessionWriter, answers: bool = False, after: int = 0) -> None:
+    def _acknowledge(
+        self, writer: SessionWriter, answers: str | None = None, after: int = 0
+    ) -> None:
         """Stream the model's short acknowledgment of the restoration prompt and write it
-        (Ctrl-C or a server failure skip it: the summary is in place). ``answers``: it
-        also answers a message, so it may be as long as a reply. ``after``: messages
-        already written after the restoration prompt (the exchanges it carries, then
-        what the person typed): the acknowledgment is asked without them and put before
-        them in the file. One cut by its cap ends at its last whole sentence."""
-        view = self.host.reply_view(acknowledgment=not answers)
+        (Ctrl-C or a server failure skip it: the summary is in place;
+        ``beginning.acknowledged``). ``answers``: the person's message it also answers
+        (the restoration prompt carries it), so it may be as long as a reply and is
+        asked through ``turning.wire_messages``. ``after``: messages already written
+        after the restoration prompt (the exchanges it carries, then what the person
+        typed): the acknowledgment is asked without them and put before them in the
+        file. One cut by its cap ends at its last whole sentence."""
+        view = self.host.reply_view(acknowledgment=answers is None)
         written = writer.messages
         written = written[: len(written) - after]
 
         def options() -> dict[str, Any]:
             reply_limit = self.reply_options()["max_tokens"]
-            cap = reply_limit if answers else self.meter.ack_cap()
+            cap = reply_limit if answers is not None else self.meter.ack_cap()
             return {**self.agent.options, "max_tokens": cap}
+
+        def request() -> list[ChatMessage]:
+            if answers is None:  # the restoration alone: nothing the person typed
+                return self.meter.wire(written, self.prefix)
+            return turning.wire_messages(answers, written, self.prefix, self.meter)
 
         ack, notes = beginning.acknowledged(
             self.backend,
             self.meter,
             view,
-            wire=lambda: self.meter.wire(written, self.prefix),
+            wire=request,
             options=options,
             now=self.clock,
-            answers=answers,
+            answers=answers is not None,
         )
         self._say(notes)
         if ack is not None:
