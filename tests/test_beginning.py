@@ -182,3 +182,11 @@ def test_a_beginning_is_read_ahead_only_into_a_caching_server_with_a_written_ack
 
 def _no() -> chain.SummaryOutcome:
     raise AssertionError("nothing here is summarized")
+
+
+def test_a_waiting_childs_restoration_is_built_again_with_what_changed(store: Store) -> None:
+    before = waiting(closed(store), copies=1)
+    after = beginning.restated(before, ("the gate squeaks",), meter())
+    assert "the gate squeaks" not in before.preview.text
+    assert "the gate squeaks" in after.preview.text
+    assert after.carried == before.carried and after.preview.key == before.preview.key

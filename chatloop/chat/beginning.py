@@ -15,7 +15,7 @@ said comes back as notes (``host.Note``). Nothing here holds a session.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -41,6 +41,7 @@ __all__ = [
     "kept",
     "made_over",
     "otherwise",
+    "restated",
     "unbegun",
     "warming",
     "written",
@@ -84,6 +85,19 @@ def from_summary(
     return builders.from_summary(
         parent, summary, template, merged, sizes, now(), unanswered, carried
     )
+
+
+def restated(waiting: FromSummary, pins: Pins, meter: Meter) -> FromSummary:
+    """``waiting`` with its restoration prompt built again with ``pins`` within
+    ``meter``'s sizes, when what it is built with changed while it waited (the pins,
+    the model, the agent): the preview it is planned with is the prompt its file is
+    written with (``child``)."""
+    sizes = meter.sizes()
+    carried = len(waiting.carried)
+    text = restoration.build(
+        waiting.parent, waiting.summary, pins, sizes, waiting.unanswered, carried
+    )
+    return replace(waiting, preview=waiting.preview._replace(text=text))
 
 
 def child(continuation: Continuation, terms: Terms, store: Store, now: datetime) -> Child:

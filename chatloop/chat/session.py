@@ -66,10 +66,8 @@ from chatloop.chat import (
     continuation,
     ending,
     forking,
-    restoration,
     resumption,
     sharing,
-    titles,
     turning,
 )
 from chatloop.chat.agent import Agent
@@ -124,11 +122,17 @@ class ChatSession:
     It coordinates owners, each the only writer of its state: the ``lifecycle``
     (``chat.lifecycle``: the state, fresh, waiting for a continuation, open, closing,
     and the unsaved queue), the ``meter`` (``chat.meter``: the window, the counts, the
-    plans), the ``preparer`` (``chat.preparation``: the next compaction's summary) and
+    plans), the ``preparer`` (``chat.preparation``: the next compaction's summary), the
+    ``reviser`` (``chat.revision``: the parent a deferred compaction's child awaits) and
     the ``naming`` (``chat.naming``: the title, how far its naming has gone, the title
-    request under way); the pins are a value checked and made by ``chat.pins`` and
-    written by ``_set_pins``;
-    the restoration text is built by ``chat.restoration`` alone. ``describe`` tells what
+    request under way); the pins are a value checked and made by ``chat.pins``, written
+    by ``_set_pins`` and held by ``_hold_pins`` alone; the agent, the backend and the
+    meter are assigned together by ``_answered_by`` alone; the restoration text is
+    built by ``chat.restoration`` alone. What a turn, a child's beginning, a
+    compaction, a resume, a fork and an ending decide is in functions over those
+    owners (``chat.turning``, ``chat.beginning``, ``chat.compaction``,
+    ``chat.resumption``, ``chat.forking``, ``chat.ending``) that return values and
+    notes; this class moves the state they decide and shows the notes. ``describe`` tells what
     it is to the UI. Every field is read and written by the caller's thread only: the
     one thread it starts (a preparation) works on values handed to it and answers
     through the ``Preparer``."""
@@ -144,7 +148,7 @@ class ChatSession:
     # the state and the unsaved queue: assigned by the lifecycle alone (``chat.lifecycle``)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     # facts pinned in this chain, in every restoration prompt (``chat.pins`` checks and
-    # makes them; assigned by ``_set_pins``, ``_inherit_pins`` and ``_release`` alone)
+    # makes them; assigned by ``_hold_pins`` alone)
     pins: Pins = ()
     # the title, its naming and the title request under way (``chat.naming``): made
     # anew for a new session
@@ -157,7 +161,7 @@ class ChatSession:
     # what arms another agent (/resume to a session of another): the command line's
     arming: Arming = None  # type: ignore[assignment]  # None: the environment's (__post_init__)
     # the window, the counts and the plans of this model with this agent: made anew on a
-    # switch of model, backend or agent (``chat.meter``)
+    # switch of model, backend or agent (``chat.meter``; with them by ``_answered_by``)
     meter: Meter = field(init=False)
 
     # ------------------------------------------------------------------ state
@@ -195,51 +199,28 @@ class ChatSession:
     @property
     def writer(self) -> SessionWriter | None:
         """The writer of the file being written (open or closing), else None."""
-        return self.state.writer if isinstance(self.state, Open | Closing) else None
+        return self.lifecycle.writer
 
     @property
     def previous(self) -> str | None:
-        """The summary this session continues from (open, closing or waiting)."""
-        match self.state:
-            case Open(previous=previous) | Closing(previous=previous):
-                return previous
-            case Waiting(continuation=FromSummary(summary=summary)):
-                return summary
-            case Waiting(continuation=WithHistory(summary=summary)):
-                return summary
-            case Waiting(continuation=Branch(previous=previous)):
-                return previous
-        return None
+        """The summary this session continues from (``Lifecycle.previous``)."""
+        return self.lifecycle.previous
 
     @property
     def prefix(self) -> tuple[Message, ...]:
         """A --full continuation's history, sent before this session's messages."""
-        match self.state:
-            case Open(prefix=prefix):
-                return prefix
-            case Waiting(continuation=WithHistory(history=history)):
-                return history
-        return ()
+        return self.lifecycle.prefix
 
     @property
     def chain_base(self) -> int:
         """Tokens of every ancestor of the file being written (0 for none)."""
-        return self.state.chain_base if isinstance(self.state, Open) else 0
+        return self.lifecycle.chain_base
 
     @property
     def messages(self) -> list[Message]:
         """This session's messages: those on disk, what a pending continuation will
-        write (a fork's copies, a restoration prompt), then those queued."""
-        ahead: list[Message] = []
-        match self.state:
-            case Waiting(continuation=Branch(copies=copies)):
-                ahead = list(copies)
-            case Waiting(continuation=FromSummary(preview=preview, carried=carried)):
-                ahead = [preview, *carried]
-        writer = self.writer
-        said = [m for m in writer.messages if not m.unsent] if writer else []
-        # (a later restoration prompt takes the first one's place: ``restoration``)
-        return [*restoration.revised(said), *ahead, *self.lifecycle.queued]
+        write, then those queued (``Lifecycle.messages``)."""
+        return self.lifecycle.messages()
 
     def describe(self) -> Status:
         """What this session is, for /info, the toolbar and tests."""
@@ -286,24 +267,6 @@ class ChatSession:
             pins=self.pins,
             system=self.agent.system_prompt if self.agent.system_given else None,
         )
-
-    def _build(
-        self,
-        parent: chain.Parent,
-        summary: str,
-        unanswered: str | None = None,
-        carried: int = 0,
-        pins: tuple[str, ...] | None = None,
-    ) -> str:
-        """``restoration.build`` with this session's pins (or ``pins``), as the meter
-        sizes it now."""
-        chosen = self.pins if pins is None else pins
-        return restoration.build(parent, summary, chosen, self.meter.sizes(), unanswered, carried)
-
-    def _fit_summary(self, summary: str, pins: tuple[str, ...] | None = None) -> str:
-        """``restoration.fit`` with this session's pins (or ``pins``), as the meter
-        sizes it now."""
-        return restoration.fit(summary, self.pins if pins is None else pins, self.meter.sizes())
 
     def window(self) -> int | None:
         """The context window (``Meter.window``)."""
@@ -513,7 +476,7 @@ class ChatSession:
             timeout=settings.title_timeout,
         )
         if made is not None:
-            self._write_title(made)
+            self.naming.kept(made, writer)
 
     def take_title(self, wait: bool = True) -> None:
         """Write the title being asked (``_name``) once it has come (``Naming.take``).
@@ -523,20 +486,7 @@ class ChatSession:
         bound."""
         made = self.naming.take(wait)
         if made is not None:
-            self._write_title(made)
-
-    def _write_title(self, made: titles.Title) -> None:
-        """Write ``made`` into the file being written; the naming learns whether the
-        file took it (a refusal: written with the summary at close)."""
-        writer = self.writer
-        if not made.text or writer is None:
-            return
-        try:
-            writer.update_meta(title=made.text)
-        except StoreError:
-            self.naming.written(made.text, saved=False)
-        else:
-            self.naming.written(made.text, saved=True)
+            self.naming.kept(made, self.writer)  # (written into the file being written)
 
     # ------------------------------------------------------------------ summaries
     def summarize(
@@ -657,7 +607,7 @@ class ChatSession:
         if writer is not None:
             writer.close()
         self.lifecycle.fresh()
-        self.pins = ()
+        self._hold_pins(())
         self.naming = Naming()  # (its request taken by ``_late_title`` as it was let go)
 
     # ------------------------------------------------------------------ compact
@@ -1029,8 +979,7 @@ class ChatSession:
         """Go on with ``agent``: the meter keeps the model's window and counts and plans
         with its system prompt and tools (``Meter.for_agent``), and its model is taken
         when it names one (``_take_model``)."""
-        self.agent = agent
-        self.meter = self.meter.for_agent(agent)
+        self._answered_by(agent, self.backend, self.meter.for_agent(agent))
         self._take_model(agent)
 
     def _take_model(self, agent: Agent) -> None:
@@ -1227,15 +1176,21 @@ class ChatSession:
     def use_backend(self, backend: Backend) -> None:
         """Send the next requests to ``backend`` (a ``/resume`` whose session the server
         rule sends elsewhere); the caller closes the one it replaces."""
-        self.backend = backend
-        self._model_changed()
+        self._model_changed(backend)
 
-    def _model_changed(self) -> None:
-        """Another model answers (another name, or another backend): its meter made anew
-        (what was learnt of a model is that model's) and a waiting child's restoration
-        built again within its sizes."""
-        self.meter = Meter.of(self.backend, self.agent, self.settings)
+    def _model_changed(self, backend: Backend | None = None) -> None:
+        """Another model answers (another name, or another ``backend``): its meter made
+        anew (what was learnt of a model is that model's) and a waiting child's
+        restoration built again within its sizes."""
+        backend = backend or self.backend
+        self._answered_by(self.agent, backend, Meter.of(backend, self.agent, self.settings))
         self._restate()
+
+    def _answered_by(self, agent: Agent, backend: Backend, meter: Meter) -> None:
+        """THE assignment of who answers: the agent, the backend and the meter of that
+        model with that agent, together (a switch makes the meter anew, ``Meter.of``,
+        or for the agent, ``Meter.for_agent``; nothing else assigns them)."""
+        self.agent, self.backend, self.meter = agent, backend, meter
 
     def use_agent(self, agent: Agent) -> bool:
         """Go on with ``agent``. A session under way stays with the agent that answered
@@ -1289,26 +1244,26 @@ class ChatSession:
         elif isinstance(self.state, Waiting):
             with self.store.open(self.state.continuation.parent.path) as parent:
                 parent.update_meta(pins=pins)
-        self.pins = pins
+        self._hold_pins(pins)
         self._restate()
         return pins
 
     def _inherit_pins(self, parent: chain.Parent) -> None:
         """Hold ``parent``'s pins with this session's (``pins.inherited``): a continuation
         of it carries them (its file is written with them)."""
-        self.pins = inherited(parent.meta.pins, self.pins)
+        self._hold_pins(inherited(parent.meta.pins, self.pins))
+
+    def _hold_pins(self, pins: Pins) -> None:
+        """THE assignment of the pins this session holds (set, inherited from a parent,
+        or none once the session is let go); what writes them is the caller's."""
+        self.pins = pins
 
     def _restate(self) -> None:
         """A waiting child's restoration prompt built again when what it is built with
-        changed while it waited (the pins, the model, the agent): the preview it is
-        planned with is the prompt its file is written with (``beginning.child``)."""
+        changed while it waited (the pins, the model, the agent: ``beginning.restated``)."""
         match self.state:
             case Waiting(continuation=FromSummary() as waiting):
-                text = self._build(
-                    waiting.parent, waiting.summary, waiting.unanswered, len(waiting.carried)
-                )
-                preview = waiting.preview._replace(text=text)
-                self.lifecycle.wait(replace(waiting, preview=preview))
+                self.lifecycle.wait(beginning.restated(waiting, self.pins, self.meter))
 
     def ledger_left_out(self) -> list[str]:
         """The ledger entries of the summary this session continues from that its
