@@ -8,9 +8,11 @@ from datetime import datetime
 from itertools import count
 from pathlib import Path
 
+from chatloop.backends.base import Cancel
 from chatloop.chat import builders, chain, compaction
 from chatloop.chat.agent import load_agent
 from chatloop.chat.meter import Meter
+from chatloop.chat.preparation import Prepared
 from chatloop.format import Message
 from chatloop.store.store import Store
 from tests.conftest import T0, Clock, exchange, new_meta
@@ -88,3 +90,54 @@ def test_a_deferral_no_worker_can_take_does_nothing(store: Store) -> None:
             home=store.root,
         )
         assert handed is None and writer.meta.status != "closed"
+
+
+def test_a_summary_prepared_ahead_is_used_only_while_it_covers_the_files_beginning(
+    store: Store,
+) -> None:
+    outcome = chain.SummaryOutcome(STRUCTURED, fallback=False, calls=1)
+    with store.create(new_meta()) as writer:
+        for message in said(2):
+            writer.append(message)
+        covering = Prepared(tuple(writer.messages), outcome)
+        whole = compaction.from_prepared(covering, writer, None, (), meter(32_000), Clock())
+        assert whole is not None and whole.leave == 0  # it covers all: the end carried too
+        assert whole.carried == compaction.carried(writer, None, (), meter(32_000), T0)
+        for message in exchange(2):
+            writer.append(message)
+        used = compaction.from_prepared(covering, writer, None, (), meter(32_000), Clock())
+        assert used is not None and used.outcome is outcome
+        assert used.leave == len(exchange(2))
+        assert [m.text for m in used.carried] == [m.text for m in writer.messages[-2:]]
+        assert all(m.copy for m in used.carried)
+        assert used.note == ("Using the summary prepared while you read.", "info")
+        stale = Prepared((exchange(7)[0], *writer.messages[1:4]), outcome)  # (a hand edit)
+        assert compaction.from_prepared(stale, writer, None, (), meter(32_000), Clock()) is None
+
+
+def test_a_summary_is_prepared_ahead_only_when_one_more_exchange_passes_the_threshold() -> None:
+    on = TEST_SETTINGS._replace(prepare_compaction="on", compact_threshold=0.8)
+    messages = said(2)
+    counted, fake = meter(32_000), FakeBackend(window=32_000)
+    step = max(counted.plan(e).messages_tokens for e in (messages[:2], messages[2:]))
+    near = 8_000 - step  # one more exchange as large as the largest reaches 80%
+    assert compaction.prepare_due(messages, near, 10_000, on, fake, counted)
+    assert not compaction.prepare_due(messages, near - 1, 10_000, on, fake, counted)
+    assert not compaction.prepare_due(messages, 3_000, 10_000, on, fake, counted)  # far
+    assert not compaction.prepare_due(messages, near, 10_000, TEST_SETTINGS, fake, counted)
+    compacting_off = on._replace(auto_compact="off")
+    assert not compaction.prepare_due(messages, near, 10_000, compacting_off, fake, counted)
+    fake.kind = "embedded"  # (one model in this process: never a second request)
+    assert not compaction.prepare_due(messages, near, 10_000, on, fake, counted)
+
+
+def test_a_summary_made_ahead_is_the_models_summary_of_the_file(store: Store) -> None:
+    backend = FakeBackend(STRUCTURED, window=32_000)
+    make = compaction.ahead(
+        tuple(said(2)), 32_000, TEST_SETTINGS, backend, meter(32_000), None, Clock(), plain=True
+    )
+    assert backend.calls == []  # nothing asked until it is made
+    made = make(Cancel())
+    assert not made.fallback and "Water every 2 days" in made.text
+    asked = backend.calls[0]["messages"]
+    assert "Question number 1" in str(asked)  # the file's messages, in the chat

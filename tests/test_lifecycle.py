@@ -4,6 +4,7 @@ and its unsaved queue; its transitions and its queue on their own."""
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,39 @@ def test_the_queue_keeps_order_and_writes_each_message_once() -> None:
     life.hold(second)
     life.written(1)
     assert life.queued == ()
+
+
+def test_what_the_state_means_is_told_by_the_lifecycle(store: Store) -> None:
+    """The views of the state (``writer``, ``previous``, ``prefix``, ``chain_base``,
+    ``messages``) for each state, without a session."""
+    from chatloop.chat import builders, chain
+    from chatloop.chat.agent import load_agent
+    from chatloop.chat.meter import Meter
+    from tests.fakes import FakeBackend
+    from tests.hosts import AGENTS, TEST_SETTINGS
+
+    meta = SessionMeta(id="", created=T0, updated=T0, agent="a", model="m")
+    parent = chain.Parent(Path("/sessions/p1.md"), replace(meta, id="p1"), "the summary")
+    history = (Message.create("user", T0, text="earlier"),)
+    life = Lifecycle()
+    typed = Message.create("user", T0, text="typed ahead")
+    life.hold(typed)
+    assert (life.writer, life.previous, life.prefix, life.chain_base) == (None, None, (), 0)
+    assert life.messages() == [typed]
+    life.wait(builders.with_history(parent, history, meta, ()))
+    assert life.previous == "the summary" and life.prefix == history
+    agent = load_agent(AGENTS / "simple_sally.py")
+    sizes = Meter.of(FakeBackend(window=32_000), agent, TEST_SETTINGS).sizes()
+    waiting = builders.from_summary(parent, "the summary", meta, (), sizes, T0)
+    life.wait(waiting)
+    assert life.previous == "the summary" and life.prefix == ()
+    assert life.messages() == [waiting.preview, typed]  # what it will write, then typed
+    with store.create(meta) as writer:
+        said = Message.create("user", T0, text="said")
+        writer.append(said)
+        life.open(writer, "the summary", history, chain_base=40)
+        assert life.writer is writer and life.prefix == history and life.chain_base == 40
+        assert life.messages() == [said, typed]
+        life.closing()
+        assert life.writer is writer and life.previous == "the summary"
+        assert life.prefix == () and life.chain_base == 0

@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 
 from chatloop.backends.base import Cancel, ChatMessage, Event
-from chatloop.chat import ledger, prompts
+from chatloop.chat import ledger, prompts, titles
 from chatloop.chat import pins as pinning
 from chatloop.chat.naming import Naming, first_request, given
 from chatloop.errors import ChatloopError
 from chatloop.format import Message
 from chatloop.format.front_matter import MAX_PIN_CHARS, MAX_PINS, MAX_TITLE_CHARS
+from chatloop.store.store import Store
 from tests.conftest import T0, new_meta
 from tests.fakes import FakeBackend
 
@@ -176,3 +177,16 @@ def test_the_ledger_left_out_is_what_the_restoration_has_no_line_for() -> None:
     assert pinning.left_out(summary, said, (entries[3].text,)) == [entries[2].text]
     assert pinning.left_out(summary, ASKED, ()) == []  # no restoration prompt: nothing
     assert pinning.left_out(None, said, ()) == []
+
+
+def test_a_title_is_kept_in_the_file_being_written_or_held_for_the_close(store: Store) -> None:
+    naming = Naming()
+    made = titles.Title("Basil on the balcony", True)
+    naming.kept(made, None)  # no file yet: nothing done
+    assert naming.title == "" and naming.phase == "untried"
+    with store.create(new_meta()) as writer:
+        naming.kept(made, writer)
+        assert writer.meta.title == "Basil on the balcony"
+    assert naming.title == "Basil on the balcony" and naming.phase != "unsaved"
+    naming.kept(titles.Title("", True), None)  # an empty title is no title
+    assert naming.title == "Basil on the balcony"

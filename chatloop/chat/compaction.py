@@ -13,22 +13,34 @@ child's own.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from chatloop.backends.base import Backend, ChatMessage
+from chatloop.backends.base import Backend, Cancel, ChatMessage, estimate_tokens
 from chatloop.chat import background, chain, ledger, prompts, restoration
+from chatloop.chat.context import summary_cap
 from chatloop.chat.host import Note
 from chatloop.chat.meter import Meter
+from chatloop.chat.preparation import Make, Prepared
 from chatloop.chat.state import FromSummary
-from chatloop.config import MAX_CARRIED, Settings
+from chatloop.chat.turn import prime
+from chatloop.config import MAX_CARRIED, PREPARE_LOOKBACK, Settings
 from chatloop.format import Message, exchanges
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
-__all__ = ["carried", "carry_less", "deferred", "next_turn_kept"]
+__all__ = [
+    "Used",
+    "ahead",
+    "carried",
+    "carry_less",
+    "deferred",
+    "from_prepared",
+    "next_turn_kept",
+    "prepare_due",
+]
 
 
 def carried(
@@ -150,3 +162,116 @@ def deferred(
         "ok",
     )
     return chain.Parent(writer.path, meta, made.text), note
+
+
+@dataclass(frozen=True)
+class Used:
+    """A summary prepared ahead, as a compaction uses it: its ``outcome``, what the
+    child ``carried`` with it, how many of the file's last messages it ``leave``s out,
+    and what to say of it."""
+
+    outcome: chain.SummaryOutcome
+    carried: tuple[Message, ...]
+    leave: int
+    note: Note = ("Using the summary prepared while you read.", "info")
+
+
+def from_prepared(
+    prepared: Prepared,
+    writer: SessionWriter,
+    previous: str | None,
+    pins: tuple[str, ...],
+    meter: Meter,
+    now: Callable[[], datetime],
+) -> Used | None:
+    """``prepared`` as ``writer``'s compaction uses it, when it covers the file's first
+    messages as they are now and what came after them, whole exchanges, fits in what a
+    child carries word for word (``Meter.carry`` after a restoration built with
+    ``pins``); nothing said since: it covers all, and the child carries the end as
+    ``carried`` chooses (``previous``: the summary the session began from). Else None:
+    summarized as before."""
+    newer = prepared.newer(writer.messages)
+    if newer is None:
+        return None
+    recent = list(exchanges(newer))
+    if sum(len(exchange) for exchange in recent) != len(newer):
+        return None
+    if recent:  # the child carries exactly what came after, or it is not used
+        parent = chain.Parent(writer.path, writer.meta, None)
+        sizes = meter.sizes()
+        summary = restoration.fit(prepared.outcome.text, pins, sizes)
+        text = restoration.build(parent, summary, pins, meter.sizes(), None, MAX_CARRIED)
+        opening = meter.opening(text, now())
+        kept = meter.carry(recent, opening, keep_first=False)
+        if len(kept) != len(newer):
+            return None
+        return Used(prepared.outcome, kept, len(kept))
+    return Used(prepared.outcome, carried(writer, previous, pins, meter, now()), 0)
+
+
+def prepare_due(
+    messages: Sequence[Message],
+    used: int,
+    window: int,
+    settings: Settings,
+    backend: Backend,
+    meter: Meter,
+) -> bool:
+    """Whether the summary of a file's ``messages`` is to be prepared for the compaction
+    to come, after an exchange that left ``used`` tokens of the ``window`` taken, below
+    the threshold: when one more exchange as large as the largest of the last
+    PREPARE_LOOKBACK would pass it. Once a compaction, not earlier: on a one-slot
+    server a summary request pushes the chat's own prompt out of the server's cache,
+    and the next turn reads it again. Never for the embedded model (one model in this
+    process) nor when compaction is off or ``prepare_compaction`` is."""
+    if (
+        settings.prepare_compaction != "on"
+        or settings.auto_compact == "off"
+        or backend.kind == "embedded"
+    ):
+        return False
+    threshold = settings.compact_threshold * window
+    if used < threshold / 2:  # (far from it: nothing counted)
+        return False
+    recent = list(exchanges(messages))[-PREPARE_LOOKBACK:]
+    step = max((meter.plan(e).messages_tokens for e in recent), default=0)
+    return used + step >= threshold
+
+
+def ahead(
+    messages: tuple[Message, ...],
+    window: int,
+    settings: Settings,
+    backend: Backend,
+    meter: Meter,
+    previous: str | None,
+    now: Callable[[], datetime],
+    *,
+    plain: bool,
+) -> Make:
+    """What makes the summary of a file's ``messages`` ahead of its compaction (for a
+    ``Preparer``): ``chain.summarize`` over values taken now (``previous``: the summary
+    the file began from), counted by estimate (never the chat's server counts: nothing
+    is shared with the chat's thread), asked in the chat or followed by the next turn's
+    beginning read again as ``next_turn_kept`` says (``plain``: no tools, no
+    ``--full`` history before the file)."""
+    cap = summary_cap(window, settings.summary_max_tokens)
+    chat, beginning = next_turn_kept(messages, previous, cap, meter, now, plain=plain)
+
+    def make(cancel: Cancel) -> chain.SummaryOutcome:
+        made = chain.summarize(
+            backend,
+            messages,  # (as marked: chain.summarize reads them, ledger_of too)
+            previous=previous,
+            window=window,
+            max_tokens=cap,
+            timeout=settings.summary_timeout,
+            count=estimate_tokens,
+            cancel=cancel,
+            chat=chat,
+        )
+        if beginning is not None:  # the next turn's beginning back in the server's cache
+            prime(backend, beginning, cancel)
+        return made
+
+    return make

@@ -15,7 +15,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from chatloop.chat.state import Closing, Continuation, Fresh, Open, State, Waiting
+from chatloop.chat.restoration import revised
+from chatloop.chat.state import (
+    Branch,
+    Closing,
+    Continuation,
+    Fresh,
+    FromSummary,
+    Open,
+    State,
+    Waiting,
+    WithHistory,
+)
 from chatloop.format import Message
 from chatloop.store.writer import SessionWriter
 
@@ -39,6 +50,57 @@ class Lifecycle:
     def queued(self) -> tuple[Message, ...]:
         """The messages in hand that are not on disk yet, in order."""
         return tuple(self._queue)
+
+    # ------------------------------------------------------------------ views
+    @property
+    def writer(self) -> SessionWriter | None:
+        """The writer of the file being written (open or closing), else None."""
+        state = self._state
+        return state.writer if isinstance(state, Open | Closing) else None
+
+    @property
+    def previous(self) -> str | None:
+        """The summary the session continues from (open, closing or waiting)."""
+        match self._state:
+            case Open(previous=previous) | Closing(previous=previous):
+                return previous
+            case Waiting(continuation=FromSummary(summary=summary)):
+                return summary
+            case Waiting(continuation=WithHistory(summary=summary)):
+                return summary
+            case Waiting(continuation=Branch(previous=previous)):
+                return previous
+        return None
+
+    @property
+    def prefix(self) -> tuple[Message, ...]:
+        """A --full continuation's history, sent before the session's messages."""
+        match self._state:
+            case Open(prefix=prefix):
+                return prefix
+            case Waiting(continuation=WithHistory(history=history)):
+                return history
+        return ()
+
+    @property
+    def chain_base(self) -> int:
+        """Tokens of every ancestor of the file being written (0 for none)."""
+        return self._state.chain_base if isinstance(self._state, Open) else 0
+
+    def messages(self) -> list[Message]:
+        """The session's messages: those on disk (not those set aside as unsent), what a
+        pending continuation will write (a fork's copies, a restoration prompt and
+        what it carries), then those queued. A later restoration prompt takes the first
+        one's place (``restoration.revised``)."""
+        ahead: list[Message] = []
+        match self._state:
+            case Waiting(continuation=Branch(copies=copies)):
+                ahead = list(copies)
+            case Waiting(continuation=FromSummary(preview=preview, carried=carried)):
+                ahead = [preview, *carried]
+        writer = self.writer
+        said = [m for m in writer.messages if not m.unsent] if writer else []
+        return [*revised(said), *ahead, *self._queue]
 
     # ------------------------------------------------------------------ transitions
     def fresh(self) -> None:

@@ -1,10 +1,10 @@
 """THE owner of a session's title and of how far its naming has gone.
 
 ``Naming`` holds the title, the phase of its naming and the title request under
-way (``titles.Asking``); it is the only code that assigns them. It writes no file:
-each method that makes a title returns it (a ``titles.Title`` to write, or the
-front-matter changes to finalize with), and ``ChatSession`` writes it and says
-back whether the file took it (``written``). A new session is a new ``Naming``.
+way (``titles.Asking``); it is the only code that assigns them. Each method that
+makes a title returns it (a ``titles.Title`` to write, or the front-matter changes to
+finalize with); ``kept`` writes one into the file it is given (the one being written)
+and learns whether the file took it (``written``). A new session is a new ``Naming``.
 
 The phases: ``untried`` (to be named after the first exchange that ends well),
 ``asking`` (asked of the model off the person's path: ``take`` collects it),
@@ -21,9 +21,10 @@ from typing import Literal
 from chatloop.backends.base import Backend
 from chatloop.chat import titles
 from chatloop.config import DEFAULT_TITLE_TIMEOUT
-from chatloop.errors import ChatloopError
+from chatloop.errors import ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta
 from chatloop.format.front_matter import MAX_TITLE_CHARS
+from chatloop.store.writer import SessionWriter
 
 Phase = Literal["untried", "asking", "done", "unsaved"]
 
@@ -113,6 +114,19 @@ class Naming:
         self.title = title
         if not saved:
             self.phase = "unsaved"
+
+    def kept(self, made: titles.Title, writer: SessionWriter | None) -> None:
+        """Write ``made`` into ``writer``'s file (the one being written; None: none yet,
+        nothing done) and learn whether the file took it (``written``: a refusal is
+        written with the summary at close). Cosmetic: never raises for the store."""
+        if not made.text or writer is None:
+            return
+        try:
+            writer.update_meta(title=made.text)
+        except StoreError:
+            self.written(made.text, saved=False)
+        else:
+            self.written(made.text, saved=True)
 
     def named(self, title: str) -> None:
         """The person gave ``title`` (``given``; written first): it wins over a title

@@ -36,16 +36,18 @@ continuation comes from and its agent and server (``chat.continuation``,
 ``chat.server``), the decisions of a resume (``chat.resumption``: a parent's
 missing summary, ``--full``'s history, what a child carries) and of a fork
 (``chat.forking``), what an ending does with the file (``chat.ending``), a compaction's
-carries and deferral (``chat.compaction``), summaries
+carries, deferral and prepared summary (``chat.compaction``), a child's beginning
+(``chat.beginning``), the revision a deferral's child awaits
+(``chat.revision``), summaries
 (``chat.chain``), the window, the counts and the
 plans (``chat.meter``), the restoration text (``chat.restoration``), the title
 and its naming (``chat.naming``), the pins' checks and the ledger left out
-(``chat.pins``), one turn (``chat.turn``).
+(``chat.pins``), the turn path's decisions (``chat.turning``: the request a
+person's message goes in, ``turning.wire_messages``), one turn (``chat.turn``).
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -54,32 +56,26 @@ from typing import Any
 
 from chatloop.backends.base import (
     Backend,
-    Cancel,
-    Cancelled,
     ChatMessage,
-    ContextOverflow,
     estimate_tokens,
 )
 from chatloop.chat import (
+    beginning,
     builders,
     chain,
     compaction,
     continuation,
     ending,
     forking,
-    prompts,
     recall,
-    restoration,
     resumption,
     sharing,
-    titles,
+    turning,
 )
 from chatloop.chat.agent import Agent
 from chatloop.chat.arming import Arming, with_model
 from chatloop.chat.context import (
     Plan,
-    summary_cap,
-    tool_costs,
 )
 from chatloop.chat.host import Host, Note
 from chatloop.chat.lifecycle import Lifecycle
@@ -87,10 +83,9 @@ from chatloop.chat.meter import Meter
 from chatloop.chat.naming import Naming, given
 from chatloop.chat.pins import Pins, added, inherited, left_out, removed
 from chatloop.chat.preparation import Preparer
-from chatloop.chat.restoration import Awaited
+from chatloop.chat.revision import Reviser
 from chatloop.chat.state import (
     Branch,
-    Child,
     Closing,
     Continuation,
     Fresh,
@@ -103,17 +98,11 @@ from chatloop.chat.state import (
     how,
 )
 from chatloop.chat.tokens import TokenCount
-from chatloop.chat.turn import TurnResult, prime, respond, run_turn
-from chatloop.config import (
-    MAX_CARRIED,
-    PREPARE_IDLE_S,
-    PREPARE_LOOKBACK,
-    RECALL_SHARE,
-    Settings,
-)
-from chatloop.errors import BackendError, ChatloopError, StoreError
-from chatloop.format import Message, SessionMeta, Totals, exchanges
-from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder, wait_for_lock
+from chatloop.chat.turn import TurnResult
+from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, RECALL_SHARE, Settings
+from chatloop.errors import ChatloopError, StoreError
+from chatloop.format import Message, SessionMeta, Totals
+from chatloop.store.fsio import wait_for_lock
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
@@ -135,11 +124,17 @@ class ChatSession:
     It coordinates owners, each the only writer of its state: the ``lifecycle``
     (``chat.lifecycle``: the state, fresh, waiting for a continuation, open, closing,
     and the unsaved queue), the ``meter`` (``chat.meter``: the window, the counts, the
-    plans), the ``preparer`` (``chat.preparation``: the next compaction's summary) and
+    plans), the ``preparer`` (``chat.preparation``: the next compaction's summary), the
+    ``reviser`` (``chat.revision``: the parent a deferred compaction's child awaits) and
     the ``naming`` (``chat.naming``: the title, how far its naming has gone, the title
-    request under way); the pins are a value checked and made by ``chat.pins`` and
-    written by ``_set_pins``;
-    the restoration text is built by ``chat.restoration`` alone. ``describe`` tells what
+    request under way); the pins are a value checked and made by ``chat.pins``, written
+    by ``_set_pins`` and held by ``_hold_pins`` alone; the agent, the backend and the
+    meter are assigned together by ``_answered_by`` alone; the restoration text is
+    built by ``chat.restoration`` alone. What a turn, a child's beginning, a
+    compaction, a resume, a fork and an ending decide is in functions over those
+    owners (``chat.turning``, ``chat.beginning``, ``chat.compaction``,
+    ``chat.resumption``, ``chat.forking``, ``chat.ending``) that return values and
+    notes; this class moves the state they decide and shows the notes. ``describe`` tells what
     it is to the UI. Every field is read and written by the caller's thread only: the
     one thread it starts (a preparation) works on values handed to it and answers
     through the ``Preparer``."""
@@ -155,7 +150,7 @@ class ChatSession:
     # the state and the unsaved queue: assigned by the lifecycle alone (``chat.lifecycle``)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     # facts pinned in this chain, in every restoration prompt (``chat.pins`` checks and
-    # makes them; assigned by ``_set_pins``, ``_inherit_pins`` and ``_release`` alone)
+    # makes them; assigned by ``_hold_pins`` alone)
     pins: Pins = ()
     # the title, its naming and the title request under way (``chat.naming``): made
     # anew for a new session
@@ -163,11 +158,12 @@ class ChatSession:
     prepare_after: float = PREPARE_IDLE_S  # a preparation waits this long before asking
     # the next compaction's summary: being made, and the last one made
     preparer: Preparer = field(default_factory=Preparer)
-    _awaited: Awaited | None = None  # a parent whose model summary is written behind
+    # the parent whose model summary a deferred compaction's child awaits (``chat.revision``)
+    reviser: Reviser = field(default_factory=Reviser)
     # what arms another agent (/resume to a session of another): the command line's
     arming: Arming = None  # type: ignore[assignment]  # None: the environment's (__post_init__)
     # the window, the counts and the plans of this model with this agent: made anew on a
-    # switch of model, backend or agent (``chat.meter``)
+    # switch of model, backend or agent (``chat.meter``; with them by ``_answered_by``)
     meter: Meter = field(init=False)
     # the memory of the chain this session continues, read in a thread (``chat.recall``)
     recalls: recall.Recall = field(init=False)
@@ -209,51 +205,28 @@ class ChatSession:
     @property
     def writer(self) -> SessionWriter | None:
         """The writer of the file being written (open or closing), else None."""
-        return self.state.writer if isinstance(self.state, Open | Closing) else None
+        return self.lifecycle.writer
 
     @property
     def previous(self) -> str | None:
-        """The summary this session continues from (open, closing or waiting)."""
-        match self.state:
-            case Open(previous=previous) | Closing(previous=previous):
-                return previous
-            case Waiting(continuation=FromSummary(summary=summary)):
-                return summary
-            case Waiting(continuation=WithHistory(summary=summary)):
-                return summary
-            case Waiting(continuation=Branch(previous=previous)):
-                return previous
-        return None
+        """The summary this session continues from (``Lifecycle.previous``)."""
+        return self.lifecycle.previous
 
     @property
     def prefix(self) -> tuple[Message, ...]:
         """A --full continuation's history, sent before this session's messages."""
-        match self.state:
-            case Open(prefix=prefix):
-                return prefix
-            case Waiting(continuation=WithHistory(history=history)):
-                return history
-        return ()
+        return self.lifecycle.prefix
 
     @property
     def chain_base(self) -> int:
         """Tokens of every ancestor of the file being written (0 for none)."""
-        return self.state.chain_base if isinstance(self.state, Open) else 0
+        return self.lifecycle.chain_base
 
     @property
     def messages(self) -> list[Message]:
         """This session's messages: those on disk, what a pending continuation will
-        write (a fork's copies, a restoration prompt), then those queued."""
-        ahead: list[Message] = []
-        match self.state:
-            case Waiting(continuation=Branch(copies=copies)):
-                ahead = list(copies)
-            case Waiting(continuation=FromSummary(preview=preview, carried=carried)):
-                ahead = [preview, *carried]
-        writer = self.writer
-        said = [m for m in writer.messages if not m.unsent] if writer else []
-        # (a later restoration prompt takes the first one's place: ``restoration``)
-        return [*restoration.revised(said), *ahead, *self.lifecycle.queued]
+        write, then those queued (``Lifecycle.messages``)."""
+        return self.lifecycle.messages()
 
     def describe(self) -> Status:
         """What this session is, for /info, the toolbar and tests."""
@@ -301,24 +274,6 @@ class ChatSession:
             system=self.agent.system_prompt if self.agent.system_given else None,
         )
 
-    def _build(
-        self,
-        parent: chain.Parent,
-        summary: str,
-        unanswered: str | None = None,
-        carried: int = 0,
-        pins: tuple[str, ...] | None = None,
-    ) -> str:
-        """``restoration.build`` with this session's pins (or ``pins``), as the meter
-        sizes it now."""
-        chosen = self.pins if pins is None else pins
-        return restoration.build(parent, summary, chosen, self.meter.sizes(), unanswered, carried)
-
-    def _fit_summary(self, summary: str, pins: tuple[str, ...] | None = None) -> str:
-        """``restoration.fit`` with this session's pins (or ``pins``), as the meter
-        sizes it now."""
-        return restoration.fit(summary, self.pins if pins is None else pins, self.meter.sizes())
-
     def window(self) -> int | None:
         """The context window (``Meter.window``)."""
         return self.meter.window()
@@ -360,13 +315,7 @@ class ChatSession:
 
     def _queued_error(self, exc: StoreError) -> StoreError:
         """``exc`` with a hint that tells the truth about the queue."""
-        n = self.unsaved
-        held = f"{n} message{'s' if n != 1 else ''} kept in memory, not yet saved"
-        return StoreError(
-            exc.message,
-            f"{held}: chatloop writes them before anything else "
-            "and sends nothing until they are saved.",
-        )
+        return turning.queued_error(exc, self.unsaved)
 
     # ------------------------------------------------------------------ a turn
     def send(self, text: str, recalling: bool = True) -> TurnResult:
@@ -487,15 +436,14 @@ class ChatSession:
     def _go_on(self, message: Message, recalling: bool = True) -> TurnResult:
         """``message``, the open file's last, sent: compacting first when the history
         does not leave it room (the child answers it), refused and kept in the file
-        marked as not sent (``_set_aside``) when it cannot be sent at all."""
+        marked as not sent (``turning.set_aside``) when it cannot be sent at all."""
         text = message.text
         if not self.plan().fits:
-            try:
-                self._check_room(self.meter.plan([message]))
-            except ChatloopError as exc:
-                if self._set_aside(message):
-                    raise self._kept_unsent(exc) from None
-                raise
+            refused = self._refusal(message)
+            if refused is not None:
+                if turning.set_aside(self.writer, message):
+                    raise turning.kept_unsent(self.writer, refused) from None
+                raise refused
             self.host.notice(
                 "The context window is full: compacting; the new session answers your message.",
                 "warn",
@@ -509,132 +457,50 @@ class ChatSession:
                     "space, then send it again (Up recalls it).",
                 ) from exc
             return TurnResult()
-        return self._answer(text, recalling)
+        return self._answer(message, recalling)
 
-    def _set_aside(self, message: Message) -> bool:
-        """``message``, just saved, cannot be sent: it stays in the file marked as not
-        sent (``Message.unsent``: out of the conversation, never a query), so what the
-        person typed is never only in their input history. False when it cannot be
-        marked (someone changed the file, or it cannot be rewritten)."""
-        writer = self.writer
-        try:
-            return writer is not None and writer.set_aside(message)
-        except StoreError:
-            return False
+    def _refusal(self, message: Message) -> ChatloopError | None:
+        """Why ``message`` cannot be sent (``turning.refusal``: it does not fit even
+        alone, or the history does not fit and compaction is off), or None."""
+        alone = self.meter.plan([message])
+        return turning.refusal(alone, self.agent, self.tokens, self.settings.auto_compact)
 
-    def _kept_unsent(self, refusal: ChatloopError) -> ChatloopError:
-        """``refusal`` of a message ``_set_aside`` kept, saying where it is kept."""
-        writer = self.writer
-        name = writer.meta.id if writer is not None else "this session"
-        where = f"It is kept in session {name}, marked as not sent. "
-        return ChatloopError(refusal.message, where + refusal.hint)
-
-    def _check_room(self, alone: Plan) -> None:
-        """Raise when the message cannot be sent: it does not fit even alone, or the
-        history does not fit and compaction is off. Nothing is saved then."""
-        if alone.crowded_by_tools:
-            raise self._crowded(alone)
-        if not alone.fits:
-            raise ChatloopError(
-                f"This message alone (about {alone.messages_tokens:,} tokens) does not fit the "
-                f"context window ({alone.budget.available:,} tokens for messages); nothing "
-                "was sent",
-                "Shorten it (Up recalls it), or use a model with a larger window.",
-            )
-        if self.settings.auto_compact == "off":
-            raise ChatloopError(
-                "The conversation no longer fits the context window; the message was not sent",
-                "/compact continues in a new session from a summary; then send it again "
-                "(Up recalls it).",
-            )
-
-    def _crowded(self, alone: Plan) -> ChatloopError:
-        """The refusal of a message that only the tool definitions leave no room for,
-        naming whose tools take the window (``context.tool_costs``: largest first)."""
-        costs = tool_costs(((t.server, t.spec()) for t in self.agent.tools), self.tokens)
-        named = "; ".join(
-            f"{'MCP server ' + source if source else 'the agent itself'}: "
-            f"{tools:,} tools, about {tokens:,} tokens"
-            for source, tools, tokens in costs[:3]
-        )
-        servers = [source for source, _, _ in costs if source]
-        hint = (
-            f"Remove the MCP server {servers[0]} (the agent's mcp, or mcp_servers in the "
-            "config), or use a model with a larger window."
-            if servers
-            else "Give the agent fewer tools, or use a model with a larger window."
-        )
-        budget = alone.budget
-        return ChatloopError(
-            f"The tool definitions take about {budget.tools:,} tokens of the "
-            f"{budget.window:,}-token context window and leave no room for messages "
-            f"({named}); nothing was sent",
-            hint,
-        )
-
-    def _answer(self, text: str, recalling: bool = True) -> TurnResult:
+    def _answer(self, message: Message, recalling: bool = True) -> TurnResult:
+        """``message``, the open file's last, answered (``turning.answered``): what
+        recall brings back for it written first (``_recall``, unless ``recalling`` is
+        False), each request made by ``turning.wire_messages``; then a full window
+        compacts (the child answers it), a failure is raised, and a turn that ended well
+        is named and measured against the threshold (``_after_turn``)."""
+        text = message.text
         if recalling:
             self._recall(text)
-        view = self.host.reply_view()
-        failures: list[StoreError] = []
-
-        def record(message: Message) -> None:
-            self.meter.learn(message)
-            self.lifecycle.hold(message)
-            try:
-                self.flush()
-            except StoreError as exc:
-                failures.append(exc)
-            if message.role == "tool":
-                view.tool_results(message)
-
-        def draft(reply: Message) -> None:
-            writer = self.writer
-            if writer is None or self.unsaved:  # nothing goes before what is queued
-                return
-            with contextlib.suppress(StoreError):  # appended whole at its end, told then
-                writer.draft(reply)
-
-        with sharing.using(self.arming.home, self.backend):  # (background work yields)
-            result = run_turn(
-                self.agent,
-                self.backend,
-                self.messages,
-                build_context=self.wire,
-                record=record,
-                clock=self.clock,
-                on_event=view.on_event,
-                max_rounds=self.settings.max_tool_rounds,
-                options=self.reply_options(),
-                draft=draft,
-            )
-        kept = any(m.interrupted and (m.text or m.thinking) for m in result.messages)
-        view.close(result.interrupted, saved=kept)
-        if failures:
-            raise self._queued_error(failures[-1])
+        result, failure = turning.answered(
+            text,
+            self.messages,
+            self.prefix,
+            agent=self.agent,
+            backend=self.backend,
+            meter=self.meter,
+            lifecycle=self.lifecycle,
+            flush=self.flush,
+            view=self.host.reply_view(),
+            settings=self.settings,
+            home=self.arming.home,
+            clock=self.clock,
+        )
+        if failure is not None:
+            raise self._queued_error(failure)
         if self.leaving:
             return result
-        error = result.error
-        if isinstance(error, ContextOverflow) and error.window:
-            self.meter.told(error.window)  # the server told us its real window
-        if isinstance(error, ContextOverflow) and self.settings.auto_compact != "off":
-            self.host.notice(
-                "The server says the context window is full: compacting; the new "
-                "session answers your message.",
-                "warn",
-            )
+        full = turning.overflowed(result, self.meter, self.settings.auto_compact)
+        if full is not None:
+            self._say((full,))
             self.compact(unanswered=text)
-        elif error is not None:
-            raise error
         else:
             if not result.interrupted:  # after Ctrl-C the person wants the prompt, not a title
                 self._name(result.reply)
             self._after_turn()
         return result
-
-    def wire(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
-        """The call for ``messages`` (the turn's view of this session) within the budget."""
-        return self.meter.wire(messages, self.prefix)
 
     def _after_turn(self) -> None:
         """Past the threshold: warn, then compact (on), ask (ask) or only hint (off)."""
@@ -643,11 +509,11 @@ class ChatSession:
             return
         now = self.plan()
         used = max(now.tokens, self.totals.last_call)
-        share = used / window
-        if share < self.settings.compact_threshold:
+        full = turning.threshold(used, window, self.settings.compact_threshold)
+        if full is None:
             self._prepare(used, window)
             return
-        self.host.notice(f"Context {share:.0%} full ({used:,} of {window:,} tokens).", "warn")
+        self._say((full,))
         mode = self.settings.auto_compact
         if mode == "off":
             self.host.notice("/compact continues in a new session from a summary.")
@@ -675,7 +541,7 @@ class ChatSession:
             timeout=settings.title_timeout,
         )
         if made is not None:
-            self._write_title(made)
+            self.naming.kept(made, writer)
 
     def take_title(self, wait: bool = True) -> None:
         """Write the title being asked (``_name``) once it has come (``Naming.take``).
@@ -685,20 +551,7 @@ class ChatSession:
         bound."""
         made = self.naming.take(wait)
         if made is not None:
-            self._write_title(made)
-
-    def _write_title(self, made: titles.Title) -> None:
-        """Write ``made`` into the file being written; the naming learns whether the
-        file took it (a refusal: written with the summary at close)."""
-        writer = self.writer
-        if not made.text or writer is None:
-            return
-        try:
-            writer.update_meta(title=made.text)
-        except StoreError:
-            self.naming.written(made.text, saved=False)
-        else:
-            self.naming.written(made.text, saved=True)
+            self.naming.kept(made, self.writer)  # (written into the file being written)
 
     # ------------------------------------------------------------------ summaries
     def summarize(
@@ -814,12 +667,12 @@ class ChatSession:
         """Let go of the file (if any): the session is fresh again, with no title or pins,
         and nothing prepared for it."""
         self.preparer.forget()
-        self._awaited = None
+        self.reviser.forget()
         writer = self.writer
         if writer is not None:
             writer.close()
         self.lifecycle.fresh()
-        self.pins = ()
+        self._hold_pins(())
         self.naming = Naming()  # (its request taken by ``_late_title`` as it was let go)
 
     # ------------------------------------------------------------------ compact
@@ -872,16 +725,23 @@ class ChatSession:
             # the child carries the last exchanges word for word and the summary covers
             # the rest (a message the child must answer goes in its restoration prompt:
             # then it carries none, as that answer sees the restoration prompt alone)
-            ready = None if unanswered is not None or instructions else self._use_prepared(writer)
-            if ready is not None:
-                outcome, carried, leave = ready
+            prepared = None if unanswered is not None or instructions else self.preparer.ready()
+            used = None
+            if prepared is not None:
+                previous = self.previous
+                used = compaction.from_prepared(
+                    prepared, writer, previous, self.pins, self.meter, self.clock
+                )
+            if used:
+                self._say((used.note,))
+                outcome, carried, leave = used.outcome, used.carried, used.leave
             else:
                 outcome, carried = None, () if unanswered is not None else self._carried(writer)
                 leave = len(carried)
             deferred = None if outcome or instructions else self._defer(writer, leave)
             if deferred is not None:  # the child begins now; the model's summary comes later
                 self._release()
-                self._awaited = Awaited(deferred.path, unanswered)
+                self.reviser.expect(deferred.path, unanswered)
                 self.begin_child(deferred, deferred.summary or "", template, unanswered, carried)
                 return
             try:
@@ -928,48 +788,24 @@ class ChatSession:
         return parent
 
     def _revise(self) -> None:
-        """When the model's summary of the parent this child began without (``_defer``)
-        has been written, record the restoration prompt it makes (after everything said
-        so far, at its time): from this request on it is sent in the first one's place
-        (``restoration.revised``), and it is what this session continues from. One
-        the worker gave up on (its summary built from the transcript) changes nothing."""
-        awaited, writer = self._awaited, self.writer
-        if awaited is None or writer is None or not isinstance(self.state, Open):
+        """A parent's model summary written since this child began without it
+        (``_defer``): its restoration prompt (``Reviser.due``) is recorded after
+        everything said so far, sent from this request on in the first one's place, and
+        what this session continues from. One the file refuses leaves the first."""
+        writer = self.writer
+        if writer is None or not isinstance(self.state, Open):
             return
-        if lock_holder(awaited.path) == SUMMARY_HOLDER:
-            return  # still being written
-        self._awaited = None
+        revision = self.reviser.due(self.store, writer, self.pins, self.meter, self.clock)
+        if revision is None:
+            return
         try:
-            found = self.store.summary_of(awaited.path)
-            parent = chain.read_parent(self.store, awaited.path)
-        except (ChatloopError, OSError):
-            return
-        if found.message is None or found.message.fallback or parent.summary is None:
-            return
-        summary = self._fit_summary(parent.summary)
-        carried = sum(1 for m in writer.messages if m.copy)
-        text = self._build(parent, summary, awaited.unanswered, carried)
-        revision = Message.create("user", self.clock(), text=text, restore=True)
-        try:
-            self.lifecycle.hold(revision)
+            self.lifecycle.hold(revision.message)
             self.flush()
         except StoreError:
-            self.lifecycle.drop(revision)  # (the first restoration stays: nothing lost)
+            self.lifecycle.drop(revision.message)  # (the first restoration stays: nothing lost)
             return
-        self.lifecycle.revise(summary)
-        self.host.notice(
-            f"The model's summary of {parent.meta.id} is written: it takes the place of "
-            "the one built from the transcript from this message on.",
-            "restored",
-        )
-
-    def _carry_less(self, waiting: FromSummary, typed: Sequence[Message]) -> FromSummary:
-        """``waiting`` carrying fewer copies (the oldest exchanges go first) until the
-        messages ``typed`` for its child fit after them, and said; with none left and
-        still no room, the message is refused (ChatloopError: nothing sent)."""
-        made, said = compaction.carry_less(waiting, typed, self.pins, self.meter, self.clock)
-        self._say((said,))
-        return made
+        self.lifecycle.revise(revision.summary)
+        self._say((revision.note,))
 
     def _carried(self, writer: SessionWriter) -> tuple[Message, ...]:
         """The last exchanges of ``writer``'s session that its child carries word for
@@ -979,96 +815,23 @@ class ChatSession:
     # ------------------------------------------------------------------ prepared ahead
     def _prepare(self, used: int, window: int) -> None:
         """After an exchange that left ``used`` tokens of the ``window`` taken, below the
-        threshold: when one more exchange as large as the largest of the last
-        PREPARE_LOOKBACK would pass the threshold, start
-        preparing the summary of every message of the file (``chat.preparation``) for
-        the compaction to come, unless one covers them already or is being made. Once a
-        compaction, not earlier: on a one-slot server a summary request pushes the
-        chat's own prompt out of the server's cache, and the next turn reads it again.
-        Not for the embedded model (one model in this process) nor when compaction is
-        off or ``prepare_compaction`` is."""
+        threshold: start preparing the summary of every message of the file
+        (``chat.preparation``) when the compaction is near (``compaction.prepare_due``),
+        unless one covers them already or is being made (``compaction.ahead``)."""
         writer = self.writer
-        settings = self.settings
-        if (
-            writer is None
-            or settings.prepare_compaction != "on"
-            or settings.auto_compact == "off"
-            or self.backend.kind == "embedded"
-        ):
-            return
-        threshold = settings.compact_threshold * window
-        if used < threshold / 2:  # (far from it: nothing counted)
+        if writer is None:
             return
         messages = tuple(writer.messages)
-        recent = list(exchanges(messages))[-PREPARE_LOOKBACK:]
-        step = max((self.meter.plan(e).messages_tokens for e in recent), default=0)
-        if used + step < threshold:
+        settings, backend = self.settings, self.backend
+        if not compaction.prepare_due(messages, used, window, settings, backend, self.meter):
             return
         if self.preparer.covers(messages):
             return
-        backend, previous = self.backend, self.previous
-        cap = summary_cap(window, settings.summary_max_tokens)
-        chat, beginning = self._next_turn_kept(messages, cap)
-
-        def make(cancel: Cancel) -> chain.SummaryOutcome:
-            made = chain.summarize(
-                backend,
-                messages,  # (as marked: chain.summarize reads them, ledger_of too)
-                previous=previous,
-                window=window,
-                max_tokens=cap,
-                timeout=settings.summary_timeout,
-                count=estimate_tokens,  # (never the chat's server counts: nothing shared)
-                cancel=cancel,
-                chat=chat,
-            )
-            if beginning is not None:  # the next turn's beginning back in the server's cache
-                prime(backend, beginning, cancel)
-            return made
-
-        self.preparer.start(messages, make, self.prepare_after, self.host.refresh)
-
-    def _next_turn_kept(
-        self, messages: Sequence[Message], cap: int
-    ) -> tuple[list[ChatMessage] | None, list[ChatMessage] | None]:
-        """``compaction.next_turn_kept`` for this file's ``messages``: plain (its
-        ``(None, None)`` otherwise) unless the agent has tools or a ``--full`` history
-        comes before the file."""
         plain = not (self.agent.tools or self.prefix)
-        previous = self.previous
-        return compaction.next_turn_kept(
-            messages, previous, cap, self.meter, self.clock, plain=plain
+        make = compaction.ahead(
+            messages, window, settings, backend, self.meter, self.previous, self.clock, plain=plain
         )
-
-    def _use_prepared(
-        self, writer: SessionWriter
-    ) -> tuple[chain.SummaryOutcome, tuple[Message, ...], int] | None:
-        """The prepared summary, what the child carries with it and how many of the last
-        messages the summary leaves out, when it covers the file's first messages as they
-        are now and what came after them, whole exchanges, fits in what a child carries
-        word for word (``_carry``); else None (summarized as before)."""
-        prepared = self.preparer.ready()
-        if prepared is None:
-            return None
-        newer = prepared.newer(writer.messages)
-        if newer is None:
-            return None
-        recent = list(exchanges(newer))
-        if sum(len(exchange) for exchange in recent) != len(newer):
-            return None
-        if recent:  # the child carries exactly what came after, or it is not used
-            parent = chain.Parent(writer.path, writer.meta, None)
-            summary = self._fit_summary(prepared.outcome.text)
-            text = self._build(parent, summary, None, MAX_CARRIED)
-            opening = self.meter.opening(text, self.clock())
-            carried = self.meter.carry(recent, opening, keep_first=False)
-            if len(carried) != len(newer):
-                return None
-            leave = len(carried)
-        else:  # nothing said since: it covers all, and the child carries the end too
-            carried, leave = self._carried(writer), 0
-        self.host.notice("Using the summary prepared while you read.", "info")
-        return prepared.outcome, carried, leave
+        self.preparer.start(messages, make, self.prepare_after, self.host.refresh)
 
     def begin_child(
         self,
@@ -1088,7 +851,7 @@ class ChatSession:
             writer = self._begin(continuation)
             if not self.leaving:
                 self._recall(unanswered)  # (sent within the restoration prompt it follows)
-                self._acknowledge(writer, answers=True)
+                self._acknowledge(writer, answers=unanswered)
         else:
             self.host.notice(
                 f"Continuing session {parent.meta.id} "
@@ -1096,25 +859,12 @@ class ChatSession:
                 "session begins with your next message.",
                 "restored",
             )
-            self._warm(continuation)
-
-    def _warm(self, waiting: FromSummary) -> None:
-        """While the person reads and types, ask the server for one token after the
-        child's beginning (its system prompt, restoration prompt, chatloop's
-        acknowledgment and the copies it carries, as its first request will send
-        them: ``turn.prime``), so that a server that caches one prompt has read them
-        when the first message comes, which then costs what a turn costs. The
-        person's message stops it (``Preparer.overtake``: a server that was still
-        reading keeps what it read). Only with ``acknowledgment: written`` (the model's
-        acknowledgment is that reading) and a server over HTTP (not the embedded
-        model, whose one copy the chat uses); best effort, nothing recorded."""
-        if self.settings.acknowledgment != "written" or self.backend.kind not in KINDS_WARMED:
-            return
-        now = self.clock()
-        ack = restoration.acknowledgment(waiting.parent.meta.id, now)
-        wire = self.meter.plan([waiting.preview, ack, *waiting.carried]).wire
-        backend = self.backend
-        self.preparer.warm(lambda cancel: prime(backend, wire, cancel))
+            # its beginning read into the server while the person reads and types
+            read = beginning.warming(
+                continuation, self.settings.acknowledgment, self.backend, self.meter, self.clock
+            )
+            if read is not None:
+                self.preparer.warm(read)
 
     def _from_summary(
         self,
@@ -1124,48 +874,31 @@ class ChatSession:
         unanswered: str | None = None,
         carried: tuple[Message, ...] = (),
     ) -> FromSummary:
-        """The continuation of ``parent`` from ``summary`` (fitted to its budget), its
-        pins merged into this session's."""
-        summary = self._fit_summary(summary)  # the restoration stays in budget
-        self._inherit_pins(parent)
+        """``beginning.from_summary`` with this session's pins, which then hold the
+        chain's (``_inherit_pins``)."""
         template = template or self.meta()
-        sizes, now = self.meter.sizes(), self.clock()
-        return builders.from_summary(
-            parent, summary, template, self.pins, sizes, now, unanswered, carried
+        made = beginning.from_summary(
+            parent, summary, template, self.pins, self.meter, self.clock, unanswered, carried
         )
+        self._inherit_pins(parent)
+        return made
 
     def _begin(self, continuation: Continuation) -> SessionWriter:
-        """Write the waiting child and what is queued, in one write (``_child``): a kill
-        leaves the child whole with the messages typed for it, or no child. If the file
-        cannot be made, the continuation stays waiting (and the messages queued) for
-        the next try."""
-        child = self._child(continuation)
-        typed = list(self.lifecycle.queued)
-        folder = self.store.project_of(continuation.parent.path)
-        writer = self.store.create(child.meta, carried=[*child.opening, *typed], folder=folder)
-        self.lifecycle.written(len(typed))
-        base = chain.tokens_through(self.store, continuation.parent)
-        self.lifecycle.open(writer, child.previous, child.prefix, base)
-        parent = continuation.parent
-        self.host.notice(builders.begun(continuation, writer.meta.id), "restored")
-        left = self.ledger_left_out() if isinstance(continuation, FromSummary) else []
-        if left:  # (a fork carries its history, whose restorations said it)
-            self.host.notice(
-                f"{len(left)} earlier statement{'s' if len(left) != 1 else ''} of the ledger "
-                f"did not fit its restoration (they stay in {parent.meta.id}'s summary; "
-                "/pins lists them).",
-                "warn",
-            )
+        """Write the waiting child and what is queued, in one write (``beginning.written``):
+        a kill leaves the child whole with the messages typed for it, or no child. If
+        the file cannot be made, the continuation stays waiting (and the messages
+        queued) for the next try."""
+        writer, notes = beginning.written(
+            continuation, self._terms(), self.store, self.lifecycle, self.clock
+        )
+        self._say(notes)
         return writer
 
-    def _child(self, continuation: Continuation) -> Child:
-        """``builders.child_of`` with what this session has now (its pins, model and
-        title: pinned, switched or renamed while the continuation waited)."""
-        folder = self.store.project_of(continuation.parent.path)
-        model, title = self.backend.model, self.title
+    def _terms(self) -> beginning.Terms:
+        """What a child is written with now: this session's pins, model and title
+        (pinned, switched or renamed while the continuation waited)."""
         acknowledged = self.settings.acknowledgment == "written"
-        now = self.clock()
-        return builders.child_of(continuation, self.pins, model, title, now, folder, acknowledged)
+        return beginning.Terms(self.pins, self.backend.model, self.title, acknowledged)
 
     def _first_of_child(
         self, begins: Continuation, message: Message, typed: int, recalling: bool = True
@@ -1183,23 +916,25 @@ class ChatSession:
         assert writer is not None
         while not self.plan().fits:
             try:
-                self._check_room(self.meter.plan([message]))
+                refused = self._refusal(message)
+                if refused is not None:
+                    raise refused
                 begins = self._begin_otherwise(begins, writer, typed)
             except StoreError:
                 raise  # the message stays saved in the child (the error says so)
             except ChatloopError as exc:
-                if self._set_aside(message):  # the child stays, with the message unsent
-                    raise self._kept_unsent(exc) from None
-                self._unbegin(begins, writer, typed)
+                if turning.set_aside(writer, message):  # the child stays, the message unsent
+                    raise turning.kept_unsent(writer, exc) from None
+                beginning.unbegun(begins, writer, typed, self.store, self.lifecycle)
                 raise
         if isinstance(begins, FromSummary) and not self.leaving:
             if self.settings.acknowledgment == "model":
                 self._acknowledge(writer, after=len(begins.carried) + typed)
-            else:  # written with the child (``_child``): the reply waits for no other call
+            else:  # written with the child (``beginning.child``): the reply waits for no other call
                 self.host.notice(
                     "Acknowledged by chatloop (no model call before your reply).", "restored"
                 )
-        return self._answer(message.text, recalling)
+        return self._answer(message, recalling)
 
     def _begin_otherwise(
         self, begins: Continuation, writer: SessionWriter, typed: int
@@ -1207,102 +942,55 @@ class ChatSession:
         """The child of ``begins``, written with ``typed`` messages that do not fit in
         it, made over as the continuation that takes them: fewer copies carried (the
         oldest go first), a fork's history as a summary, ``--full`` from the summary.
-        Raises ChatloopError when nothing can give way."""
-        made: Continuation
-        match begins:
-            case FromSummary(carried=carried) if carried:
-                made = self._carry_less(begins, writer.messages[-typed:])
-            case FromSummary(parent=parent):
-                raise _no_room(parent)
-            case Branch(parent=parent, copies=(only,)) if prompts.is_restoration(only):
-                raise _no_room(parent)  # its history is a summary already
-            case Branch() as branch:
-                made, notes = forking.summarized(branch, self.meter, self.summarize, self.clock)
-                self._say(notes)
-            case WithHistory() as full:
-                self.host.notice(
-                    "The full history no longer fits: continuing from the summary.", "warn"
-                )
-                made = self._from_summary(full.parent, full.summary or "", full.template)
-        child = self._child(made)
-        try:
-            done = writer.rebuild(child.meta, [*child.opening, *writer.messages[-typed:]])
-        except StoreError as exc:
-            raise StoreError(
-                exc.message,
-                "Your message is saved in the new session but was not sent: free some "
-                "disk space, then send it again (Up recalls it).",
-            ) from exc
-        if not done:
-            raise StoreError(
-                f"{writer.path.name} was changed by someone else before its first reply",
-                "Your message is saved there but was not sent; send it again (Up recalls it).",
-            )
+        Raises ChatloopError when nothing can give way (``beginning.otherwise``)."""
+        made, notes = beginning.otherwise(
+            begins, writer.messages[-typed:], self.pins, self.meter, self.summarize, self.clock
+        )
+        if isinstance(begins, WithHistory):  # from the summary: the chain's pins held
+            self._inherit_pins(begins.parent)
+        self._say(notes)
+        child = beginning.child(made, self._terms(), self.store, self.clock())
+        beginning.made_over(child, writer, typed)
         self.lifecycle.open(writer, child.previous, child.prefix, self.chain_base)
         return made
 
-    def _unbegin(self, begins: Continuation, writer: SessionWriter, typed: int) -> None:
-        """The child's first message is refused: the child, which holds only what was
-        written with it, is removed (a continuation left unused leaves no file) and
-        waits again; messages typed before the refused one go back to the queue."""
-        earlier = writer.messages[len(writer.messages) - typed : -1]
-        self.store.discard(writer, unsent=True)
-        self.lifecycle.put_back(earlier)
-        self.lifecycle.wait(begins)
-
-    def _acknowledge(self, writer: SessionWriter, answers: bool = False, after: int = 0) -> None:
+    def _acknowledge(
+        self, writer: SessionWriter, answers: str | None = None, after: int = 0
+    ) -> None:
         """Stream the model's short acknowledgment of the restoration prompt and write it
-        (Ctrl-C or a server failure skip it: the summary is in place). ``answers``: it
-        also answers a message, so it may be as long as a reply. ``after``: messages
-        already written after the restoration prompt (the exchanges it carries, then
-        what the person typed): the acknowledgment is asked without them and put before
-        them in the file. One cut by its cap ends at its last whole sentence."""
-        view = self.host.reply_view(acknowledgment=not answers)
-        restoration = writer.messages
-        restoration = restoration[: len(restoration) - after]
-        try:
-            reply_limit = self.reply_options()["max_tokens"]
-            cap = reply_limit if answers else self.meter.ack_cap()
-            reply = respond(
-                self.backend,
-                self.wire(restoration),
-                clock=self.clock,
-                on_event=view.on_event,
-                options={**self.agent.options, "max_tokens": cap},
-            )
-            self.meter.learn(reply)
-        except KeyboardInterrupt:
-            view.close(False, False)
-            self.host.notice("Acknowledgment skipped; the summary is in place.")
-            return
-        except (BackendError, Cancelled) as exc:  # (Cancelled: the output's reader left)
-            view.close(False, False)
-            self.host.notice(f"No acknowledgment ({exc.message}); the summary is in place.", "warn")
-            return
-        view.close(False, False)
-        ack = reply._replace(restore=True)
-        if not answers and reply.stop_reason == "length":
-            ack = ack._replace(text=prompts.whole_sentences(ack.text))
-        self._keep_acknowledgment(writer, ack, after)
+        (Ctrl-C or a server failure skip it: the summary is in place;
+        ``beginning.acknowledged``). ``answers``: the person's message it also answers
+        (the restoration prompt carries it), so it may be as long as a reply and is
+        asked through ``turning.wire_messages``. ``after``: messages already written
+        after the restoration prompt (the exchanges it carries, then what the person
+        typed): the acknowledgment is asked without them and put before them in the
+        file. One cut by its cap ends at its last whole sentence."""
+        view = self.host.reply_view(acknowledgment=answers is None)
+        written = writer.messages
+        written = written[: len(written) - after]
 
-    def _keep_acknowledgment(self, writer: SessionWriter, ack: Message, after: int) -> None:
-        """Write ``ack`` after the restoration prompt: before the ``after`` messages saved
-        after it (left out, and said, when the file changed or cannot be written), else
-        at the end (queued when it cannot be written: StoreError)."""
-        if after:  # what follows is saved: only the acknowledgment may be left out
-            try:
-                if not writer.insert(ack, before=after):
-                    self.host.notice(
-                        "The acknowledgment was not saved: the file changed meanwhile.", "warn"
-                    )
-            except StoreError as exc:
-                self.host.notice(f"The acknowledgment was not saved: {exc.message}", "warn")
-            return
-        try:
-            writer.append(ack)
-        except StoreError:
-            self.lifecycle.hold_first(ack)  # written before anything else, as every message
-            raise
+        def options() -> dict[str, Any]:
+            reply_limit = self.reply_options()["max_tokens"]
+            cap = reply_limit if answers is not None else self.meter.ack_cap()
+            return {**self.agent.options, "max_tokens": cap}
+
+        def request() -> list[ChatMessage]:
+            if answers is None:  # the restoration alone: nothing the person typed
+                return self.meter.wire(written, self.prefix)
+            return turning.wire_messages(answers, written, self.prefix, self.meter)
+
+        ack, notes = beginning.acknowledged(
+            self.backend,
+            self.meter,
+            view,
+            wire=request,
+            options=options,
+            now=self.clock,
+            answers=answers is not None,
+        )
+        self._say(notes)
+        if ack is not None:
+            self._say(beginning.kept(writer, ack, after, self.lifecycle))
 
     # ------------------------------------------------------------------ resume
     def resume(self, ref: str, full: bool = False, fork: bool = False) -> bool:
@@ -1367,8 +1055,7 @@ class ChatSession:
         when it names one (``_take_model``). An agent that calls tools gets the recall
         tool (``recall.with_tool``)."""
         agent = recall.with_tool(agent, self.recalls)
-        self.agent = agent
-        self.meter = self.meter.for_agent(agent)
+        self._answered_by(agent, self.backend, self.meter.for_agent(agent))
         self._take_model(agent)
 
     def _take_model(self, agent: Agent) -> None:
@@ -1571,15 +1258,21 @@ class ChatSession:
     def use_backend(self, backend: Backend) -> None:
         """Send the next requests to ``backend`` (a ``/resume`` whose session the server
         rule sends elsewhere); the caller closes the one it replaces."""
-        self.backend = backend
-        self._model_changed()
+        self._model_changed(backend)
 
-    def _model_changed(self) -> None:
-        """Another model answers (another name, or another backend): its meter made anew
-        (what was learnt of a model is that model's) and a waiting child's restoration
-        built again within its sizes."""
-        self.meter = Meter.of(self.backend, self.agent, self.settings)
+    def _model_changed(self, backend: Backend | None = None) -> None:
+        """Another model answers (another name, or another ``backend``): its meter made
+        anew (what was learnt of a model is that model's) and a waiting child's
+        restoration built again within its sizes."""
+        backend = backend or self.backend
+        self._answered_by(self.agent, backend, Meter.of(backend, self.agent, self.settings))
         self._restate()
+
+    def _answered_by(self, agent: Agent, backend: Backend, meter: Meter) -> None:
+        """THE assignment of who answers: the agent, the backend and the meter of that
+        model with that agent, together (a switch makes the meter anew, ``Meter.of``,
+        or for the agent, ``Meter.for_agent``; nothing else assigns them)."""
+        self.agent, self.backend, self.meter = agent, backend, meter
 
     def use_agent(self, agent: Agent) -> bool:
         """Go on with ``agent``. A session under way stays with the agent that answered
@@ -1633,26 +1326,26 @@ class ChatSession:
         elif isinstance(self.state, Waiting):
             with self.store.open(self.state.continuation.parent.path) as parent:
                 parent.update_meta(pins=pins)
-        self.pins = pins
+        self._hold_pins(pins)
         self._restate()
         return pins
 
     def _inherit_pins(self, parent: chain.Parent) -> None:
         """Hold ``parent``'s pins with this session's (``pins.inherited``): a continuation
         of it carries them (its file is written with them)."""
-        self.pins = inherited(parent.meta.pins, self.pins)
+        self._hold_pins(inherited(parent.meta.pins, self.pins))
+
+    def _hold_pins(self, pins: Pins) -> None:
+        """THE assignment of the pins this session holds (set, inherited from a parent,
+        or none once the session is let go); what writes them is the caller's."""
+        self.pins = pins
 
     def _restate(self) -> None:
         """A waiting child's restoration prompt built again when what it is built with
-        changed while it waited (the pins, the model, the agent): the preview it is
-        planned with is the prompt its file is written with (``_child``)."""
+        changed while it waited (the pins, the model, the agent: ``beginning.restated``)."""
         match self.state:
             case Waiting(continuation=FromSummary() as waiting):
-                text = self._build(
-                    waiting.parent, waiting.summary, waiting.unanswered, len(waiting.carried)
-                )
-                preview = waiting.preview._replace(text=text)
-                self.lifecycle.wait(replace(waiting, preview=preview))
+                self.lifecycle.wait(beginning.restated(waiting, self.pins, self.meter))
 
     def ledger_left_out(self) -> list[str]:
         """The ledger entries of the summary this session continues from that its
@@ -1664,18 +1357,6 @@ class ChatSession:
         return next(
             (m.text for m in reversed(self.messages) if m.role == "assistant" and m.text), None
         )
-
-
-KINDS_WARMED = ("openai", "ollama")  # servers a child's beginning is read into (``_warm``)
-
-
-def _no_room(parent: chain.Parent) -> ChatloopError:
-    """The refusal of a message that does not fit beside the restoration of ``parent``."""
-    return ChatloopError(
-        f"This message and the restoration of session {parent.meta.id} do not fit the "
-        "context window together; nothing was sent",
-        "Shorten it (Up recalls it), or use a model with a larger window.",
-    )
 
 
 def git_branch(cwd: Path) -> str | None:
