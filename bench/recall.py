@@ -160,8 +160,15 @@ def run(url: str | None, window: int, count: int, others: int = 0) -> Figures:
             session.send(asked, recalling=recalling)
             cpu[recalling].append(time.process_time() - cpu_before)
             turn = [m for m, _ in backend.sent[first:]]
-            answering = [r for r in turn if r and asked in str(r[-1].get("content") or "")]
-            request = answering[0] if answering else []  # (not a summary asked after it)
+            answering = [
+                r
+                for r in turn
+                if r
+                and asked in (last := str(r[-1].get("content") or ""))
+                and "progressive summary" not in last  # (a summary's transcript holds it too)
+                and "Write short notes" not in last
+            ]
+            request = answering[0] if answering else []
             said = "\n".join(str(m.get("content") or "") for m in request)
             carried[recalling] += fact.text in said
             if recalling and fact.text not in said:

@@ -28,7 +28,9 @@ The rule, stated once here:
   left (a word in passing is no match).
 - **Statements only**: an exchange is found and brought back by what it states; a
   question (a sentence ending in "?") states nothing, as in the ledger, so a question
-  asked before does not outrank the answer it asked about.
+  asked before does not outrank the answer it asked about; and what the person stated
+  weighs ASKED_WEIGHT times what the model replied (a small model's replies repeat
+  the words they were asked with, right or wrong).
 - **Not already held**: an exchange whose query the session holds (a carried copy keeps
   its key) is skipped; of the others, only the statements that hold a ranked word and
   that the session's messages do not already quote (a summary, the ledger or a pin
@@ -86,8 +88,9 @@ COMMON_SHARE = 0.5  # a word held by more is not even ranked by
 SENTENCE_CHARS = 300  # a recalled sentence is cut here
 MAX_FOUND = 12  # exchanges ranked per lookup (the budget takes the best of them)
 MAX_SHOWN = 10  # exchanges /recall lists from the chain, and from other sessions
+ASKED_WEIGHT = 2.0  # what the person stated ranks this much above what the model replied
 READ_WAIT = 2.0  # seconds a message waits for its chain to be read, then goes without
-RELEVANT_SHARE = 0.75  # an exchange ranked below this share of the best one's is left
+RELEVANT_SHARE = 0.5  # an exchange ranked below this share of the best one's is left
 MAX_CHAIN = 10_000  # parent links followed at most (a loop guard)
 
 # Words too common to find anything: the function words of English questions.
@@ -256,12 +259,14 @@ class Memory:
         self.exchanges = tuple(chain)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(":memory:", check_same_thread=False)
-        self._db.execute("CREATE VIRTUAL TABLE ex USING fts5(text, tokenize='unicode61')")
+        self._db.execute(
+            "CREATE VIRTUAL TABLE ex USING fts5(asked, answered, tokenize='unicode61')"
+        )
         self._db.execute("CREATE VIRTUAL TABLE vocab USING fts5vocab(ex, 'row')")
         self._db.executemany(  # (what it states: a question asked again finds no question)
-            "INSERT INTO ex(rowid, text) VALUES (?, ?)",
+            "INSERT INTO ex(rowid, asked, answered) VALUES (?, ?, ?)",
             (
-                (i, "\n".join(statements(f"{e.query}\n{e.replies}")))
+                (i, "\n".join(statements(e.query)), "\n".join(statements(e.replies)))
                 for i, e in enumerate(self.exchanges)
             ),
         )
@@ -306,8 +311,9 @@ class Memory:
         match = " OR ".join(f'"{term}"' for term in sorted(terms))
         with self._lock:
             rows = self._db.execute(
-                "SELECT rowid, rank FROM ex WHERE ex MATCH ? ORDER BY rank LIMIT ?",
-                (match, limit),
+                "SELECT rowid, bm25(ex, ?, 1.0) AS score FROM ex WHERE ex MATCH ? "
+                "ORDER BY score LIMIT ?",
+                (ASKED_WEIGHT, match, limit),
             ).fetchall()
         return [Ranked(self.exchanges[row], rank) for row, rank in rows], terms
 
