@@ -387,3 +387,5 @@ def test_a_chain_that_cannot_be_read_recalls_nothing_and_never_hangs(store: Stor
     memory.follow(path)
     assert memory.memory(wait=10) is not None  # read (as nothing), not waited for forever
     assert memory.before(QUESTION, [], 500, estimate_tokens) is None
+    assert memory.failure() == "RuntimeError: a read that fails unexpectedly"  # to be told
+    assert memory.failure() is None  # once

@@ -403,6 +403,7 @@ class Recall:
         self._guard = threading.Lock()
         self._shown: tuple[tuple[Exchange, str], ...] = ()  # what /recall listed last
         self._picked: tuple[tuple[Exchange, str], ...] = ()  # to go with the next message
+        self._failure: str | None = None  # why the chain could not be read (told once)
 
     def follow(self, first: Path | None, upto: int | None = None) -> None:
         """Recall from the chain whose latest earlier file is ``first`` (None: the
@@ -421,16 +422,22 @@ class Recall:
         ).start()
 
     def _read(self, wanted: tuple[Path, int | None], ready: threading.Event) -> None:
-        memory = Memory(())
+        memory, failure = Memory(()), None
         try:
             memory = Memory(chain_exchanges(self._store, wanted[0], wanted[1], self._known))
-        except Exception:  # (recall is an aid: a chain it cannot read recalls nothing)
-            pass
+        except Exception as exc:  # (an aid: a chain it cannot read recalls nothing, and says so)
+            failure = f"{type(exc).__name__}: {exc}"
         finally:
             with self._guard:
                 if self._first == wanted:
-                    self._memory = memory
+                    self._memory, self._failure = memory, failure
             ready.set()  # (whatever happened: a lookup never waits for a thread that died)
+
+    def failure(self) -> str | None:
+        """Why the chain could not be read, once (then None): the person is told."""
+        with self._guard:
+            said, self._failure = self._failure, None
+        return said
 
     def memory(self, wait: float | None = None) -> Memory | None:
         """The chain's memory once read (waiting up to ``wait`` seconds; None: until

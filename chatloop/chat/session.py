@@ -372,6 +372,8 @@ class ChatSession:
         budget = min(room, planned.budget.window // RECALL_SHARE)
         held = [*self.prefix, *self.messages]
         found = self.recalls.before(text, held, budget, estimate_tokens, automatic)
+        if (failure := self.recalls.failure()) is not None:
+            self.host.notice(f"Recall could not read this chain ({failure}).", "warn")
         if found is None:
             if picked:
                 self.host.notice("The exchanges picked with /recall do not fit here.", "warn")
