@@ -27,6 +27,7 @@ from chatloop.chat.meter import Meter
 from chatloop.chat.pins import Pins, inherited, left_out
 from chatloop.chat.state import Branch, Child, Continuation, FromSummary, WithHistory
 from chatloop.chat.turn import prime, respond
+from chatloop.chat.turning import wire_messages
 from chatloop.errors import BackendError, ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta
 from chatloop.store.store import Store
@@ -36,11 +37,14 @@ __all__ = [
     "KINDS_WARMED",
     "Terms",
     "acknowledged",
+    "acknowledgment",
     "child",
+    "condensed",
     "from_summary",
     "kept",
     "made_over",
     "otherwise",
+    "remade",
     "restated",
     "unbegun",
     "warming",
@@ -168,6 +172,27 @@ def otherwise(
             return made, (said,)
 
 
+def condensed(
+    waiting: Continuation, pins: Pins, meter: Meter, summarize: Summarize, now: Clock
+) -> tuple[Continuation, tuple[Note, ...]]:
+    """``waiting``, a continuation not written yet, condensed by ``/compact``: a fork's
+    history as a summary of it, ``--full`` from the summary (the chain's pins in its
+    template: the caller holds them). Raises ChatloopError for one that continues
+    from a summary already."""
+    match waiting:
+        case Branch() as branch:
+            return forking.summarized(branch, meter, summarize, now)
+        case WithHistory() as full:
+            said: Note = ("Continuing from the summary instead of the full history.", "ok")
+            made = from_summary(full.parent, full.summary or "", full.template, pins, meter, now)
+            return made, (said,)
+        case FromSummary(parent=parent):
+            raise ChatloopError(
+                f"Session {parent.meta.id} already continues from its summary",
+                "Send a message to begin the new session.",
+            )
+
+
 def made_over(made: Child, writer: SessionWriter, typed: int) -> None:
     """The child ``writer`` writes, holding ``typed`` messages after its opening, written
     again as ``made`` with them. Raises StoreError when it cannot be (the messages stay
@@ -185,6 +210,23 @@ def made_over(made: Child, writer: SessionWriter, typed: int) -> None:
             f"{writer.path.name} was changed by someone else before its first reply",
             "Your message is saved there but was not sent; send it again (Up recalls it).",
         )
+
+
+def remade(
+    made: Continuation,
+    terms: Terms,
+    writer: SessionWriter,
+    typed: int,
+    store: Store,
+    lifecycle: Lifecycle,
+    now: datetime,
+) -> None:
+    """The child ``writer`` writes, holding ``typed`` messages after its opening, made
+    over in place as ``made`` (``otherwise``'s) with ``terms``: the lifecycle then has
+    it open with what ``made`` continues from. Raises StoreError as ``made_over``."""
+    again = child(made, terms, store, now)
+    made_over(again, writer, typed)
+    lifecycle.open(writer, again.previous, again.prefix, lifecycle.chain_base)
 
 
 def unbegun(
@@ -230,6 +272,44 @@ def acknowledged(
     if not answers and reply.stop_reason == "length":
         ack = ack._replace(text=prompts.whole_sentences(ack.text))
     return ack, ()
+
+
+def acknowledgment(
+    writer: SessionWriter,
+    backend: Backend,
+    meter: Meter,
+    agent_options: dict[str, Any],
+    prefix: Sequence[Message],
+    view: ReplyView,
+    now: Clock,
+    *,
+    answers: str | None = None,
+    after: int = 0,
+) -> tuple[Message | None, tuple[Note, ...]]:
+    """The model's acknowledgment of ``writer``'s restoration prompt (``acknowledged``),
+    to be written by ``kept``. ``answers``: the person's message it also answers (the
+    restoration prompt carries it), so it may be as long as a reply (capped as one) and
+    is asked as that message's request (``turning.wire_messages``); else it is capped
+    by ``Meter.ack_cap`` and asked with the restoration alone. ``after``: messages
+    already written after the restoration prompt (the exchanges it carries, then what
+    the person typed): it is asked without them (``prefix``: a ``--full`` history sent
+    first)."""
+    before = writer.messages
+    before = before[: len(before) - after]
+
+    def options() -> dict[str, Any]:
+        reply_limit = meter.reply_options()["max_tokens"]
+        cap = reply_limit if answers is not None else meter.ack_cap()
+        return {**agent_options, "max_tokens": cap}
+
+    def request() -> list[ChatMessage]:
+        if answers is None:  # the restoration alone: nothing the person typed
+            return meter.wire(before, prefix)
+        return wire_messages(answers, before, prefix, meter)
+
+    return acknowledged(
+        backend, meter, view, wire=request, options=options, now=now, answers=answers is not None
+    )
 
 
 def kept(writer: SessionWriter, ack: Message, after: int, lifecycle: Lifecycle) -> tuple[Note, ...]:

@@ -32,11 +32,14 @@ from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
 __all__ = [
+    "Covered",
     "Used",
     "ahead",
     "carried",
     "carry_less",
+    "covered",
     "deferred",
+    "defers",
     "from_prepared",
     "next_turn_kept",
     "prepare_due",
@@ -128,6 +131,13 @@ def next_turn_kept(
     return planned.wire[:-1], None
 
 
+def defers(settings: Settings, backend: Backend) -> bool:
+    """Whether a compaction may leave its model summary to the background worker
+    (``deferred``): not with ``summaries: wait``, nor with the embedded model (one
+    model in this process: a worker would load a second)."""
+    return settings.summaries == "background" and backend.kind != "embedded"
+
+
 def deferred(
     writer: SessionWriter,
     store: Store,
@@ -207,6 +217,41 @@ def from_prepared(
             return None
         return Used(prepared.outcome, kept, len(kept))
     return Used(prepared.outcome, carried(writer, previous, pins, meter, now()), 0)
+
+
+@dataclass(frozen=True)
+class Covered:
+    """What a compaction's summary covers: the summary prepared ahead (``outcome``;
+    None: made now), the copies of the last exchanges the child ``carried`` word for
+    word, how many of the file's last messages the summary ``leave``s to them, and
+    what to say."""
+
+    outcome: chain.SummaryOutcome | None
+    carried: tuple[Message, ...]
+    leave: int
+    notes: tuple[Note, ...] = ()
+
+
+def covered(
+    writer: SessionWriter,
+    prepared: Prepared | None,
+    previous: str | None,
+    pins: tuple[str, ...],
+    meter: Meter,
+    now: Callable[[], datetime],
+    *,
+    answers: bool,
+) -> Covered:
+    """How ``writer``'s compaction is summarized: with the summary ``prepared`` while
+    the person read when it still covers the file (``from_prepared``), else made now
+    over all but the last exchanges the child carries (``carried``). A child that
+    ``answers`` a message its parent could not take carries none: that answer sees its
+    restoration prompt alone, which holds the message."""
+    used = from_prepared(prepared, writer, previous, pins, meter, now) if prepared else None
+    if used is not None:
+        return Covered(used.outcome, used.carried, used.leave, (used.note,))
+    kept = () if answers else carried(writer, previous, pins, meter, now())
+    return Covered(None, kept, len(kept))
 
 
 def prepare_due(

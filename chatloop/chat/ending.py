@@ -7,7 +7,8 @@ does with the file is here, over what it needs as parameters (the backend, the
 meter, the settings, the store, the clock's time, a ``working`` indicator): the
 summary (``summary``: never raises for the model), the hand-off to the worker
 (``handed_off``), the summary written here (``finalized``), and what is said of a
-continuation left unused (``left_unused``). Notes come back as values
+continuation left unused (``left_unused``) and of a file that could not be finalized
+(``not_finalized``). Notes come back as values
 (``host.Note``) for the caller to show.
 """
 
@@ -25,13 +26,13 @@ from chatloop.chat import background, builders, chain
 from chatloop.chat.host import Note, Progress
 from chatloop.chat.meter import Meter
 from chatloop.config import Settings
-from chatloop.errors import ChatloopError
+from chatloop.errors import ChatloopError, StoreError
 from chatloop.format import Message
 from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
-__all__ = ["Working", "finalized", "handed_off", "left_unused", "summary"]
+__all__ = ["Working", "finalized", "handed_off", "left_unused", "not_finalized", "summary"]
 
 # the host's indicator of work under way (``Host.working``)
 Working = Callable[[str], AbstractContextManager[Progress]]
@@ -145,3 +146,13 @@ def left_unused(store: Store, parent: chain.Parent) -> Note:
     else:
         state = "as it was (its summary is made again when it is resumed)."
     return f"Nothing new to save; session {parent.meta.id} is {state}", "ok"
+
+
+def not_finalized(writer: SessionWriter, exc: StoreError) -> Note:
+    """What is said when ``writer``'s file could not be finalized as the session ended:
+    it stays open, and the next start recovers it."""
+    return (
+        f"Could not finalize {writer.path.name}: {exc.message}. It stays "
+        "open and is recovered at the next start.",
+        "warn",
+    )

@@ -5,9 +5,10 @@ A session's pins are a value, ``Pins`` (a tuple of facts, in the order pinned):
 ``ChatloopError`` with what to do instead; ``inherited`` is what a continuation
 carries (its parent's and this session's, each once); ``left_out`` is the part of
 the ledger a restoration prompt had no room for (``/pins`` shows it). None of them
-writes anything: ``ChatSession`` writes the pins it is given into the front matter
-(the file being written, or the parent a waiting continuation continues) and only
-then holds them, so a refusal of the disk changes nothing.
+writes anything. ``saved`` is the one write of a change: into the front matter of
+the file being written, or of the parent a waiting continuation continues;
+``ChatSession`` holds the new pins only after it, so a refusal of the disk changes
+nothing.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from chatloop.chat import builders, chain, ledger, prompts
+from chatloop.chat.state import Closing, Open, State, Waiting
 from chatloop.errors import ChatloopError
 from chatloop.format import Message
 from chatloop.format.front_matter import MAX_PIN_CHARS, MAX_PINS
+from chatloop.store.store import Store
 
 Pins = tuple[str, ...]  # pinned facts, in order, each once
 
-__all__ = ["Pins", "added", "inherited", "left_out", "removed"]
+__all__ = ["Pins", "added", "inherited", "left_out", "removed", "saved"]
 
 
 def added(pins: Pins, fact: str, room: int, count: Callable[[str], int]) -> Pins:
@@ -78,3 +81,16 @@ def left_out(previous: str | None, messages: Sequence[Message], pins: Pins) -> l
         return []
     lines = set(prompt.splitlines())
     return [e.text for e in entries if e.carried() not in lines and e.text not in pins]
+
+
+def saved(pins: Pins, state: State, store: Store) -> None:
+    """Write ``pins`` into the front matter of the file a session in ``state`` writes;
+    while a continuation waits, into the file it continues, the end of the chain, so
+    leaving before the next message keeps them too; nothing for a fresh session.
+    Raises StoreError (the file as it was)."""
+    match state:
+        case Open(writer=writer) | Closing(writer=writer):
+            writer.update_meta(pins=pins)
+        case Waiting(continuation=waiting):
+            with store.open(waiting.parent.path) as parent:
+                parent.update_meta(pins=pins)

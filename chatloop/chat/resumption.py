@@ -6,10 +6,13 @@ kind; ``chat.builders`` builds the continuation. Between the two, a resume must
 settle the parent (a close a kill cut), give it a summary when it has none (waiting
 for a background worker writing one, or writing one here), decide whether its whole
 history fits (``--full``) and how many of its last exchanges the child carries word
-for word. Each of those is a function here over what it needs (the store, the meter,
-a ``summarize`` callable, a ``wait`` callable, the clock's time); none holds a
-session, and what is to be said comes back as notes (``host.Note``: a text and its tone)
-for the caller to show, in order.
+for word. Around them: what ``/resume`` continues (``located``: a reference, or the
+person's pick), what refuses a resume (``not_own``, ``not_saved``), the wait for a
+worker writing a summary (``waiting``), and what is said as a continuation begins
+(``arrival``, ``with_full_history``). Each of those is a function here over what it
+needs (the store, the meter, a ``summarize`` callable, a ``wait`` callable, the
+clock's time); none holds a session, and what is to be said comes back as notes
+(``host.Note``: a text and its tone) for the caller to show, in order.
 """
 
 from __future__ import annotations
@@ -17,32 +20,43 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from chatloop.chat import chain, continuation, restoration
+from chatloop.backends.base import Backend
+from chatloop.chat import chain, continuation, restoration, sharing
+from chatloop.chat.ending import Working
 from chatloop.chat.host import Note
 from chatloop.chat.meter import Meter
 from chatloop.chat.pins import inherited
 from chatloop.config import MAX_CARRIED
-from chatloop.errors import ChatloopError
+from chatloop.errors import ChatloopError, StoreError
 from chatloop.format import Message, Totals, no_text
-from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder
+from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder, wait_for_lock
 from chatloop.store.store import Store
+from chatloop.store.writer import SessionWriter
 
 __all__ = [
     "Readied",
     "Summarize",
     "Wait",
+    "arrival",
     "carried",
     "continued_already",
     "full_history",
     "last_exchange",
     "leaves_too_many",
+    "located",
+    "not_own",
+    "not_saved",
+    "readied",
     "recent_exchanges",
     "settled",
     "summarized",
     "summarized_whole",
     "unwaited",
+    "waiting",
+    "with_full_history",
 ]
 
 # the summary of some messages (``ChatSession.summarize``: never raises for the model)
@@ -58,6 +72,7 @@ class Readied:
 
     parent: chain.Parent
     notes: tuple[Note, ...] = ()
+    history: list[Message] | None = None  # a --full continuation's, when it fits
 
 
 def settled(store: Store, parent: chain.Parent) -> Readied:
@@ -70,6 +85,24 @@ def settled(store: Store, parent: chain.Parent) -> Readied:
     if parent.note and not being_written:
         return Readied(parent, ((f"Session {parent.meta.id}: {parent.note}.", "warn"),))
     return Readied(parent)
+
+
+def readied(
+    store: Store,
+    located: continuation.Located,
+    meter: Meter,
+    prefix: Sequence[Message] = (),
+    *,
+    full: bool,
+) -> Readied:
+    """``located``'s parent ``settled``, with its whole history when ``full`` asks for
+    it and it fits (``full_history``), and what to say of both, in order. Its summary
+    may still be missing (``summarized`` gives it one)."""
+    readied = settled(store, located.parent)
+    if not full:
+        return readied
+    history, notes = full_history(store, readied.parent, meter, prefix)
+    return replace(readied, notes=(*readied.notes, *notes), history=history)
 
 
 def full_history(
@@ -260,3 +293,82 @@ def _said_without_text(message: Message) -> str:
 def _short(text: str, limit: int = 300) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def located(
+    store: Store, ref: str, kind: continuation.Kind, pick: continuation.Pick
+) -> tuple[continuation.Located, continuation.Kind] | None:
+    """What ``/resume`` continues, and as which kind: the session ``ref`` names (a
+    number of the listing, a handle or an id: ``continuation.locate``, as ``chatloop
+    -r``), or for "" the one the person picks (``pick``; they may choose to fork
+    there). None when they picked nothing. Raises ChatloopError for a ``ref`` that
+    names none."""
+    if ref:
+        return continuation.locate(store, ref), kind
+    picked = continuation.choose(store, pick)
+    if picked is None:
+        return None
+    found = continuation.locate(store, picked.row)
+    return found, continuation.Kind.FORK if picked.fork else kind
+
+
+def not_own(located: continuation.Located, writer: SessionWriter | None) -> None:
+    """Refuse (ChatloopError) to continue the file being written (``writer``'s):
+    a session goes on in itself, or anew by ``/compact``."""
+    if writer is not None and located.path == writer.path:
+        raise ChatloopError("That is the session you are in", "/compact continues it anew.")
+
+
+def not_saved(unsaved: int, exc: StoreError) -> ChatloopError:
+    """Why nothing is resumed while ``unsaved`` messages of the current session cannot
+    be saved (``exc``): they belong to it, and leaving shows them to copy."""
+    return ChatloopError(
+        f"Not resumed: {unsaved} message(s) of this session are not saved yet ({exc.message})",
+        "Free some space and send again; leaving shows them to copy.",
+    )
+
+
+def waiting(home: Path, backend: Backend, working: Working, seconds: float) -> Wait:
+    """The wait for a background worker writing a parent's summary, as the person's:
+    the worker is asked to go now (``sharing.step_back``), the wait (``seconds`` at
+    most) is shown as work under way, and Ctrl-C ends it (None: make one here)."""
+
+    def wait(parent: chain.Parent) -> bool | None:
+        sharing.step_back(home, backend)  # (the worker goes now)
+        try:
+            with working(
+                f"Waiting for the summary of {parent.meta.id}, being written in the "
+                "background (Ctrl-C: make one now)..."
+            ):
+                return wait_for_lock(parent.path, seconds)
+        except KeyboardInterrupt:
+            return None
+
+    return wait
+
+
+def arrival(
+    parent: chain.Parent,
+    recent: list[list[Message]],
+    located: continuation.Located | None = None,
+) -> tuple[Note, ...]:
+    """What is said as ``parent`` is continued: where it ended (the last of ``recent``,
+    its last exchanges: ``last_exchange``), and when ``located`` is continued by
+    another already, that this starts a second line (``continued_already``)."""
+    notes: list[Note] = []
+    said = last_exchange(parent, recent[-1] if recent else [])
+    if said:
+        notes.append((said, "info"))
+    again = continued_already(located) if located is not None else None
+    if again:
+        notes.append((again, "warn"))
+    return tuple(notes)
+
+
+def with_full_history(parent: chain.Parent, history: Sequence[Message]) -> Note:
+    """What is said when ``parent`` is continued with its whole ``history``."""
+    return (
+        f"Continuing session {parent.meta.id} with its full history "
+        f"({len(history)} messages): the new session begins with your next message.",
+        "restored",
+    )

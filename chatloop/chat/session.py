@@ -56,8 +56,6 @@ from typing import Any
 
 from chatloop.backends.base import (
     Backend,
-    ChatMessage,
-    estimate_tokens,
 )
 from chatloop.chat import (
     beginning,
@@ -68,12 +66,13 @@ from chatloop.chat import (
     ending,
     forking,
     recall,
+    recalling,
     resumption,
-    sharing,
+    switching,
     turning,
 )
 from chatloop.chat.agent import Agent
-from chatloop.chat.arming import Arming, with_model
+from chatloop.chat.arming import Arming
 from chatloop.chat.context import (
     Plan,
 )
@@ -81,11 +80,10 @@ from chatloop.chat.host import Host, Note
 from chatloop.chat.lifecycle import Lifecycle
 from chatloop.chat.meter import Meter
 from chatloop.chat.naming import Naming, given
-from chatloop.chat.pins import Pins, added, inherited, left_out, removed
+from chatloop.chat.pins import Pins, added, inherited, left_out, removed, saved
 from chatloop.chat.preparation import Preparer
 from chatloop.chat.revision import Reviser
 from chatloop.chat.state import (
-    Branch,
     Closing,
     Continuation,
     Fresh,
@@ -99,10 +97,9 @@ from chatloop.chat.state import (
 )
 from chatloop.chat.tokens import TokenCount
 from chatloop.chat.turn import TurnResult
-from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, RECALL_SHARE, Settings
+from chatloop.config import MAX_CARRIED, PREPARE_IDLE_S, Settings
 from chatloop.errors import ChatloopError, StoreError
 from chatloop.format import Message, SessionMeta, Totals
-from chatloop.store.fsio import wait_for_lock
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
@@ -352,60 +349,44 @@ class ChatSession:
         return self._go_on(message, recalling)
 
     def _recall(self, text: str) -> None:
-        """What recall brings back for the query ``text``, just saved and given its room
-        (``chat.recall``): the chain's earlier exchanges that match it and that this
-        session does not hold, within window // RECALL_SHARE tokens and the room the
-        window has left beside the query and the reply; written after it (sent in front
-        of it: ``context.with_recalled``) and told in one line. Nothing when the session
-        continues no chain, recall is off, nothing matches, there is no room, or it
-        cannot be saved: recall never makes a query wait, compact or fail. What the
-        person picked with ``/recall`` goes first, recall off or not."""
-        automatic = self.settings.recall == "auto"
-        picked = self.recalls.picked
+        """What recall brings back for the query ``text``, just saved, written after it
+        (sent in front of it: ``context.with_recalled``) and told in one line: sized by
+        ``recalling.brought``. Nothing when the session continues no chain, recall is
+        off, nothing matches or fits, or it cannot be saved: recall never makes a query
+        wait, compact or fail. What the person picked with ``/recall`` goes first,
+        recall off or not."""
+        automatic, picked = self.settings.recall == "auto", bool(self.recalls.picked)
         if not automatic and not picked:
             return
         self.follow_chain()
         if not picked and not self.recalls.following:  # (a chat that continues none)
             return
-        planned = self.plan()
-        room = int(planned.budget.available / planned.margin) - planned.messages_tokens
-        budget = min(room, planned.budget.window // RECALL_SHARE)
         held = [*self.prefix, *self.messages]
-        found = self.recalls.before(text, held, budget, estimate_tokens, automatic)
-        if (failure := self.recalls.failure()) is not None:
-            self.host.notice(f"Recall could not read this chain ({failure}).", "warn")
-        if found is None:
-            if picked:
-                self.host.notice("The exchanges picked with /recall do not fit here.", "warn")
+        brought, notes = recalling.brought(
+            self.recalls,
+            text,
+            self.plan(),
+            held,
+            automatic=automatic,
+            picked=picked,
+            fits=lambda made: self.plan([made]).fits,  # (counted by the server)
+            now=self.clock,
+        )
+        self._say(notes)
+        if brought is None:
             return
-        made = recall.recalled_message(found, self.clock())
-        while not self.plan([made]).fits:  # (counted by the server: the estimate ran low)
-            found = found.without_last()
-            if found is None:
-                return
-            made = recall.recalled_message(found, made.at)
-        self.lifecycle.hold(made)
+        self.lifecycle.hold(brought.message)
         try:
             self.flush()
         except StoreError:
-            self.lifecycle.drop(made)  # the query goes alone (it is saved: the error said)
+            self.lifecycle.drop(brought.message)  # the query goes alone (it is saved)
             return
-        self.host.notice(found.notice(estimate_tokens(made.text)), "info")
+        self._say((brought.notice(),))
 
     def follow_chain(self) -> None:
-        """Have recall read the chain this session continues (in a thread: a lookup
-        then waits for it only if it is not read yet)."""
-        match self.state:
-            case Waiting(continuation=Branch(parent=parent, forked_at=at)):
-                self.recalls.follow(parent.path, at)
-            case Waiting(continuation=FromSummary(parent=parent) | WithHistory(parent=parent)):
-                self.recalls.follow(parent.path)
-            case Open(writer=writer) | Closing(writer=writer):
-                forked = writer.meta.extra.get("forked_at")
-                upto = forked if isinstance(forked, int) and not isinstance(forked, bool) else None
-                self.recalls.follow(self.store.parent_of(writer.path, writer.meta), upto)
-            case _:
-                self.recalls.follow(None)
+        """Have recall read the chain this session continues (``recalling.followed``; in
+        a thread: a lookup then waits for it only if it is not read yet)."""
+        self.recalls.follow(*recalling.followed(self.state, self.store))
 
     def send_saved(self, writer: SessionWriter) -> TurnResult:
         """``send`` for the first message of a new chat, saved before this session was
@@ -597,11 +578,7 @@ class ChatSession:
         try:
             return Closed(self._let_go(writer), self.lifecycle.queued)
         except StoreError as exc:
-            self.host.notice(
-                f"Could not finalize {writer.path.name}: {exc.message}. It stays "
-                "open and is recovered at the next start.",
-                "warn",
-            )
+            self._say((ending.not_finalized(writer, exc),))
             return Closed(None, self.lifecycle.queued)
         finally:
             self._release()
@@ -613,24 +590,30 @@ class ChatSession:
         leave: int = 0,
         outcome: chain.SummaryOutcome | None = None,
     ) -> chain.Parent:
-        """Summarize and finalize ``writer``'s session (``Closing`` meanwhile); it stays
-        ours. ``leave``: its last messages the summary does not cover (the child carries
-        them word for word); ``outcome``: the summary, when it was prepared already.
-        Raises StoreError, and the session is then open as it was."""
+        """Summarize (unless ``outcome`` was prepared) and finalize ``writer``'s session
+        (``ending.finalized``; ``Closing`` meanwhile); it stays ours. ``leave``: its
+        last messages the summary does not cover (the child carries them word for
+        word). Raises StoreError, and the session is then open as it was."""
         was = self.lifecycle.closing()
         assert was.writer is writer
         try:
-            return self._write_summary(writer, instructions, leave, outcome)
+            if outcome is None:
+                said = writer.messages
+                outcome = self.summarize(said[: len(said) - leave], self.previous, instructions)
+            late = self._late_title(writer)
+            parent, note = ending.finalized(writer, outcome, late, leave, self.clock())
+            self._say((note,))
+            return parent
         except BaseException:
             self.lifecycle.reopen(was)
             raise
 
     def _let_go(self, writer: SessionWriter) -> chain.Parent:
         """Finish ``writer``'s session as it is left (an exit, ``/new``, a switch, a
-        fork): its summary is handed to a background worker (``chatloop.chat.background``)
-        when the settings and the backend allow, so nobody waits for the model, and the
-        parent returned has no summary yet; else it is summarized and finalized here.
-        Raises StoreError, and the session is then open as it was."""
+        fork): handed to the background worker (``ending.handed_off``) when the settings
+        and the backend allow, so nobody waits for the model (the parent returned has
+        no summary yet); else finalized here. Raises StoreError, and the session is
+        then open as it was."""
         self.preparer.overtake()  # leaving: what was being prepared is of no use now
         if self.settings.summaries == "background":
             late = self._late_title(writer, wait=False)  # (leaving is never held by it)
@@ -643,27 +626,10 @@ class ChatSession:
         return self._finalize(writer)
 
     def _late_title(self, writer: SessionWriter, wait: bool = True) -> dict[str, str]:
-        """The title to write at close, if any (``Naming.late``). A title being asked is
-        taken if it has come; with ``wait``, waited for first (within its bound): not
-        when the person leaves at once (a hand-off to the summary worker), where one not
-        come yet is cancelled for the first line."""
+        """The title to write at close (``Naming.late``), after one being asked is taken
+        (``take_title``: waited for with ``wait``; not when the person leaves at once)."""
         self.take_title(wait=wait)
         return self.naming.late(writer.meta, writer.messages, self.settings.titles)
-
-    def _write_summary(
-        self,
-        writer: SessionWriter,
-        instructions: str,
-        leave: int = 0,
-        outcome: chain.SummaryOutcome | None = None,
-    ) -> chain.Parent:
-        messages = writer.messages
-        if outcome is None:
-            outcome = self.summarize(messages[: len(messages) - leave], self.previous, instructions)
-        late = self._late_title(writer)
-        parent, said = ending.finalized(writer, outcome, late, leave, self.clock())
-        self._say((said,))
-        return parent
 
     def _release(self) -> None:
         """Let go of the file (if any): the session is fresh again, with no title or pins,
@@ -700,54 +666,41 @@ class ChatSession:
             raise ChatloopError("Nothing to compact yet", "Send a message first.")
         self.preparer.overtake()  # a summary still being prepared is not waited for
         match self.state:
-            case Waiting(continuation=Branch() as branch):  # the fork's history condensed
-                condensed, notes = forking.summarized(
-                    branch, self.meter, self.summarize, self.clock
+            case Waiting(continuation=waiting):  # not written yet: condensed in place
+                condensed, notes = beginning.condensed(
+                    waiting, self.pins, self.meter, self.summarize, self.clock
                 )
-                self.lifecycle.wait(condensed)
+                if isinstance(waiting, WithHistory):  # from the summary: the chain's pins held
+                    self._inherit_pins(waiting.parent)
                 self._say(notes)
+                self.lifecycle.wait(condensed)
                 return
-            case Waiting(continuation=WithHistory() as full):  # --full given up for the summary
-                self.host.notice("Continuing from the summary instead of the full history.", "ok")
-                self.lifecycle.wait(
-                    self._from_summary(full.parent, full.summary or "", full.template)
-                )
-                return
-            case Waiting(continuation=FromSummary(parent=parent)):
-                raise ChatloopError(
-                    f"Session {parent.meta.id} already continues from its summary",
-                    "Send a message to begin the new session.",
-                )
             case Fresh():
                 self.flush()  # a new session whose file could not be made yet: they make it
         writer = self._ensure_file()
         held = self.lifecycle.take_all()  # never sent: they belong to the child
         try:
             template = self.meta()
-            # the child carries the last exchanges word for word and the summary covers
-            # the rest (a message the child must answer goes in its restoration prompt:
-            # then it carries none, as that answer sees the restoration prompt alone)
             prepared = None if unanswered is not None or instructions else self.preparer.ready()
-            used = None
-            if prepared is not None:
-                previous = self.previous
-                used = compaction.from_prepared(
-                    prepared, writer, previous, self.pins, self.meter, self.clock
-                )
-            if used:
-                self._say((used.note,))
-                outcome, carried, leave = used.outcome, used.carried, used.leave
-            else:
-                outcome, carried = None, () if unanswered is not None else self._carried(writer)
-                leave = len(carried)
-            deferred = None if outcome or instructions else self._defer(writer, leave)
+            covered = compaction.covered(
+                writer,
+                prepared,
+                self.previous,
+                self.pins,
+                self.meter,
+                self.clock,
+                answers=unanswered is not None,
+            )
+            self._say(covered.notes)
+            carried, leave = covered.carried, covered.leave
+            deferred = None if covered.outcome or instructions else self._defer(writer, leave)
             if deferred is not None:  # the child begins now; the model's summary comes later
                 self._release()
                 self.reviser.expect(deferred.path, unanswered)
                 self.begin_child(deferred, deferred.summary or "", template, unanswered, carried)
                 return
             try:
-                parent = self._finalize(writer, instructions, leave, outcome)
+                parent = self._finalize(writer, instructions, leave, covered.outcome)
             except StoreError as exc:
                 raise StoreError(
                     f"Could not compact: {exc.message}", "The session goes on as it was."
@@ -760,16 +713,11 @@ class ChatSession:
             self.lifecycle.put_back(held)
 
     def _defer(self, writer: SessionWriter, leave: int) -> chain.Parent | None:
-        """A compaction that does not wait for the model: ``writer``'s session is handed
-        to the background worker (``chat.background``), which writes the model's summary
-        of all but its last ``leave`` messages when the person pauses (the rule of
-        ``chat.sharing``), and the parent returned carries the summary built from the
-        transcript (``chain.fallback``, its ledger included), which the child begins
-        from at once (``_revise`` later puts the model's in its place). None, with
-        nothing done, when the summary must be made here: ``summaries: wait``, the
-        embedded model (one model in this process: a worker would load a second), or a
-        backend a worker cannot build."""
-        if self.settings.summaries != "background" or self.backend.kind == "embedded":
+        """``writer``'s compaction left to the background worker (``compaction.deferred``:
+        the child begins at once from a summary built from the transcript; ``_revise``
+        later puts the model's in its place). None, with nothing done, when the summary
+        must be made here (``compaction.defers``, or a worker that cannot start)."""
+        if not compaction.defers(self.settings, self.backend):
             return None
         late = self._late_title(writer, wait=False)  # (as leaving: never held by a title)
         handed = compaction.deferred(
@@ -808,11 +756,6 @@ class ChatSession:
             return
         self.lifecycle.revise(revision.summary)
         self._say((revision.note,))
-
-    def _carried(self, writer: SessionWriter) -> tuple[Message, ...]:
-        """The last exchanges of ``writer``'s session that its child carries word for
-        word (``compaction.carried``, with this session's pins)."""
-        return compaction.carried(writer, self.previous, self.pins, self.meter, self.clock())
 
     # ------------------------------------------------------------------ prepared ahead
     def _prepare(self, used: int, window: int) -> None:
@@ -906,14 +849,13 @@ class ChatSession:
         self, begins: Continuation, message: Message, typed: int, recalling: bool = True
     ) -> TurnResult:
         """``message``, just written (the last of ``typed`` messages) with the child of
-        ``begins``, sent: when the count
-        says the child cannot take it as it begins, the child is made over in place
-        (``_begin_otherwise``), the message on disk throughout; when nothing can give
-        way, the message is refused and kept in the child marked as not sent (the child
-        goes on without an acknowledgment; one whose message cannot be marked is
-        removed again and waits). ChatloopError; Up recalls it. Then the restoration
-        prompt is acknowledged (the acknowledgment goes before the copies and the
-        message) and the message answered."""
+        ``begins``, sent: when the count says the child cannot take it as it begins, the
+        child is made over in place (``_begin_otherwise``), the message on disk
+        throughout; when nothing can give way, the message is refused (ChatloopError; Up
+        recalls it) and kept in the child marked as not sent (``turning.set_aside``), or
+        the child is removed again and waits (``beginning.unbegun``). Then the
+        restoration prompt is acknowledged (before the copies and the message) and the
+        message answered."""
         writer = self.writer
         assert writer is not None
         while not self.plan().fits:
@@ -941,54 +883,37 @@ class ChatSession:
     def _begin_otherwise(
         self, begins: Continuation, writer: SessionWriter, typed: int
     ) -> Continuation:
-        """The child of ``begins``, written with ``typed`` messages that do not fit in
-        it, made over as the continuation that takes them: fewer copies carried (the
-        oldest go first), a fork's history as a summary, ``--full`` from the summary.
-        Raises ChatloopError when nothing can give way (``beginning.otherwise``)."""
+        """The child of ``begins``, written with ``typed`` messages that do not fit in it,
+        made over in place as the continuation that takes them (``beginning.otherwise``,
+        ``beginning.remade``). Raises ChatloopError when nothing can give way."""
         made, notes = beginning.otherwise(
             begins, writer.messages[-typed:], self.pins, self.meter, self.summarize, self.clock
         )
         if isinstance(begins, WithHistory):  # from the summary: the chain's pins held
             self._inherit_pins(begins.parent)
         self._say(notes)
-        child = beginning.child(made, self._terms(), self.store, self.clock())
-        beginning.made_over(child, writer, typed)
-        self.lifecycle.open(writer, child.previous, child.prefix, self.chain_base)
+        terms, now = self._terms(), self.clock()
+        beginning.remade(made, terms, writer, typed, self.store, self.lifecycle, now)
         return made
 
     def _acknowledge(
         self, writer: SessionWriter, answers: str | None = None, after: int = 0
     ) -> None:
-        """Stream the model's short acknowledgment of the restoration prompt and write it
-        (Ctrl-C or a server failure skip it: the summary is in place;
-        ``beginning.acknowledged``). ``answers``: the person's message it also answers
-        (the restoration prompt carries it), so it may be as long as a reply and is
-        asked through ``turning.wire_messages``. ``after``: messages already written
-        after the restoration prompt (the exchanges it carries, then what the person
-        typed): the acknowledgment is asked without them and put before them in the
-        file. One cut by its cap ends at its last whole sentence."""
-        view = self.host.reply_view(acknowledgment=answers is None)
-        written = writer.messages
-        written = written[: len(written) - after]
-
-        def options() -> dict[str, Any]:
-            reply_limit = self.reply_options()["max_tokens"]
-            cap = reply_limit if answers is not None else self.meter.ack_cap()
-            return {**self.agent.options, "max_tokens": cap}
-
-        def request() -> list[ChatMessage]:
-            if answers is None:  # the restoration alone: nothing the person typed
-                return self.meter.wire(written, self.prefix)
-            return turning.wire_messages(answers, written, self.prefix, self.meter)
-
-        ack, notes = beginning.acknowledged(
+        """Stream the model's acknowledgment of the restoration prompt
+        (``beginning.acknowledgment``: ``answers``, the message it also answers;
+        ``after``, the messages written after the prompt) and write it before them
+        (``beginning.kept``). Ctrl-C or a server failure skip it: the summary is in
+        place."""
+        ack, notes = beginning.acknowledgment(
+            writer,
             self.backend,
             self.meter,
-            view,
-            wire=request,
-            options=options,
-            now=self.clock,
-            answers=answers is not None,
+            self.agent.options,
+            self.prefix,
+            self.host.reply_view(acknowledgment=answers is None),
+            self.clock,
+            answers=answers,
+            after=after,
         )
         self._say(notes)
         if ack is not None:
@@ -996,80 +921,39 @@ class ChatSession:
 
     # ------------------------------------------------------------------ resume
     def resume(self, ref: str, full: bool = False, fork: bool = False) -> bool:
-        """``/resume``: continue (``fork``: branch) the session ``ref`` names (a number
-        of the listing, a handle or an id; "" lets the person pick, and they may choose
-        to fork there), by the same rules as ``chatloop -r`` (``chat.continuation``,
-        ``chat.server``). False if nothing was resumed."""
-        kind = continuation.Kind.of(full, fork)
-        if ref:
-            located = continuation.locate(self.store, ref)
-        else:
-            picked = continuation.choose(self.store, self.host.pick)
-            if picked is None:
-                self.host.notice("Nothing resumed.")
-                return False
-            located = continuation.locate(self.store, picked.row)
-            kind = continuation.Kind.FORK if picked.fork else kind
-        self._refuse_own(located)
+        """``/resume``: continue (``fork``: branch) the session ``ref`` names, or the one
+        the person picks for "" (``resumption.located``), by the same rules as
+        ``chatloop -r`` (``chat.continuation``, ``chat.server``). False if nothing was
+        resumed."""
+        found = resumption.located(
+            self.store, ref, continuation.Kind.of(full, fork), self.host.pick
+        )
+        if found is None:
+            self.host.notice("Nothing resumed.")
+            return False
+        located, kind = found
+        resumption.not_own(located, self.writer)
         self._adopt(located)
         self.continue_from(located, kind)
         return True
 
-    def _refuse_own(self, located: continuation.Located) -> None:
-        writer = self.writer
-        if writer is not None and located.path == writer.path:
-            raise ChatloopError("That is the session you are in", "/compact continues it anew.")
-
     def _adopt(self, located: continuation.Located) -> None:
         """Take the agent and the server the rules choose for continuing ``located``
-        (the same functions ``chatloop -r`` calls before it makes a session)."""
-        from chatloop.chat import server
-        from chatloop.chat.agent import agent_dirs
-
-        choice = continuation.agent_for(
-            located,
-            current=Path(self.agent.path),
-            current_name=self.agent.name,
-            named=self.agent_named,
-            dirs=agent_dirs(self.store.cwd, self.arming.home),
+        (``switching.agent_for``, ``switching.server_for``: the functions ``chatloop -r``
+        calls before it makes a session)."""
+        home = self.arming.home
+        path, notes = switching.agent_for(
+            located, self.agent, self.agent_named, self.store.cwd, home
         )
-        if choice.note:
-            self.host.notice(choice.note[0].upper() + choice.note[1:], "warn")
-        switch = choice.path.resolve() != Path(self.agent.path).resolve()
+        self._say(notes)
         # armed as every entry point arms (asked first: a no leaves this chat as it was)
-        agent = self.arming.arm(choice.path) if switch else None
-        held = server.Held.of(located.parent.meta)
-        if not server.same_server(self.backend, self.settings, held):
-            connected = server.connect(self.settings, held, self.arming.home)
-            for note in connected.notes:
-                self.host.notice(note[0].upper() + note[1:], "warn")
-            if connected.backend.base_url == self.backend.base_url:
-                connected.backend.close()
-            else:
-                self.backend.close()
-                self.use_backend(connected.backend)
+        agent = self.arming.arm(path) if path is not None else None
+        backend, notes = switching.server_for(located, self.backend, self.settings, home)
+        self._say(notes)
+        if backend is not None:
+            self.use_backend(backend)
         if agent is not None:
             self._take_agent(agent)
-
-    def _take_agent(self, agent: Agent) -> None:
-        """Go on with ``agent``: the meter keeps the model's window and counts and plans
-        with its system prompt and tools (``Meter.for_agent``), and its model is taken
-        when it names one (``_take_model``). An agent that calls tools gets the recall
-        tool (``recall.with_tool``)."""
-        agent = recall.with_tool(agent, self.recalls)
-        self._answered_by(agent, self.backend, self.meter.for_agent(agent))
-        self._take_model(agent)
-
-    def _take_model(self, agent: Agent) -> None:
-        """Switch to ``agent``'s model (a markdown agent's ``model:``) when none was
-        configured (``arming.with_model``'s rule, in a chat under way)."""
-        wanted = with_model(self.arming.settings, agent).model
-        if not agent.model or wanted != agent.model or wanted == self.backend.model:
-            return
-        try:
-            self.use_model(wanted)
-        except ChatloopError as exc:
-            self.host.notice(f"{agent.name} names the model {wanted}: {exc.message}", "warn")
 
     def continue_from(self, located: continuation.Located, kind: continuation.Kind) -> None:
         """Close this session and continue ``located`` as ``kind`` says: from its summary
@@ -1083,36 +967,29 @@ class ChatSession:
             self.follow_chain()  # the chain is read while the person types
 
     def _continue_from(self, located: continuation.Located, kind: continuation.Kind) -> None:
-        self._refuse_own(located)
+        resumption.not_own(located, self.writer)
         if self.unsaved:  # they belong to this conversation: saved here first, or no resume
             try:
                 self.flush()
             except StoreError as exc:
-                raise ChatloopError(
-                    f"Not resumed: {self.unsaved} message(s) of this session are not saved "
-                    f"yet ({exc.message})",
-                    "Free some space and send again; leaving shows them to copy.",
-                ) from exc
+                raise resumption.not_saved(self.unsaved, exc) from exc
         if kind is continuation.Kind.FORK:
             self._fork_file(located)
             return
-        readied = resumption.settled(self.store, located.parent)
+        full = kind is continuation.Kind.FULL
+        readied = resumption.readied(self.store, located, self.meter, self.prefix, full=full)
         self._say(readied.notes)
-        parent, history = readied.parent, None
-        if kind is continuation.Kind.FULL:
-            history, notes = resumption.full_history(self.store, parent, self.meter, self.prefix)
-            self._say(notes)
+        parent, history = readied.parent, readied.history
         if parent.summary is None:  # with --full too: a later compaction condenses it
             parent = self._summarize_parent(parent)
         template = replace(self.meta(), title="")  # the child takes the parent's title
         self.close()
         recent = resumption.recent_exchanges(self.store, parent)
-        self._show_last_exchange(parent, recent[-1] if recent else [])
-        again = resumption.continued_already(located)
-        if again:
-            self.host.notice(again, "warn")
-        if history is not None:
-            self._continue_full(parent, history, template)
+        self._say(resumption.arrival(parent, recent, located))
+        if history is not None:  # its whole history sent before this session's messages
+            self._inherit_pins(parent)
+            self.lifecycle.wait(builders.with_history(parent, history, template, self.pins))
+            self._say((resumption.with_full_history(parent, history),))
             return
         summary = parent.summary
         assert summary is not None
@@ -1129,56 +1006,25 @@ class ChatSession:
         for text, tone in notes:
             self.host.notice(text, tone)
 
-    def _show_last_exchange(self, parent: chain.Parent, last: list[Message] | None = None) -> None:
-        """Where ``parent`` ended: its last exchange (``last``, read here when None)."""
-        if last is None:
-            recent = resumption.recent_exchanges(self.store, parent)
-            last = recent[-1] if recent else []
-        said = resumption.last_exchange(parent, last)
-        if said:
-            self.host.notice(said)
-
     def _summarize_parent(self, parent: chain.Parent) -> chain.Parent:
-        """``parent`` with a summary (``resumption.summarized``), its notes shown. The wait
-        for a background worker writing it is this session's: the worker is asked to go
-        now (``sharing.step_back``), the wait is shown and Ctrl-C ends it."""
-
-        def wait(parent: chain.Parent) -> bool | None:
-            sharing.step_back(self.arming.home, self.backend)  # (the worker goes now)
-            try:
-                with self.host.working(
-                    f"Waiting for the summary of {parent.meta.id}, being written in the "
-                    "background (Ctrl-C: make one now)..."
-                ):
-                    return wait_for_lock(parent.path, self.settings.summary_wait)
-            except KeyboardInterrupt:
-                return None
-
+        """``parent`` with a summary (``resumption.summarized``), its notes shown; the
+        wait for a background worker writing it is this session's
+        (``resumption.waiting``: shown, and Ctrl-C ends it)."""
+        settings = self.settings
+        wait = resumption.waiting(
+            self.arming.home, self.backend, self.host.working, settings.summary_wait
+        )
         readied = resumption.summarized(
             self.store,
             parent,
             summarize=self.summarize,
             wait=wait,
             summary_words=self.meter.summary_words(),
-            summary_wait=self.settings.summary_wait,
+            summary_wait=settings.summary_wait,
             now=self.clock,
         )
         self._say(readied.notes)
         return readied.parent
-
-    def _continue_full(
-        self, parent: chain.Parent, history: list[Message], template: SessionMeta
-    ) -> None:
-        """Continue ``parent`` with its whole history sent before this session's messages;
-        the child file is written with the next message."""
-        self._inherit_pins(parent)
-        self.lifecycle.wait(builders.with_history(parent, history, template, self.pins))
-        self.host.notice(
-            f"Continuing session {parent.meta.id} with its full history "
-            f"({len(history)} messages): the new session begins with your next "
-            "message.",
-            "restored",
-        )
 
     # ------------------------------------------------------------------ fork
     def fork(self, upto: int | None = None) -> None:
@@ -1220,7 +1066,7 @@ class ChatSession:
         history, at = forking.of_file(self.store, parent)
         template = replace(self.meta(), title="")
         self.close()
-        self._show_last_exchange(parent)
+        self._say(resumption.arrival(parent, resumption.recent_exchanges(self.store, parent)))
         self._fork_from(parent, history, at, template, chain.began_from(self.store, parent))
 
     def _fork_from(
@@ -1245,36 +1091,23 @@ class ChatSession:
 
     # ------------------------------------------------------------------ switches
     def use_model(self, name: str) -> str | None:
-        """Send the next requests to the server's model ``name`` (the front matter keeps
-        the model the session began with; each reply records the one that gave it, and
-        a continuation names it). Returns None when the server's list had it, else why
-        it could not be checked (its list failed: the switch is made unchecked).
+        """Send the next requests to the server's model ``name`` (``switching.model``;
+        the front matter keeps the model the session began with, each reply records the
+        one that gave it, and a continuation names it). Returns None when the server's
+        list had it, else why it could not be checked (the switch is made unchecked).
         Raises ChatloopError when the server lists models and ``name`` is not one."""
-        from chatloop.chat import server
-
-        unchecked = server.offered(self.backend, name)
-        self.backend.model = name
-        self._model_changed()
+        meter, unchecked = switching.model(self.backend, self.agent, self.settings, name)
+        self._answered_by(self.agent, self.backend, meter)
+        self._restate()
         return unchecked
 
     def use_backend(self, backend: Backend) -> None:
         """Send the next requests to ``backend`` (a ``/resume`` whose session the server
         rule sends elsewhere); the caller closes the one it replaces."""
-        self._model_changed(backend)
-
-    def _model_changed(self, backend: Backend | None = None) -> None:
-        """Another model answers (another name, or another ``backend``): its meter made
-        anew (what was learnt of a model is that model's) and a waiting child's
-        restoration built again within its sizes."""
-        backend = backend or self.backend
-        self._answered_by(self.agent, backend, Meter.of(backend, self.agent, self.settings))
+        self._answered_by(
+            self.agent, backend, switching.backend(backend, self.agent, self.settings)
+        )
         self._restate()
-
-    def _answered_by(self, agent: Agent, backend: Backend, meter: Meter) -> None:
-        """THE assignment of who answers: the agent, the backend and the meter of that
-        model with that agent, together (a switch makes the meter anew, ``Meter.of``,
-        or for the agent, ``Meter.for_agent``; nothing else assigns them)."""
-        self.agent, self.backend, self.meter = agent, backend, meter
 
     def use_agent(self, agent: Agent) -> bool:
         """Go on with ``agent``. A session under way stays with the agent that answered
@@ -1287,11 +1120,28 @@ class ChatSession:
         self.agent_named = True  # chosen: a later /resume goes on with it
         self._take_agent(agent)
         if isinstance(self.state, Waiting):
-            waiting = self.state.continuation
-            template = replace(waiting.template, agent=agent.name, agent_name=Path(agent.path).stem)
-            self.lifecycle.wait(replace(waiting, template=template))
+            self.lifecycle.wait(switching.relabelled(self.state.continuation, agent))
             self._restate()
         return branched
+
+    def _take_agent(self, agent: Agent) -> None:
+        """Go on with ``agent`` (``switching.agent``), and with the model it names when
+        none was configured (``switching.named_model``)."""
+        agent, meter = switching.agent(agent, self.meter, self.recalls)
+        self._answered_by(agent, self.backend, meter)
+        wanted = switching.named_model(agent, self.arming.settings, self.backend.model)
+        if wanted is None:
+            return
+        try:
+            self.use_model(wanted)
+        except ChatloopError as exc:
+            self.host.notice(f"{agent.name} names the model {wanted}: {exc.message}", "warn")
+
+    def _answered_by(self, agent: Agent, backend: Backend, meter: Meter) -> None:
+        """THE assignment of who answers: the agent, the backend and the meter of that
+        model with that agent, together (made by ``chat.switching``; nothing else
+        assigns them)."""
+        self.agent, self.backend, self.meter = agent, backend, meter
 
     # ------------------------------------------------------------------ small edits
     def rename(self, title: str) -> str:
@@ -1318,16 +1168,9 @@ class ChatSession:
         return self._set_pins(removed(self.pins, number))
 
     def _set_pins(self, pins: Pins) -> Pins:
-        """Write ``pins`` into the current file's front matter first (a refusal changes
-        nothing); while a continuation waits, into the file it continues, the end of
-        the chain, so leaving before the next message keeps them too. Then hold them,
-        and build a waiting child's restoration prompt again with them."""
-        writer = self.writer
-        if writer is not None:
-            writer.update_meta(pins=pins)
-        elif isinstance(self.state, Waiting):
-            with self.store.open(self.state.continuation.parent.path) as parent:
-                parent.update_meta(pins=pins)
+        """Write ``pins`` first (``pins.saved``: a refusal changes nothing), then hold
+        them, and build a waiting child's restoration prompt again with them."""
+        saved(pins, self.state, self.store)
         self._hold_pins(pins)
         self._restate()
         return pins
