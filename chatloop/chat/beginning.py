@@ -1,7 +1,7 @@
-"""A child's beginning, as functions: its file written with what was typed for it,
-made over in place when its first message does not fit, removed again when nothing
-can give way, its restoration acknowledged, and its beginning read ahead into the
-server.
+"""A session's beginning, as functions: a new session's front matter (``new_meta``,
+``completed``); a child's file written with what was typed for it, made over in
+place when its first message does not fit, removed again when nothing can give way,
+its restoration acknowledged, and its beginning read ahead into the server.
 
 ``chat.builders`` builds what a continuation is written with (``builders.child_of``);
 ``ChatSession`` decides when a child begins (the next message, or at once when it
@@ -17,10 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from chatloop.backends.base import Backend, Cancel, Cancelled, ChatMessage
 from chatloop.chat import builders, chain, compaction, forking, prompts, restoration
+from chatloop.chat.agent import Agent
 from chatloop.chat.host import Note, ReplyView
 from chatloop.chat.lifecycle import Lifecycle
 from chatloop.chat.meter import Meter
@@ -38,11 +40,15 @@ __all__ = [
     "Terms",
     "acknowledged",
     "acknowledgment",
+    "awaited",
     "child",
+    "completed",
     "condensed",
     "from_summary",
+    "git_branch",
     "kept",
     "made_over",
+    "new_meta",
     "otherwise",
     "remade",
     "restated",
@@ -68,6 +74,57 @@ class Terms:
     model: str
     title: str
     acknowledged: bool
+
+
+def new_meta(
+    agent: Agent, backend: Backend, cwd: Path, title: str, pins: Pins, now: datetime
+) -> SessionMeta:
+    """A new session's front matter: the ``agent`` that answers (its system prompt when
+    one was given), ``backend``'s server and model, the git branch of ``cwd``, and the
+    ``title`` and ``pins`` the session holds; its id is the store's to give."""
+    return SessionMeta(
+        id="",
+        created=now,
+        updated=now,
+        title=title,
+        agent=agent.name,
+        agent_name=Path(agent.path).stem,
+        model=backend.model,
+        backend_url=backend.base_url,
+        git_branch=git_branch(cwd),
+        pins=pins,
+        system=agent.system_prompt if agent.system_given else None,
+    )
+
+
+def completed(writer: SessionWriter, meta: SessionMeta) -> tuple[Note, ...]:
+    """``writer``'s front matter (a new chat's, whose first message was saved before
+    its agent and server loaded) completed from ``meta`` (``new_meta``); a file that
+    refuses it (a full disk) is said, and the session goes on."""
+    try:
+        writer.update_meta(
+            agent=meta.agent,
+            agent_name=meta.agent_name,
+            model=meta.model,
+            backend_url=meta.backend_url,
+            git_branch=meta.git_branch,
+            pins=meta.pins,
+            title=meta.title,
+            system=meta.system,
+        )
+    except StoreError as exc:
+        return ((f"{exc.message}; the session file does not name its agent yet.", "warn"),)
+    return ()
+
+
+def git_branch(cwd: Path) -> str | None:
+    """The current branch from .git/HEAD (no subprocess), or None."""
+    for folder in (cwd, *cwd.parents):
+        head = folder / ".git" / "HEAD"
+        if head.is_file():
+            text = head.read_text(encoding="utf-8", errors="replace").strip()
+            return text.removeprefix("ref: refs/heads/") if text.startswith("ref:") else None
+    return None
 
 
 def from_summary(
@@ -329,6 +386,15 @@ def kept(writer: SessionWriter, ack: Message, after: int, lifecycle: Lifecycle) 
         lifecycle.hold_first(ack)  # written before anything else, as every message
         raise
     return ()
+
+
+def awaited(parent: chain.Parent) -> Note:
+    """What is said when a child of ``parent`` waits for the next message to begin."""
+    return (
+        f"Continuing session {parent.meta.id} ({builders.queries(parent.meta.queries)}) "
+        "from its summary: the new session begins with your next message.",
+        "restored",
+    )
 
 
 def warming(

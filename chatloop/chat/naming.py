@@ -4,7 +4,9 @@
 way (``titles.Asking``); it is the only code that assigns them. Each method that
 makes a title returns it (a ``titles.Title`` to write, or the front-matter changes to
 finalize with); ``kept`` writes one into the file it is given (the one being written)
-and learns whether the file took it (``written``). A new session is a new ``Naming``.
+and learns whether the file took it (``written``); ``after_turn`` and ``taken`` are
+the two moments a session names itself (after an exchange that ended well, and as a
+title asked comes). A new session is a new ``Naming``.
 
 The phases: ``untried`` (to be named after the first exchange that ends well),
 ``asking`` (asked of the model off the person's path: ``take`` collects it),
@@ -88,6 +90,31 @@ class Naming:
             self._asking = titles.Asking(backend, first, reply, timeout=timeout)
             return None
         return titles.Title(titles.fallback(first), True)
+
+    def after_turn(
+        self,
+        writer: SessionWriter | None,
+        reply: str,
+        mode: str,
+        backend: Backend,
+        timeout: float = DEFAULT_TITLE_TIMEOUT,
+    ) -> None:
+        """After an exchange that ended well (``reply``) in ``writer``'s file (None: no
+        file, nothing done): ``after_exchange``, and a title made now (``first``, the
+        embedded model) kept in that file (``kept``); one asked of the model is written
+        by ``taken``. Cosmetic: never raises for the store."""
+        if writer is None:
+            return
+        made = self.after_exchange(writer.meta, writer.messages, reply, mode, backend, timeout)
+        if made is not None:
+            self.kept(made, writer)
+
+    def taken(self, wait: bool, writer: SessionWriter | None) -> None:
+        """The title asked (``take``: ``wait``ed for, or cancelled when not come), kept
+        in ``writer``'s file, the one being written, once it has come."""
+        made = self.take(wait)
+        if made is not None:
+            self.kept(made, writer)
 
     def take(self, wait: bool) -> titles.Title | None:
         """The title asked (``after_exchange``), to be written, once it has come. Not

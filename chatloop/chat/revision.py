@@ -7,8 +7,9 @@ child then awaits it (``Reviser.expect``); before each of its requests, once the
 worker has let go of the parent's file, the model's summary makes a new restoration
 prompt (``Reviser.due``), recorded after everything said so far and sent from then on
 in the first one's place (``restoration.revised``). A worker that gave up (its summary
-built from the transcript) changes nothing. ``ChatSession`` writes the revision (the
-unsaved queue is the lifecycle's) and shows its note; the reviser holds no session.
+built from the transcript) changes nothing. ``Reviser.applied`` writes the revision
+through the lifecycle it is given (the unsaved queue is the lifecycle's) and returns
+its note for ``ChatSession`` to show; the reviser holds no session.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from pathlib import Path
 
 from chatloop.chat import chain, restoration
 from chatloop.chat.host import Note
+from chatloop.chat.lifecycle import Lifecycle
 from chatloop.chat.meter import Meter
 from chatloop.chat.restoration import Awaited
-from chatloop.errors import ChatloopError
+from chatloop.errors import ChatloopError, StoreError
 from chatloop.format import Message
 from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder
 from chatloop.store.store import Store
@@ -99,3 +101,28 @@ class Reviser:
             "restored",
         )
         return Revision(message, summary, note)
+
+    def applied(
+        self,
+        store: Store,
+        writer: SessionWriter,
+        pins: tuple[str, ...],
+        meter: Meter,
+        now: Callable[[], datetime],
+        lifecycle: Lifecycle,
+    ) -> tuple[Note, ...]:
+        """The revision ``due`` for ``writer``'s open child, recorded after everything
+        said so far (with what ``lifecycle`` holds unsaved, in order) and, once on disk,
+        what the lifecycle continues from and sends in the first restoration's place;
+        its note. One the file refuses leaves the first restoration (nothing lost)."""
+        revision = self.due(store, writer, pins, meter, now)
+        if revision is None:
+            return ()
+        try:
+            lifecycle.hold(revision.message)
+            lifecycle.write(writer)
+        except StoreError:
+            lifecycle.drop(revision.message)
+            return ()
+        lifecycle.revise(revision.summary)
+        return (revision.note,)

@@ -1,11 +1,10 @@
 """``ChatSession``: one conversation from its first message to its last summary.
 
-It owns every decision the REPL used to make: when a session file is
-created, what is saved before a request goes out, what is sent (the budget),
-when and how a session is compacted or resumed, what a failed exchange leaves
-in the file, and the counters. The REPL and the CLI only drive it and show
-what it tells them through its ``Host`` (``chatloop.chat.host``); tests drive
-it directly with a scripted host.
+It coordinates every decision the REPL used to make: when a session file is
+created, what is saved before a request goes out, when a session is compacted,
+resumed, forked or closed, and who answers. The REPL and the CLI only drive it
+and show what it tells them through its ``Host`` (``chatloop.chat.host``); tests
+drive it directly with a scripted host.
 
 Promises (docs/durability.md, docs/chains.md):
 
@@ -14,36 +13,24 @@ Promises (docs/durability.md, docs/chains.md):
   in order, counted in ``unsaved``, written before anything else, and never
   sent before it is on disk. ``close`` returns what could still not be saved.
 - Every reply and tool result is recorded as it happens; a reply cut short or
-  an exchange that failed leaves an assistant frame marked ``interrupted``
-  (with ``stop_reason`` ``cancelled`` or ``error`` when nothing arrived).
+  an exchange that failed leaves an assistant frame marked ``interrupted``.
 - Compaction and resume close the current file with its summary and continue
-  in a new file linked to it, written with the next message (the ``Waiting``
-  state, ``chatloop.chat.state``): a continuation left unused leaves no file.
-  Which session, agent and server a resume continues with is decided in
-  ``chatloop.chat.continuation`` and ``chatloop.chat.server``, for every entry
-  point alike. Messages queued at compaction
+  in a new file linked to it, written with the next message (``Waiting``): a
+  continuation left unused leaves no file. Messages queued at compaction
   belong to the new file, or stay queued when it cannot be written.
 - Errors that end an operation are raised as ``ChatloopError`` (the UI's one
   boundary shows them); the session stays usable after any of them.
 
-Why one module of this size: it is one object's behaviour. Sending, closing,
-compacting, resuming and forking all move the same state (``state`` and the
-queue, through the lifecycle) through the same transitions, and each relies on
-the others' invariants (a message queued before a compaction belongs to the
-child; a fork's parent is finalized like a close). What does not touch that
-state lives elsewhere: the states themselves (``chat.state``), where a
-continuation comes from and its agent and server (``chat.continuation``,
-``chat.server``), the decisions of a resume (``chat.resumption``: a parent's
-missing summary, ``--full``'s history, what a child carries) and of a fork
-(``chat.forking``), what an ending does with the file (``chat.ending``), a compaction's
-carries, deferral and prepared summary (``chat.compaction``), a child's beginning
-(``chat.beginning``), the revision a deferral's child awaits
-(``chat.revision``), summaries
-(``chat.chain``), the window, the counts and the
-plans (``chat.meter``), the restoration text (``chat.restoration``), the title
-and its naming (``chat.naming``), the pins' checks and the ledger left out
-(``chat.pins``), the turn path's decisions (``chat.turning``: the request a
-person's message goes in, ``turning.wire_messages``), one turn (``chat.turn``).
+What it decides is not here: each path is a set of functions over parameters that
+return values and notes (``host.Note``), and this module moves the state they
+decide, in order, and shows the notes. The turn (``chat.turning``, ``chat.turn``),
+recall's room and chain (``chat.recalling``), a session's and a child's beginning
+(``chat.beginning``), a compaction (``chat.compaction``), a resume
+(``chat.resumption``, over ``chat.continuation`` and ``chat.server``), a fork
+(``chat.forking``), an ending (``chat.ending``), a switch of model, server or agent
+(``chat.switching``), the pins (``chat.pins``), the title (``chat.naming``), the
+revision a deferred compaction's child awaits (``chat.revision``), the window and
+counts (``chat.meter``) and what a state says of itself (``chat.state``).
 """
 
 from __future__ import annotations
@@ -51,7 +38,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from chatloop.backends.base import (
@@ -93,7 +79,7 @@ from chatloop.chat.state import (
     Status,
     Waiting,
     WithHistory,
-    how,
+    status,
 )
 from chatloop.chat.tokens import TokenCount
 from chatloop.chat.turn import TurnResult
@@ -118,21 +104,13 @@ class Closed:
 class ChatSession:
     """One chat with one agent. Not thread-safe; one per REPL.
 
-    It coordinates owners, each the only writer of its state: the ``lifecycle``
-    (``chat.lifecycle``: the state, fresh, waiting for a continuation, open, closing,
-    and the unsaved queue), the ``meter`` (``chat.meter``: the window, the counts, the
-    plans), the ``preparer`` (``chat.preparation``: the next compaction's summary), the
-    ``reviser`` (``chat.revision``: the parent a deferred compaction's child awaits) and
-    the ``naming`` (``chat.naming``: the title, how far its naming has gone, the title
-    request under way); the pins are a value checked and made by ``chat.pins``, written
-    by ``_set_pins`` and held by ``_hold_pins`` alone; the agent, the backend and the
-    meter are assigned together by ``_answered_by`` alone; the restoration text is
-    built by ``chat.restoration`` alone. What a turn, a child's beginning, a
-    compaction, a resume, a fork and an ending decide is in functions over those
-    owners (``chat.turning``, ``chat.beginning``, ``chat.compaction``,
-    ``chat.resumption``, ``chat.forking``, ``chat.ending``) that return values and
-    notes; this class moves the state they decide and shows the notes. ``describe`` tells what
-    it is to the UI. Every field is read and written by the caller's thread only: the
+    Each piece of its state has one writer: the ``lifecycle`` (``chat.lifecycle``: the
+    state and the unsaved queue), the ``preparer`` (the next compaction's summary), the
+    ``reviser`` (the parent a deferred compaction's child awaits) and the ``naming``
+    (the title; a new one for a new session, by ``_release``) assign their own; the agent, the backend and the meter are assigned
+    together by ``_answered_by`` alone (made by ``chat.switching``), the pins by
+    ``_hold_pins`` alone (checked and written by ``chat.pins``), ``agent_named`` by
+    ``use_agent``. Every field is read and written by the caller's thread only: the
     one thread it starts (a preparation) works on values handed to it and answers
     through the ``Preparer``."""
 
@@ -226,28 +204,10 @@ class ChatSession:
         return self.lifecycle.messages()
 
     def describe(self) -> Status:
-        """What this session is, for /info, the toolbar and tests."""
+        """What this session is, for /info, the toolbar and tests (``state.status``)."""
         totals = self.totals
         spent = totals.tokens + totals.restoration
-        match self.state:
-            case Waiting(continuation=continuation):
-                return Status(
-                    "waiting", continues=continuation.parent.meta.id, how=how(continuation)
-                )
-            case Open(writer=writer, chain_base=base):
-                meta = writer.meta
-                return Status(
-                    "open",
-                    meta.id,
-                    writer.path,
-                    meta.parent_id or "",
-                    chain_tokens=base + spent if meta.parent_id else 0,
-                    prepared=self.preparer.phase(writer.messages, MAX_CARRIED),
-                )
-            case Closing(writer=writer):
-                meta = writer.meta
-                return Status("closing", meta.id, writer.path, meta.parent_id or "")
-        return Status("fresh")
+        return status(self.state, spent, lambda said: self.preparer.phase(said, MAX_CARRIED))
 
     def meta(self) -> SessionMeta:
         """The current front matter, or what a new session's would be."""
@@ -255,21 +215,10 @@ class ChatSession:
         return writer.meta if writer is not None else self._new_meta()
 
     def _new_meta(self) -> SessionMeta:
-        """A new session's front matter, from this session's agent, backend and pins."""
-        now = self.clock()
-        return SessionMeta(
-            id="",
-            created=now,
-            updated=now,
-            title=self.title,
-            agent=self.agent.name,
-            agent_name=Path(self.agent.path).stem,
-            model=self.backend.model,
-            backend_url=self.backend.base_url,
-            git_branch=git_branch(self.store.cwd),
-            pins=self.pins,
-            system=self.agent.system_prompt if self.agent.system_given else None,
-        )
+        """A new session's front matter (``beginning.new_meta``), as this session holds
+        its agent, backend, title and pins now."""
+        agent, backend, cwd = self.agent, self.backend, self.store.cwd
+        return beginning.new_meta(agent, backend, cwd, self.title, self.pins, self.clock())
 
     def window(self) -> int | None:
         """The context window (``Meter.window``)."""
@@ -399,21 +348,7 @@ class ChatSession:
         if not isinstance(self.state, Fresh) or message is None or message.role != "user":
             raise ValueError("send_saved takes a new session's file holding one message")
         self.lifecycle.open(writer)
-        fresh = self._new_meta()
-        try:
-            writer.update_meta(
-                agent=fresh.agent,
-                agent_name=fresh.agent_name,
-                model=fresh.model,
-                backend_url=fresh.backend_url,
-                git_branch=fresh.git_branch,
-                pins=fresh.pins,
-                title=fresh.title,
-                system=fresh.system,
-            )
-        except StoreError as exc:
-            note = f"{exc.message}; the session file does not name its agent yet."
-            self.host.notice(note, "warn")
+        self._say(beginning.completed(writer, self._new_meta()))
         return self._go_on(message)
 
     def _go_on(self, message: Message, recalling: bool = True) -> TurnResult:
@@ -427,18 +362,11 @@ class ChatSession:
                 if turning.set_aside(self.writer, message):
                     raise turning.kept_unsent(self.writer, refused) from None
                 raise refused
-            self.host.notice(
-                "The context window is full: compacting; the new session answers your message.",
-                "warn",
-            )
+            self._say((turning.COMPACTING,))
             try:
                 self.compact(unanswered=text)
             except StoreError as exc:
-                raise StoreError(
-                    exc.message,
-                    "Your message is saved in this session but was not sent: free some disk "
-                    "space, then send it again (Up recalls it).",
-                ) from exc
+                raise turning.not_sent(exc) from exc
             return TurnResult()
         return self._answer(message, recalling)
 
@@ -505,36 +433,22 @@ class ChatSession:
 
     # ------------------------------------------------------------------ the title
     def _name(self, reply: str) -> None:
-        """After an exchange that ended well, give a new conversation without a title one, by
-        ``settings.titles`` (``Naming.after_exchange``): ``model`` asks the model, off
-        the person's path (the prompt comes back at once; ``take_title`` writes it),
-        ``first`` takes the first request's line, ``off`` makes none. A title the person
-        gave (/rename), one a continuation or a branch took from its parent, and an
-        earlier title are never replaced. Cosmetic: a title the file refuses now stays
-        in memory and is written when the session is finalized (``Naming.late``)."""
-        writer, settings = self.writer, self.settings
-        if writer is None:
-            return
-        made = self.naming.after_exchange(
-            writer.meta,
-            writer.messages,
-            reply,
-            settings.titles,
-            self.backend,
-            timeout=settings.title_timeout,
-        )
-        if made is not None:
-            self.naming.kept(made, writer)
+        """After an exchange that ended well, give a new conversation without a title one,
+        by ``settings.titles`` (``Naming.after_turn``): ``model`` asks the model off the
+        person's path (``take_title`` writes it), ``first`` takes the first request's
+        line, ``off`` makes none. A title the person gave, one a continuation took from
+        its parent, and an earlier title are never replaced."""
+        settings = self.settings
+        timeout = settings.title_timeout
+        self.naming.after_turn(self.writer, reply, settings.titles, self.backend, timeout)
 
     def take_title(self, wait: bool = True) -> None:
-        """Write the title being asked (``_name``) once it has come (``Naming.take``).
+        """Write the title being asked (``_name``) once it has come (``Naming.taken``).
         Before the person's next request (``wait`` False) one not come yet is cancelled,
         so a one-slot server is free for that request, and asked again after the next
         exchange that ends well; at close (``wait``) it is waited for, within its
         bound."""
-        made = self.naming.take(wait)
-        if made is not None:
-            self.naming.kept(made, self.writer)  # (written into the file being written)
+        self.naming.taken(wait, self.writer)  # (written into the file being written)
 
     # ------------------------------------------------------------------ summaries
     def summarize(
@@ -739,23 +653,13 @@ class ChatSession:
 
     def _revise(self) -> None:
         """A parent's model summary written since this child began without it
-        (``_defer``): its restoration prompt (``Reviser.due``) is recorded after
-        everything said so far, sent from this request on in the first one's place, and
-        what this session continues from. One the file refuses leaves the first."""
+        (``_defer``): its restoration prompt recorded and sent from this request on in
+        the first one's place (``Reviser.applied``)."""
         writer = self.writer
         if writer is None or not isinstance(self.state, Open):
             return
-        revision = self.reviser.due(self.store, writer, self.pins, self.meter, self.clock)
-        if revision is None:
-            return
-        try:
-            self.lifecycle.hold(revision.message)
-            self.flush()
-        except StoreError:
-            self.lifecycle.drop(revision.message)  # (the first restoration stays: nothing lost)
-            return
-        self.lifecycle.revise(revision.summary)
-        self._say((revision.note,))
+        reviser, pins, meter = self.reviser, self.pins, self.meter
+        self._say(reviser.applied(self.store, writer, pins, meter, self.clock, self.lifecycle))
 
     # ------------------------------------------------------------------ prepared ahead
     def _prepare(self, used: int, window: int) -> None:
@@ -786,47 +690,29 @@ class ChatSession:
         unanswered: str | None = None,
         carried: tuple[Message, ...] = (),
     ) -> None:
-        """Continue ``parent`` in a child from ``summary``, carrying ``carried`` (copies
-        of the parent's last exchanges) after it: ``Waiting`` for the next message;
+        """Continue ``parent`` in a child from ``summary`` (``beginning.from_summary``,
+        with this session's pins, which then hold the chain's), carrying ``carried``
+        (copies of the parent's last exchanges) after it: ``Waiting`` for the next
+        message, its beginning read into the server meanwhile (``beginning.warming``);
         written at once when the child must answer ``unanswered`` (a message the
         parent's window could not take)."""
-        continuation = self._from_summary(parent, summary, template, unanswered, carried)
+        template = template or self.meta()
+        continuation = beginning.from_summary(
+            parent, summary, template, self.pins, self.meter, self.clock, unanswered, carried
+        )
+        self._inherit_pins(parent)
         self.lifecycle.wait(continuation)
         if unanswered is not None:
             writer = self._begin(continuation)
             if not self.leaving:
                 self._recall(unanswered)  # (sent within the restoration prompt it follows)
                 self._acknowledge(writer, answers=unanswered)
-        else:
-            self.host.notice(
-                f"Continuing session {parent.meta.id} "
-                f"({builders.queries(parent.meta.queries)}) from its summary: the new "
-                "session begins with your next message.",
-                "restored",
-            )
-            # its beginning read into the server while the person reads and types
-            read = beginning.warming(
-                continuation, self.settings.acknowledgment, self.backend, self.meter, self.clock
-            )
-            if read is not None:
-                self.preparer.warm(read)
-
-    def _from_summary(
-        self,
-        parent: chain.Parent,
-        summary: str,
-        template: SessionMeta | None = None,
-        unanswered: str | None = None,
-        carried: tuple[Message, ...] = (),
-    ) -> FromSummary:
-        """``beginning.from_summary`` with this session's pins, which then hold the
-        chain's (``_inherit_pins``)."""
-        template = template or self.meta()
-        made = beginning.from_summary(
-            parent, summary, template, self.pins, self.meter, self.clock, unanswered, carried
-        )
-        self._inherit_pins(parent)
-        return made
+            return
+        self._say((beginning.awaited(parent),))
+        settings, backend, meter = self.settings, self.backend, self.meter
+        read = beginning.warming(continuation, settings.acknowledgment, backend, meter, self.clock)
+        if read is not None:
+            self.preparer.warm(read)
 
     def _begin(self, continuation: Continuation) -> SessionWriter:
         """Write the waiting child and what is queued, in one write (``beginning.written``):
@@ -1202,13 +1088,3 @@ class ChatSession:
         return next(
             (m.text for m in reversed(self.messages) if m.role == "assistant" and m.text), None
         )
-
-
-def git_branch(cwd: Path) -> str | None:
-    """The current branch from .git/HEAD (no subprocess), or None."""
-    for folder in (cwd, *cwd.parents):
-        head = folder / ".git" / "HEAD"
-        if head.is_file():
-            text = head.read_text(encoding="utf-8", errors="replace").strip()
-            return text.removeprefix("ref: refs/heads/") if text.startswith("ref:") else None
-    return None

@@ -24,6 +24,7 @@ and ``Branch`` (a fork, which retry, edit and an agent switch also make).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -136,6 +137,30 @@ class Status:
     def started(self) -> bool:
         """True once the session has a file."""
         return self.path is not None
+
+
+def status(state: State, spent: int, prepared: Callable[[list[Message]], str]) -> Status:
+    """What a session in ``state`` says of itself: the continuation it waits to begin,
+    or the file it writes, where an open one continuing a chain counts its ancestors'
+    tokens and its own ``spent`` (what is queued included), and the phase of the next
+    compaction's summary for the file's messages (``prepared``: ``Preparer.phase``)."""
+    match state:
+        case Waiting(continuation=continuation):
+            return Status("waiting", continues=continuation.parent.meta.id, how=how(continuation))
+        case Open(writer=writer, chain_base=base):
+            meta = writer.meta
+            return Status(
+                "open",
+                meta.id,
+                writer.path,
+                meta.parent_id or "",
+                chain_tokens=base + spent if meta.parent_id else 0,
+                prepared=prepared(writer.messages),
+            )
+        case Closing(writer=writer):
+            meta = writer.meta
+            return Status("closing", meta.id, writer.path, meta.parent_id or "")
+    return Status("fresh")
 
 
 def how(continuation: Continuation) -> str:

@@ -34,8 +34,10 @@ from chatloop.format import Message
 from chatloop.store.writer import SessionWriter
 
 __all__ = [
+    "COMPACTING",
     "answered",
     "kept_unsent",
+    "not_sent",
     "overflowed",
     "queued_error",
     "refusal",
@@ -138,6 +140,23 @@ def queued_error(exc: StoreError, queued: int) -> StoreError:
         exc.message,
         f"{held}: chatloop writes them before anything else "
         "and sends nothing until they are saved.",
+    )
+
+
+# said when a message's history leaves it no room: a compaction's child answers it
+COMPACTING: Note = (
+    "The context window is full: compacting; the new session answers your message.",
+    "warn",
+)
+
+
+def not_sent(exc: StoreError) -> StoreError:
+    """``exc``, a compaction's failure to save, as said of the message it was to make
+    room for: saved in this session, not sent."""
+    return StoreError(
+        exc.message,
+        "Your message is saved in this session but was not sent: free some disk "
+        "space, then send it again (Up recalls it).",
     )
 
 
