@@ -107,12 +107,12 @@ class ChatSession:
     Each piece of its state has one writer: the ``lifecycle`` (``chat.lifecycle``: the
     state and the unsaved queue), the ``preparer`` (the next compaction's summary), the
     ``reviser`` (the parent a deferred compaction's child awaits) and the ``naming``
-    (the title; a new one for a new session, by ``_release``) assign their own; the agent, the backend and the meter are assigned
-    together by ``_answered_by`` alone (made by ``chat.switching``), the pins by
-    ``_hold_pins`` alone (checked and written by ``chat.pins``), ``agent_named`` by
-    ``use_agent``. Every field is read and written by the caller's thread only: the
-    one thread it starts (a preparation) works on values handed to it and answers
-    through the ``Preparer``."""
+    (the title; a new one for a new session, by ``_release``) assign their own; the
+    agent, the backend and the meter are assigned together by ``_answered_by`` alone
+    (made by ``chat.switching``), the pins by ``_hold_pins`` alone (checked and written
+    by ``chat.pins``), ``agent_named`` by ``use_agent``. Every field is read and written
+    by the caller's thread only: the one thread it starts (a preparation) works on
+    values handed to it and answers through the ``Preparer``."""
 
     agent: Agent
     backend: Backend
