@@ -5,7 +5,8 @@ ahead only where a server caches it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pytest
 
@@ -190,3 +191,68 @@ def test_a_waiting_childs_restoration_is_built_again_with_what_changed(store: St
     assert "the gate squeaks" not in before.preview.text
     assert "the gate squeaks" in after.preview.text
     assert after.carried == before.carried and after.preview.key == before.preview.key
+
+
+def test_a_new_sessions_front_matter_names_who_answers_and_completes_a_file(
+    store: Store, tmp_path: Path
+) -> None:
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    (tmp_path / "repo" / ".git" / "HEAD").write_text("ref: refs/heads/garden\n")
+    (tmp_path / "repo" / "src").mkdir()
+    assert beginning.git_branch(tmp_path / "repo" / "src") == "garden"
+    assert beginning.git_branch(tmp_path / "nowhere") is None
+    agent = load_agent(AGENTS / "simple_sally.py")
+    made = beginning.new_meta(agent, FakeBackend(), tmp_path / "repo", "Basil", ("a pin",), T0)
+    assert (made.agent, made.agent_name, made.model) == (agent.name, "simple_sally", "fake-model")
+    assert (made.git_branch, made.title, made.pins, made.created) == (
+        "garden",
+        "Basil",
+        ("a pin",),
+        T0,
+    )
+    with store.create(new_meta(agent="", agent_name="", model="")) as writer:
+        assert beginning.completed(writer, made) == ()
+        assert (writer.meta.agent, writer.meta.model) == (agent.name, "fake-model")
+        assert writer.meta.pins == ("a pin",) and writer.meta.title == "Basil"
+
+
+def test_a_waiting_continuation_condensed_by_compact(store: Store) -> None:
+    parent = closed(store, pins=("the shed is blue",))
+    summarized = waiting(parent)
+    with pytest.raises(ChatloopError, match="already continues from its summary"):
+        beginning.condensed(summarized, (), meter(), _no, Clock())  # type: ignore[arg-type]
+    full = builders.with_history(parent, list(exchange(0)), new_meta(), ("mine",))
+    made, notes = beginning.condensed(full, ("mine",), meter(), _no, Clock())  # type: ignore[arg-type]
+    assert isinstance(made, FromSummary) and made.parent is parent
+    assert made.template.pins == ("the shed is blue", "mine")
+    assert notes == (("Continuing from the summary instead of the full history.", "ok"),)
+
+
+def test_a_child_awaiting_its_first_message_says_so() -> None:
+    text, tone = beginning.awaited(chain.Parent(Path("p.md"), new_meta(id="X", queries=3), None))
+    assert text.startswith("Continuing session X (3 ") and tone == "restored"
+    assert text.endswith("the new session begins with your next message.")
+
+
+def test_an_acknowledgment_is_asked_without_what_follows_the_restoration(store: Store) -> None:
+    backend = FakeBackend("I have the summary.")
+    lifecycle = Lifecycle()
+    lifecycle.hold(Message.create("user", T0, text="typed"))
+    continuation = waiting(closed(store), copies=1)
+    unacknowledged = replace(TERMS, acknowledged=False)  # (the model's acknowledgment)
+    with beginning.written(continuation, unacknowledged, store, lifecycle, Clock())[0] as w:
+        ack, notes = beginning.acknowledgment(
+            w, backend, meter(), {"temperature": 0.1}, (), View(), Clock(), after=3
+        )
+        assert ack is not None and ack.text.strip() == "I have the summary." and notes == ()
+        sent = backend.calls[0]["messages"]
+        assert len(sent) == 2 and sent[-1]["role"] == "user"  # the system prompt, the restoration
+        assert all(m["content"] != "typed" for m in sent)
+        asked = backend.calls[0]["options"]
+        assert asked["temperature"] == 0.1 and asked["max_tokens"] == meter().ack_cap()
+        answering = FakeBackend("Here is your answer.")
+        beginning.acknowledgment(
+            w, answering, meter(), {}, (), View(), Clock(), answers="typed", after=3
+        )
+        assert answering.calls[0]["messages"] == sent  # it answers what the restoration carries
+        assert answering.calls[0]["options"]["max_tokens"] == meter().reply_options()["max_tokens"]

@@ -9,6 +9,7 @@ import os
 
 from chatloop.chat import chain
 from chatloop.chat.agent import load_agent
+from chatloop.chat.lifecycle import Lifecycle
 from chatloop.chat.meter import Meter
 from chatloop.chat.revision import Reviser
 from chatloop.format import Message
@@ -97,3 +98,18 @@ def test_a_summary_from_the_transcript_or_an_unreadable_parent_changes_nothing(
         reviser.expect(store.root / "gone.md")
         assert reviser.due(store, writer, (), meter(), Clock()) is None
         assert reviser.awaited is None
+
+
+def test_a_revision_applied_is_written_and_continued_from(store: Store) -> None:
+    made = parent(store)
+    reviser, lifecycle = Reviser(), Lifecycle()
+    reviser.expect(made.path)
+    with child(store) as writer:
+        lifecycle.open(writer, previous="the transcript's summary")
+        before = len(writer.messages)
+        notes = reviser.applied(store, writer, (), meter(), Clock(), lifecycle)
+        assert len(notes) == 1 and notes[0][1] == "restored"
+        assert len(writer.messages) == before + 1 and MODELS in writer.messages[-1].text
+        assert lifecycle.previous is not None and MODELS in lifecycle.previous
+        assert not lifecycle.queued
+        assert reviser.applied(store, writer, (), meter(), Clock(), lifecycle) == ()  # once
