@@ -141,3 +141,30 @@ def test_a_summary_made_ahead_is_the_models_summary_of_the_file(store: Store) ->
     assert not made.fallback and "Water every 2 days" in made.text
     asked = backend.calls[0]["messages"]
     assert "Question number 1" in str(asked)  # the file's messages, in the chat
+
+
+def test_what_a_compactions_summary_covers_and_what_its_child_carries(store: Store) -> None:
+    outcome = chain.SummaryOutcome(STRUCTURED, fallback=False, calls=1)
+    roomy = meter(32_000)
+    with store.create(new_meta()) as writer:
+        for message in said(3):
+            writer.append(message)
+        made_now = compaction.covered(writer, None, None, (), roomy, Clock(), answers=False)
+        assert made_now.outcome is None and made_now.notes == ()
+        assert made_now.carried and made_now.leave == len(made_now.carried)
+        assert made_now.carried == compaction.carried(writer, None, (), roomy, T0)
+        answering = compaction.covered(writer, None, None, (), roomy, Clock(), answers=True)
+        assert (answering.outcome, answering.carried, answering.leave) == (None, (), 0)
+        prepared = Prepared(tuple(writer.messages), outcome)
+        used = compaction.covered(writer, prepared, None, (), roomy, Clock(), answers=False)
+        assert used.outcome is outcome and used.leave == 0
+        assert used.notes == (("Using the summary prepared while you read.", "info"),)
+
+
+def test_a_compaction_defers_its_summary_only_to_a_worker_that_may_take_it() -> None:
+    background = TEST_SETTINGS._replace(summaries="background")
+    assert compaction.defers(background, FakeBackend())
+    assert not compaction.defers(TEST_SETTINGS, FakeBackend())  # summaries: wait
+    embedded = FakeBackend()
+    embedded.kind = "embedded"  # (one model in this process: a worker would load a second)
+    assert not compaction.defers(background, embedded)

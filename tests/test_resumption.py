@@ -11,8 +11,9 @@ import pytest
 
 from chatloop.chat import chain, continuation, resumption
 from chatloop.chat.agent import load_agent
+from chatloop.chat.host import Picked
 from chatloop.chat.meter import Meter
-from chatloop.errors import ChatloopError
+from chatloop.errors import ChatloopError, StoreError
 from chatloop.format import Message
 from chatloop.store.store import Store
 from tests.conftest import T0, exchange, new_meta
@@ -143,3 +144,53 @@ def test_where_it_ended_and_a_second_line_are_said_as_values(store: Store) -> No
     later = continuation.Located(row, parent, ("c1", "c2"))  # type: ignore[arg-type]
     note = resumption.continued_already(later)
     assert note is not None and "continued already, in c2" in note
+
+
+def test_a_resume_of_the_file_being_written_or_with_messages_unsaved_is_refused(
+    store: Store,
+) -> None:
+    parent = written(store, closed=False)
+    located = continuation.Located(None, parent)  # type: ignore[arg-type]
+    resumption.not_own(located, None)  # nothing being written: nothing refused
+    with store.create(new_meta()) as other:
+        resumption.not_own(located, other)
+    with store.open(parent.path) as own, pytest.raises(ChatloopError, match="you are in"):
+        resumption.not_own(located, own)
+    refused = resumption.not_saved(2, StoreError("No space left on device", ""))
+    assert refused.message.startswith("Not resumed: 2 message(s) of this session")
+    assert "No space left on device" in refused.message and "leaving shows" in refused.hint
+
+
+def test_a_parent_readied_with_its_full_history_when_asked_and_it_fits(store: Store) -> None:
+    parent = written(store, queries=3)
+    located = continuation.Located(None, parent)  # type: ignore[arg-type]
+    plain = resumption.readied(store, located, meter(32_000), full=False)
+    assert plain == resumption.Readied(parent)
+    full = resumption.readied(store, located, meter(32_000), full=True)
+    assert full.history is not None
+    assert len(full.history) == sum(len(exchange(n)) for n in range(3))
+    narrow = resumption.readied(store, located, meter(300), full=True)
+    assert narrow.history is None and "does not fit the budget" in narrow.notes[0][0]
+    text, tone = resumption.with_full_history(parent, full.history)
+    assert f"({len(full.history)} messages)" in text and tone == "restored"
+
+
+def test_what_is_said_as_a_parent_is_continued(store: Store) -> None:
+    parent = written(store, queries=2)
+    recent = resumption.recent_exchanges(store, parent)
+    ((where, tone),) = resumption.arrival(parent, recent)
+    assert where.startswith("Where it ended:") and tone == "info"
+    later = continuation.Located(None, parent, ("c1",))  # type: ignore[arg-type]
+    notes = resumption.arrival(parent, recent, later)
+    assert notes[0] == (where, "info") and notes[1][1] == "warn" and "in c1" in notes[1][0]
+    assert resumption.arrival(parent, []) == ()
+
+
+def test_resume_locates_a_session_by_its_number_or_the_persons_pick(store: Store) -> None:
+    parent = written(store)
+    kind = continuation.Kind.of(False, False)
+    found = resumption.located(store, "1", kind, lambda rows, lookup: None)
+    assert found is not None and found[0].path == parent.path and found[1] is kind
+    assert resumption.located(store, "", kind, lambda rows, lookup: None) is None  # none picked
+    forked = resumption.located(store, "", kind, lambda rows, lookup: Picked(rows[0], True))
+    assert forked is not None and forked[1] is continuation.Kind.FORK
