@@ -152,3 +152,27 @@ def test_what_the_state_means_is_told_by_the_lifecycle(store: Store) -> None:
         life.closing()
         assert life.writer is writer and life.previous == "the summary"
         assert life.prefix == () and life.chain_base == 0
+
+
+def test_what_a_state_says_of_itself(store: Store) -> None:
+    from chatloop.chat import builders, chain
+    from chatloop.chat.state import Waiting, status
+
+    def phase(messages: list[Message]) -> str:
+        return f"{len(messages)} prepared"
+
+    assert status(Fresh(), 10, phase) == status(Fresh(), 0, phase)
+    assert status(Fresh(), 10, phase).phase == "fresh"
+    meta = SessionMeta(id="", created=T0, updated=T0, agent="a", model="m")
+    parent = chain.Parent(Path("/sessions/p1.md"), replace(meta, id="p1"), "the summary")
+    waiting = status(Waiting(builders.with_history(parent, (), meta, ())), 10, phase)
+    assert (waiting.phase, waiting.continues, waiting.how) == ("waiting", "p1", "its whole history")
+    with store.create(replace(meta, parent_id="p1")) as writer:
+        writer.append(Message.create("user", T0, text="said"))
+        opened = status(Open(writer, chain_base=40), 10, phase)
+        assert (opened.phase, opened.continues, opened.chain_tokens) == ("open", "p1", 50)
+        assert opened.prepared == "1 prepared" and opened.path == writer.path
+        closing = status(Closing(writer), 10, phase)
+        assert (closing.phase, closing.chain_tokens, closing.prepared) == ("closing", 0, "")
+    with store.create(meta) as alone:
+        assert status(Open(alone, chain_base=40), 10, phase).chain_tokens == 0  # no chain

@@ -190,3 +190,40 @@ def test_a_title_is_kept_in_the_file_being_written_or_held_for_the_close(store: 
     assert naming.title == "Basil on the balcony" and naming.phase != "unsaved"
     naming.kept(titles.Title("", True), None)  # an empty title is no title
     assert naming.title == "Basil on the balcony"
+
+
+def test_a_title_made_after_a_turn_or_taken_as_it_comes_is_written_in_the_file(
+    store: Store,
+) -> None:
+    naming = Naming()
+    naming.after_turn(None, "r", "first", FakeBackend())  # no file: nothing done
+    assert naming.phase == "untried"
+    with store.create(new_meta()) as writer:
+        for message in ASKED:
+            writer.append(message)
+        naming.after_turn(writer, "Every other day.", "first", FakeBackend())
+        assert writer.meta.title == "How often should I water basil?" == naming.title
+    asking = Naming()
+    with store.create(new_meta()) as writer:
+        for message in ASKED:
+            writer.append(message)
+        asking.after_turn(writer, "r", "model", FakeBackend("Basil watering schedule"))
+        assert writer.meta.title == "" and asking.phase == "asking"
+        asking.taken(True, writer)
+        assert writer.meta.title == "Basil watering schedule" == asking.title
+
+
+def test_pins_are_saved_where_the_session_writes_or_in_the_file_it_continues(
+    store: Store,
+) -> None:
+    from chatloop.chat import builders, chain
+    from chatloop.chat.state import Fresh, Open, Waiting
+
+    pinning.saved(("ignored",), Fresh(), store)  # nothing written yet: nothing to write
+    with store.create(new_meta()) as writer:
+        pinning.saved(("the shed is blue",), Open(writer), store)
+        assert writer.meta.pins == ("the shed is blue",)
+        parent = chain.Parent(writer.path, writer.meta, "the summary")
+    waiting = builders.with_history(parent, [], new_meta(), ())
+    pinning.saved(("the shed is blue", "the gate squeaks"), Waiting(waiting), store)
+    assert store.read(parent.path).session.meta.pins == ("the shed is blue", "the gate squeaks")
