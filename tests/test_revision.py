@@ -11,7 +11,7 @@ from chatloop.chat import chain
 from chatloop.chat.agent import load_agent
 from chatloop.chat.lifecycle import Lifecycle
 from chatloop.chat.meter import Meter
-from chatloop.chat.revision import Reviser
+from chatloop.chat.revision import Reviser, applied
 from chatloop.format import Message
 from chatloop.store.fsio import mark_summary, take_lock
 from chatloop.store.store import Store
@@ -107,9 +107,10 @@ def test_a_revision_applied_is_written_and_continued_from(store: Store) -> None:
     with child(store) as writer:
         lifecycle.open(writer, previous="the transcript's summary")
         before = len(writer.messages)
-        notes = reviser.applied(store, writer, (), meter(), Clock(), lifecycle)
+        due = reviser.due(store, writer, (), meter(), Clock())
+        notes = applied(due, writer, lifecycle)
         assert len(notes) == 1 and notes[0][1] == "restored"
         assert len(writer.messages) == before + 1 and MODELS in writer.messages[-1].text
         assert lifecycle.previous is not None and MODELS in lifecycle.previous
         assert not lifecycle.queued
-        assert reviser.applied(store, writer, (), meter(), Clock(), lifecycle) == ()  # once
+        assert applied(reviser.due(store, writer, (), meter(), Clock()), writer, lifecycle) == ()

@@ -62,6 +62,17 @@ Clock = Callable[[], datetime]
 Summarize = Callable[[list[Message], "str | None"], chain.SummaryOutcome]
 
 KINDS_WARMED = ("openai", "ollama")  # servers a child's beginning is read into (``warming``)
+# what a new chat's file, written before its agent and server loaded, is completed with
+COMPLETED = (
+    "agent",
+    "agent_name",
+    "model",
+    "backend_url",
+    "git_branch",
+    "pins",
+    "title",
+    "system",
+)
 
 
 @dataclass(frozen=True)
@@ -102,16 +113,7 @@ def completed(writer: SessionWriter, meta: SessionMeta) -> tuple[Note, ...]:
     its agent and server loaded) completed from ``meta`` (``new_meta``); a file that
     refuses it (a full disk) is said, and the session goes on."""
     try:
-        writer.update_meta(
-            agent=meta.agent,
-            agent_name=meta.agent_name,
-            model=meta.model,
-            backend_url=meta.backend_url,
-            git_branch=meta.git_branch,
-            pins=meta.pins,
-            title=meta.title,
-            system=meta.system,
-        )
+        writer.update_meta(**{name: getattr(meta, name) for name in COMPLETED})
     except StoreError as exc:
         return ((f"{exc.message}; the session file does not name its agent yet.", "warn"),)
     return ()
@@ -225,8 +227,7 @@ def otherwise(
             return forking.summarized(branch, meter, summarize, now)
         case WithHistory() as full:
             said: Note = ("The full history no longer fits: continuing from the summary.", "warn")
-            made = from_summary(full.parent, full.summary or "", full.template, pins, meter, now)
-            return made, (said,)
+            return _from_its_summary(full, pins, meter, now), (said,)
 
 
 def condensed(
@@ -236,18 +237,20 @@ def condensed(
     history as a summary of it, ``--full`` from the summary (the chain's pins in its
     template: the caller holds them). Raises ChatloopError for one that continues
     from a summary already."""
-    match waiting:
-        case Branch() as branch:
-            return forking.summarized(branch, meter, summarize, now)
-        case WithHistory() as full:
-            said: Note = ("Continuing from the summary instead of the full history.", "ok")
-            made = from_summary(full.parent, full.summary or "", full.template, pins, meter, now)
-            return made, (said,)
-        case FromSummary(parent=parent):
-            raise ChatloopError(
-                f"Session {parent.meta.id} already continues from its summary",
-                "Send a message to begin the new session.",
-            )
+    if isinstance(waiting, FromSummary):
+        raise ChatloopError(
+            f"Session {waiting.parent.meta.id} already continues from its summary",
+            "Send a message to begin the new session.",
+        )
+    if isinstance(waiting, WithHistory):
+        said: Note = ("Continuing from the summary instead of the full history.", "ok")
+        return _from_its_summary(waiting, pins, meter, now), (said,)
+    return forking.summarized(waiting, meter, summarize, now)
+
+
+def _from_its_summary(full: WithHistory, pins: Pins, meter: Meter, now: Clock) -> FromSummary:
+    """``full`` continued from its parent's summary instead (``from_summary``)."""
+    return from_summary(full.parent, full.summary or "", full.template, pins, meter, now)
 
 
 def made_over(made: Child, writer: SessionWriter, typed: int) -> None:

@@ -7,7 +7,7 @@ child then awaits it (``Reviser.expect``); before each of its requests, once the
 worker has let go of the parent's file, the model's summary makes a new restoration
 prompt (``Reviser.due``), recorded after everything said so far and sent from then on
 in the first one's place (``restoration.revised``). A worker that gave up (its summary
-built from the transcript) changes nothing. ``Reviser.applied`` writes the revision
+built from the transcript) changes nothing. ``applied`` writes the revision
 through the lifecycle it is given (the unsaved queue is the lifecycle's) and returns
 its note for ``ChatSession`` to show; the reviser holds no session.
 """
@@ -30,7 +30,7 @@ from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder
 from chatloop.store.store import Store
 from chatloop.store.writer import SessionWriter
 
-__all__ = ["Reviser", "Revision"]
+__all__ = ["Reviser", "Revision", "applied"]
 
 
 @dataclass(frozen=True)
@@ -102,27 +102,22 @@ class Reviser:
         )
         return Revision(message, summary, note)
 
-    def applied(
-        self,
-        store: Store,
-        writer: SessionWriter,
-        pins: tuple[str, ...],
-        meter: Meter,
-        now: Callable[[], datetime],
-        lifecycle: Lifecycle,
-    ) -> tuple[Note, ...]:
-        """The revision ``due`` for ``writer``'s open child, recorded after everything
-        said so far (with what ``lifecycle`` holds unsaved, in order) and, once on disk,
-        what the lifecycle continues from and sends in the first restoration's place;
-        its note. One the file refuses leaves the first restoration (nothing lost)."""
-        revision = self.due(store, writer, pins, meter, now)
-        if revision is None:
-            return ()
-        try:
-            lifecycle.hold(revision.message)
-            lifecycle.write(writer)
-        except StoreError:
-            lifecycle.drop(revision.message)
-            return ()
-        lifecycle.revise(revision.summary)
-        return (revision.note,)
+
+def applied(
+    revision: Revision | None, writer: SessionWriter, lifecycle: Lifecycle
+) -> tuple[Note, ...]:
+    """``revision`` (``Reviser.due``'s, for ``writer``'s open child; None: nothing
+    due) recorded after everything said so far (with what ``lifecycle`` holds unsaved,
+    in order) and, once on disk, what the lifecycle continues from and sends in the
+    first restoration's place; its note. One the file refuses leaves the first
+    restoration (nothing lost)."""
+    if revision is None:
+        return ()
+    try:
+        lifecycle.hold(revision.message)
+        lifecycle.write(writer)
+    except StoreError:
+        lifecycle.drop(revision.message)
+        return ()
+    lifecycle.revise(revision.summary)
+    return (revision.note,)

@@ -68,7 +68,7 @@ from chatloop.chat.meter import Meter
 from chatloop.chat.naming import Naming, given
 from chatloop.chat.pins import Pins, added, inherited, left_out, removed, saved
 from chatloop.chat.preparation import Preparer
-from chatloop.chat.revision import Reviser
+from chatloop.chat.revision import Reviser, applied
 from chatloop.chat.state import (
     Closing,
     Continuation,
@@ -654,12 +654,12 @@ class ChatSession:
     def _revise(self) -> None:
         """A parent's model summary written since this child began without it
         (``_defer``): its restoration prompt recorded and sent from this request on in
-        the first one's place (``Reviser.applied``)."""
+        the first one's place (``revision.applied``)."""
         writer = self.writer
         if writer is None or not isinstance(self.state, Open):
             return
-        reviser, pins, meter = self.reviser, self.pins, self.meter
-        self._say(reviser.applied(self.store, writer, pins, meter, self.clock, self.lifecycle))
+        due = self.reviser.due(self.store, writer, self.pins, self.meter, self.clock)
+        self._say(applied(due, writer, self.lifecycle))
 
     # ------------------------------------------------------------------ prepared ahead
     def _prepare(self, used: int, window: int) -> None:
