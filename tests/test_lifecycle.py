@@ -118,6 +118,20 @@ def test_the_queue_keeps_order_and_writes_each_message_once() -> None:
     assert life.queued == ()
 
 
+def test_an_addition_is_written_after_what_is_queued_or_not_kept_at_all() -> None:
+    typed, recalled = (Message.create("user", T0, text=t) for t in ("typed", "recalled"))
+    life = Lifecycle()
+    life.hold(typed)
+    assert not life.record(recalled, Refusing(1))  # type: ignore[arg-type]
+    assert life.queued == ()  # what was typed got written; the addition left no trace
+    life.hold(typed)
+    assert not life.record(recalled, Refusing(0))  # type: ignore[arg-type]
+    assert life.queued == (typed,)  # still in hand, in order, without the addition
+    roomy = Refusing(2)
+    assert life.record(recalled, roomy)  # type: ignore[arg-type]
+    assert life.queued == () and roomy.last_message is recalled
+
+
 def test_what_the_state_means_is_told_by_the_lifecycle(store: Store) -> None:
     """The views of the state (``writer``, ``previous``, ``prefix``, ``chain_base``,
     ``messages``) for each state, without a session."""

@@ -227,3 +227,12 @@ def test_pins_are_saved_where_the_session_writes_or_in_the_file_it_continues(
     waiting = builders.with_history(parent, [], new_meta(), ())
     pinning.saved(("the shed is blue", "the gate squeaks"), Waiting(waiting), store)
     assert store.read(parent.path).session.meta.pins == ("the shed is blue", "the gate squeaks")
+
+
+def test_a_new_session_begins_its_naming_anew() -> None:
+    naming = Naming()
+    naming.after_exchange(new_meta(), ASKED, "r", "model", FakeBackend("The model's"))
+    naming.written("Basil", saved=False)
+    naming.forget()
+    assert (naming.title, naming.phase) == ("", "untried")
+    assert naming.take(wait=True) is None  # the request under way was let go

@@ -7,7 +7,8 @@ kept in order, written before anything else, and never sent before it is on disk
 message is taken off the queue once the writer has it, even if Ctrl-C or a signal lands
 between the two, so nothing is written twice. Messages queued at a compaction belong to
 the child: they are taken off (``take_all``) and put back in front (``put_back``) when
-the child is not written yet.
+the child is not written yet. An addition that may be left out (a revision, what
+recall brought back) is written with what is queued or not kept at all (``record``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from chatloop.chat.state import (
     Waiting,
     WithHistory,
 )
+from chatloop.errors import StoreError
 from chatloop.format import Message
 from chatloop.store.writer import SessionWriter
 
@@ -154,6 +156,19 @@ class Lifecycle:
     def drop(self, message: Message) -> None:
         """``message`` is no longer in hand (a revision its file refused)."""
         self._queue.remove(message)
+
+    def record(self, message: Message, writer: SessionWriter) -> bool:
+        """``message`` written to ``writer`` now, after what is in hand (in order), or
+        not kept at all when the file refuses it (what was in hand stays queued): an
+        addition that may be left out (a revision, what recall brought back), never a
+        message the person typed. True when it was written."""
+        self.hold(message)
+        try:
+            self.write(writer)
+        except StoreError:
+            self.drop(message)
+            return False
+        return True
 
     def take_all(self) -> list[Message]:
         """Every message in hand, taken off the queue (a compaction's: the child's)."""

@@ -6,7 +6,7 @@ makes a title returns it (a ``titles.Title`` to write, or the front-matter chang
 finalize with); ``kept`` writes one into the file it is given (the one being written)
 and learns whether the file took it (``written``); ``after_turn`` and ``taken`` are
 the two moments a session names itself (after an exchange that ended well, and as a
-title asked comes). A new session is a new ``Naming``.
+title asked comes). A new session begins its naming anew (``forget``).
 
 The phases: ``untried`` (to be named after the first exchange that ends well),
 ``asking`` (asked of the model off the person's path: ``take`` collects it),
@@ -55,6 +55,11 @@ class Naming:
     title: str = ""
     phase: Phase = "untried"
     _asking: titles.Asking | None = field(default=None, repr=False)
+
+    def forget(self) -> None:
+        """Begin anew, for a new session: no title, ``untried``, no request under way
+        (one still asked is let go: the session that asked it took it or left it)."""
+        self.title, self.phase, self._asking = "", "untried", None
 
     def untitled(self, meta: SessionMeta, mode: str) -> bool:
         """Whether the session of ``meta`` is still to be named: titles are on

@@ -24,7 +24,7 @@ from chatloop.chat.host import Note
 from chatloop.chat.lifecycle import Lifecycle
 from chatloop.chat.meter import Meter
 from chatloop.chat.restoration import Awaited
-from chatloop.errors import ChatloopError, StoreError
+from chatloop.errors import ChatloopError
 from chatloop.format import Message
 from chatloop.store.fsio import SUMMARY_HOLDER, lock_holder
 from chatloop.store.store import Store
@@ -111,13 +111,7 @@ def applied(
     in order) and, once on disk, what the lifecycle continues from and sends in the
     first restoration's place; its note. One the file refuses leaves the first
     restoration (nothing lost)."""
-    if revision is None:
-        return ()
-    try:
-        lifecycle.hold(revision.message)
-        lifecycle.write(writer)
-    except StoreError:
-        lifecycle.drop(revision.message)
+    if revision is None or not lifecycle.record(revision.message, writer):
         return ()
     lifecycle.revise(revision.summary)
     return (revision.note,)

@@ -107,7 +107,7 @@ class ChatSession:
     Each piece of its state has one writer: the ``lifecycle`` (``chat.lifecycle``: the
     state and the unsaved queue), the ``preparer`` (the next compaction's summary), the
     ``reviser`` (the parent a deferred compaction's child awaits) and the ``naming``
-    (the title; a new one for a new session, by ``_release``) assign their own; the
+    (the title; begun anew for a new session: ``Naming.forget``) assign their own; the
     agent, the backend and the meter are assigned together by ``_answered_by`` alone
     (made by ``chat.switching``), the pins by ``_hold_pins`` alone (checked and written
     by ``chat.pins``), ``agent_named`` by ``use_agent``. Every field is read and written
@@ -127,7 +127,7 @@ class ChatSession:
     # facts pinned in this chain, in every restoration prompt (``chat.pins`` checks and
     # makes them; assigned by ``_hold_pins`` alone)
     pins: Pins = ()
-    # the title, its naming and the title request under way (``chat.naming``): made
+    # the title, its naming and the title request under way (``chat.naming``): begun
     # anew for a new session
     naming: Naming = field(default_factory=Naming)
     prepare_after: float = PREPARE_IDLE_S  # a preparation waits this long before asking
@@ -322,15 +322,9 @@ class ChatSession:
             now=self.clock,
         )
         self._say(notes)
-        if brought is None:
-            return
-        self.lifecycle.hold(brought.message)
-        try:
-            self.flush()
-        except StoreError:
-            self.lifecycle.drop(brought.message)  # the query goes alone (it is saved)
-            return
-        self._say((brought.notice(),))
+        # (one the file refuses is left out: the query, saved already, goes alone)
+        if brought is not None and self.lifecycle.record(brought.message, self._ensure_file()):
+            self._say((brought.notice(),))
 
     def follow_chain(self) -> None:
         """Have recall read the chain this session continues (``recalling.followed``; in
@@ -555,7 +549,7 @@ class ChatSession:
             writer.close()
         self.lifecycle.fresh()
         self._hold_pins(())
-        self.naming = Naming()  # (its request taken by ``_late_title`` as it was let go)
+        self.naming.forget()  # (its request taken by ``_late_title`` as it was let go)
 
     # ------------------------------------------------------------------ compact
     def compact(self, unanswered: str | None = None, instructions: str = "") -> None:
