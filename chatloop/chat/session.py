@@ -13,10 +13,13 @@ Promises (docs/durability.md, docs/chains.md):
   in order, counted in ``unsaved``, written before anything else, and never
   sent before it is on disk. ``close`` returns what could still not be saved.
 - Every reply and tool result is recorded as it happens; a reply cut short or
-  an exchange that failed leaves an assistant frame marked ``interrupted``.
+  an exchange that failed leaves an assistant frame marked ``interrupted``
+  (with ``stop_reason`` ``cancelled`` or ``error`` when nothing arrived).
 - Compaction and resume close the current file with its summary and continue
   in a new file linked to it, written with the next message (``Waiting``): a
-  continuation left unused leaves no file. Messages queued at compaction
+  continuation left unused leaves no file. Which session, agent and server a
+  resume continues with is decided in ``chat.continuation`` and ``chat.server``,
+  for every entry point alike. Messages queued at compaction
   belong to the new file, or stay queued when it cannot be written.
 - Errors that end an operation are raised as ``ChatloopError`` (the UI's one
   boundary shows them); the session stays usable after any of them.
