@@ -236,3 +236,23 @@ def test_a_new_session_begins_its_naming_anew() -> None:
     naming.forget()
     assert (naming.title, naming.phase) == ("", "untried")
     assert naming.take(wait=True) is None  # the request under way was let go
+
+
+def test_the_pins_a_session_holds_change_only_once_saved(store: Store) -> None:
+    from pathlib import Path
+
+    from chatloop.chat import builders, chain
+    from chatloop.chat.state import Open, Waiting
+
+    pinned = pinning.Pinned()
+    with store.create(new_meta()) as writer:
+        assert pinned.set(("mine",), Open(writer), store) == ("mine",) == pinned.pins
+    gone = chain.Parent(Path(store.root / "gone.md"), new_meta(id="gone"), "the summary")
+    waiting = Waiting(builders.with_history(gone, [], new_meta(), ()))
+    with pytest.raises(ChatloopError):
+        pinned.set(("mine", "refused"), waiting, store)
+    assert pinned.pins == ("mine",)  # a refusal changes nothing
+    pinned.inherit(("the parent's", "mine"))
+    assert pinned.pins == ("the parent's", "mine")
+    pinned.forget()
+    assert pinned.pins == ()

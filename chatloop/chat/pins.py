@@ -6,9 +6,9 @@ A session's pins are a value, ``Pins`` (a tuple of facts, in the order pinned):
 carries (its parent's and this session's, each once); ``left_out`` is the part of
 the ledger a restoration prompt had no room for (``/pins`` shows it). None of them
 writes anything. ``saved`` is the one write of a change: into the front matter of
-the file being written, or of the parent a waiting continuation continues;
-``ChatSession`` holds the new pins only after it, so a refusal of the disk changes
-nothing.
+the file being written, or of the parent a waiting continuation continues.
+``Pinned`` is THE owner of the pins a session holds: it holds a change only once it
+is saved, so a refusal of the disk changes nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from chatloop.store.store import Store
 
 Pins = tuple[str, ...]  # pinned facts, in order, each once
 
-__all__ = ["Pins", "added", "inherited", "left_out", "removed", "saved"]
+__all__ = ["Pinned", "Pins", "added", "inherited", "left_out", "removed", "saved"]
 
 
 def added(pins: Pins, fact: str, room: int, count: Callable[[str], int]) -> Pins:
@@ -94,3 +94,32 @@ def saved(pins: Pins, state: State, store: Store) -> None:
         case Waiting(continuation=waiting):
             with store.open(waiting.parent.path) as parent:
                 parent.update_meta(pins=pins)
+
+
+class Pinned:
+    """THE owner of the pins a session holds (``pins``): set by the person (saved
+    first), joined by a parent's as a continuation of it begins, and none once the
+    session is let go. Nothing else assigns them."""
+
+    def __init__(self) -> None:
+        self._pins: Pins = ()
+
+    @property
+    def pins(self) -> Pins:
+        return self._pins
+
+    def set(self, pins: Pins, state: State, store: Store) -> Pins:
+        """Hold ``pins`` once ``saved`` for a session in ``state`` (a refusal raises
+        StoreError and changes nothing); returns them."""
+        saved(pins, state, store)
+        self._pins = pins
+        return pins
+
+    def inherit(self, parent: Sequence[str]) -> None:
+        """Hold the pins of a parent being continued with these (``inherited``): its
+        continuation carries them, and its file is written with them."""
+        self._pins = inherited(parent, self._pins)
+
+    def forget(self) -> None:
+        """None held: the session was let go."""
+        self._pins = ()

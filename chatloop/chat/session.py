@@ -69,7 +69,7 @@ from chatloop.chat.host import Host, Note
 from chatloop.chat.lifecycle import Lifecycle
 from chatloop.chat.meter import Meter
 from chatloop.chat.naming import Naming, given
-from chatloop.chat.pins import Pins, added, inherited, left_out, removed, saved
+from chatloop.chat.pins import Pinned, Pins, added, left_out, removed
 from chatloop.chat.preparation import Preparer
 from chatloop.chat.revision import Reviser, applied
 from chatloop.chat.state import (
@@ -112,8 +112,8 @@ class ChatSession:
     ``reviser`` (the parent a deferred compaction's child awaits) and the ``naming``
     (the title; begun anew for a new session: ``Naming.forget``) assign their own; the
     agent, the backend and the meter are assigned together by ``_answered_by`` alone
-    (made by ``chat.switching``), the pins by ``_hold_pins`` alone (checked and written
-    by ``chat.pins``), ``agent_named`` by ``use_agent``. Every field is read and written
+    (made by ``chat.switching``), the pins by their ``pinned`` owner (``chat.pins``),
+    ``agent_named`` by ``use_agent``. Every field is read and written
     by the caller's thread only: the one thread it starts (a preparation) works on
     values handed to it and answers through the ``Preparer``."""
 
@@ -127,9 +127,8 @@ class ChatSession:
     leaving: bool = False  # set when a signal asked chatloop to leave: no model calls now
     # the state and the unsaved queue: assigned by the lifecycle alone (``chat.lifecycle``)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
-    # facts pinned in this chain, in every restoration prompt (``chat.pins`` checks and
-    # makes them; assigned by ``_hold_pins`` alone)
-    pins: Pins = ()
+    # facts pinned in this chain, in every restoration prompt (``chat.pins``: the owner)
+    pinned: Pinned = field(default_factory=Pinned)
     # the title, its naming and the title request under way (``chat.naming``): begun
     # anew for a new session
     naming: Naming = field(default_factory=Naming)
@@ -161,6 +160,11 @@ class ChatSession:
     def state(self) -> State:
         """Where this session is (``Lifecycle.state``)."""
         return self.lifecycle.state
+
+    @property
+    def pins(self) -> Pins:
+        """The facts pinned in this chain (``Pinned.pins``)."""
+        return self.pinned.pins
 
     @property
     def title(self) -> str:
@@ -551,7 +555,7 @@ class ChatSession:
         if writer is not None:
             writer.close()
         self.lifecycle.fresh()
-        self._hold_pins(())
+        self.pinned.forget()
         self.naming.forget()  # (its request taken by ``_late_title`` as it was let go)
 
     # ------------------------------------------------------------------ compact
@@ -582,7 +586,7 @@ class ChatSession:
                     waiting, self.pins, self.meter, self.summarize, self.clock
                 )
                 if isinstance(waiting, WithHistory):  # from the summary: the chain's pins held
-                    self._inherit_pins(waiting.parent)
+                    self.pinned.inherit(waiting.parent.meta.pins)
                 self._say(notes)
                 self.lifecycle.wait(condensed)
                 return
@@ -697,7 +701,7 @@ class ChatSession:
         continuation = beginning.from_summary(
             parent, summary, template, self.pins, self.meter, self.clock, unanswered, carried
         )
-        self._inherit_pins(parent)
+        self.pinned.inherit(parent.meta.pins)
         self.lifecycle.wait(continuation)
         if unanswered is not None:
             writer = self._begin(continuation)
@@ -773,7 +777,7 @@ class ChatSession:
             begins, writer.messages[-typed:], self.pins, self.meter, self.summarize, self.clock
         )
         if isinstance(begins, WithHistory):  # from the summary: the chain's pins held
-            self._inherit_pins(begins.parent)
+            self.pinned.inherit(begins.parent.meta.pins)
         self._say(notes)
         terms, now = self._terms(), self.clock()
         beginning.remade(made, terms, writer, typed, self.store, self.lifecycle, now)
@@ -870,7 +874,7 @@ class ChatSession:
         recent = resumption.recent_exchanges(self.store, parent)
         self._say(resumption.arrival(parent, recent, located))
         if history is not None:  # its whole history sent before this session's messages
-            self._inherit_pins(parent)
+            self.pinned.inherit(parent.meta.pins)
             self.lifecycle.wait(builders.with_history(parent, history, template, self.pins))
             self._say((resumption.with_full_history(parent, history),))
             return
@@ -964,7 +968,7 @@ class ChatSession:
         copied (written marked as restored) when it fits, else a restoration prompt
         built from a summary of it (``forking.carried``). ``previous``: the summary the
         carried history began from."""
-        self._inherit_pins(parent)
+        self.pinned.inherit(parent.meta.pins)
         branch = builders.branch(parent, history, at, template, self.pins, previous)
         self.lifecycle.wait(branch)
         carried, notes = forking.carried(branch, self.meter, self.summarize, self.clock)
@@ -1051,22 +1055,11 @@ class ChatSession:
         return self._set_pins(removed(self.pins, number))
 
     def _set_pins(self, pins: Pins) -> Pins:
-        """Write ``pins`` first (``pins.saved``: a refusal changes nothing), then hold
-        them, and build a waiting child's restoration prompt again with them."""
-        saved(pins, self.state, self.store)
-        self._hold_pins(pins)
+        """Hold ``pins``, written first (``Pinned.set``: a refusal changes nothing), and
+        build a waiting child's restoration prompt again with them."""
+        self.pinned.set(pins, self.state, self.store)
         self._restate()
         return pins
-
-    def _inherit_pins(self, parent: chain.Parent) -> None:
-        """Hold ``parent``'s pins with this session's (``pins.inherited``): a continuation
-        of it carries them (its file is written with them)."""
-        self._hold_pins(inherited(parent.meta.pins, self.pins))
-
-    def _hold_pins(self, pins: Pins) -> None:
-        """THE assignment of the pins this session holds (set, inherited from a parent,
-        or none once the session is let go); what writes them is the caller's."""
-        self.pins = pins
 
     def _restate(self) -> None:
         """A waiting child's restoration prompt built again when what it is built with
