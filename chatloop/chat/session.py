@@ -287,7 +287,7 @@ class ChatSession:
         sent first next time), ChatloopError when the server failed (after the failure
         is recorded in the file). In a session that continues another, what the chain
         said earlier that matches ``text`` is written and sent in front of it
-        (``_recalled``), unless ``recalling`` is False (``/norecall``)."""
+        (``_recall``), unless ``recalling`` is False (``/norecall``)."""
         self.preparer.overtake()  # the person goes first: a summary being prepared is given up
         self.take_title(wait=False)  # and a title not come yet
         self._revise()  # a parent's model summary written since: it takes its place now
