@@ -7,15 +7,18 @@ or about to use, the person goes first; background work of this home yields.**
 Background work is, today, the summary worker of a chat that ended
 (``chat.background``). How the rule is kept:
 
-1. **The person marks.** At the start-up check of a chat, a one-shot or ``-c``
-   (``server.connect``) the person's process calls ``use``: one ``utime`` of
-   ``<home>/.sharing/<key>.use`` (made the first time). A turn (its requests to
-   the model and the tools between them) runs in ``using``: marked at its start
-   and at its end, and held meanwhile (a shared ``flock`` on that file), so that
-   a worker never starts in the middle of a reply, however long it streams (a
-   mark alone is one moment: a reply longer than ``background_idle`` looked idle,
-   and llama-cpp-python cuts a running stream for a new request). None of it
-   waits or fails the person's request (a home it cannot write marks nothing).
+1. **The person marks.** As a chat, a one-shot or ``-c`` starts, before its server
+   is chosen, the person's process marks the home (``arrive``: one ``utime`` of
+   ``<home>/.sharing/person.use``), which every worker of the home counts as a
+   mark of its server; at the start-up check (``server.connect``) it calls
+   ``use``: one ``utime`` of ``<home>/.sharing/<key>.use`` (made the first time).
+   A turn (its requests to the model and the tools between them) runs in
+   ``using``: marked at its start and at its end, and held meanwhile (a shared
+   ``flock`` on that file), so that a worker never starts in the middle of a
+   reply, however long it streams (a mark alone is one moment: a reply longer
+   than ``background_idle`` looked idle, and llama-cpp-python cuts a running
+   stream for a new request). None of it waits or fails the person's request (a
+   home it cannot write marks nothing).
 2. **One worker at a time per server.** A worker takes the server's turn first
    (``Shared.turn``: an ``flock`` on ``<key>.turn``); the other workers of this
    home wait for it, so at most one of them asks the model at a time, and a
@@ -70,26 +73,33 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from chatloop.backends.base import Backend, Cancel
+if TYPE_CHECKING:  # (the CLI marks the person's arrival before the backends load)
+    from chatloop.backends.base import Backend, Cancel
 
 FOLDER = ".sharing"
+ARRIVAL = "person.use"  # the home's mark of a chat starting, its server not chosen yet
 POLL_SECONDS = 0.1  # how often a worker's request looks at the person's mark
 # a worker's prompt is read in pieces of this many tokens (about): what a person's request
 # waits at most behind it on a server that reads a prompt without looking up (well under a
 # second with a small model on two busy cores; a few seconds with a 7B one on a laptop).
-# Smaller pieces cost the worker a request each (bench/read_ahead.py: 32 was no better)
-READ_AHEAD_TOKENS = 64
+# bench/read_ahead.py on an idle machine (llama_cpp.server, Gemma 3 270M): the person waited
+# 0.87-0.94 s behind pieces of 64, 0.23-0.42 s behind 32, no less behind 8-24 (a request's
+# own cost then rules); a smaller piece costs the worker a request each
+READ_AHEAD_TOKENS = 32
 EMBEDDED = "embedded"
 
 HOLD_TRIES = 5  # a worker's look at the hold (an instant) can refuse the person's: again
 
 __all__ = [
+    "ARRIVAL",
     "POLL_SECONDS",
     "READ_AHEAD_TOKENS",
     "Shared",
     "Watch",
+    "arrive",
     "key",
     "step_back",
     "use",
@@ -135,6 +145,18 @@ def use(home: Path, backend: Backend) -> None:
         _touch(_mark_path(home, backend), time.time_ns())
 
 
+def arrive(home: Path) -> None:
+    """A chat, one-shot or ``-c`` of the person is starting in ``home`` and will choose
+    its server in a moment: mark the home now (rule 1, its first moment), so that
+    every worker of this home yields while the person's process loads, before
+    ``use`` marks the server chosen (a worker's piece being read then ends sooner,
+    and its reading no longer takes the cores the start-up needs). Workers of another
+    server yield too, for ``background_idle`` seconds at most. Never waits, never
+    raises."""
+    with contextlib.suppress(OSError):
+        _touch(home / FOLDER / ARRIVAL, time.time_ns())
+
+
 @contextlib.contextmanager
 def using(home: Path, backend: Backend) -> Iterator[None]:
     """The block is the person's turn on ``backend``'s server (rule 1): marked as it
@@ -165,10 +187,10 @@ def step_back(home: Path, backend: Backend) -> None:
     """The person now waits for this home's background work on ``backend``'s server (a
     summary being written): its mark counts as idle from now (see the module doc).
     Never raises."""
-    with contextlib.suppress(OSError):
-        path = _mark_path(home, backend)
-        if path.exists():
-            _touch(path, 0)
+    for path in (_mark_path(home, backend), home / FOLDER / ARRIVAL):
+        with contextlib.suppress(OSError):
+            if path.exists():
+                _touch(path, 0)
 
 
 class Watch:
@@ -196,12 +218,14 @@ class Shared:
         return self.last_use() > since
 
     def last_use(self) -> int:
-        """When the person last marked the server (ns since the epoch); 0 for never, and
-        for a mark stepped back."""
-        try:
-            return os.stat(self._mark, follow_symlinks=False).st_mtime_ns
-        except OSError:
-            return 0
+        """When the person last marked the server, or arrived in the home (``arrive``),
+        whichever is later (ns since the epoch); 0 for never, and for marks stepped
+        back."""
+        times = [0]
+        for path in (self._mark, self.folder / ARRIVAL):
+            with contextlib.suppress(OSError):
+                times.append(os.stat(path, follow_symlinks=False).st_mtime_ns)
+        return max(times)
 
     @contextlib.contextmanager
     def turn(self, deadline: float) -> Iterator[bool]:

@@ -40,6 +40,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     terminal = sys.stdin.isatty() and sys.stdout.isatty()
     if getattr(args, "files", None) and not args.question and terminal:
         raise _files_need_a_question()  # (from a pipe, the piped text may be the question)
+    from chatloop.chat import sharing
+
+    sharing.arrive(wiring.home())  # this home's background work yields while the chat loads
     if not (args.continue_ or args.resume is not None or args.question) and terminal:
         return _chat_new(args)  # (with a terminal, nothing is piped in)
     from chatloop.chat.continuation import Kind
