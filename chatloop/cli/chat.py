@@ -40,12 +40,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
     terminal = sys.stdin.isatty() and sys.stdout.isatty()
     if getattr(args, "files", None) and not args.question and terminal:
         raise _files_need_a_question()  # (from a pipe, the piped text may be the question)
-    from chatloop.chat import sharing
-
-    sharing.arrive(wiring.home())  # this home's background work yields while the chat loads
     if not (args.continue_ or args.resume is not None or args.question) and terminal:
         return _chat_new(args)  # (with a terminal, nothing is piped in)
+    from chatloop.chat import sharing
     from chatloop.chat.continuation import Kind
+
+    sharing.arrive(wiring.home())  # this home's background work yields while the chat loads
 
     kind = Kind.of(args.full, args.fork)
     if args.continue_:
@@ -285,6 +285,10 @@ def _chat_new(args: argparse.Namespace) -> int:
     armings: list[Arming] = []
 
     def load(prompt: Prompt) -> Repl:
+        from chatloop.chat import sharing
+
+        # (behind the prompt, drawn first) this home's background work yields from now
+        sharing.arrive(wiring.home())
         from chatloop.chat import server
         from chatloop.chat.arming import with_model
         from chatloop.ui.repl import Repl
